@@ -1,0 +1,53 @@
+# RollMux developer commands. `make run` and `make test` are the two that matter.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3.11
+
+# Test and benchmark defaults: the local PostgreSQL and Redis (CI starts them).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/rollmux
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# Keep Ray and Chromium on loopback (see README "Configuration").
+RAY_ENV := RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled \
+	http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1
+
+.PHONY: install run test check lint fmt types contracts templates bench
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	./bin/run.sh
+
+test: install
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	DJANGO_ALLOW_ASYNC_UNSAFE=true $(RAY_ENV) $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+types: install
+	$(VENV)/bin/mypy scheduler workers rollmux_web
+
+contracts: install
+	$(VENV)/bin/lint-imports
+
+templates: install
+	$(VENV)/bin/djlint templates --lint --profile=django --ignore=H006,H021,H030,H031,T003,H013,H023,H019,H025,H020
+
+check: lint types contracts templates test
+
+bench: install
+	$(RAY_ENV) $(PY) bench/planner_latency.py
+	$(RAY_ENV) $(PY) bench/sim_speed.py

@@ -1,0 +1,11 @@
+"""The Celery app. Tasks live in `workers.tasks`; they take ids and are idempotent."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rollmux_web.settings")
+
+app = Celery("rollmux")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["workers"])

@@ -1,0 +1,22 @@
+"""Root URLs. Each app owns its `urls.py` (pages) and `api_urls.py` (REST, under /api/v1/)."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from rollmux_web import metrics
+
+urlpatterns = [
+    path("", include("rollmux_web.reports.urls")),
+    path("accounts/", include("rollmux_web.accounts.urls")),
+    path("jobs/", include("rollmux_web.jobs.urls")),
+    path("groups/", include("rollmux_web.workflow.urls")),
+    path("inventory/", include("rollmux_web.inventory.urls")),
+    path("quotas/", include("rollmux_web.quotas.urls")),
+    path("audit/", include("rollmux_web.audit.urls")),
+    path("api/v1/", include("rollmux_web.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("metrics", metrics.metrics_view, name="metrics"),
+    path("django-admin/", admin.site.urls),
+]

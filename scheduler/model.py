@@ -1,0 +1,201 @@
+"""Domain types of the scheduling core (paper sections 2-4).
+
+Everything here is a frozen dataclass or an enum: the planner, the round-robin
+scheduler, the simulator and the live (Django/Celery) planner all exchange these
+values. Nothing in `scheduler/` imports Django, Celery, Ray or Redis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+
+class Pool(StrEnum):
+    """The two GPU pools of a disaggregated RL deployment."""
+
+    ROLLOUT = "rollout"
+    TRAIN = "train"
+
+
+class PhaseKind(StrEnum):
+    """The two phases of an on-policy iteration (sync is folded into training)."""
+
+    ROLLOUT = "rollout"
+    TRAIN = "train"
+
+    @property
+    def pool(self) -> Pool:
+        return Pool.ROLLOUT if self is PhaseKind.ROLLOUT else Pool.TRAIN
+
+    @property
+    def next(self) -> PhaseKind:
+        return PhaseKind.TRAIN if self is PhaseKind.ROLLOUT else PhaseKind.ROLLOUT
+
+
+class Strategy(StrEnum):
+    """How Algorithm 1 admitted a job (Fig. 5 of the paper)."""
+
+    DIRECT_PACKING = "direct_packing"
+    ROLLOUT_SCALING = "rollout_scaling"
+    NEW_GROUP = "new_group"
+
+
+class PlacementStatus(IntEnum):
+    """Ordered outcome of a placement attempt: never < not now < yes."""
+
+    INFEASIBLE = 0  # can never run on this cluster (e.g. memory above every node's)
+    RETRY = 1  # could run, but not with the capacity free now
+    FIT = 2
+
+
+@dataclass(frozen=True)
+class GpuType:
+    """A GPU model with its price and the shape of the nodes that carry it."""
+
+    name: str
+    price_per_gpu_hour: float
+    gpus_per_node: int
+    host_mem_gb: float
+    nodes: int | None = None  # pool capacity in nodes; None = unbounded
+
+    @property
+    def node_price_per_hour(self) -> float:
+        return self.price_per_gpu_hour * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The cluster spec file (trace-format.md): the two GPU types and switch overhead."""
+
+    rollout: GpuType
+    train: GpuType
+    switch_overhead_s: float = 2.0
+
+    def gpu_type(self, pool: Pool) -> GpuType:
+        return self.rollout if pool is Pool.ROLLOUT else self.train
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a pool. `host_mem_gb` is what residency may use on it."""
+
+    name: str
+    pool: Pool
+    gpu_type: str
+    gpus: int
+    host_mem_gb: float
+    price_per_hour: float  # gpus x price per GPU-hour of its type
+
+
+@dataclass(frozen=True)
+class JobProfile:
+    """One RL post-training job: the fields of the trace format (v1)."""
+
+    id: str
+    arrival_s: float
+    iterations: int
+    rollout_gpus: int
+    train_gpus: int
+    t_roll_max_s: float
+    t_train_max_s: float
+    host_mem_gb: float
+    slo: float
+    t_roll_min_s: float | None = None  # None = the max
+    t_train_min_s: float | None = None
+    tenant: str = "default"
+    model: str = ""
+    priority: int = 0  # higher is planned first (live planner); the trace has none
+
+    @property
+    def roll_min(self) -> float:
+        return self.t_roll_max_s if self.t_roll_min_s is None else self.t_roll_min_s
+
+    @property
+    def train_min(self) -> float:
+        return self.t_train_max_s if self.t_train_min_s is None else self.t_train_min_s
+
+    @property
+    def t_solo_max_s(self) -> float:
+        """Worst-case solo iteration time T_j^solo, what admission plans with."""
+        return self.t_roll_max_s + self.t_train_max_s
+
+    def phase_max_s(self, kind: PhaseKind) -> float:
+        return self.t_roll_max_s if kind is PhaseKind.ROLLOUT else self.t_train_max_s
+
+    def gpus(self, pool: Pool) -> int:
+        return self.rollout_gpus if pool is Pool.ROLLOUT else self.train_gpus
+
+
+@dataclass(frozen=True)
+class Member:
+    """A job inside a co-execution group with the exact nodes it is pinned to (P_j)."""
+
+    job: JobProfile
+    rollout_nodes: tuple[str, ...]
+    train_nodes: tuple[str, ...]
+
+    def nodes(self, pool: Pool) -> tuple[str, ...]:
+        return self.rollout_nodes if pool is Pool.ROLLOUT else self.train_nodes
+
+
+@dataclass(frozen=True)
+class Group:
+    """A co-execution group G = (J_G, R_G, T_G, Phi_G).
+
+    Training nodes are shared by every member; rollout nodes may differ per member.
+    Groups are disjoint: a node belongs to at most one group.
+    """
+
+    id: str
+    rollout_nodes: tuple[str, ...]
+    train_nodes: tuple[str, ...]
+    members: tuple[Member, ...] = ()
+
+    def nodes(self, pool: Pool) -> tuple[str, ...]:
+        return self.rollout_nodes if pool is Pool.ROLLOUT else self.train_nodes
+
+    @property
+    def all_nodes(self) -> tuple[str, ...]:
+        return self.rollout_nodes + self.train_nodes
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job goes: a group (existing, or `group_id=None` for a new one) and P_j."""
+
+    job_id: str
+    strategy: Strategy
+    group_id: str | None
+    rollout_nodes: tuple[str, ...]
+    train_nodes: tuple[str, ...]
+    new_nodes: tuple[str, ...] = ()  # nodes this placement takes from the free pool
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    """The planner's answer for one job. Callers branch on `status`; users read `reason`."""
+
+    status: PlacementStatus
+    reason: str
+    placement: Placement | None = None
+    marginal_cost_per_hour: float = 0.0
+    # predicted co-execution slowdown (T_meta / T_solo, worst case) per job id in
+    # the resulting group, the new job included
+    predicted_slowdown: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def strategy(self) -> Strategy | None:
+        return self.placement.strategy if self.placement else None
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """A snapshot the planner works on: the usable nodes and the live groups.
+
+    Nodes not in any group are free. Only nodes that are up belong in `nodes`.
+    """
+
+    spec: ClusterSpec
+    nodes: tuple[Node, ...]
+    groups: tuple[Group, ...] = ()

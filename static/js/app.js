@@ -1,0 +1,17 @@
+// Small progressive enhancement only: tooltips for SVG charts (elements with data-tip).
+(function () {
+  function tip() {
+    var t = document.getElementById("tooltip");
+    if (!t) { t = document.createElement("div"); t.id = "tooltip"; document.body.appendChild(t); }
+    return t;
+  }
+  document.addEventListener("mousemove", function (e) {
+    var el = e.target.closest ? e.target.closest("[data-tip]") : null;
+    var t = tip();
+    if (!el) { t.style.display = "none"; return; }
+    t.textContent = el.getAttribute("data-tip");
+    t.style.display = "block";
+    t.style.left = (e.clientX + 12) + "px";
+    t.style.top = (e.clientY + 12) + "px";
+  });
+})();

@@ -1,0 +1,102 @@
+"""Shared fixtures. Tests that need PostgreSQL, Redis, Celery, Ray or Chromium use the real thing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+for _k, _v in {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+}.items():
+    os.environ.setdefault(_k, _v)
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROME_FLAGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
+]
+
+
+@pytest.fixture
+def world(db: Any) -> Any:
+    from tests.factories import make_world
+
+    return make_world()
+
+
+@pytest.fixture
+def api_client() -> Any:
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+@pytest.fixture
+def client_as(client: Any, world: Any) -> Any:
+    """Return a function that logs the Django test client in as a persona."""
+
+    def login(name: str) -> Any:
+        client.force_login(world.user(name))
+        return client
+
+    return login
+
+
+@pytest.fixture
+def api_as(world: Any) -> Any:
+    """Return a function giving a DRF APIClient authenticated by the persona's API token."""
+    from rest_framework.test import APIClient
+
+    def make(name: str) -> Any:
+        c = APIClient()
+        c.credentials(HTTP_AUTHORIZATION=f"Bearer {world.tokens[name]}")
+        return c
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def _playwright() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def chromium_browser(_playwright: Any) -> Iterator[Any]:
+    browser = _playwright.chromium.launch(executable_path=CHROMIUM, args=CHROME_FLAGS, headless=True)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def page(chromium_browser: Any, request: Any) -> Iterator[Any]:
+    """A fresh browser page; on exit a full-page screenshot goes to test-artifacts/."""
+    context = chromium_browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(15000)
+    yield pg
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def browser_login(page: Any, live_server: Any, username: str) -> None:
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", f"demo-{username}")
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
