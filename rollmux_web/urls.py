@@ -10,7 +10,7 @@ urlpatterns = [
     path("", include("rollmux_web.reports.urls")),
     path("accounts/", include("rollmux_web.accounts.urls")),
     path("jobs/", include("rollmux_web.jobs.urls")),
-    path("groups/", include("rollmux_web.workflow.urls")),
+    path("groups/", include("rollmux_web.reports.group_urls")),
     path("inventory/", include("rollmux_web.inventory.urls")),
     path("quotas/", include("rollmux_web.quotas.urls")),
     path("audit/", include("rollmux_web.audit.urls")),

@@ -1,4 +1,4 @@
 from django.urls import URLPattern, URLResolver
 
-app_name = "workflow"
+app_name = "groups"
 urlpatterns: list[URLPattern | URLResolver] = []

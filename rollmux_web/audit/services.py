@@ -1,0 +1,35 @@
+"""Write audit entries. Call inside the transaction of the change being audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollmux_web.audit.models import AuditEntry
+
+
+def audit_record(
+    *,
+    actor: Any,
+    action: str,
+    obj: Any = None,
+    object_type: str = "",
+    object_id: str = "",
+    tenant: str = "",
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """Record who did what to which object, with its state before and after."""
+    if obj is not None:
+        object_type = object_type or obj._meta.label_lower
+        object_id = object_id or str(obj.pk)
+    user = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
+    return AuditEntry.objects.create(
+        actor=user,
+        actor_name=getattr(user, "username", "") or "system",
+        action=action,
+        object_type=object_type,
+        object_id=object_id,
+        tenant=tenant,
+        before=before,
+        after=after,
+    )
