@@ -9,3 +9,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rollmux_web.settings")
 app = Celery("rollmux")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
+app.autodiscover_tasks()  # rollmux_web.<app>.tasks
