@@ -52,7 +52,9 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}: expected an integer") from None
+        raise ImproperlyConfigured(
+            f"Unexpected value {name}={raw!r}: expected an integer"
+        ) from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}: must be >= {minimum}")
     return value
@@ -98,7 +100,11 @@ elif len(_secret) < 16:
     raise ImproperlyConfigured("SECRET_KEY is too short: use at least 16 characters")
 SECRET_KEY = _secret
 
-ALLOWED_HOSTS = [h.strip() for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h.strip()]
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+    if h.strip()
+]
 if not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS is empty")
 CSRF_TRUSTED_ORIGINS = [
@@ -163,8 +169,11 @@ DATABASE_URL = env_str("DATABASE_URL", "")
 DATABASES = {
     "default": database_from_url(DATABASE_URL)
     if DATABASE_URL
-    else {"ENGINE": "django.db.backends.sqlite3", "NAME": str(BASE_DIR / "rollmux.sqlite3"),
-          "OPTIONS": {"timeout": 30}}
+    else {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(BASE_DIR / "rollmux.sqlite3"),
+        "OPTIONS": {"timeout": 30},
+    }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

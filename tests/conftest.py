@@ -21,8 +21,14 @@ for _k, _v in {
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROME_FLAGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
 ]
 
@@ -75,7 +81,9 @@ def _playwright() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def chromium_browser(_playwright: Any) -> Iterator[Any]:
-    browser = _playwright.chromium.launch(executable_path=CHROMIUM, args=CHROME_FLAGS, headless=True)
+    browser = _playwright.chromium.launch(
+        executable_path=CHROMIUM, args=CHROME_FLAGS, headless=True
+    )
     yield browser
     browser.close()
 

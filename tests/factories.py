@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -15,7 +14,7 @@ from rollmux_web.accounts.models import ApiToken, Profile, Role, Tenant
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, PoolKind
 from rollmux_web.quotas.models import SloClass
 
-EPOCH = datetime(2026, 1, 1, tzinfo=dt_timezone.utc)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -70,23 +69,47 @@ def make_world(*, rollout_nodes: int = 4, train_nodes: int = 4) -> World:
     rollout_pool = Cluster.objects.create(name="rollout-pool", kind=PoolKind.ROLLOUT, gpu_type=h20)
     train_pool = Cluster.objects.create(name="train-pool", kind=PoolKind.TRAIN, gpu_type=h800)
     for i in range(rollout_nodes):
-        Node.objects.create(name=f"h20-{i}", cluster=rollout_pool, gpu_type=h20, gpus=8, host_mem_gb=2048)
+        Node.objects.create(
+            name=f"h20-{i}", cluster=rollout_pool, gpu_type=h20, gpus=8, host_mem_gb=2048
+        )
     for i in range(train_nodes):
-        Node.objects.create(name=f"h800-{i}", cluster=train_pool, gpu_type=h800, gpus=8, host_mem_gb=2048)
+        Node.objects.create(
+            name=f"h800-{i}", cluster=train_pool, gpu_type=h800, gpus=8, host_mem_gb=2048
+        )
     gold = SloClass.objects.create(name="gold", slowdown=1.1)
     silver = SloClass.objects.create(name="silver", slowdown=1.5)
     bronze = SloClass.objects.create(name="bronze", slowdown=2.0)
     tokens = {name: make_token(u) for name, u in users.items()}
-    return World(vision=vision, speech=speech, h20=h20, h800=h800, rollout_pool=rollout_pool,
-                 train_pool=train_pool, gold=gold, silver=silver, bronze=bronze, tokens=tokens, **users)
+    return World(
+        vision=vision,
+        speech=speech,
+        h20=h20,
+        h800=h800,
+        rollout_pool=rollout_pool,
+        train_pool=train_pool,
+        gold=gold,
+        silver=silver,
+        bronze=bronze,
+        tokens=tokens,
+        **users,
+    )
 
 
 def job_spec(**overrides: Any) -> dict[str, Any]:
     """A valid job submission (API field names) that one H20 + one H800 node can run."""
     spec: dict[str, Any] = {
-        "name": "grpo-7b", "slo_class": "silver", "runner": "emulated", "iterations": 3,
-        "rollout_gpus": 8, "train_gpus": 8, "t_roll_max_s": 120.0, "t_roll_min_s": 90.0,
-        "t_train_max_s": 100.0, "t_train_min_s": 80.0, "host_mem_gb": 400.0, "model": "qwen2.5-7b",
+        "name": "grpo-7b",
+        "slo_class": "silver",
+        "runner": "emulated",
+        "iterations": 3,
+        "rollout_gpus": 8,
+        "train_gpus": 8,
+        "t_roll_max_s": 120.0,
+        "t_roll_min_s": 90.0,
+        "t_train_max_s": 100.0,
+        "t_train_min_s": 80.0,
+        "host_mem_gb": 400.0,
+        "model": "qwen2.5-7b",
     }
     spec.update(overrides)
     return spec

@@ -32,7 +32,9 @@ class Role(models.TextChoices):
 class Profile(models.Model):
     """A user's global role and the tenants they belong to."""
 
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile"
+    )
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.RESEARCHER)
     tenants = models.ManyToManyField(Tenant, related_name="members", blank=True)
 
@@ -47,7 +49,9 @@ class Profile(models.Model):
 class ApiToken(models.Model):
     """A per-user API token. Only a SHA-256 digest is stored; the key is shown once."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     name = models.CharField(max_length=64, default="default")
     prefix = models.CharField(max_length=12, db_index=True)
     digest = models.CharField(max_length=64, unique=True)
@@ -58,6 +62,9 @@ class ApiToken(models.Model):
     class Meta:
         ordering = ["-created_at"]
 
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
     @staticmethod
     def hash_key(key: str) -> str:
         return hashlib.sha256(key.encode()).hexdigest()
@@ -65,6 +72,3 @@ class ApiToken(models.Model):
     @staticmethod
     def new_key() -> str:
         return "rmx_" + secrets.token_urlsafe(32)
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.user})"

@@ -29,13 +29,19 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     return out
 
 
-def error_response(code: str, message: str, fields: dict[str, list[str]] | None, http_status: int) -> Response:
-    return Response({"error": {"code": code, "message": message, "fields": fields or {}}}, status=http_status)
+def error_response(
+    code: str, message: str, fields: dict[str, list[str]] | None, http_status: int
+) -> Response:
+    return Response(
+        {"error": {"code": code, "message": message, "fields": fields or {}}}, status=http_status
+    )
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
-        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        detail = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
         exc = exceptions.ValidationError(detail=detail)
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
@@ -47,7 +53,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, exceptions.ValidationError):
         fields = _flatten(exc.detail)
         first = next(iter(fields.items()), ("", ["invalid input"]))
-        message = f"{first[0]}: {first[1][0]}" if first[0] and first[0] != "non_field_errors" else first[1][0]
+        message = (
+            f"{first[0]}: {first[1][0]}"
+            if first[0] and first[0] != "non_field_errors"
+            else first[1][0]
+        )
         return error_response("invalid", message, fields, status.HTTP_400_BAD_REQUEST)
     assert isinstance(exc, exceptions.APIException)
     code = exc.get_codes() if isinstance(exc.get_codes(), str) else "error"

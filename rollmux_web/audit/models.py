@@ -8,7 +8,9 @@ from django.db import models
 
 class AuditEntry(models.Model):
     at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
     actor_name = models.CharField(max_length=150, blank=True)
     action = models.CharField(max_length=64, db_index=True)  # e.g. job.submit, quota.update
     object_type = models.CharField(max_length=64)

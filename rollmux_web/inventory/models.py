@@ -31,8 +31,12 @@ class GpuPrice(models.Model):
     class Meta:
         ordering = ["gpu_type", "effective_from"]
         constraints = [
-            models.UniqueConstraint(fields=["gpu_type", "effective_from"], name="uniq_price_moment"),
-            models.CheckConstraint(condition=models.Q(price_per_gpu_hour__gte=Decimal("0")), name="price_nonneg"),
+            models.UniqueConstraint(
+                fields=["gpu_type", "effective_from"], name="uniq_price_moment"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(price_per_gpu_hour__gte=Decimal("0")), name="price_nonneg"
+            ),
         ]
 
 

@@ -17,7 +17,9 @@ class SloClass(models.Model):
 
     class Meta:
         ordering = ["slowdown"]
-        constraints = [models.CheckConstraint(condition=models.Q(slowdown__gte=1.0), name="slo_at_least_1")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(slowdown__gte=1.0), name="slo_at_least_1")
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.slowdown}x)"

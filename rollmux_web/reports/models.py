@@ -13,7 +13,9 @@ class WhatIfRun(models.Model):
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="whatif_runs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="whatif_runs"
+    )
     tenant = models.CharField(max_length=64, blank=True)
     source = models.CharField(max_length=16, default="upload")  # upload | queue
     trace_text = models.TextField()

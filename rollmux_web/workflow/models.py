@@ -16,7 +16,9 @@ class ExecutionGroup(models.Model):
     """A co-execution group: members time-multiplex its rollout and training nodes."""
 
     created_at = models.DateTimeField(auto_now_add=True)
-    released_at = models.DateTimeField(null=True, blank=True, help_text="set when its last member left")
+    released_at = models.DateTimeField(
+        null=True, blank=True, help_text="set when its last member left"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -45,7 +47,9 @@ class Placement(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="uniq_placement_attempt")]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="uniq_placement_attempt")
+        ]
 
 
 class NodeAllocation(models.Model):
@@ -60,7 +64,11 @@ class NodeAllocation(models.Model):
         ordering = ["start"]
         constraints = [
             # a node is in at most one group at a time
-            models.UniqueConstraint(fields=["node"], condition=models.Q(end__isnull=True), name="one_open_allocation_per_node"),
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=models.Q(end__isnull=True),
+                name="one_open_allocation_per_node",
+            ),
         ]
 
 
@@ -83,7 +91,9 @@ class PhaseRecord(models.Model):
     iteration = models.PositiveIntegerField()  # 0-based
     kind = models.CharField(max_length=16)  # scheduler.model.PhaseKind values
     node_names = models.JSONField(default=list)
-    state = models.CharField(max_length=16, choices=PhaseState.choices, default=PhaseState.QUEUED, db_index=True)
+    state = models.CharField(
+        max_length=16, choices=PhaseState.choices, default=PhaseState.QUEUED, db_index=True
+    )
     warm_start = models.BooleanField(null=True)
     queued_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True, db_index=True)
@@ -93,7 +103,10 @@ class PhaseRecord(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
-        indexes = [models.Index(fields=["group", "started_at"]), models.Index(fields=["job", "iteration"])]
+        indexes = [
+            models.Index(fields=["group", "started_at"]),
+            models.Index(fields=["job", "iteration"]),
+        ]
         constraints = [
             # a phase of an iteration of a placement runs once (idempotent dispatch)
             models.UniqueConstraint(fields=["placement", "iteration", "kind"], name="uniq_phase"),
