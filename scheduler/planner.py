@@ -1,0 +1,659 @@
+"""Inter-group planner: Algorithm 1 of the paper (section 4) and the baselines.
+
+`place(job, state)` answers FIT (with a Placement), RETRY (not with the capacity
+free now) or INFEASIBLE (never on this cluster), each with a human reason.
+`apply_placement` and `remove_job` evolve a ClusterState; all three are pure.
+
+Decisions where the paper is silent (see also the module functions):
+
+* Training nodes. A group's training nodes run every member's training (paper
+  section 2). A job that needs FEWER training nodes than the group has is pinned to
+  the least-loaded ones with residency room; a job that needs MORE than the group
+  has is not a candidate for that group (the paper only scales the rollout pool),
+  so it goes to another group or a new one.
+* Direct packing candidates: every existing member's rollout-node set of the right
+  size, plus the job's count of the group's least-loaded rollout nodes with room.
+  Rollout scaling candidates: m = 1..N_R new free rollout nodes plus the N_R - m
+  least-loaded group rollout nodes with room. All share the group's training nodes.
+* Choice: least marginal $/h; ties prefer direct packing, then fewer new nodes,
+  then the lower predicted slowdown of the new job, then the earlier group.
+  Candidates are evaluated in that order with a lower bound on the slowdown
+  (max(T_cycle, T_load) / T_solo), so most are pruned without simulating.
+* Unbounded pools (`GpuType.nodes is None`): when the state has no free node that
+  fits, the planner names fresh nodes (`<type>-<n>`) in `Placement.new_nodes`;
+  `apply_placement` adds them to the state. Bounded pools use only `state.nodes`
+  (build them with `cluster_nodes`).
+* Residency: the summed host_mem_gb of the members pinned to a node plus the job's
+  must not exceed the node's host_mem_gb (equality fits).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from scheduler.model import (
+    ClusterSpec,
+    ClusterState,
+    GpuType,
+    Group,
+    JobProfile,
+    Member,
+    Node,
+    Placement,
+    PlacementResult,
+    PlacementStatus,
+    Pool,
+    Strategy,
+)
+from scheduler.roundrobin import steady_iteration_times
+
+POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
+_EPS = 1e-9
+
+
+# ---------------------------------------------------------------------------
+# Cluster helpers
+# ---------------------------------------------------------------------------
+
+
+def node_name(spec: ClusterSpec, pool: Pool, index: int) -> str:
+    """Return the conventional name of the `index`-th node of `pool`."""
+    gt = spec.gpu_type(pool)
+    if spec.rollout.name == spec.train.name:
+        return f"{gt.name}-{pool.value}-{index:03d}"
+    return f"{gt.name}-{index:03d}"
+
+
+def make_node(spec: ClusterSpec, pool: Pool, name: str) -> Node:
+    """Return a node of `pool` shaped like its GPU type."""
+    gt = spec.gpu_type(pool)
+    return Node(name, pool, gt.name, gt.gpus_per_node, gt.host_mem_gb, gt.node_price_per_hour)
+
+
+def cluster_nodes(spec: ClusterSpec) -> tuple[Node, ...]:
+    """Return every node of the bounded pools of `spec` (none for an unbounded pool)."""
+    out: list[Node] = []
+    for pool in (Pool.ROLLOUT, Pool.TRAIN):
+        count = spec.gpu_type(pool).nodes
+        out.extend(make_node(spec, pool, node_name(spec, pool, i)) for i in range(count or 0))
+    return tuple(out)
+
+
+def empty_state(spec: ClusterSpec) -> ClusterState:
+    """Return a state with every node of `spec` free and no groups."""
+    return ClusterState(spec=spec, nodes=cluster_nodes(spec))
+
+
+def nodes_needed(job: JobProfile, spec: ClusterSpec, pool: Pool) -> int:
+    """Return how many nodes of `pool` the job's phase needs (GPUs / GPUs per node)."""
+    return job.gpus(pool) // spec.gpu_type(pool).gpus_per_node
+
+
+# ---------------------------------------------------------------------------
+# Per-group summaries
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Summary:
+    group: Group
+    order: int
+    load: dict[str, float]
+    mem: dict[str, float]
+    t_cycle: float
+    t_load: float
+    tolerance: float  # min over members of slo_k x T_k^solo: longest iteration all accept
+
+
+def _summarise(group: Group, order: int) -> _Summary:
+    load: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
+    mem: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
+    t_cycle = 0.0
+    tolerance = float("inf")
+    for m in group.members:
+        j = m.job
+        for x in m.rollout_nodes:
+            load[x] = load.get(x, 0.0) + j.t_roll_max_s
+            mem[x] = mem.get(x, 0.0) + j.host_mem_gb
+        for x in m.train_nodes:
+            load[x] = load.get(x, 0.0) + j.t_train_max_s
+            mem[x] = mem.get(x, 0.0) + j.host_mem_gb
+        solo = j.t_solo_max_s
+        t_cycle = max(t_cycle, solo)
+        tolerance = min(tolerance, j.slo * solo)
+    t_load = max(load.values(), default=0.0)
+    return _Summary(group, order, load, mem, t_cycle, t_load, tolerance)
+
+
+@dataclass
+class _Candidate:
+    delta: float
+    strategy: Strategy
+    new_count: int
+    lower_bound: float  # lower bound of the new job's worst-case iteration time
+    order: int
+    summary: _Summary | None
+    rollout: tuple[str, ...]
+    train: tuple[str, ...]
+    new_nodes: tuple[str, ...]
+
+    def rank(self) -> tuple[float, int, int]:
+        return (
+            round(self.delta, 6),
+            0 if self.strategy is Strategy.DIRECT_PACKING else 1,
+            self.new_count,
+        )
+
+
+# ---------------------------------------------------------------------------
+# Free nodes
+# ---------------------------------------------------------------------------
+
+
+class _FreePool:
+    """Free nodes of one pool that can hold the job's residency, in state order."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        pool: Pool,
+        nodes: Iterable[Node],
+        allocated: set[str],
+        names: set[str],
+        mem: float,
+    ) -> None:
+        self.spec = spec
+        self.pool = pool
+        self.unbounded = spec.gpu_type(pool).nodes is None
+        free = [n for n in nodes if n.pool is pool and n.name not in allocated]
+        self.free_total = len(free)
+        self.fit = [n for n in free if n.host_mem_gb + _EPS >= mem]
+        self.taken = names  # every name in use: minted names must differ
+        self.price = {n.name: n.price_per_hour for n in self.fit}
+        self._minted: list[str] = []
+
+    def take(self, count: int) -> list[str] | None:
+        """Return the names of the first `count` free nodes that fit, minting if unbounded."""
+        names = [n.name for n in self.fit[:count]]
+        if len(names) < count:
+            if not self.unbounded:
+                return None
+            gt = self.spec.gpu_type(self.pool)
+            while len(self._minted) < count - len(names):
+                i = len(self.taken) + len(self._minted)
+                name = node_name(self.spec, self.pool, i)
+                while name in self.taken or name in self._minted:
+                    i += 1
+                    name = node_name(self.spec, self.pool, i)
+                self._minted.append(name)
+                self.price[name] = gt.node_price_per_hour
+            names += self._minted[: count - len(names)]
+        return names
+
+    def cost(self, names: Sequence[str]) -> float:
+        return sum(self.price[x] for x in names)
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _infeasible_reason(job: JobProfile, state: ClusterState) -> str | None:
+    spec = state.spec
+    if job.slo < 1.0:
+        return f"slo must be >= 1.0 (a tolerated slowdown), got {job.slo:g}"
+    if job.iterations < 1:
+        return f"iterations must be >= 1, got {job.iterations}"
+    for name, v in (("t_roll_max_s", job.t_roll_max_s), ("t_train_max_s", job.t_train_max_s)):
+        if not v > 0:
+            return f"{name} must be > 0, got {v:g}"
+    if not job.host_mem_gb > 0:
+        return f"host_mem_gb must be > 0, got {job.host_mem_gb:g}"
+    for pool, field in ((Pool.ROLLOUT, "rollout_gpus"), (Pool.TRAIN, "train_gpus")):
+        gt = spec.gpu_type(pool)
+        gpus = job.gpus(pool)
+        if gpus < 1:
+            return f"{field} must be >= 1, got {gpus}"
+        if gpus % gt.gpus_per_node:
+            return (
+                f"{field}={gpus} is not a multiple of {gt.gpus_per_node} ({gt.name} GPUs per node)"
+            )
+        need = gpus // gt.gpus_per_node
+        if gt.nodes is not None and need > gt.nodes:
+            return (
+                f"{field}={gpus} needs {need} {gt.name} nodes; the {pool.value} pool has "
+                f"{gt.nodes} nodes ({gt.nodes * gt.gpus_per_node} GPUs) in total"
+            )
+        biggest = max([n.host_mem_gb for n in state.nodes if n.pool is pool] + [gt.host_mem_gb])
+        if job.host_mem_gb > biggest + _EPS:
+            return (
+                f"host_mem_gb={job.host_mem_gb:g} exceeds the host memory of every "
+                f"{gt.name} node ({biggest:g} GB): residency is impossible"
+            )
+    return None
+
+
+def _retry_reason(job: JobProfile, spec: ClusterSpec, pools: dict[Pool, _FreePool]) -> str:
+    parts = []
+    for pool in (Pool.ROLLOUT, Pool.TRAIN):
+        need = nodes_needed(job, spec, pool)
+        fp = pools[pool]
+        if not fp.unbounded and len(fp.fit) < need:
+            gt = spec.gpu_type(pool)
+            extra = ""
+            if fp.free_total > len(fp.fit):
+                extra = f" ({fp.free_total} free in all, {len(fp.fit)} with {job.host_mem_gb:g} GB host memory room)"
+            parts.append(f"needs {need} free {gt.name} nodes, {len(fp.fit)} free{extra}")
+    detail = "; ".join(parts) or "no capacity"
+    return f"{detail}, and no existing co-execution group can take it now"
+
+
+# ---------------------------------------------------------------------------
+# place
+# ---------------------------------------------------------------------------
+
+
+def place(
+    job: JobProfile,
+    state: ClusterState,
+    *,
+    policy: str = "rollmux",
+    max_group_size: int = 5,
+    rng: random.Random | None = None,
+) -> PlacementResult:
+    """Place `job` on `state` with `policy`; see the module docstring for the rules."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    if policy == "random" and rng is None:
+        raise ValueError("policy 'random' needs an rng (the core never uses global random)")
+    if max_group_size < 1:
+        raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
+    reason = _infeasible_reason(job, state)
+    if reason is not None:
+        return PlacementResult(PlacementStatus.INFEASIBLE, reason)
+    spec = state.spec
+    taken: set[str] = set()
+    for g in state.groups:
+        taken.update(g.rollout_nodes)
+        taken.update(g.train_nodes)
+    for g in state.groups:
+        for m in g.members:
+            if m.job.id == job.id:
+                raise ValueError(f"job {job.id!r} is already placed in group {g.id!r}")
+    all_names = {n.name for n in state.nodes} | taken
+    pools = {
+        pool: _FreePool(spec, pool, state.nodes, taken, all_names, job.host_mem_gb)
+        for pool in (Pool.ROLLOUT, Pool.TRAIN)
+    }
+    n_roll = nodes_needed(job, spec, Pool.ROLLOUT)
+    n_train = nodes_needed(job, spec, Pool.TRAIN)
+
+    if policy == "solo-disagg":
+        best = _new_group_candidate(job, pools, n_roll, n_train)
+    elif policy == "rollmux":
+        best = _rollmux(
+            job, state, pools, n_roll, n_train, max_group_size, switch=spec.switch_overhead_s
+        )
+    else:
+        best = _baseline(job, state, pools, n_roll, n_train, max_group_size, policy, rng)
+    if best is None:
+        return PlacementResult(PlacementStatus.RETRY, _retry_reason(job, spec, pools))
+    cand, slowdown = best
+    group = cand.summary.group if cand.summary else None
+    placement = Placement(
+        job_id=job.id,
+        strategy=cand.strategy,
+        group_id=group.id if group else None,
+        rollout_nodes=cand.rollout,
+        train_nodes=cand.train,
+        new_nodes=cand.new_nodes,
+    )
+    where = f"group {group.id}" if group else "a new co-execution group"
+    text = {
+        Strategy.DIRECT_PACKING: f"direct packing into {where}",
+        Strategy.ROLLOUT_SCALING: f"rollout scaling of {where} (+{cand.new_count} rollout nodes)",
+        Strategy.NEW_GROUP: f"isolated in {where}",
+    }[cand.strategy]
+    return PlacementResult(
+        PlacementStatus.FIT,
+        f"{text}: +${cand.delta:.2f}/h, predicted slowdown {slowdown[job.id]:.2f}x",
+        placement,
+        cand.delta,
+        slowdown,
+    )
+
+
+def _new_group_candidate(
+    job: JobProfile, pools: dict[Pool, _FreePool], n_roll: int, n_train: int
+) -> tuple[_Candidate, dict[str, float]] | None:
+    roll = pools[Pool.ROLLOUT].take(n_roll)
+    train = pools[Pool.TRAIN].take(n_train)
+    if roll is None or train is None:
+        return None
+    delta = pools[Pool.ROLLOUT].cost(roll) + pools[Pool.TRAIN].cost(train)
+    cand = _Candidate(
+        delta,
+        Strategy.NEW_GROUP,
+        n_roll + n_train,
+        job.t_solo_max_s,
+        1 << 30,
+        None,
+        tuple(roll),
+        tuple(train),
+        tuple(roll + train),
+    )
+    return cand, {job.id: 1.0}
+
+
+def _least_loaded(
+    names: Iterable[str], s: _Summary, job: JobProfile, nodes: dict[str, Node]
+) -> list[str]:
+    room = [x for x in names if s.mem.get(x, 0.0) + job.host_mem_gb <= nodes[x].host_mem_gb + _EPS]
+    room.sort(key=lambda x: (s.load.get(x, 0.0), x))
+    return room
+
+
+def _rollmux(
+    job: JobProfile,
+    state: ClusterState,
+    pools: dict[Pool, _FreePool],
+    n_roll: int,
+    n_train: int,
+    max_group_size: int,
+    *,
+    switch: float,
+) -> tuple[_Candidate, dict[str, float]] | None:
+    nodes = {n.name: n for n in state.nodes}
+    solo = job.t_solo_max_s
+    own_tol = job.slo * solo
+    cands: list[_Candidate] = []
+    for order, g in enumerate(state.groups):
+        if not g.members or len(g.members) >= max_group_size or len(g.train_nodes) < n_train:
+            continue
+        s = _summarise(g, order)
+        # 1. Skip saturated groups (Algorithm 1, line 4).
+        if s.t_load >= s.t_cycle:
+            continue
+        # 2. Cheap SLO lower bound: the cycle can only grow.
+        tol = min(s.tolerance, own_tol)
+        t_cycle = max(s.t_cycle, solo)
+        if t_cycle > tol + _EPS:
+            continue
+        # 3. Training nodes: the least loaded with residency room.
+        trains = _least_loaded(g.train_nodes, s, job, nodes)[:n_train]
+        if len(trains) < n_train:
+            continue
+        bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + job.t_train_max_s)
+        if bound > tol + _EPS:
+            continue
+        rooms = _least_loaded(g.rollout_nodes, s, job, nodes)
+        room_set = set(rooms)
+        # 4. Direct packing: an existing member's rollout nodes, or the least loaded.
+        options: list[tuple[str, ...]] = []
+        for m in g.members:
+            if len(m.rollout_nodes) == n_roll and set(m.rollout_nodes) <= room_set:
+                options.append(tuple(sorted(m.rollout_nodes)))
+        if len(rooms) >= n_roll:
+            options.append(tuple(sorted(rooms[:n_roll])))
+        for rs in dict.fromkeys(options):
+            lb = max(bound, max(s.load[x] for x in rs) + job.t_roll_max_s)
+            if lb <= tol + _EPS:
+                cands.append(
+                    _Candidate(0.0, Strategy.DIRECT_PACKING, 0, lb, order, s, rs, tuple(trains), ())
+                )
+        # 5. Rollout scaling: m new free rollout nodes + the least-loaded group ones.
+        for m_new in range(1, n_roll + 1):
+            keep = n_roll - m_new
+            if len(rooms) < keep:
+                continue
+            fresh = pools[Pool.ROLLOUT].take(m_new)
+            if fresh is None:
+                break
+            kept = rooms[:keep]
+            lb = max(bound, max((s.load[x] for x in kept), default=0.0) + job.t_roll_max_s)
+            if lb > tol + _EPS:
+                continue
+            cands.append(
+                _Candidate(
+                    pools[Pool.ROLLOUT].cost(fresh),
+                    Strategy.ROLLOUT_SCALING,
+                    m_new,
+                    lb,
+                    order,
+                    s,
+                    tuple(kept) + tuple(fresh),
+                    tuple(trains),
+                    tuple(fresh),
+                )
+            )
+    new = _new_group_candidate(job, pools, n_roll, n_train)
+    if new is not None:
+        cands.append(new[0])
+    cands.sort(key=lambda c: (c.rank(), c.lower_bound, c.order))
+    best: tuple[_Candidate, dict[str, float]] | None = None
+    best_time = float("inf")
+    for c in cands:
+        if best is not None:
+            if c.rank() > best[0].rank():
+                break
+            if c.lower_bound >= best_time - _EPS:
+                break
+        if c.summary is None:
+            assert new is not None
+            return new if best is None else best
+        slow = _check_slo(c.summary.group, job, c.rollout, c.train, switch)
+        if slow is None:
+            continue
+        t = slow[job.id] * solo
+        if t < best_time - _EPS:
+            best, best_time = (c, slow), t
+    return best
+
+
+def _check_slo(
+    group: Group, job: JobProfile, rollout: tuple[str, ...], train: tuple[str, ...], switch: float
+) -> dict[str, float] | None:
+    """Return every member's predicted slowdown in G + job, or None if an SLO breaks."""
+    members = group.members + (Member(job, rollout, train),)
+    times = steady_iteration_times(members, switch_overhead_s=switch)
+    t_cycle = max(m.job.t_solo_max_s for m in members)
+    load: dict[str, float] = {}
+    for m in members:
+        for x in m.rollout_nodes:
+            load[x] = load.get(x, 0.0) + m.job.t_roll_max_s
+        for x in m.train_nodes:
+            load[x] = load.get(x, 0.0) + m.job.t_train_max_s
+    floor = max(t_cycle, max(load.values()))
+    out: dict[str, float] = {}
+    for m, t in zip(members, times, strict=True):
+        t = max(t, floor)
+        if t > m.job.slo * m.job.t_solo_max_s + _EPS:
+            return None
+        out[m.job.id] = t / m.job.t_solo_max_s
+    return out
+
+
+def _predicted(
+    group: Group | None,
+    job: JobProfile,
+    rollout: tuple[str, ...],
+    train: tuple[str, ...],
+    switch: float,
+) -> dict[str, float]:
+    members = (group.members if group else ()) + (Member(job, rollout, train),)
+    times = steady_iteration_times(members, switch_overhead_s=switch)
+    return {m.job.id: t / m.job.t_solo_max_s for m, t in zip(members, times, strict=True)}
+
+
+def _baseline(
+    job: JobProfile,
+    state: ClusterState,
+    pools: dict[Pool, _FreePool],
+    n_roll: int,
+    n_train: int,
+    max_group_size: int,
+    policy: str,
+    rng: random.Random | None,
+) -> tuple[_Candidate, dict[str, float]] | None:
+    """Place by the paper's simulation baselines: capacity and residency only, no SLO."""
+    nodes = {n.name: n for n in state.nodes}
+    feasible: list[tuple[float, _Summary, list[str], list[str]]] = []
+    for order, g in enumerate(state.groups):
+        if not g.members or len(g.members) >= max_group_size or len(g.train_nodes) < n_train:
+            continue
+        s = _summarise(g, order)
+        trains = _least_loaded(g.train_nodes, s, job, nodes)
+        rolls = _least_loaded(g.rollout_nodes, s, job, nodes)
+        if len(trains) < n_train:
+            continue
+        short = max(0, n_roll - len(rolls))
+        if short and pools[Pool.ROLLOUT].take(short) is None:
+            continue
+        busy = sum(s.load.values())
+        t_meta = max(s.t_cycle, s.t_load)
+        idle = 1.0 - busy / (len(s.load) * t_meta) if t_meta > 0 else 1.0
+        feasible.append((idle, s, rolls, trains))
+    if not feasible:
+        return _new_group_candidate(job, pools, n_roll, n_train)
+    if policy == "random":
+        assert rng is not None
+        _, s, rolls, trains = feasible[rng.randrange(len(feasible))]
+        trains = rng.sample(trains, n_train)
+        rolls = rng.sample(rolls, min(n_roll, len(rolls)))
+    else:
+        _, s, rolls, trains = max(feasible, key=lambda f: (f[0], -f[1].order))
+        trains = trains[:n_train]
+        rolls = rolls[:n_roll]
+    fresh = pools[Pool.ROLLOUT].take(n_roll - len(rolls)) or []
+    strategy = Strategy.ROLLOUT_SCALING if fresh else Strategy.DIRECT_PACKING
+    rollout = tuple(rolls) + tuple(fresh)
+    cand = _Candidate(
+        pools[Pool.ROLLOUT].cost(fresh),
+        strategy,
+        len(fresh),
+        0.0,
+        s.order,
+        s,
+        rollout,
+        tuple(trains),
+        tuple(fresh),
+    )
+    slow = _predicted(s.group, job, rollout, tuple(trains), state.spec.switch_overhead_s)
+    return cand, slow
+
+
+# ---------------------------------------------------------------------------
+# State transitions
+# ---------------------------------------------------------------------------
+
+
+def apply_placement(
+    state: ClusterState, job: JobProfile, placement: Placement, *, group_id: str
+) -> ClusterState:
+    """Return `state` with `job` placed; `group_id` names a new group (ignored when joining).
+
+    Raises ValueError when the placement uses a node another group holds, names an
+    unknown group, or breaks residency on a node.
+    """
+    spec = state.spec
+    known = {n.name: n for n in state.nodes}
+    added: list[Node] = []
+    for name in placement.new_nodes:
+        if name not in known:
+            pool = Pool.ROLLOUT if name in placement.rollout_nodes else Pool.TRAIN
+            node = make_node(spec, pool, name)
+            known[name] = node
+            added.append(node)
+    for name in placement.rollout_nodes + placement.train_nodes:
+        if name not in known:
+            raise ValueError(f"placement of {job.id!r} uses unknown node {name!r}")
+    target = placement.group_id
+    holder: dict[str, str] = {}
+    for g in state.groups:
+        for x in g.all_nodes:
+            holder[x] = g.id
+        if any(m.job.id == job.id for m in g.members):
+            raise ValueError(f"job {job.id!r} is already placed in group {g.id!r}")
+    for name in placement.rollout_nodes + placement.train_nodes:
+        h = holder.get(name)
+        if h is not None and h != target:
+            raise ValueError(f"node {name!r} belongs to group {h!r}, not to {target!r}")
+    member = Member(job, tuple(placement.rollout_nodes), tuple(placement.train_nodes))
+    if target is None:
+        if any(g.id == group_id for g in state.groups):
+            raise ValueError(f"group id {group_id!r} is already in use")
+        group = Group(group_id, member.rollout_nodes, member.train_nodes, (member,))
+        _check_residency(group, known)
+        groups = state.groups + (group,)
+    else:
+        groups_l = list(state.groups)
+        for i, g in enumerate(groups_l):
+            if g.id == target:
+                rollout = g.rollout_nodes + tuple(
+                    x for x in member.rollout_nodes if x not in g.rollout_nodes
+                )
+                train = g.train_nodes + tuple(
+                    x for x in member.train_nodes if x not in g.train_nodes
+                )
+                group = Group(g.id, rollout, train, g.members + (member,))
+                _check_residency(group, known)
+                groups_l[i] = group
+                break
+        else:
+            raise ValueError(f"unknown group {target!r}")
+        groups = tuple(groups_l)
+    return replace(state, nodes=state.nodes + tuple(added), groups=groups)
+
+
+def _check_residency(group: Group, nodes: dict[str, Node]) -> None:
+    mem: dict[str, float] = {}
+    for m in group.members:
+        for x in m.rollout_nodes + m.train_nodes:
+            mem[x] = mem.get(x, 0.0) + m.job.host_mem_gb
+    for x, used in mem.items():
+        if used > nodes[x].host_mem_gb + _EPS:
+            raise ValueError(
+                f"residency broken on node {x!r}: {used:g} GB pinned, "
+                f"{nodes[x].host_mem_gb:g} GB host memory"
+            )
+
+
+def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[str, ...]]:
+    """Return `state` without `job_id` and the nodes released (no member uses them any more).
+
+    A group left without members releases all its nodes and disappears.
+    """
+    for i, g in enumerate(state.groups):
+        if not any(m.job.id == job_id for m in g.members):
+            continue
+        members = tuple(m for m in g.members if m.job.id != job_id)
+        used: set[str] = set()
+        for m in members:
+            used.update(m.rollout_nodes)
+            used.update(m.train_nodes)
+        released = tuple(x for x in g.all_nodes if x not in used)
+        groups = list(state.groups)
+        if members:
+            groups[i] = Group(
+                g.id,
+                tuple(x for x in g.rollout_nodes if x in used),
+                tuple(x for x in g.train_nodes if x in used),
+                members,
+            )
+        else:
+            del groups[i]
+        return replace(state, groups=tuple(groups)), released
+    raise KeyError(f"job {job_id!r} is in no co-execution group")
+
+
+def group_cost_per_hour(group: Group, nodes: dict[str, Node]) -> float:
+    """Return Cost(G): the summed hourly price of the group's nodes."""
+    return sum(nodes[x].price_per_hour for x in group.all_nodes)
+
+
+def gpu_type_of(spec: ClusterSpec, pool: Pool) -> GpuType:
+    """Return the GPU type of `pool` (convenience for callers formatting reasons)."""
+    return spec.gpu_type(pool)
