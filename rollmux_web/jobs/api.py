@@ -1,0 +1,135 @@
+"""REST API for jobs: list/submit, detail, cancel. Thin: services write, selectors read."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from rollmux_web.api.errors import error_response
+from rollmux_web.jobs.models import JobStatus
+from rollmux_web.jobs.selectors import DEFAULT_ORDERING, ORDERINGS, job_get, job_list
+from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializer
+from rollmux_web.jobs.services import JobRejected, job_cancel, job_submit
+
+
+class ErrorBodySerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The single API error shape."""
+
+    error = ErrorBodySerializer()
+
+
+def _err(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=description)
+
+
+AUTH_ERRORS = {
+    401: _err("not authenticated (missing or invalid token)"),
+    403: _err("not allowed for your role"),
+}
+
+
+class JobFilterSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=JobStatus.choices, required=False)
+    tenant = serializers.CharField(required=False, max_length=64)
+    ordering = serializers.ChoiceField(choices=sorted(ORDERINGS), required=False)
+
+
+def _rejected(exc: JobRejected) -> Response:
+    return error_response(exc.code, exc.message, exc.fields, exc.http_status)
+
+
+class JobListCreateView(GenericAPIView):
+    serializer_class = JobSerializer
+
+    @extend_schema(
+        summary="List jobs of the tenants you may see",
+        parameters=[
+            OpenApiParameter("status", OpenApiTypes.STR, enum=list(JobStatus.values)),
+            OpenApiParameter("tenant", OpenApiTypes.STR, description="tenant name"),
+            OpenApiParameter(
+                "ordering",
+                OpenApiTypes.STR,
+                enum=sorted(ORDERINGS),
+                description=f"default {DEFAULT_ORDERING}",
+            ),
+        ],
+        responses={200: JobSerializer(many=True), 400: _err("bad filter"), **AUTH_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        filters = JobFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        qs = job_list(
+            user=request.user,
+            status=filters.validated_data.get("status", ""),
+            tenant=filters.validated_data.get("tenant", ""),
+            ordering=filters.validated_data.get("ordering", DEFAULT_ORDERING),
+        )
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response(JobSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Submit a job",
+        request=JobSubmitRequestSerializer,
+        responses={
+            201: JobSerializer,
+            400: _err("invalid spec: `fields` names each bad field"),
+            401: AUTH_ERRORS[401],
+            403: _err("your role may not submit, or a quota/budget refuses the job"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            job = job_submit(user=request.user, spec=request.data, channel="api")
+        except JobRejected as exc:
+            return _rejected(exc)
+        return Response(JobSerializer(job_get(user=request.user, job_id=job.pk)).data, 201)
+
+
+class JobDetailView(GenericAPIView):
+    serializer_class = JobSerializer
+
+    @extend_schema(
+        summary="One job",
+        responses={
+            200: JobSerializer,
+            404: _err("no such job (or another tenant's)"),
+            **AUTH_ERRORS,
+        },
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        return Response(JobSerializer(job_get(user=request.user, job_id=job_id)).data)
+
+
+class JobCancelView(GenericAPIView):
+    serializer_class = JobSerializer
+
+    @extend_schema(
+        summary="Cancel a job",
+        description=(
+            "A queued job is cancelled at once; a placed or running job gets cancel_requested "
+            "and stops at its next phase boundary."
+        ),
+        request=None,
+        responses={
+            200: JobSerializer,
+            404: _err("no such job (or another tenant's)"),
+            409: _err("the job already ended"),
+            **AUTH_ERRORS,
+        },
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        try:
+            job = job_cancel(user=request.user, job_id=job_id)
+        except JobRejected as exc:
+            return _rejected(exc)
+        return Response(JobSerializer(job_get(user=request.user, job_id=job.pk)).data)

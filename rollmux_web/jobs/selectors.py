@@ -1,0 +1,173 @@
+"""Reads of jobs, always scoped to what the user may see (another tenant's job is a 404)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from rollmux_web.accounts.selectors import visible_tenants
+from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.workflow.models import Placement
+
+ORDERINGS = {
+    "submitted": ("submitted_at", "id"),
+    "-submitted": ("-submitted_at", "-id"),
+    "name": ("name", "id"),
+    "-name": ("-name", "-id"),
+    "status": ("status", "-submitted_at"),
+    "-status": ("-status", "-submitted_at"),
+    "id": ("id",),
+    "-id": ("-id",),
+}
+DEFAULT_ORDERING = "-submitted"
+
+
+def _with_placements(qs: QuerySet[Job]) -> QuerySet[Job]:
+    return qs.select_related("tenant", "submitter", "slo_class").prefetch_related(
+        Prefetch(
+            "placements",
+            queryset=Placement.objects.order_by("-created_at", "-id").prefetch_related(
+                "rollout_nodes", "train_nodes"
+            ),
+            to_attr="placements_newest_first",
+        )
+    )
+
+
+def visible_jobs(*, user: Any) -> QuerySet[Job]:
+    """Return every job of the tenants the user may see."""
+    return Job.objects.filter(tenant__in=visible_tenants(user))
+
+
+def job_list(
+    *,
+    user: Any,
+    status: str = "",
+    tenant: str = "",
+    ordering: str = DEFAULT_ORDERING,
+) -> QuerySet[Job]:
+    """Return the user's visible jobs, filtered by status and tenant name, ordered."""
+    qs = visible_jobs(user=user)
+    if status:
+        qs = qs.filter(status=status)
+    if tenant:
+        qs = qs.filter(tenant__name=tenant)
+    return _with_placements(qs).order_by(*ORDERINGS.get(ordering, ORDERINGS[DEFAULT_ORDERING]))
+
+
+def job_get(*, user: Any, job_id: int) -> Job:
+    """Return one visible job or raise Http404 (also for another tenant's job)."""
+    job = _with_placements(visible_jobs(user=user)).filter(pk=job_id).first()
+    if job is None:
+        raise Http404("No such job")
+    return job
+
+
+def latest_placement(job: Job) -> Placement | None:
+    """Return the job's newest placement (uses the prefetch when present)."""
+    cached = getattr(job, "placements_newest_first", None)
+    if cached is not None:
+        return cached[0] if cached else None
+    return (
+        Placement.objects.filter(job=job)
+        .order_by("-created_at", "-id")
+        .prefetch_related("rollout_nodes", "train_nodes")
+        .first()
+    )
+
+
+def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
+    """Return per phase kind: count by state, mean duration and warm-start share."""
+    from rollmux_web.workflow.models import PhaseRecord
+
+    rows: dict[str, dict[str, Any]] = {}
+    for rec in PhaseRecord.objects.filter(job=job).only(
+        "kind", "state", "started_at", "finished_at", "warm_start"
+    ):
+        row = rows.setdefault(
+            rec.kind,
+            {"kind": rec.kind, "count": 0, "states": {}, "durations": [], "warm": 0, "cold": 0},
+        )
+        row["count"] += 1
+        row["states"][rec.state] = row["states"].get(rec.state, 0) + 1
+        if rec.started_at and rec.finished_at:
+            row["durations"].append((rec.finished_at - rec.started_at).total_seconds())
+        if rec.warm_start is True:
+            row["warm"] += 1
+        elif rec.warm_start is False:
+            row["cold"] += 1
+    out = []
+    for row in rows.values():
+        d = row.pop("durations")
+        row["mean_s"] = sum(d) / len(d) if d else None
+        row["max_s"] = max(d) if d else None
+        row["states"] = sorted(row["states"].items())
+        out.append(row)
+    return sorted(out, key=lambda r: r["kind"])
+
+
+def current_price(gpu_type: GpuType, *, at: datetime | None = None) -> Decimal:
+    """Return the price per GPU-hour in effect at `at` (now by default); 0 if none is set."""
+    at = at or timezone.now()
+    price = (
+        GpuPrice.objects.filter(gpu_type=gpu_type, effective_from__lte=at)
+        .order_by("-effective_from")
+        .values_list("price_per_gpu_hour", flat=True)
+        .first()
+    )
+    return price if price is not None else Decimal("0")
+
+
+@dataclass(frozen=True)
+class PoolPrice:
+    gpu_type: GpuType
+    price_per_gpu_hour: Decimal
+
+
+def pool_prices() -> dict[str, PoolPrice | None]:
+    """Return the GPU type and current price of the rollout and training pools."""
+    out: dict[str, PoolPrice | None] = {}
+    for kind in (PoolKind.ROLLOUT, PoolKind.TRAIN):
+        cluster = Cluster.objects.filter(kind=kind).select_related("gpu_type").first()
+        out[str(kind)] = (
+            PoolPrice(cluster.gpu_type, current_price(cluster.gpu_type)) if cluster else None
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class SoloCost:
+    """Cost of one iteration with the job alone on dedicated nodes, at worst-case durations."""
+
+    busy_usd: float  # rollout busy on the rollout pool + training busy on the training pool
+    bubble_usd: float  # what dedicated nodes cost while they wait for the other phase
+    rollout_price: float
+    train_price: float
+
+    @property
+    def dedicated_usd(self) -> float:
+        return self.busy_usd + self.bubble_usd
+
+
+def solo_cost_per_iteration(
+    *, rollout_gpus: int, train_gpus: int, t_roll_max_s: float, t_train_max_s: float
+) -> SoloCost:
+    """Return the per-iteration solo cost (trace-format cost definition, worst-case phases)."""
+    prices = pool_prices()
+    rp = float(prices["rollout"].price_per_gpu_hour) if prices["rollout"] else 0.0
+    tp = float(prices["train"].price_per_gpu_hour) if prices["train"] else 0.0
+    busy = (t_roll_max_s * rollout_gpus * rp + t_train_max_s * train_gpus * tp) / 3600.0
+    # The dependency bubble: rollout nodes idle through training and training nodes idle
+    # through rollout; a dedicated (solo-disaggregated) allocation pays for both.
+    bubble = (t_train_max_s * rollout_gpus * rp + t_roll_max_s * train_gpus * tp) / 3600.0
+    return SoloCost(busy_usd=busy, bubble_usd=bubble, rollout_price=rp, train_price=tp)
+
+
+ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING)

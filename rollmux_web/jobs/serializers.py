@@ -1,0 +1,336 @@
+"""Job spec validation shared by the submit form, the API and spec-file upload.
+
+One serializer checks every field so the three channels give the same messages.
+Field names are those of the trace format (../shared/spec/trace-format.md) plus
+name, slo_class, runner, tenant, priority and time_scale.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db.models import Max
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from rollmux_web.accounts.selectors import visible_tenants
+from rollmux_web.inventory.models import Cluster, Node, PoolKind
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.quotas.models import SloClass
+
+BUILTIN_RUNNERS = ("emulated", "toy-rl")
+# "package.module:ClassName": dotted module path, a colon, a class name
+RUNNER_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+# Upper bounds keep values inside the database column types and catch unit mistakes
+# (a duration in milliseconds, memory in MB); they are far above any real job.
+MAX_ITERATIONS = 1_000_000
+MAX_GPUS = 100_000
+MAX_PHASE_S = 30 * 24 * 3600.0
+MAX_HOST_MEM_GB = 1_000_000.0
+MAX_TIME_SCALE = 1_000_000.0
+MAX_PRIORITY = 1000
+
+SPEC_FIELDS = (
+    "name",
+    "tenant",
+    "slo_class",
+    "runner",
+    "model",
+    "priority",
+    "iterations",
+    "rollout_gpus",
+    "train_gpus",
+    "t_roll_max_s",
+    "t_roll_min_s",
+    "t_train_max_s",
+    "t_train_min_s",
+    "host_mem_gb",
+    "time_scale",
+)
+
+
+def _encodable(value: str) -> None:
+    # Lone surrogates decode from JSON but cannot be stored (or even sent) as UTF-8.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise serializers.ValidationError("Contains characters that are not valid UTF-8.") from None
+
+
+class _Text(serializers.CharField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("validators", []).append(_encodable)
+        super().__init__(**kwargs)
+
+
+class _Strict:
+    """Reject JSON booleans where a number is expected (DRF would coerce True to 1)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class StrictIntegerField(_Strict, serializers.IntegerField):
+    pass
+
+
+class StrictFloatField(_Strict, serializers.FloatField):
+    pass
+
+
+def _pool_limits(kind: str) -> tuple[str, int, float | None] | None:
+    """Return (GPU type name, GPUs per node, largest node host memory) of a pool kind."""
+    cluster = Cluster.objects.filter(kind=kind).select_related("gpu_type").first()
+    if cluster is None:
+        return None
+    largest = Node.objects.filter(cluster=cluster).aggregate(m=Max("host_mem_gb"))["m"]
+    if largest is None:
+        largest = cluster.gpu_type.host_mem_gb
+    return cluster.gpu_type.name, cluster.gpu_type.gpus_per_node, largest
+
+
+class JobSpecSerializer(serializers.Serializer):
+    """Validate a job submission; `context["user"]` is the submitter (tenant visibility)."""
+
+    name = _Text(max_length=128, help_text="a human name for the job")
+    tenant = _Text(
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        help_text="owning tenant by name; defaults to the submitter's only tenant",
+    )
+    slo_class = _Text(max_length=32, help_text='SLO class by name, e.g. "silver"')
+    runner = _Text(
+        max_length=200,
+        required=False,
+        default="emulated",
+        help_text='"emulated", "toy-rl" or an import path "package.module:ClassName"',
+    )
+    model = _Text(max_length=128, required=False, allow_blank=True, default="")
+    priority = StrictIntegerField(
+        required=False, default=0, min_value=-MAX_PRIORITY, max_value=MAX_PRIORITY
+    )
+    iterations = StrictIntegerField(min_value=1, max_value=MAX_ITERATIONS)
+    rollout_gpus = StrictIntegerField(
+        max_value=MAX_GPUS, help_text="GPUs of the rollout pool type; a multiple of its node size"
+    )
+    train_gpus = StrictIntegerField(
+        max_value=MAX_GPUS, help_text="GPUs of the training pool type; a multiple of its node size"
+    )
+    t_roll_max_s = StrictFloatField(max_value=MAX_PHASE_S, help_text="worst-case solo rollout, s")
+    t_roll_min_s = StrictFloatField(
+        required=False, allow_null=True, max_value=MAX_PHASE_S, help_text="default: the max"
+    )
+    t_train_max_s = StrictFloatField(max_value=MAX_PHASE_S, help_text="worst-case solo training, s")
+    t_train_min_s = StrictFloatField(
+        required=False, allow_null=True, max_value=MAX_PHASE_S, help_text="default: the max"
+    )
+    host_mem_gb = StrictFloatField(
+        max_value=MAX_HOST_MEM_GB, help_text="resident host memory on each node, GB"
+    )
+    time_scale = StrictFloatField(
+        required=False,
+        allow_null=True,
+        max_value=MAX_TIME_SCALE,
+        help_text="emulation speed-up (> 0); null = the server default",
+    )
+
+    # --- single fields -------------------------------------------------------
+
+    def _positive(self, value: float, what: str) -> float:
+        if value <= 0:
+            raise serializers.ValidationError(f"Must be greater than 0 ({what}), got {value:g}.")
+        return value
+
+    def validate_t_roll_max_s(self, value: float) -> float:
+        return self._positive(value, "seconds")
+
+    def validate_t_train_max_s(self, value: float) -> float:
+        return self._positive(value, "seconds")
+
+    def validate_t_roll_min_s(self, value: float | None) -> float | None:
+        return None if value is None else self._positive(value, "seconds")
+
+    def validate_t_train_min_s(self, value: float | None) -> float | None:
+        return None if value is None else self._positive(value, "seconds")
+
+    def validate_time_scale(self, value: float | None) -> float | None:
+        return None if value is None else self._positive(value, "speed-up factor")
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError("This field may not be blank.")
+        return value
+
+    def validate_slo_class(self, value: str) -> SloClass:
+        slo = SloClass.objects.filter(name=value).first()
+        if slo is None:
+            known = ", ".join(SloClass.objects.values_list("name", flat=True)) or "none defined"
+            raise serializers.ValidationError(f"Unknown SLO class {value!r} (known: {known}).")
+        return slo
+
+    def validate_runner(self, value: str) -> str:
+        value = value.strip()
+        if value in BUILTIN_RUNNERS or RUNNER_IMPORT_PATH.match(value):
+            return value
+        raise serializers.ValidationError(
+            f"Unknown runner {value!r}: use 'emulated', 'toy-rl' or an import path "
+            "'package.module:ClassName'."
+        )
+
+    def _gpus(self, value: int, kind: str, label: str) -> int:
+        if value <= 0:
+            raise serializers.ValidationError(f"Must be a positive number of GPUs, got {value}.")
+        limits = _pool_limits(kind)
+        if limits is None:
+            raise serializers.ValidationError(f"No {label} is configured.")
+        gpu_type, per_node, _ = limits
+        if value % per_node:
+            raise serializers.ValidationError(
+                f"Must be a multiple of {per_node} (GPUs per {gpu_type} node in the "
+                f"{label}), got {value}."
+            )
+        return value
+
+    def validate_rollout_gpus(self, value: int) -> int:
+        return self._gpus(value, PoolKind.ROLLOUT, "rollout pool")
+
+    def validate_train_gpus(self, value: int) -> int:
+        return self._gpus(value, PoolKind.TRAIN, "training pool")
+
+    def validate_host_mem_gb(self, value: float) -> float:
+        self._positive(value, "GB")
+        for kind, label in ((PoolKind.ROLLOUT, "rollout pool"), (PoolKind.TRAIN, "training pool")):
+            limits = _pool_limits(kind)
+            if limits is not None and limits[2] is not None and value > limits[2]:
+                raise serializers.ValidationError(
+                    f"{value:g} GB is more than any {label} node has ({limits[2]:g} GB)."
+                )
+        return value
+
+    def validate_tenant(self, value: str) -> str:
+        return value.strip()
+
+    # --- cross-field ----------------------------------------------------------
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        errors: dict[str, str] = {}
+        for phase in ("roll", "train"):
+            hi, lo = attrs[f"t_{phase}_max_s"], attrs.get(f"t_{phase}_min_s")
+            if lo is None:
+                attrs[f"t_{phase}_min_s"] = hi
+            elif lo > hi:
+                errors[f"t_{phase}_min_s"] = (
+                    f"Must be at most t_{phase}_max_s ({hi:g} s), got {lo:g} s."
+                )
+        user = self.context.get("user")
+        tenants = visible_tenants(user)
+        name = attrs.get("tenant") or ""
+        if name:
+            tenant = tenants.filter(name=name).first()
+            if tenant is None:
+                errors["tenant"] = f"Unknown tenant {name!r}, or not one you may submit for."
+        else:
+            mine = list(tenants[:2])
+            if len(mine) == 1:
+                tenant = mine[0]
+            else:
+                tenant = None
+                errors["tenant"] = (
+                    "This field is required: you belong to several tenants."
+                    if mine
+                    else "This field is required: you belong to no tenant."
+                )
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs["tenant"] = tenant
+        return attrs
+
+
+class JobSubmitRequestSerializer(JobSpecSerializer):
+    """The POST /api/v1/jobs/ body (documented separately for the schema)."""
+
+
+class PlacementSerializer(serializers.Serializer):
+    strategy = serializers.CharField()
+    rollout_nodes = serializers.ListField(child=serializers.CharField())
+    train_nodes = serializers.ListField(child=serializers.CharField())
+    predicted_slowdown = serializers.FloatField()
+    marginal_cost_per_hour = serializers.FloatField()
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job record: trace-format fields plus identity, lifecycle and placement."""
+
+    tenant = serializers.CharField(source="tenant.name")
+    submitter = serializers.CharField(source="submitter.username")
+    slo_class = serializers.CharField(source="slo_class.name")
+    slo = serializers.FloatField(source="slo_class.slowdown")
+    status = serializers.ChoiceField(choices=JobStatus.choices)
+    group = serializers.SerializerMethodField()
+    placement = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = (
+            "id",
+            "name",
+            "tenant",
+            "submitter",
+            "slo_class",
+            "slo",
+            "runner",
+            "model",
+            "priority",
+            "iterations",
+            "rollout_gpus",
+            "train_gpus",
+            "t_roll_max_s",
+            "t_roll_min_s",
+            "t_train_max_s",
+            "t_train_min_s",
+            "host_mem_gb",
+            "time_scale",
+            "status",
+            "reason",
+            "error",
+            "cancel_requested",
+            "iterations_done",
+            "attempts",
+            "submitted_at",
+            "placed_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+            "group",
+            "placement",
+        )
+        read_only_fields = fields
+
+    def _latest(self, job: Job) -> Any:
+        from rollmux_web.jobs.selectors import latest_placement
+
+        return latest_placement(job)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_group(self, job: Job) -> int | None:
+        p = self._latest(job)
+        return p.group_id if p is not None else None
+
+    @extend_schema_field(PlacementSerializer(allow_null=True))
+    def get_placement(self, job: Job) -> dict[str, Any] | None:
+        p = self._latest(job)
+        if p is None:
+            return None
+        return {
+            "strategy": p.strategy,
+            "rollout_nodes": sorted(n.name for n in p.rollout_nodes.all()),
+            "train_nodes": sorted(n.name for n in p.train_nodes.all()),
+            "predicted_slowdown": p.predicted_slowdown,
+            "marginal_cost_per_hour": float(p.marginal_cost_per_hour),
+        }

@@ -1,0 +1,351 @@
+"""Job pages: list, detail (live), submit form with inline validation, spec-file upload.
+
+Views stay thin: they parse the request, call a service or selector and pick a template
+or partial (an htmx request gets the partial, a normal request the page).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import yaml
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from rollmux_web.accounts.selectors import can_submit, sees_all_tenants, visible_tenants
+from rollmux_web.jobs.models import JobStatus
+from rollmux_web.jobs.selectors import (
+    DEFAULT_ORDERING,
+    job_get,
+    job_list,
+    job_phase_summary,
+    latest_placement,
+    solo_cost_per_iteration,
+)
+from rollmux_web.jobs.serializers import BUILTIN_RUNNERS, SPEC_FIELDS, JobSpecSerializer
+from rollmux_web.jobs.services import JobRejected, job_cancel, job_submit
+from rollmux_web.quotas.models import SloClass
+
+STOP_POLLING = 286  # htmx stops a polling trigger on this status
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    # django-htmx's middleware sets request.htmx (truthy for htmx requests)
+    return bool(getattr(request, "htmx", False))
+
+
+@dataclass(frozen=True)
+class FormField:
+    name: str
+    label: str
+    kind: str  # text | number | select
+    help: str = ""
+    step: str = "any"
+    required: bool = True
+
+
+FORM_FIELDS = (
+    FormField("name", "Name", "text", "a human name for the job"),
+    FormField("tenant", "Tenant", "select", "owning team"),
+    FormField("slo_class", "SLO class", "select", "tolerated slowdown under sharing"),
+    FormField("runner", "Runner", "text", "emulated, toy-rl or package.module:ClassName"),
+    FormField("model", "Model", "text", "free text, shown in reports", required=False),
+    FormField("iterations", "Iterations", "number", "on-policy iterations", step="1"),
+    FormField("rollout_gpus", "Rollout GPUs", "number", "multiple of the node size", step="1"),
+    FormField("train_gpus", "Training GPUs", "number", "multiple of the node size", step="1"),
+    FormField("t_roll_max_s", "Rollout max (s)", "number", "worst-case solo rollout"),
+    FormField("t_roll_min_s", "Rollout min (s)", "number", "default: the max", required=False),
+    FormField("t_train_max_s", "Training max (s)", "number", "worst-case solo training"),
+    FormField("t_train_min_s", "Training min (s)", "number", "default: the max", required=False),
+    FormField("host_mem_gb", "Host memory (GB)", "number", "resident state on each node"),
+    FormField("priority", "Priority", "number", "higher is planned first", "1", False),
+    FormField(
+        "time_scale", "Time scale", "number", "emulation speed-up; blank = default", required=False
+    ),
+)
+OPTIONAL_NUMBERS = {"t_roll_min_s", "t_train_min_s", "time_scale", "priority"}
+CROSS_FIELD = {"t_roll_min_s", "t_train_min_s", "tenant"}
+
+
+def spec_from_post(data: Any) -> dict[str, Any]:
+    """Return a job spec from form data: blank optional fields are left out."""
+    spec: dict[str, Any] = {}
+    for name in SPEC_FIELDS:
+        value = data.get(name)
+        if value is None:
+            continue
+        value = value.strip()
+        if value == "" and (name in OPTIONAL_NUMBERS or name == "tenant"):
+            continue
+        spec[name] = value
+    return spec
+
+
+def _field_errors(user: Any, spec: dict[str, Any], name: str) -> list[str]:
+    """Return the messages for one field, as a full submission would report them."""
+    ser = JobSpecSerializer(data=spec, context={"user": user})
+    if ser.is_valid():
+        return []
+    errors = ser.errors
+    if name in errors:
+        return [str(m) for m in errors[name]]
+    # Cross-field checks run only once every single field is valid; repeat them here so
+    # the form can flag them while other fields are still being typed.
+    if name == "tenant":
+        wanted = str(spec.get("tenant", "")).strip()
+        tenants = visible_tenants(user)
+        if wanted and not tenants.filter(name=wanted).exists():
+            return [f"Unknown tenant {wanted!r}, or not one you may submit for."]
+        if not wanted and tenants.count() != 1:
+            return ["This field is required: you belong to several tenants."]
+        return []
+    if name in ("t_roll_min_s", "t_train_min_s"):
+        phase = "roll" if name == "t_roll_min_s" else "train"
+        try:
+            lo, hi = float(spec.get(name, "")), float(spec.get(f"t_{phase}_max_s", ""))
+        except ValueError:
+            return []
+        if lo > hi:
+            return [f"Must be at most t_{phase}_max_s ({hi:g} s), got {lo:g} s."]
+    return []
+
+
+def _form_context(
+    request: HttpRequest, values: dict[str, Any], errors: dict[str, list[str]]
+) -> dict[str, Any]:
+    tenants = list(visible_tenants(request.user).values_list("name", flat=True))
+    choices = {
+        "tenant": tenants,
+        "slo_class": list(SloClass.objects.values_list("name", flat=True)),
+    }
+    fields = [
+        {
+            "f": f,
+            "value": values.get(f.name, ""),
+            "errors": errors.get(f.name, []),
+            "choices": choices.get(f.name, []),
+        }
+        for f in FORM_FIELDS
+    ]
+    return {
+        "fields": fields,
+        "non_field_errors": errors.get("non_field_errors", []),
+        "runners": BUILTIN_RUNNERS,
+        "max_bytes": settings.SPEC_FILE_MAX_BYTES,
+    }
+
+
+def _require_submitter(request: HttpRequest) -> None:
+    if not can_submit(request.user):
+        raise PermissionDenied("Your role may not submit jobs.")
+
+
+DEFAULTS = {
+    "runner": "emulated",
+    "slo_class": "silver",
+    "iterations": "10",
+    "rollout_gpus": "8",
+    "train_gpus": "8",
+    "t_roll_max_s": "300",
+    "t_train_max_s": "120",
+    "host_mem_gb": "400",
+    "priority": "0",
+}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request: HttpRequest) -> HttpResponse:
+    """Show the submit form; on POST submit the job or show every field's error."""
+    _require_submitter(request)
+    if request.method == "POST":
+        spec = spec_from_post(request.POST)
+        try:
+            job = job_submit(user=request.user, spec=spec, channel="form")
+        except JobRejected as exc:
+            ctx = _form_context(request, dict(request.POST.items()), exc.fields)
+            return render(request, "jobs/new.html", ctx, status=exc.http_status)
+        return redirect("jobs:detail", job_id=job.pk)
+    values = dict(DEFAULTS)
+    values.update(request.GET.dict())
+    return render(request, "jobs/new.html", _form_context(request, values, {}))
+
+
+@login_required
+@require_POST
+def job_validate(request: HttpRequest) -> HttpResponse:
+    """Return the error partial of one field (?field=NAME) for the values in the form."""
+    _require_submitter(request)
+    name = request.GET.get("field", "")
+    if name not in SPEC_FIELDS:
+        return HttpResponse(f"Unknown field {name[:40]!r}", status=400)
+    errors = _field_errors(request.user, spec_from_post(request.POST), name)
+    return render(request, "jobs/new.html#field_error", {"name": name, "errors": errors})
+
+
+def _number(data: Any, name: str) -> float | None:
+    try:
+        value = float(data.get(name, ""))
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+@login_required
+@require_GET
+def job_preview(request: HttpRequest) -> HttpResponse:
+    """Return the solo cost per iteration of the values in the form (partial)."""
+    _require_submitter(request)
+    values = {n: _number(request.GET, n) for n in ("rollout_gpus", "train_gpus")}
+    values |= {n: _number(request.GET, n) for n in ("t_roll_max_s", "t_train_max_s")}
+    iterations = _number(request.GET, "iterations")
+    ctx: dict[str, Any] = {"ok": None not in values.values()}
+    if ctx["ok"]:
+        cost = solo_cost_per_iteration(
+            rollout_gpus=int(values["rollout_gpus"] or 0),
+            train_gpus=int(values["train_gpus"] or 0),
+            t_roll_max_s=values["t_roll_max_s"] or 0.0,
+            t_train_max_s=values["t_train_max_s"] or 0.0,
+        )
+        ctx["cost"] = cost
+        ctx["iterations"] = int(iterations) if iterations else None
+        ctx["total_busy"] = cost.busy_usd * iterations if iterations else None
+        ctx["total_dedicated"] = cost.dedicated_usd * iterations if iterations else None
+        iter_s = (values["t_roll_max_s"] or 0.0) + (values["t_train_max_s"] or 0.0)
+        ctx["iteration_s"] = iter_s
+    return render(request, "jobs/new.html#preview", ctx)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_upload(request: HttpRequest) -> HttpResponse:
+    """Submit a job from an uploaded YAML or JSON spec file (same fields, same checks)."""
+    _require_submitter(request)
+    ctx: dict[str, Any] = {"max_bytes": settings.SPEC_FILE_MAX_BYTES, "errors": {}}
+    if request.method == "GET":
+        return render(request, "jobs/upload.html", ctx)
+    upload = request.FILES.get("file")
+    errors: dict[str, list[str]] = {}
+    spec: Any = None
+    if upload is None:
+        errors["file"] = ["Choose a YAML or JSON spec file."]
+    elif upload.size is not None and upload.size > settings.SPEC_FILE_MAX_BYTES:
+        errors["file"] = [
+            f"The file is {upload.size:,} bytes; the limit is "
+            f"{settings.SPEC_FILE_MAX_BYTES:,} bytes."
+        ]
+    else:
+        try:
+            # YAML is a superset of JSON, so one parser reads both
+            spec = yaml.safe_load(upload.read().decode("utf-8"))
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
+            errors["file"] = [f"Not valid YAML or JSON: {str(exc).splitlines()[0]}"]
+        else:
+            if not isinstance(spec, dict):
+                errors["file"] = ["The file must hold one object of field names to values."]
+    if not errors:
+        try:
+            job = job_submit(user=request.user, spec=spec, channel="upload")
+        except JobRejected as exc:
+            errors = exc.fields
+            ctx["status"] = exc.http_status
+        else:
+            return redirect("jobs:detail", job_id=job.pk)
+    ctx["errors"] = errors
+    return render(request, "jobs/upload.html", ctx, status=ctx.get("status", 400))
+
+
+SORTS = (("-submitted", "newest"), ("submitted", "oldest"), ("name", "name"), ("status", "status"))
+
+
+@login_required
+@require_GET
+def job_list_page(request: HttpRequest) -> HttpResponse:
+    """List visible jobs with status/tenant filters, sorting and pages; rows poll via htmx."""
+    status = request.GET.get("status", "")
+    status = status if status in JobStatus.values else ""
+    tenant = request.GET.get("tenant", "")[:64]
+    sort = request.GET.get("sort", DEFAULT_ORDERING)
+    sort = sort if sort in dict(SORTS) else DEFAULT_ORDERING
+    qs = job_list(user=request.user, status=status, tenant=tenant, ordering=sort)
+    page = Paginator(qs, 25).get_page(request.GET.get("page"))
+    query = {k: v for k, v in {"status": status, "tenant": tenant, "sort": sort}.items() if v}
+    tenants = list(visible_tenants(request.user).values_list("name", flat=True))
+    ctx = {
+        "page": page,
+        "jobs": page.object_list,
+        "status": status,
+        "tenant": tenant,
+        "sort": sort,
+        "sorts": SORTS,
+        "statuses": JobStatus.choices,
+        "tenants": tenants,
+        "show_tenant_filter": sees_all_tenants(request.user) or len(tenants) > 1,
+        "query": urlencode(query),
+        "page_query": urlencode({**query, "page": page.number}),
+        "can_submit": can_submit(request.user),
+    }
+    if _is_htmx(request):
+        return render(request, "jobs/list.html#rows", ctx)
+    return render(request, "jobs/list.html", ctx)
+
+
+def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
+    job = job_get(user=request.user, job_id=job_id)
+    placement = latest_placement(job)
+    cost = solo_cost_per_iteration(
+        rollout_gpus=job.rollout_gpus,
+        train_gpus=job.train_gpus,
+        t_roll_max_s=job.t_roll_max_s,
+        t_train_max_s=job.t_train_max_s,
+    )
+    return {
+        "job": job,
+        "placement": placement,
+        "rollout_nodes": sorted(n.name for n in placement.rollout_nodes.all()) if placement else [],
+        "train_nodes": sorted(n.name for n in placement.train_nodes.all()) if placement else [],
+        "phases": job_phase_summary(job=job),
+        "cost": cost,
+        "can_cancel": can_submit(request.user)
+        and not job.is_terminal
+        and not (job.cancel_requested and job.status != JobStatus.QUEUED),
+    }
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Show one job; an htmx poll gets the live partial, with 286 once the job has ended."""
+    ctx = _detail_context(request, job_id)
+    if _is_htmx(request):
+        status = STOP_POLLING if ctx["job"].is_terminal else 200
+        return render(request, "jobs/detail.html#live", ctx, status=status)
+    return render(request, "jobs/detail.html", ctx)
+
+
+@login_required
+@require_POST
+def job_cancel_page(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Cancel from the detail page (CSRF-protected POST)."""
+    error = ""
+    try:
+        job_cancel(user=request.user, job_id=job_id)
+    except JobRejected as exc:
+        error = exc.message
+    if _is_htmx(request):
+        ctx = _detail_context(request, job_id)
+        ctx["cancel_error"] = error
+        status = STOP_POLLING if ctx["job"].is_terminal else 200
+        return render(request, "jobs/detail.html#live", ctx, status=status)
+    if error:
+        from django.contrib import messages
+
+        messages.error(request, error)
+    return redirect("jobs:detail", job_id=job_id)
