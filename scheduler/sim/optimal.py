@@ -1,0 +1,279 @@
+"""The `optimal` policy: an exhaustive offline search for traces of at most 8 jobs.
+
+What it optimises
+-----------------
+The total provisioning cost (node-allocation time x price, the spec's cost) of
+the whole trace, over every *static plan*: a partition of the jobs into
+co-execution groups of at most `max_group_size` members, and inside each group a
+partition of the members into rollout sharing classes (members of one class are
+pinned to the same rollout nodes, as many as the largest of them needs; every
+member shares the group's training nodes, as many as the largest needs). That
+covers direct packing (a class of several jobs), rollout scaling (one class per
+job on shared training nodes) and isolated groups (singletons), in every
+combination, with hindsight of every arrival and every drawn duration.
+
+A plan is admissible only if, for every group, the worst-case round-robin
+meta-iteration of ALL its members together (the core's `plan_meta_iteration`,
+the same check Algorithm 1 makes) keeps every member within its SLO against the
+profile, and every node's residents fit in its host memory. So `optimal`, like
+`rollmux`, attains 100% SLO against the profile by construction.
+
+How
+---
+1. Enumerate candidate groups: every subset of the jobs up to `max_group_size`
+   and every rollout-class partition of it; keep the admissible ones. A subset
+   of an admissible group is admissible (fewer members never lengthen the
+   meta-iteration nor fill a node), so a subset is only extended if all its
+   one-smaller subsets were admissible.
+2. Simulate each admissible candidate group on its own with the engine (the
+   same durations as the full run: draws are keyed by job id and seed) and keep
+   each subset's cheapest arrangement. Groups share no nodes, so with enough
+   capacity a plan's cost is the sum of its groups' costs.
+3. Dynamic programming over subsets picks the cheapest partition (3^n steps).
+4. The winning plan is replayed on the full trace by the engine, which gives
+   the reported metrics.
+
+Limits
+------
+- Static plans only: no regrouping or migration after admission (the paper's
+  offline optimum also allows "reorder and regroup"; ours does not, so it is an
+  upper bound on that optimum and may even lose to an online policy that pins a
+  job to a partly overlapping set of rollout nodes).
+- Capacity is ignored when choosing (each group is costed alone); the replay
+  does respect it, and reports any wait.
+- At most 8 jobs (`OPTIMAL_MAX_JOBS`): the candidate count grows with the Bell
+  numbers of the group size and the simulations with the trace length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from scheduler.model import (
+    ClusterSpec,
+    ClusterState,
+    Group,
+    JobProfile,
+    Member,
+    PlacementResult,
+    PlacementStatus,
+    Pool,
+)
+from scheduler.roundrobin import plan_meta_iteration
+from scheduler.sim.engine import RunResult, simulate
+from scheduler.sim.metrics import total_cost_usd
+from scheduler.sim.policies import (
+    OPTIMAL_MAX_JOBS,
+    CorePolicy,
+    PlanEntry,
+    PlannedPolicy,
+    nodes_needed,
+)
+
+# Floating-point slack on the SLO bound, as in the planner's own comparison.
+SLO_SLACK = 1e-9
+
+
+def set_partitions(items: Sequence[int]) -> Iterator[list[list[int]]]:
+    """Yield every partition of `items` into non-empty blocks (Bell(n) of them)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for partition in set_partitions(rest):
+        for index in range(len(partition)):
+            yield partition[:index] + [[first, *partition[index]]] + partition[index + 1 :]
+        yield [[first], *partition]
+
+
+@dataclass(frozen=True)
+class OptimalSearch:
+    """The outcome of the offline search."""
+
+    plan: dict[str, PlanEntry]
+    predicted_cost_usd: float
+    candidates_checked: int
+    candidates_simulated: int
+    search_s: float
+    excluded: dict[str, str]  # job id -> why it cannot run at all
+
+
+def _alone_infeasible(job: JobProfile, spec: ClusterSpec) -> str | None:
+    for pool in (Pool.ROLLOUT, Pool.TRAIN):
+        gpu_type = spec.gpu_type(pool)
+        if job.host_mem_gb > gpu_type.host_mem_gb:
+            return (
+                f"needs {job.host_mem_gb:g} GB host memory per node; "
+                f"{gpu_type.name} nodes have {gpu_type.host_mem_gb:g} GB"
+            )
+        if gpu_type.nodes is not None and nodes_needed(job, spec, pool) > gpu_type.nodes:
+            return f"needs more {gpu_type.name} nodes than the pool has"
+    return None
+
+
+def _candidate_group(
+    members: Sequence[JobProfile], classes: Sequence[Sequence[int]], spec: ClusterSpec
+) -> Group:
+    """Build the worst-case group for a subset and a rollout-class partition of it."""
+    train_count = max(nodes_needed(j, spec, Pool.TRAIN) for j in members)
+    train_nodes = tuple(f"t{i}" for i in range(train_count))
+    pinned: list[Member] = [
+        Member(j, (), train_nodes[: nodes_needed(j, spec, Pool.TRAIN)]) for j in members
+    ]
+    roll_nodes: list[str] = []
+    for c, block in enumerate(classes):
+        size = max(nodes_needed(members[i], spec, Pool.ROLLOUT) for i in block)
+        names = tuple(f"r{c}.{k}" for k in range(size))
+        roll_nodes.extend(names)
+        for i in block:
+            need = nodes_needed(members[i], spec, Pool.ROLLOUT)
+            pinned[i] = Member(members[i], names[:need], pinned[i].train_nodes)
+    return Group("candidate", tuple(roll_nodes), train_nodes, tuple(pinned))
+
+
+def _admissible(group: Group, spec: ClusterSpec) -> bool:
+    mem: dict[str, float] = {}
+    for member in group.members:
+        for node in member.rollout_nodes + member.train_nodes:
+            mem[node] = mem.get(node, 0.0) + member.job.host_mem_gb
+    for node, used in mem.items():
+        limit = spec.rollout.host_mem_gb if node.startswith("r") else spec.train.host_mem_gb
+        if used > limit:
+            return False
+    if len(group.members) == 1:
+        return True
+    meta = plan_meta_iteration(group, switch_overhead_s=spec.switch_overhead_s)
+    return all(meta.slowdown[m.job.id] <= m.job.slo * (1 + SLO_SLACK) for m in group.members)
+
+
+def search_optimal(
+    jobs: Sequence[JobProfile],
+    spec: ClusterSpec,
+    *,
+    seed: int,
+    max_group_size: int = 5,
+    progress: Callable[[float], None] | None = None,
+) -> OptimalSearch:
+    """Find the cheapest admissible static plan for `jobs` (at most 8 of them)."""
+    if len(jobs) > OPTIMAL_MAX_JOBS:
+        raise ValueError(
+            f"optimal searches at most {OPTIMAL_MAX_JOBS} jobs exhaustively; "
+            f"this trace has {len(jobs)}"
+        )
+    started = time.perf_counter()
+    excluded = {j.id: why for j in jobs if (why := _alone_infeasible(j, spec)) is not None}
+    runnable = [j for j in jobs if j.id not in excluded]
+    n = len(runnable)
+    runtime_policy = CorePolicy("rollmux", seed=seed, max_group_size=max_group_size)
+    # 1. admissible candidates per subset mask, built up by size (downward closure).
+    admissible: dict[int, list[list[list[int]]]] = {}
+    checked = 0
+    by_size: list[list[int]] = [[] for _ in range(n + 1)]
+    for mask in range(1, 1 << n):
+        size = bin(mask).count("1")
+        if size <= max_group_size:
+            by_size[size].append(mask)
+    for size in range(1, min(n, max_group_size) + 1):
+        for mask in by_size[size]:
+            if size > 1 and any(
+                (mask & ~(1 << b)) not in admissible for b in range(n) if mask >> b & 1
+            ):
+                continue
+            members = [runnable[b] for b in range(n) if mask >> b & 1]
+            options = []
+            for classes in set_partitions(list(range(size))):
+                checked += 1
+                if _admissible(_candidate_group(members, classes, spec), spec):
+                    options.append(classes)
+            if options:
+                admissible[mask] = options
+    # 2. cost each admissible arrangement by simulating the group alone.
+    cost: dict[int, tuple[float, list[list[int]]]] = {}
+    simulated = 0
+    total = sum(len(v) for v in admissible.values()) or 1
+    for mask, options in admissible.items():
+        members = [runnable[b] for b in range(n) if mask >> b & 1]
+        for classes in options:
+            group_plan = _plan_for(members, classes, key="g")
+            run = simulate(
+                members, spec, PlannedPolicy(group_plan, runtime_policy=runtime_policy), seed=seed
+            )
+            simulated += 1
+            value = total_cost_usd(run)
+            if mask not in cost or value < cost[mask][0] - 1e-9:
+                cost[mask] = (value, classes)
+            if progress is not None:
+                progress(0.9 * simulated / total)
+    # 3. cheapest partition of all runnable jobs into admissible groups.
+    full = (1 << n) - 1
+    best: dict[int, tuple[float, int]] = {0: (0.0, 0)}
+    for mask in range(1, full + 1):
+        low = mask & -mask
+        choice: tuple[float, int] | None = None
+        sub = mask
+        while sub:
+            if sub & low and sub in cost:
+                value = cost[sub][0] + best[mask & ~sub][0]
+                if choice is None or value < choice[0] - 1e-9:
+                    choice = (value, sub)
+            sub = (sub - 1) & mask
+        assert choice is not None  # singletons are always admissible
+        best[mask] = choice
+    plan: dict[str, PlanEntry] = {}
+    mask, group_index = full, 0
+    while mask:
+        sub = best[mask][1]
+        members = [runnable[b] for b in range(n) if sub >> b & 1]
+        plan.update(_plan_for(members, cost[sub][1], key=f"g{group_index}"))
+        group_index += 1
+        mask &= ~sub
+    return OptimalSearch(
+        plan=plan,
+        predicted_cost_usd=best[full][0] if n else 0.0,
+        candidates_checked=checked,
+        candidates_simulated=simulated,
+        search_s=time.perf_counter() - started,
+        excluded=excluded,
+    )
+
+
+def _plan_for(
+    members: Sequence[JobProfile], classes: Sequence[Sequence[int]], *, key: str
+) -> dict[str, PlanEntry]:
+    plan: dict[str, PlanEntry] = {}
+    for c, block in enumerate(classes):
+        for i in block:
+            plan[members[i].id] = PlanEntry(group=key, rollout_class=f"{key}.c{c}")
+    return plan
+
+
+class ExcludedPolicy(PlannedPolicy):
+    """Replay a plan; jobs without an entry are INFEASIBLE with the search's reason."""
+
+    def __init__(self, search: OptimalSearch, *, runtime_policy: CorePolicy) -> None:
+        super().__init__(search.plan, runtime_policy=runtime_policy)
+        self.excluded = search.excluded
+
+    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
+        """Refuse excluded jobs, place the others as planned."""
+        if job.id in self.excluded:
+            return PlacementResult(PlacementStatus.INFEASIBLE, self.excluded[job.id])
+        return super().place(job, state)
+
+
+def run_optimal(
+    jobs: Sequence[JobProfile],
+    spec: ClusterSpec,
+    *,
+    seed: int,
+    max_group_size: int = 5,
+    progress: Callable[[float], None] | None = None,
+) -> tuple[RunResult, OptimalSearch]:
+    """Search the optimal plan, then replay it on the full trace."""
+    search = search_optimal(jobs, spec, seed=seed, max_group_size=max_group_size, progress=progress)
+    policy = ExcludedPolicy(
+        search, runtime_policy=CorePolicy("rollmux", seed=seed, max_group_size=max_group_size)
+    )
+    return simulate(jobs, spec, policy, seed=seed), search

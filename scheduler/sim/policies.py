@@ -1,0 +1,406 @@
+"""Placement policies the simulator can run, behind one small adapter interface.
+
+- `rollmux`, `solo-disagg`, `random`, `greedy-most-idle`: the core planner's
+  `place` / `apply_placement` / `remove_job` (the very functions the live
+  planner calls) with that policy name, and the core's round-robin
+  `GroupRuntime` inside each co-execution group.
+- `colocated` (veRL-style baseline, trace-format.md): every job runs both phases
+  on its own `train_gpus` GPUs of the training type, one after the other, no
+  sharing. The core has no such policy, so it lives here: it takes
+  `train_gpus / gpus_per_node` free training nodes, runs the rollout on them for
+  the duration drawn for the rollout pool (the spec: same time as on the
+  rollout type), and releases them when the job ends.
+- `optimal` is built by scheduler.sim.optimal on top of `PlannedPolicy` below,
+  which replays a fixed plan (job -> group, rollout sharing class).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scheduler.model import (
+    ClusterSpec,
+    ClusterState,
+    Group,
+    JobProfile,
+    Member,
+    PhaseKind,
+    Placement,
+    PlacementResult,
+    PlacementStatus,
+    Pool,
+    Strategy,
+)
+from scheduler.planner import apply_placement, place, remove_job
+from scheduler.roundrobin import GroupRuntime
+from scheduler.sim.engine import Runtime
+
+CORE_POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
+ALL_POLICIES = ("rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle", "optimal")
+OPTIMAL_MAX_JOBS = 8
+
+
+def nodes_needed(job: JobProfile, spec: ClusterSpec, pool: Pool) -> int:
+    """Return how many whole nodes of `pool` the job's phase on that pool takes."""
+    per_node = spec.gpu_type(pool).gpus_per_node
+    return -(-job.gpus(pool) // per_node)
+
+
+def free_nodes(state: ClusterState, pool: Pool) -> list[str]:
+    """Return the names of the nodes of `pool` that belong to no group, in order."""
+    used: set[str] = set()
+    for group in state.groups:
+        used.update(group.rollout_nodes)
+        used.update(group.train_nodes)
+    return [n.name for n in state.nodes if n.pool is pool and n.name not in used]
+
+
+# --- colocated (veRL) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimplePhaseStart:
+    """A phase start of the simulator's own runtimes (same fields as the core's)."""
+
+    job_id: str
+    kind: PhaseKind
+    iteration: int
+    nodes: tuple[str, ...]
+    switch: bool = False
+    cold: bool = False
+
+
+@dataclass
+class SimpleFinish:
+    """What our own runtimes return from `finish`."""
+
+    job_id: str
+    done: bool
+
+
+class SoloRuntime:
+    """Run one job's phases back to back on nodes it owns alone (no switches).
+
+    For `colocated` both phases run on the job's training nodes.
+    """
+
+    def __init__(self) -> None:
+        self.member: Member | None = None
+        self.iterations = 0
+        self.iteration = 0
+        self.next_kind: PhaseKind | None = None
+        self.running = False
+
+    def admit(self, member: Member, *, iterations: int, start_iteration: int = 0) -> None:
+        """Take the group's only member; its first phase is a rollout."""
+        self.member = member
+        self.iterations = iterations
+        self.iteration = start_iteration
+        self.next_kind = PhaseKind.ROLLOUT
+
+    def remove(self, job_id: str) -> None:
+        """Drop the member."""
+        self.member = None
+        self.next_kind = None
+
+    def start_ready(self) -> list[SimplePhaseStart]:
+        """Start the member's next phase if nothing is running."""
+        if self.member is None or self.running or self.next_kind is None:
+            return []
+        self.running = True
+        nodes = self.member.train_nodes
+        if self.next_kind is PhaseKind.ROLLOUT and self.member.rollout_nodes:
+            nodes = self.member.rollout_nodes
+        return [
+            SimplePhaseStart(
+                job_id=self.member.job.id,
+                kind=self.next_kind,
+                iteration=self.iteration,
+                nodes=nodes,
+                cold=self.iteration == 0 and self.next_kind is PhaseKind.ROLLOUT,
+            )
+        ]
+
+    def finish(self, job_id: str, kind: PhaseKind) -> SimpleFinish:
+        """End the running phase and queue the next one (or finish the job)."""
+        self.running = False
+        if kind is PhaseKind.TRAIN:
+            self.iteration += 1
+            if self.iteration >= self.iterations:
+                self.next_kind = None
+                return SimpleFinish(job_id, True)
+        self.next_kind = kind.next
+        return SimpleFinish(job_id, False)
+
+
+def _job_done(result: Any, job_id: str) -> bool:
+    """Read "did the job finish its last iteration" from a runtime's finish result."""
+    for attr in ("done", "job_done", "finished", "completed"):
+        value = getattr(result, attr, None)
+        if isinstance(value, bool):
+            return value
+    raise TypeError(f"cannot tell from {result!r} whether job {job_id} is done")
+
+
+def _remove_member(state: ClusterState, job_id: str) -> ClusterState:
+    """Drop a job from its group, releasing nodes no remaining member is pinned to."""
+    groups: list[Group] = []
+    for group in state.groups:
+        if not any(m.job.id == job_id for m in group.members):
+            groups.append(group)
+            continue
+        members = tuple(m for m in group.members if m.job.id != job_id)
+        if not members:
+            continue
+        roll = {n for m in members for n in m.rollout_nodes}
+        train = {n for m in members for n in m.train_nodes}
+        groups.append(
+            replace(
+                group,
+                members=members,
+                rollout_nodes=tuple(n for n in group.rollout_nodes if n in roll),
+                train_nodes=tuple(n for n in group.train_nodes if n in train),
+            )
+        )
+    return replace(state, groups=tuple(groups))
+
+
+class ColocatedPolicy:
+    """veRL-style colocation: each job alone on its own training-type nodes."""
+
+    name = "colocated"
+
+    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
+        """Take `train_gpus` worth of free training nodes, or say why not."""
+        spec = state.spec
+        need = nodes_needed(job, spec, Pool.TRAIN)
+        node_mem = spec.train.host_mem_gb
+        if job.host_mem_gb > node_mem:
+            return PlacementResult(
+                PlacementStatus.INFEASIBLE,
+                f"needs {job.host_mem_gb:g} GB host memory per node; "
+                f"{spec.train.name} nodes have {node_mem:g} GB",
+            )
+        capacity = sum(1 for n in state.nodes if n.pool is Pool.TRAIN)
+        if need > capacity:
+            return PlacementResult(
+                PlacementStatus.INFEASIBLE,
+                f"needs {need} {spec.train.name} nodes; the training pool has {capacity}",
+            )
+        free = free_nodes(state, Pool.TRAIN)
+        if len(free) < need:
+            return PlacementResult(
+                PlacementStatus.RETRY,
+                f"needs {need} free {spec.train.name} nodes; {len(free)} free now",
+            )
+        nodes = tuple(free[:need])
+        return PlacementResult(
+            PlacementStatus.FIT,
+            f"colocated on {need} {spec.train.name} node(s)",
+            Placement(job.id, Strategy.NEW_GROUP, None, (), nodes, nodes),
+            marginal_cost_per_hour=need * spec.train.node_price_per_hour,
+            predicted_slowdown={job.id: 1.0},
+        )
+
+    def apply(
+        self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
+    ) -> ClusterState:
+        """Add a one-member group holding only training nodes."""
+        member = Member(job=job, rollout_nodes=(), train_nodes=placement.train_nodes)
+        group = Group(group_id, (), placement.train_nodes, (member,))
+        return replace(state, groups=state.groups + (group,))
+
+    def remove(self, state: ClusterState, job_id: str) -> ClusterState:
+        """Drop the job's group and release its nodes."""
+        return _remove_member(state, job_id)
+
+    def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime:
+        """Return a runtime that runs the job's phases back to back."""
+        return SoloRuntime()
+
+    def job_done(self, result: Any, job_id: str) -> bool:
+        """Read the finish result of our runtime."""
+        return _job_done(result, job_id)
+
+
+# --- the core planner's policies ---------------------------------------------------
+
+
+class CorePolicy:
+    """Adapter over the core planner (`scheduler.planner`) and `GroupRuntime`."""
+
+    def __init__(self, name: str, *, seed: int, max_group_size: int = 5) -> None:
+        self.name = name
+        self.max_group_size = max_group_size
+        # random and greedy-most-idle draw from this; seeded so runs reproduce.
+        self.rng = random.Random(seed)
+
+    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
+        """Call the core planner with this policy."""
+        return place(job, state, policy=self.name, max_group_size=self.max_group_size, rng=self.rng)
+
+    def apply(
+        self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
+    ) -> ClusterState:
+        """Apply the placement with the core's `apply_placement`."""
+        return apply_placement(state, job, placement, group_id=group_id)
+
+    def remove(self, state: ClusterState, job_id: str) -> ClusterState:
+        """Remove the job with the core's `remove_job` (it releases unused nodes)."""
+        new_state, _released = remove_job(state, job_id)
+        return new_state
+
+    def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime:
+        """Return the core's round-robin runtime for a new co-execution group.
+
+        `solo-disagg` never puts a second member in a group, and a one-member
+        round robin is "rollout, then training, on its own nodes": SoloRuntime
+        gives the identical schedule (tests/scheduler/test_sim.py checks it) at a
+        fraction of the cost, which keeps a 200-job trace fast to simulate.
+        """
+        if self.name == "solo-disagg":
+            return SoloRuntime()
+        return GroupRuntime(group_id, switch_overhead_s=spec.switch_overhead_s)
+
+    def job_done(self, result: Any, job_id: str) -> bool:
+        """Read the core's FinishResult."""
+        return _job_done(result, job_id)
+
+
+# --- a fixed plan (used by `optimal`) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """Where a planned job goes: a group key and a rollout sharing class in it."""
+
+    group: str
+    rollout_class: str
+
+
+class PlannedPolicy:
+    """Replay a fixed plan: job -> (group, rollout class), nodes taken on arrival.
+
+    Members of one rollout class share the same rollout nodes (as many as the
+    largest of them needs); every member of a group shares the group's training
+    nodes. Nodes are taken from the free pool when first needed and released when
+    no member is pinned to them any more, like the core's `remove_job`.
+    """
+
+    name = "optimal"
+
+    def __init__(self, plan: Mapping[str, PlanEntry], *, runtime_policy: CorePolicy) -> None:
+        self.plan = dict(plan)
+        self.core = runtime_policy
+        self.group_ids: dict[str, str] = {}  # plan group key -> live group id
+
+    def _live_group(self, state: ClusterState, key: str) -> Group | None:
+        group_id = self.group_ids.get(key)
+        if group_id is None:
+            return None
+        for group in state.groups:
+            if group.id == group_id:
+                return group
+        return None
+
+    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
+        """Build the planned placement against the nodes live now."""
+        spec = state.spec
+        entry = self.plan[job.id]
+        group = self._live_group(state, entry.group)
+        roll_need = nodes_needed(job, spec, Pool.ROLLOUT)
+        train_need = nodes_needed(job, spec, Pool.TRAIN)
+        free_roll = free_nodes(state, Pool.ROLLOUT)
+        free_train = free_nodes(state, Pool.TRAIN)
+        roll: list[str] = []
+        train: list[str] = []
+        if group is not None:
+            train = list(group.train_nodes[:train_need])
+            for member in group.members:
+                if self.plan[member.job.id].rollout_class == entry.rollout_class:
+                    roll = list(member.rollout_nodes[:roll_need])
+                    break
+        new_roll = free_roll[: roll_need - len(roll)]
+        new_train = free_train[: train_need - len(train)]
+        if len(new_roll) < roll_need - len(roll) or len(new_train) < train_need - len(train):
+            return PlacementResult(PlacementStatus.RETRY, "not enough free nodes for the plan")
+        strategy = Strategy.NEW_GROUP
+        if group is not None:
+            strategy = Strategy.ROLLOUT_SCALING if new_roll else Strategy.DIRECT_PACKING
+        new = tuple(new_roll + new_train)
+        price = sum(n.price_per_hour for n in state.nodes if n.name in set(new))
+        return PlacementResult(
+            PlacementStatus.FIT,
+            "planned by the offline optimum",
+            Placement(
+                job.id,
+                strategy,
+                group.id if group is not None else None,
+                tuple(roll + new_roll),
+                tuple(train + new_train),
+                new,
+            ),
+            marginal_cost_per_hour=price,
+        )
+
+    def apply(
+        self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
+    ) -> ClusterState:
+        """Add the job (and any new nodes) to its planned group."""
+        member = Member(job, placement.rollout_nodes, placement.train_nodes)
+        self.group_ids[self.plan[job.id].group] = group_id
+        groups = list(state.groups)
+        for index, group in enumerate(groups):
+            if group.id == group_id:
+                roll = group.rollout_nodes + tuple(
+                    n for n in placement.rollout_nodes if n not in group.rollout_nodes
+                )
+                train = group.train_nodes + tuple(
+                    n for n in placement.train_nodes if n not in group.train_nodes
+                )
+                groups[index] = Group(group_id, roll, train, group.members + (member,))
+                return replace(state, groups=tuple(groups))
+        groups.append(Group(group_id, placement.rollout_nodes, placement.train_nodes, (member,)))
+        return replace(state, groups=tuple(groups))
+
+    def remove(self, state: ClusterState, job_id: str) -> ClusterState:
+        """Drop the job; release the nodes no remaining member is pinned to."""
+        return _remove_member(state, job_id)
+
+    def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime:
+        """Use the core's round-robin runtime, as `rollmux` does."""
+        return self.core.runtime(group_id, spec)
+
+    def job_done(self, result: Any, job_id: str) -> bool:
+        """Read the core's FinishResult."""
+        return _job_done(result, job_id)
+
+
+def make_policy(name: str, *, seed: int, max_group_size: int = 5) -> Any:
+    """Return the adapter for a named online policy (not `optimal`)."""
+    if name == "colocated":
+        return ColocatedPolicy()
+    if name in CORE_POLICIES:
+        return CorePolicy(name, seed=seed, max_group_size=max_group_size)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+
+
+def parse_policies(text: str) -> list[str]:
+    """Parse `--policy NAME[,NAME...]|all` into a list of known policy names."""
+    if text.strip() == "all":
+        return list(ALL_POLICIES)
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise ValueError("no policy given")
+    for name in names:
+        if name not in ALL_POLICIES:
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+    return list(dict.fromkeys(names))
+
+
+def ordered(names: Sequence[str]) -> list[str]:
+    """Return the names in the canonical report order."""
+    return [n for n in ALL_POLICIES if n in names]
