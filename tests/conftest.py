@@ -33,6 +33,12 @@ CHROME_FLAGS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    """Hash test passwords with MD5: the production PBKDF2 costs ~1 s per user on a busy CI box."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def world(db: Any) -> Any:
     from tests.factories import make_world
