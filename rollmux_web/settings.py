@@ -251,6 +251,16 @@ ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 200.0, minimum=1e-6)
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)
 ROLLMUX_DISPATCHER = env_str("ROLLMUX_DISPATCHER", "ray")  # "ray" or "inline"
 ROLLMUX_RAY_ADDRESS = env_str("ROLLMUX_RAY_ADDRESS", "local")
+# Where job hosts write a checkpoint after each training phase (shared storage in production).
+ROLLMUX_CHECKPOINT_DIR = env_str("ROLLMUX_CHECKPOINT_DIR", str(BASE_DIR / "var" / "checkpoints"))
+# How long an `external` runner waits for the trainer (rollmux.phase) to finish a phase.
+ROLLMUX_EXTERNAL_TIMEOUT_S = env_float("ROLLMUX_EXTERNAL_TIMEOUT_S", 3600.0, minimum=1.0)
+# reconcile: a phase may run 3 x its worst-case duration plus this before it counts as overrun
+ROLLMUX_PHASE_GRACE_S = env_float("ROLLMUX_PHASE_GRACE_S", 60.0, minimum=0.0)
+# reconcile: how long after dispatch a phase's host may still be starting up
+ROLLMUX_DISPATCH_GRACE_S = env_float("ROLLMUX_DISPATCH_GRACE_S", 20.0, minimum=0.0)
+# Empty: /metrics is open (serve it on an internal network); set: scrapers send it as a Bearer token.
+ROLLMUX_METRICS_TOKEN = env_str("ROLLMUX_METRICS_TOKEN", "")
 
 LOGGING = {
     "version": 1,

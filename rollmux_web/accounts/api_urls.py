@@ -1,4 +1,11 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import path
+
+from rollmux_web.accounts import api
 
 app_name = "accounts_api"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns = [
+    path("auth/token/", api.TokenObtainView.as_view(), name="token"),
+    path("me/", api.MeView.as_view(), name="me"),
+    path("tenants/", api.TenantListView.as_view(), name="tenants"),
+    path("tenants/<slug:name>/", api.TenantDetailView.as_view(), name="tenant"),
+]

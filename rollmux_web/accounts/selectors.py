@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from rollmux_web.accounts.models import Role, Tenant
+from rollmux_web.accounts.models import ApiToken, Role, Tenant
 
 
 def user_role(user: Any) -> str | None:
@@ -38,3 +38,27 @@ def visible_tenants(user: Any) -> QuerySet[Tenant]:
     if role in (Role.ADMIN, Role.FINANCE):
         return Tenant.objects.all()
     return Tenant.objects.filter(members__user=user)
+
+
+def user_tokens(user: Any) -> QuerySet[ApiToken]:
+    """Return the user's API tokens, newest first, revoked ones included."""
+    return ApiToken.objects.filter(user=user).order_by("-created_at", "-id")
+
+
+def user_summary(user: Any) -> dict[str, Any]:
+    """Return the user, role and visible tenants as plain data (for /api/v1/me/ and login)."""
+    role = user_role(user)
+    member_of = (
+        list(Tenant.objects.filter(members__user=user).values_list("name", flat=True))
+        if role is not None
+        else []
+    )
+    return {
+        "id": user.pk,
+        "username": user.username,
+        "role": role,
+        "tenants": member_of,
+        "visible_tenants": list(visible_tenants(user).values_list("name", flat=True)),
+        "can_submit": can_submit(user),
+        "is_admin": is_admin(user),
+    }

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ProtectedError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -47,6 +48,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, ProtectedError):
+        # Deleting a row others still refer to (an SLO class jobs use): a conflict, not a 500.
+        users = sorted({o._meta.verbose_name_plural for o in exc.protected_objects})
+        return error_response(
+            "protected",
+            f"Still in use by {', '.join(str(u) for u in users) or 'other records'}; cannot delete.",
+            None,
+            status.HTTP_409_CONFLICT,
+        )
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -1,4 +1,8 @@
-from django.urls import URLPattern, URLResolver
+from rest_framework.routers import SimpleRouter
+
+from rollmux_web.audit import api
 
 app_name = "audit_api"
-urlpatterns: list[URLPattern | URLResolver] = []
+router = SimpleRouter()
+router.register("audit", api.AuditEntryViewSet, basename="audit-entry")
+urlpatterns = router.urls

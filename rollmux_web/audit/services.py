@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from rollmux_web.audit.models import AuditEntry
@@ -33,3 +35,18 @@ def audit_record(
         before=before,
         after=after,
     )
+
+
+def snapshot(obj: Any, fields: list[str]) -> dict[str, Any]:
+    """Return a JSON-safe dict of the named fields (FKs by their str, Decimals as strings)."""
+    out: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(obj, name)
+        if isinstance(value, Decimal):
+            value = str(value)
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        elif hasattr(value, "_meta"):
+            value = str(value)
+        out[name] = value
+    return out

@@ -1,4 +1,10 @@
-from django.urls import URLPattern, URLResolver
+from rest_framework.routers import SimpleRouter
+
+from rollmux_web.inventory import api
 
 app_name = "inventory_api"
-urlpatterns: list[URLPattern | URLResolver] = []
+router = SimpleRouter()
+router.register("gpu-types", api.GpuTypeViewSet, basename="gpu-type")
+router.register("clusters", api.ClusterViewSet, basename="cluster")
+router.register("nodes", api.NodeViewSet, basename="node")
+urlpatterns = router.urls

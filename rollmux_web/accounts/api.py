@@ -1,0 +1,80 @@
+"""Accounts API: exchange a password for a token, the caller's user, visible tenants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rollmux_web.accounts.selectors import user_role, user_summary, visible_tenants
+from rollmux_web.accounts.serializers import (
+    LoginSerializer,
+    TenantSerializer,
+    TokenResponseSerializer,
+    UserSummarySerializer,
+)
+from rollmux_web.accounts.services import token_create
+from rollmux_web.api.permissions import HasRole
+
+
+@method_decorator(sensitive_post_parameters("password"), name="dispatch")
+class TokenObtainView(APIView):
+    """POST username + password, get a new API token (what `rollmux login` calls)."""
+
+    # No session/CSRF here: the credentials in the body are the authentication.
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=LoginSerializer, responses={201: TokenResponseSerializer})
+    def post(self, request: Request) -> Response:
+        data = LoginSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(
+            request._request,
+            username=data.validated_data["username"],
+            password=data.validated_data["password"],
+        )
+        # One message for unknown user, wrong password and users without a role, so the
+        # endpoint does not reveal which usernames exist.
+        if user is None or not user.is_active or user_role(user) is None:
+            raise ValidationError({"non_field_errors": ["Invalid username or password."]})
+        _, key = token_create(user=user, name=data.validated_data["name"])
+        return Response({"token": key, "user": user_summary(user)}, status=status.HTTP_201_CREATED)
+
+
+class MeView(APIView):
+    """The caller's user, role and tenants."""
+
+    permission_classes = [HasRole]
+
+    @extend_schema(responses=UserSummarySerializer)
+    def get(self, request: Request) -> Response:
+        return Response(user_summary(request.user))
+
+
+class TenantListView(generics.ListAPIView):
+    """Tenants the caller may see (their own; all for admin and finance)."""
+
+    permission_classes = [HasRole]
+    serializer_class = TenantSerializer
+
+    def get_queryset(self) -> Any:
+        return visible_tenants(self.request.user).order_by("name")
+
+
+class TenantDetailView(generics.RetrieveAPIView):
+    permission_classes = [HasRole]
+    serializer_class = TenantSerializer
+    lookup_field = "name"
+
+    def get_queryset(self) -> Any:
+        return visible_tenants(self.request.user)

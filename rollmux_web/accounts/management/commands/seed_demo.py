@@ -1,0 +1,196 @@
+"""Load the demo world: tenants, users with tokens, GPU types, pools, SLO classes, quotas, jobs.
+
+Passwords are demo-<username>: this is for a laptop demo and tests, never production.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from rollmux_web.accounts.models import Profile, Role, Tenant
+from rollmux_web.accounts.services import token_create
+from rollmux_web.inventory import services as inventory
+from rollmux_web.inventory.models import Cluster, GpuType, Node, PoolKind
+from rollmux_web.jobs.models import Job
+from rollmux_web.quotas import services as quotas
+from rollmux_web.quotas.models import Quota, SloClass
+
+TENANTS = {"vision": "Vision RL", "speech": "Speech RL"}
+USERS: list[tuple[str, str, list[str]]] = [
+    ("alice", Role.RESEARCHER, ["vision"]),
+    ("bob", Role.RESEARCHER, ["vision"]),
+    ("charlie", Role.RESEARCHER, ["speech"]),
+    ("admin", Role.ADMIN, []),
+    ("finance", Role.FINANCE, []),
+]
+# Defaults from the paper's cost model (H800 = 2.85 x H20).
+GPU_TYPES = [("H20", Decimal("1.85")), ("H800", Decimal("5.28"))]
+NODE_MEM_GB = 2048.0
+NODES_PER_POOL = 8
+SLO_CLASSES = [
+    ("gold", 1.1, "Latency-sensitive: at most 10% slower than running alone"),
+    ("silver", 1.5, "Default: at most 50% slower than running alone"),
+    ("bronze", 2.0, "Best effort: at most twice as slow as running alone"),
+]
+# tenant -> gpu type -> (max GPUs at once, monthly GPU-hours, monthly $)
+QUOTAS: dict[str, dict[str, tuple[int | None, float | None, Decimal | None]]] = {
+    "vision": {
+        "H20": (48, 25_000.0, Decimal("40000")),
+        "H800": (32, 15_000.0, Decimal("75000")),
+    },
+    "speech": {
+        "H20": (16, 8_000.0, Decimal("12000")),
+        "H800": (16, 5_000.0, Decimal("25000")),
+    },
+}
+# (submitter, name, model, slo class, rollout GPUs, train GPUs, t_roll min/max, t_train min/max,
+#  host memory GB, iterations): sizes and phase times in the range of the paper's Qwen jobs.
+JOBS: list[tuple[Any, ...]] = [
+    ("alice", "grpo-qwen2.5-7b-math", "qwen2.5-7b", "silver", 8, 8, 90, 120, 80, 100, 400, 20),
+    ("alice", "ppo-qwen2.5-14b-code", "qwen2.5-14b", "gold", 16, 8, 150, 210, 120, 150, 700, 12),
+    ("bob", "grpo-qwen2.5-3b-gsm8k", "qwen2.5-3b", "bronze", 8, 8, 40, 60, 30, 45, 200, 30),
+    (
+        "charlie",
+        "dapo-qwen2.5-32b-asr",
+        "qwen2.5-32b",
+        "silver",
+        16,
+        16,
+        240,
+        330,
+        200,
+        260,
+        1100,
+        8,
+    ),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo tenants, users (password demo-<username>), inventory, SLO classes, quotas and jobs."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--if-empty",
+            action="store_true",
+            help="do nothing if any user exists (what `make run` uses)",
+        )
+        parser.add_argument("--no-jobs", action="store_true", help="skip the demo jobs")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["if_empty"] and User.objects.exists():
+            self.stdout.write("seed_demo: users exist, nothing to do (--if-empty).")
+            return
+        with transaction.atomic():
+            tokens = self._seed_world()
+        if not options["no_jobs"]:
+            self._seed_jobs()
+        self.stdout.write(self.style.SUCCESS("Demo data loaded."))
+        if tokens:
+            self.stdout.write("API tokens (shown once; only their digests are stored):")
+            for username, key in tokens:
+                self.stdout.write(f"  {username:<8} {key}")
+        self.stdout.write(
+            "Passwords: demo-<username>, e.g. alice / demo-alice, admin / demo-admin."
+        )
+
+    def _seed_world(self) -> list[tuple[str, str]]:
+        """Create what is missing; return (username, token) for users created now."""
+        tenants = {
+            name: Tenant.objects.get_or_create(name=name, defaults={"display_name": label})[0]
+            for name, label in TENANTS.items()
+        }
+        tokens: list[tuple[str, str]] = []
+        for username, role, tenant_names in USERS:
+            if User.objects.filter(username=username).exists():
+                continue
+            user = User.objects.create_user(
+                username=username,
+                password=f"demo-{username}",
+                is_staff=role == Role.ADMIN,
+                is_superuser=role == Role.ADMIN,
+            )
+            profile = Profile.objects.create(user=user, role=role)
+            profile.tenants.set([tenants[t] for t in tenant_names])
+            _, key = token_create(user=user, name="demo")
+            tokens.append((username, key))
+
+        gpu_types: dict[str, GpuType] = {}
+        for name, price in GPU_TYPES:
+            existing = GpuType.objects.filter(name=name).first()
+            gpu_types[name] = existing or inventory.gpu_type_create(
+                actor=None,
+                name=name,
+                gpus_per_node=8,
+                host_mem_gb=NODE_MEM_GB,
+                price_per_gpu_hour=price,
+            )
+
+        pools = [
+            ("rollout-pool", PoolKind.ROLLOUT, "H20", "h20"),
+            ("train-pool", PoolKind.TRAIN, "H800", "h800"),
+        ]
+        for pool_name, kind, gpu_name, prefix in pools:
+            cluster = Cluster.objects.filter(name=pool_name).first() or inventory.cluster_create(
+                actor=None,
+                name=pool_name,
+                kind=kind,
+                gpu_type=gpu_types[gpu_name],
+                ray_address="local",
+            )
+            for i in range(NODES_PER_POOL):
+                if not Node.objects.filter(name=f"{prefix}-{i}").exists():
+                    inventory.node_create(actor=None, name=f"{prefix}-{i}", cluster=cluster)
+
+        for name, slowdown, description in SLO_CLASSES:
+            if not SloClass.objects.filter(name=name).exists():
+                quotas.slo_class_create(
+                    actor=None, name=name, slowdown=slowdown, description=description
+                )
+
+        for tenant_name, per_type in QUOTAS.items():
+            for gpu_name, (max_gpus, hours, budget) in per_type.items():
+                if not Quota.objects.filter(
+                    tenant=tenants[tenant_name], gpu_type=gpu_types[gpu_name]
+                ).exists():
+                    quotas.quota_create(
+                        actor=None,
+                        tenant=tenants[tenant_name],
+                        gpu_type=gpu_types[gpu_name],
+                        max_gpus=max_gpus,
+                        monthly_gpu_hours=hours,
+                        monthly_budget_usd=budget,
+                    )
+        return tokens
+
+    def _seed_jobs(self) -> None:
+        """Submit the demo jobs through the same service as the form and the API."""
+        if Job.objects.exists():
+            return
+        from rollmux_web.jobs.services import job_submit
+
+        for username, name, model, slo, rg, tg, rmin, rmax, tmin, tmax, mem, iters in JOBS:
+            user = User.objects.get(username=username)
+            tenant = user.profile.tenants.first()
+            spec = {
+                "name": name,
+                "tenant": tenant.name if tenant else None,
+                "model": model,
+                "slo_class": slo,
+                "runner": "emulated",
+                "rollout_gpus": rg,
+                "train_gpus": tg,
+                "t_roll_min_s": float(rmin),
+                "t_roll_max_s": float(rmax),
+                "t_train_min_s": float(tmin),
+                "t_train_max_s": float(tmax),
+                "host_mem_gb": float(mem),
+                "iterations": iters,
+            }
+            job = job_submit(user=user, spec=spec, channel="seed")
+            self.stdout.write(f"  job #{job.pk} {job.name} ({tenant}, {slo})")

@@ -1,0 +1,43 @@
+"""Audit log API (admins only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import viewsets
+
+from rollmux_web.api.permissions import AdminOnly
+from rollmux_web.audit import selectors
+from rollmux_web.audit.serializers import AuditEntrySerializer
+
+
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "action", OpenApiTypes.STR, description="action or its prefix, e.g. quota"
+            ),
+            OpenApiParameter("actor", OpenApiTypes.STR, description="username"),
+            OpenApiParameter("object_type", OpenApiTypes.STR),
+            OpenApiParameter("tenant", OpenApiTypes.STR),
+            OpenApiParameter(
+                "since", OpenApiTypes.STR, description="date or ISO datetime (inclusive)"
+            ),
+            OpenApiParameter(
+                "until", OpenApiTypes.STR, description="date (whole day included) or ISO datetime"
+            ),
+        ]
+    )
+)
+class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
+    """Who changed what, when, with the state before and after."""
+
+    permission_classes = [AdminOnly]
+    serializer_class = AuditEntrySerializer
+
+    def get_queryset(self) -> Any:
+        if self.action == "list":
+            return selectors.audit_list(selectors.parse_filters(self.request.query_params))
+        return selectors.audit_list(selectors.AuditFilters())

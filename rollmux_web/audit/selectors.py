@@ -1,0 +1,84 @@
+"""Read side of the audit log (admins only; callers check the role)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from rollmux_web.audit.models import AuditEntry
+
+
+@dataclass(frozen=True)
+class AuditFilters:
+    action: str = ""
+    actor: str = ""
+    object_type: str = ""
+    tenant: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def _parse_moment(field: str, raw: str, *, end_of_day: bool) -> datetime | None:
+    raw = (raw or "").strip()
+    if not raw:
+        return None
+    moment = parse_datetime(raw)
+    if moment is None:
+        day: date | None = parse_date(raw)
+        if day is None:
+            raise ValidationError(
+                {field: [f"Use a date (YYYY-MM-DD) or ISO datetime; got {raw!r}."]}
+            )
+        # A bare `until` date includes that whole day.
+        moment = datetime.combine(day + timedelta(days=1) if end_of_day else day, time.min)
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_current_timezone())
+    return moment
+
+
+def parse_filters(params: Any) -> AuditFilters:
+    """Turn query parameters into filters; a malformed date raises ValidationError naming it."""
+    return AuditFilters(
+        action=(params.get("action") or "").strip(),
+        actor=(params.get("actor") or "").strip(),
+        object_type=(params.get("object_type") or "").strip(),
+        tenant=(params.get("tenant") or "").strip(),
+        since=_parse_moment("since", params.get("since") or "", end_of_day=False),
+        until=_parse_moment("until", params.get("until") or "", end_of_day=True),
+    )
+
+
+def audit_list(filters: AuditFilters) -> QuerySet[AuditEntry]:
+    """Return audit entries newest first. `action` matches a prefix ("quota" or "quota.update")."""
+    qs = AuditEntry.objects.all()
+    if filters.action:
+        qs = qs.filter(action__startswith=filters.action)
+    if filters.actor:
+        qs = qs.filter(actor_name=filters.actor)
+    if filters.object_type:
+        qs = qs.filter(object_type=filters.object_type)
+    if filters.tenant:
+        qs = qs.filter(tenant=filters.tenant)
+    if filters.since:
+        qs = qs.filter(at__gte=filters.since)
+    if filters.until:
+        qs = qs.filter(at__lt=filters.until)
+    return qs.order_by("-at", "-id")
+
+
+def audit_actions() -> list[str]:
+    """Return the distinct actions recorded so far (for the filter menu)."""
+    return list(AuditEntry.objects.order_by("action").values_list("action", flat=True).distinct())
+
+
+def changed_fields(entry: AuditEntry) -> list[tuple[str, Any, Any]]:
+    """Return (field, before, after) for every field that differs between the snapshots."""
+    before, after = entry.before or {}, entry.after or {}
+    keys = list(dict.fromkeys([*before.keys(), *after.keys()]))
+    return [(k, before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)]

@@ -1,0 +1,63 @@
+"""Inventory API: read for every role, write for admins (services do the work)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import viewsets
+
+from rollmux_web.api.permissions import AdminWritesOthersRead
+from rollmux_web.inventory import selectors
+from rollmux_web.inventory.models import NodeState
+from rollmux_web.inventory.serializers import ClusterSerializer, GpuTypeSerializer, NodeSerializer
+
+WRITE_METHODS = ["get", "post", "put", "patch", "head", "options"]
+
+
+class GpuTypeViewSet(viewsets.ModelViewSet):
+    """GPU types with their current price and price history."""
+
+    permission_classes = [AdminWritesOthersRead]
+    serializer_class = GpuTypeSerializer
+    http_method_names = WRITE_METHODS
+
+    def get_queryset(self) -> Any:
+        return selectors.gpu_type_list().order_by("name")
+
+
+class ClusterViewSet(viewsets.ModelViewSet):
+    """Pools: a rollout pool and a training pool, each behind a Ray address."""
+
+    permission_classes = [AdminWritesOthersRead]
+    serializer_class = ClusterSerializer
+    http_method_names = WRITE_METHODS
+
+    def get_queryset(self) -> Any:
+        return selectors.cluster_list().order_by("kind", "name")
+
+
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            OpenApiParameter("cluster", OpenApiTypes.STR, description="pool name"),
+            OpenApiParameter("gpu_type", OpenApiTypes.STR, description="GPU type name"),
+            OpenApiParameter("state", OpenApiTypes.STR, enum=NodeState.values),
+        ]
+    )
+)
+class NodeViewSet(viewsets.ModelViewSet):
+    """Nodes of the pools; setting `state` to drained or down wakes the workflow."""
+
+    permission_classes = [AdminWritesOthersRead]
+    serializer_class = NodeSerializer
+    http_method_names = WRITE_METHODS
+
+    def get_queryset(self) -> Any:
+        params = self.request.query_params
+        return selectors.node_list(
+            cluster=params.get("cluster") or None,
+            gpu_type=params.get("gpu_type") or None,
+            state=params.get("state") or None,
+        ).order_by("cluster__kind", "name")

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+
+from rollmux_web.inventory.models import Cluster, GpuType, NodeState, PoolKind
+
+
+class GpuTypeForm(forms.Form):
+    name = forms.CharField(max_length=32)
+    gpus_per_node = forms.IntegerField(min_value=1, max_value=1024, label="GPUs per node")
+    host_mem_gb = forms.FloatField(min_value=0.001, label="Host memory per node (GB)")
+    price_per_gpu_hour = forms.DecimalField(
+        min_value=Decimal("0"),
+        max_digits=10,
+        decimal_places=4,
+        label="Price per GPU-hour ($)",
+        help_text="A change applies from now on; past costs keep the old price.",
+    )
+
+
+class ClusterForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    kind = forms.ChoiceField(choices=PoolKind.choices)
+    gpu_type = forms.ModelChoiceField(queryset=GpuType.objects.all(), to_field_name="name")
+    ray_address = forms.CharField(max_length=255, initial="local")
+
+
+class NodeForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.all(), to_field_name="name", label="Pool"
+    )
+    gpus = forms.IntegerField(min_value=1, max_value=1024, label="GPUs")
+    host_mem_gb = forms.FloatField(min_value=0.001, label="Host memory (GB)")
+    state = forms.ChoiceField(choices=NodeState.choices, initial=NodeState.UP)

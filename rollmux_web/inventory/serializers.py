@@ -1,0 +1,157 @@
+"""Inventory API shapes. Writes go through services (validation, history, audit)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from rollmux_web.inventory import selectors, services
+from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
+
+MAX_GPUS = 1024
+MAX_MEM_GB = 1_000_000.0
+
+
+class GpuPriceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuPrice
+        fields = ["price_per_gpu_hour", "effective_from"]
+        read_only_fields = fields
+
+
+class GpuTypeSerializer(serializers.ModelSerializer):
+    name = serializers.CharField(max_length=32)
+    gpus_per_node = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
+    host_mem_gb = serializers.FloatField(
+        min_value=0.001, max_value=MAX_MEM_GB, help_text="host memory per node, GB"
+    )
+    price_per_gpu_hour = serializers.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        min_value=Decimal("0"),
+        max_value=Decimal("999999"),
+        help_text="current price in $ per GPU-hour; a change is appended to the history, effective now",
+    )
+    price_history = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuType
+        fields = [
+            "id",
+            "name",
+            "gpus_per_node",
+            "host_mem_gb",
+            "price_per_gpu_hour",
+            "price_history",
+        ]
+        read_only_fields = ["id", "price_history"]
+
+    def to_representation(self, instance: GpuType) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        price = selectors.gpu_type_current_price(instance)
+        data["price_per_gpu_hour"] = None if price is None else str(price)
+        return data
+
+    @extend_schema_field(GpuPriceSerializer(many=True))
+    def get_price_history(self, instance: GpuType) -> list[dict[str, Any]]:
+        rows = sorted(instance.prices.all(), key=lambda p: p.effective_from)
+        return GpuPriceSerializer(rows, many=True).data  # type: ignore[return-value]
+
+    def validate_name(self, value: str) -> str:
+        qs = GpuType.objects.filter(name=value)
+        if self.instance is not None:
+            qs = qs.exclude(pk=self.instance.pk)
+        if qs.exists():
+            raise serializers.ValidationError(f"A GPU type named {value!r} exists already.")
+        return value
+
+    def create(self, validated_data: dict[str, Any]) -> GpuType:
+        return services.gpu_type_create(actor=self.context["request"].user, **validated_data)
+
+    def update(self, instance: GpuType, validated_data: dict[str, Any]) -> GpuType:
+        return services.gpu_type_update(
+            actor=self.context["request"].user, gpu_type_id=instance.pk, data=validated_data
+        )
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    name = serializers.CharField(max_length=64)
+    kind = serializers.ChoiceField(choices=PoolKind.choices, help_text="rollout or train")
+    gpu_type = serializers.SlugRelatedField(slug_field="name", queryset=GpuType.objects.all())
+    ray_address = serializers.CharField(
+        max_length=255, help_text="Ray address of the pool, or 'local'"
+    )
+    node_count = serializers.IntegerField(read_only=True, default=0)
+    nodes_up = serializers.IntegerField(read_only=True, default=0)
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "kind", "gpu_type", "ray_address", "node_count", "nodes_up"]
+        read_only_fields = ["id", "node_count", "nodes_up"]
+
+    def validate_name(self, value: str) -> str:
+        qs = Cluster.objects.filter(name=value)
+        if self.instance is not None:
+            qs = qs.exclude(pk=self.instance.pk)
+        if qs.exists():
+            raise serializers.ValidationError(f"A pool named {value!r} exists already.")
+        return value
+
+    def create(self, validated_data: dict[str, Any]) -> Cluster:
+        return services.cluster_create(actor=self.context["request"].user, **validated_data)
+
+    def update(self, instance: Cluster, validated_data: dict[str, Any]) -> Cluster:
+        return services.cluster_update(
+            actor=self.context["request"].user, cluster_id=instance.pk, data=validated_data
+        )
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    name = serializers.CharField(max_length=64)
+    cluster = serializers.SlugRelatedField(
+        slug_field="name", queryset=Cluster.objects.all(), help_text="pool name"
+    )
+    gpu_type = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=GpuType.objects.all(),
+        required=False,
+        help_text="defaults to the pool's",
+    )
+    gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS, required=False)
+    host_mem_gb = serializers.FloatField(min_value=0.001, max_value=MAX_MEM_GB, required=False)
+    state = serializers.ChoiceField(choices=NodeState.choices, required=False)
+    ray_resource = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "cluster",
+            "gpu_type",
+            "gpus",
+            "host_mem_gb",
+            "state",
+            "ray_resource",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "ray_resource", "updated_at"]
+
+    def validate_name(self, value: str) -> str:
+        qs = Node.objects.filter(name=value)
+        if self.instance is not None:
+            qs = qs.exclude(pk=self.instance.pk)
+        if qs.exists():
+            raise serializers.ValidationError(f"A node named {value!r} exists already.")
+        return value
+
+    def create(self, validated_data: dict[str, Any]) -> Node:
+        return services.node_create(actor=self.context["request"].user, **validated_data)
+
+    def update(self, instance: Node, validated_data: dict[str, Any]) -> Node:
+        return services.node_update(
+            actor=self.context["request"].user, node_id=instance.pk, data=validated_data
+        )

@@ -1,0 +1,270 @@
+"""Write side of the inventory. Every change is atomic and audited with before/after.
+
+A price change never edits a GpuPrice row: it adds one effective now, so costs of
+past allocations (priced by the history) stay what they were.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from rollmux_web.audit.services import audit_record, snapshot
+from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState
+
+GPU_TYPE_FIELDS = ["name", "gpus_per_node", "host_mem_gb"]
+CLUSTER_FIELDS = ["name", "kind", "gpu_type", "ray_address"]
+NODE_FIELDS = ["name", "cluster", "gpu_type", "gpus", "host_mem_gb", "state"]
+
+
+def _price(value: Any) -> Decimal:
+    try:
+        price = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        raise ValidationError({"price_per_gpu_hour": ["Enter a number."]}) from None
+    if not price.is_finite():
+        raise ValidationError({"price_per_gpu_hour": ["Enter a finite number."]})
+    if price < 0:
+        raise ValidationError(
+            {"price_per_gpu_hour": ["Must be zero or more (dollars per GPU-hour)."]}
+        )
+    if price >= Decimal("1000000"):
+        raise ValidationError({"price_per_gpu_hour": ["Must be below 1,000,000 per GPU-hour."]})
+    return price.quantize(Decimal("0.0001"))
+
+
+def _gpu_type_snapshot(gpu_type: GpuType, price: Decimal | None) -> dict[str, Any]:
+    out = snapshot(gpu_type, GPU_TYPE_FIELDS)
+    out["price_per_gpu_hour"] = None if price is None else str(price)
+    return out
+
+
+def _latest_price(gpu_type: GpuType) -> GpuPrice | None:
+    return gpu_type.prices.order_by("-effective_from").first()
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _check_name(errors: dict[str, list[str]], name: Any) -> None:
+    # Names end up in Ray resource names (node:<name>) and URLs: keep them plain.
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        errors["name"] = ["Use letters, digits, '.', '_' or '-', starting with a letter or digit."]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _validate_gpu_type(gpu_type: GpuType) -> None:
+    errors: dict[str, list[str]] = {}
+    _check_name(errors, gpu_type.name)
+    if gpu_type.gpus_per_node is None or gpu_type.gpus_per_node < 1:
+        errors["gpus_per_node"] = ["Must be at least 1."]
+    if not _finite(gpu_type.host_mem_gb) or not gpu_type.host_mem_gb > 0:
+        errors["host_mem_gb"] = ["Must be more than 0 GB."]
+    if gpu_type.pk and not errors.get("gpus_per_node"):
+        too_big = gpu_type.nodes.filter(gpus__gt=gpu_type.gpus_per_node).first()
+        if too_big is not None:
+            errors["gpus_per_node"] = [
+                f"Node {too_big.name} has {too_big.gpus} GPUs, more than {gpu_type.gpus_per_node}."
+            ]
+    if errors:
+        raise ValidationError(errors)
+    gpu_type.full_clean()
+
+
+@transaction.atomic
+def gpu_type_create(
+    *,
+    actor: Any,
+    name: str,
+    gpus_per_node: int,
+    host_mem_gb: float,
+    price_per_gpu_hour: Any,
+    now: datetime | None = None,
+) -> GpuType:
+    """Create a GPU type with its first price, effective now."""
+    now = now or timezone.now()
+    price = _price(price_per_gpu_hour)
+    gpu_type = GpuType(name=name, gpus_per_node=gpus_per_node, host_mem_gb=host_mem_gb)
+    _validate_gpu_type(gpu_type)
+    gpu_type.save()
+    GpuPrice.objects.create(gpu_type=gpu_type, price_per_gpu_hour=price, effective_from=now)
+    audit_record(
+        actor=actor,
+        action="gpu_type.create",
+        obj=gpu_type,
+        after=_gpu_type_snapshot(gpu_type, price),
+    )
+    return gpu_type
+
+
+@transaction.atomic
+def gpu_type_update(
+    *, actor: Any, gpu_type_id: int, data: Mapping[str, Any], now: datetime | None = None
+) -> GpuType:
+    """Change a GPU type; a new price is appended to its history, effective now."""
+    now = now or timezone.now()
+    gpu_type = GpuType.objects.select_for_update().get(pk=gpu_type_id)
+    latest = _latest_price(gpu_type)
+    old_price = latest.price_per_gpu_hour if latest else None
+    before = _gpu_type_snapshot(gpu_type, old_price)
+    for field in GPU_TYPE_FIELDS:
+        if field in data:
+            setattr(gpu_type, field, data[field])
+    _validate_gpu_type(gpu_type)
+    new_price = old_price
+    if data.get("price_per_gpu_hour") is not None:
+        new_price = _price(data["price_per_gpu_hour"])
+    gpu_type.save()
+    if new_price is not None and new_price != old_price:
+        effective = now
+        # Two changes in the same instant (or a row recorded ahead of the clock) would collide
+        # on (gpu_type, effective_from); the newer one takes the next microsecond.
+        if latest is not None and latest.effective_from >= effective:
+            effective = latest.effective_from + timedelta(microseconds=1)
+        GpuPrice.objects.create(
+            gpu_type=gpu_type, price_per_gpu_hour=new_price, effective_from=effective
+        )
+    after = _gpu_type_snapshot(gpu_type, new_price)
+    if after != before:
+        action = "price.change" if new_price != old_price else "gpu_type.update"
+        audit_record(actor=actor, action=action, obj=gpu_type, before=before, after=after)
+    return gpu_type
+
+
+def _validate_cluster(cluster: Cluster) -> None:
+    errors: dict[str, list[str]] = {}
+    _check_name(errors, cluster.name)
+    if errors:
+        raise ValidationError(errors)
+    if not (cluster.ray_address or "").strip():
+        raise ValidationError({"ray_address": ["Give the pool's Ray address (or 'local')."]})
+    cluster.full_clean()
+    if cluster.pk:
+        other = cluster.nodes.exclude(gpu_type_id=cluster.gpu_type_id).first()
+        if other is not None:
+            raise ValidationError(
+                {"gpu_type": [f"Node {other.name} is {other.gpu_type}; a pool has one GPU type."]}
+            )
+
+
+@transaction.atomic
+def cluster_create(
+    *, actor: Any, name: str, kind: str, gpu_type: GpuType, ray_address: str
+) -> Cluster:
+    """Create a pool (rollout or training) of one GPU type behind one Ray address."""
+    cluster = Cluster(name=name, kind=kind, gpu_type=gpu_type, ray_address=ray_address)
+    _validate_cluster(cluster)
+    cluster.save()
+    audit_record(
+        actor=actor, action="cluster.create", obj=cluster, after=snapshot(cluster, CLUSTER_FIELDS)
+    )
+    return cluster
+
+
+@transaction.atomic
+def cluster_update(*, actor: Any, cluster_id: int, data: Mapping[str, Any]) -> Cluster:
+    cluster = Cluster.objects.select_for_update().select_related("gpu_type").get(pk=cluster_id)
+    before = snapshot(cluster, CLUSTER_FIELDS)
+    for field in CLUSTER_FIELDS:
+        if field in data:
+            setattr(cluster, field, data[field])
+    _validate_cluster(cluster)
+    cluster.save()
+    after = snapshot(cluster, CLUSTER_FIELDS)
+    if after != before:
+        audit_record(actor=actor, action="cluster.update", obj=cluster, before=before, after=after)
+    return cluster
+
+
+def _validate_node(node: Node) -> None:
+    errors: dict[str, list[str]] = {}
+    _check_name(errors, node.name)
+    cluster, gpu_type = node.cluster, node.gpu_type
+    if cluster is not None and gpu_type is not None and cluster.gpu_type_id != gpu_type.pk:
+        errors["gpu_type"] = [
+            f"Pool {cluster.name} holds {cluster.gpu_type} nodes, not {gpu_type}."
+        ]
+    if node.gpus is None or node.gpus < 1:
+        errors["gpus"] = ["Must be at least 1."]
+    elif gpu_type is not None and node.gpus > gpu_type.gpus_per_node:
+        errors["gpus"] = [f"A {gpu_type} node has at most {gpu_type.gpus_per_node} GPUs."]
+    if not _finite(node.host_mem_gb) or not node.host_mem_gb > 0:
+        errors["host_mem_gb"] = ["Must be more than 0 GB."]
+    if errors:
+        raise ValidationError(errors)
+    node.full_clean()
+
+
+def _after_node_state_change(node_id: int) -> None:
+    from workers import triggers
+
+    triggers.node_state_changed(node_id)
+
+
+@transaction.atomic
+def node_create(
+    *,
+    actor: Any,
+    name: str,
+    cluster: Cluster,
+    gpu_type: GpuType | None = None,
+    gpus: int | None = None,
+    host_mem_gb: float | None = None,
+    state: str = NodeState.UP,
+) -> Node:
+    """Add a node to a pool; GPU type, GPUs and memory default to the pool's GPU type."""
+    gpu_type = gpu_type or cluster.gpu_type
+    node = Node(
+        name=name,
+        cluster=cluster,
+        gpu_type=gpu_type,
+        gpus=gpus if gpus is not None else gpu_type.gpus_per_node,
+        host_mem_gb=host_mem_gb if host_mem_gb is not None else gpu_type.host_mem_gb,
+        state=state,
+    )
+    _validate_node(node)
+    node.save()
+    audit_record(actor=actor, action="node.create", obj=node, after=snapshot(node, NODE_FIELDS))
+    transaction.on_commit(lambda: _after_node_state_change(node.pk))
+    return node
+
+
+@transaction.atomic
+def node_update(*, actor: Any, node_id: int, data: Mapping[str, Any]) -> Node:
+    """Change a node; a state change (up/drained/down) wakes the workflow after commit."""
+    node = Node.objects.select_for_update().select_related("cluster", "gpu_type").get(pk=node_id)
+    before = snapshot(node, NODE_FIELDS)
+    for field in NODE_FIELDS:
+        if field in data:
+            setattr(node, field, data[field])
+    _validate_node(node)
+    node.save()
+    after = snapshot(node, NODE_FIELDS)
+    if after != before:
+        action = "node.state" if set(_changed(before, after)) == {"state"} else "node.update"
+        audit_record(actor=actor, action=action, obj=node, before=before, after=after)
+    if after["state"] != before["state"]:
+        transaction.on_commit(lambda: _after_node_state_change(node.pk))
+    return node
+
+
+def node_set_state(*, actor: Any, node_id: int, state: str) -> Node:
+    """Mark a node up, drained (no new work) or down (its jobs get resubmitted)."""
+    if state not in NodeState.values:
+        raise ValidationError({"state": [f"Unknown state {state!r}: use up, drained or down."]})
+    return node_update(actor=actor, node_id=node_id, data={"state": state})
+
+
+def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return [k for k in after if before.get(k) != after[k]]

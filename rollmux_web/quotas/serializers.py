@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from rest_framework import serializers
+
+from rollmux_web.accounts.models import Tenant
+from rollmux_web.inventory.models import GpuType
+from rollmux_web.quotas import services
+from rollmux_web.quotas.models import Quota, SloClass
+
+
+class SloClassSerializer(serializers.ModelSerializer):
+    name = serializers.SlugField(max_length=32)
+    slowdown = serializers.FloatField(
+        min_value=1.0,
+        max_value=services.MAX_SLOWDOWN,
+        help_text="tolerated slowdown: co-execution iteration time / solo iteration time (>= 1.0)",
+    )
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+    class Meta:
+        model = SloClass
+        fields = ["id", "name", "slowdown", "description"]
+        read_only_fields = ["id"]
+
+    def validate_name(self, value: str) -> str:
+        qs = SloClass.objects.filter(name=value)
+        if self.instance is not None:
+            qs = qs.exclude(pk=self.instance.pk)
+        if qs.exists():
+            raise serializers.ValidationError(f"An SLO class named {value!r} exists already.")
+        return value
+
+    def create(self, validated_data: dict[str, Any]) -> SloClass:
+        return services.slo_class_create(actor=self.context["request"].user, **validated_data)
+
+    def update(self, instance: SloClass, validated_data: dict[str, Any]) -> SloClass:
+        return services.slo_class_update(
+            actor=self.context["request"].user, slo_class_id=instance.pk, data=validated_data
+        )
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="name", queryset=Tenant.objects.all())
+    gpu_type = serializers.SlugRelatedField(slug_field="name", queryset=GpuType.objects.all())
+    max_gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=1_000_000,
+        allow_null=True,
+        required=False,
+        help_text="GPUs of this type in use at once; null = no limit",
+    )
+    monthly_gpu_hours = serializers.FloatField(
+        min_value=0,
+        max_value=1e12,
+        allow_null=True,
+        required=False,
+        help_text="GPU-hours per calendar month; null = no limit",
+    )
+    monthly_budget_usd = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        min_value=Decimal("0"),
+        allow_null=True,
+        required=False,
+        help_text="dollars per calendar month; null = no limit",
+    )
+
+    class Meta:
+        model = Quota
+        fields = ["id", "tenant", "gpu_type", "max_gpus", "monthly_gpu_hours", "monthly_budget_usd"]
+        read_only_fields = ["id"]
+        validators: list[Any] = []  # the service reports the duplicate on gpu_type
+
+    def create(self, validated_data: dict[str, Any]) -> Quota:
+        return services.quota_create(actor=self.context["request"].user, **validated_data)
+
+    def update(self, instance: Quota, validated_data: dict[str, Any]) -> Quota:
+        return services.quota_update(
+            actor=self.context["request"].user, quota_id=instance.pk, data=validated_data
+        )

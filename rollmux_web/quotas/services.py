@@ -1,0 +1,190 @@
+"""Write side of SLO classes and quotas: atomic, validated, audited with before/after."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from rollmux_web.accounts.models import Tenant
+from rollmux_web.audit.services import audit_record, snapshot
+from rollmux_web.inventory.models import GpuType
+from rollmux_web.quotas.models import Quota, SloClass
+
+SLO_FIELDS = ["name", "slowdown", "description"]
+QUOTA_FIELDS = ["tenant", "gpu_type", "max_gpus", "monthly_gpu_hours", "monthly_budget_usd"]
+MAX_SLOWDOWN = 100.0
+
+
+def _validate_slo(slo: SloClass) -> None:
+    errors: dict[str, list[str]] = {}
+    value = slo.slowdown
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        errors["slowdown"] = ["Enter a finite number."]
+    elif value < 1.0:
+        errors["slowdown"] = [
+            f"Must be at least 1.0 (1.0 = no slowdown tolerated versus running alone); got {value}."
+        ]
+    elif value > MAX_SLOWDOWN:
+        errors["slowdown"] = [f"Must be at most {MAX_SLOWDOWN}."]
+    if errors:
+        raise ValidationError(errors)
+    slo.full_clean()
+
+
+@transaction.atomic
+def slo_class_create(*, actor: Any, name: str, slowdown: float, description: str = "") -> SloClass:
+    """Create an SLO class: a name and the slowdown its jobs tolerate (>= 1.0)."""
+    slo = SloClass(name=name, slowdown=slowdown, description=description)
+    _validate_slo(slo)
+    slo.save()
+    audit_record(actor=actor, action="slo_class.create", obj=slo, after=snapshot(slo, SLO_FIELDS))
+    return slo
+
+
+@transaction.atomic
+def slo_class_update(*, actor: Any, slo_class_id: int, data: Mapping[str, Any]) -> SloClass:
+    """Change an SLO class; jobs already placed keep the plan made under the old value."""
+    slo = SloClass.objects.select_for_update().get(pk=slo_class_id)
+    before = snapshot(slo, SLO_FIELDS)
+    for field in SLO_FIELDS:
+        if field in data:
+            setattr(slo, field, data[field])
+    _validate_slo(slo)
+    slo.save()
+    after = snapshot(slo, SLO_FIELDS)
+    if after != before:
+        audit_record(actor=actor, action="slo_class.update", obj=slo, before=before, after=after)
+    return slo
+
+
+@transaction.atomic
+def slo_class_delete(*, actor: Any, slo_class_id: int) -> None:
+    """Delete an SLO class no job uses (a used one raises ProtectedError: 409 in the API)."""
+    slo = SloClass.objects.select_for_update().get(pk=slo_class_id)
+    before = snapshot(slo, SLO_FIELDS)
+    pk = slo.pk
+    slo.delete()
+    audit_record(
+        actor=actor,
+        action="slo_class.delete",
+        object_type="quotas.sloclass",
+        object_id=str(pk),
+        before=before,
+    )
+
+
+def _limit_number(errors: dict[str, list[str]], field: str, value: Any, unit: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, Decimal):
+        ok = value.is_finite()
+    else:
+        ok = isinstance(value, int | float) and math.isfinite(value)
+    if not ok:
+        errors[field] = ["Enter a finite number, or leave empty for no limit."]
+    elif value < 0:
+        errors[field] = [f"Must be zero or more {unit}, or empty for no limit; got {value}."]
+
+
+def _validate_quota(quota: Quota) -> None:
+    errors: dict[str, list[str]] = {}
+    _limit_number(errors, "max_gpus", quota.max_gpus, "GPUs")
+    _limit_number(errors, "monthly_gpu_hours", quota.monthly_gpu_hours, "GPU-hours")
+    if quota.monthly_budget_usd is not None:
+        try:
+            quota.monthly_budget_usd = Decimal(str(quota.monthly_budget_usd))
+        except InvalidOperation:
+            errors["monthly_budget_usd"] = ["Enter a number, or leave empty for no limit."]
+        else:
+            _limit_number(errors, "monthly_budget_usd", quota.monthly_budget_usd, "dollars")
+            if "monthly_budget_usd" not in errors:
+                quota.monthly_budget_usd = quota.monthly_budget_usd.quantize(Decimal("0.01"))
+    if errors:
+        raise ValidationError(errors)
+    try:
+        quota.full_clean()
+    except ValidationError as exc:
+        # The unique (tenant, gpu_type) check reports on __all__; name the fields.
+        if "__all__" in exc.message_dict and "tenant" not in exc.message_dict:
+            raise ValidationError(
+                {"gpu_type": [f"{quota.tenant} already has a quota for {quota.gpu_type}."]}
+            ) from None
+        raise
+
+
+def _quota_snapshot(quota: Quota) -> dict[str, Any]:
+    return snapshot(quota, QUOTA_FIELDS)
+
+
+@transaction.atomic
+def quota_create(
+    *,
+    actor: Any,
+    tenant: Tenant,
+    gpu_type: GpuType,
+    max_gpus: int | None = None,
+    monthly_gpu_hours: float | None = None,
+    monthly_budget_usd: Decimal | None = None,
+) -> Quota:
+    """Create a tenant's quota for one GPU type (None = no limit)."""
+    quota = Quota(
+        tenant=tenant,
+        gpu_type=gpu_type,
+        max_gpus=max_gpus,
+        monthly_gpu_hours=monthly_gpu_hours,
+        monthly_budget_usd=monthly_budget_usd,
+    )
+    _validate_quota(quota)
+    quota.save()
+    audit_record(
+        actor=actor,
+        action="quota.create",
+        obj=quota,
+        tenant=tenant.name,
+        after=_quota_snapshot(quota),
+    )
+    return quota
+
+
+@transaction.atomic
+def quota_update(*, actor: Any, quota_id: int, data: Mapping[str, Any]) -> Quota:
+    quota = Quota.objects.select_for_update().select_related("tenant", "gpu_type").get(pk=quota_id)
+    before = _quota_snapshot(quota)
+    for field in QUOTA_FIELDS:
+        if field in data:
+            setattr(quota, field, data[field])
+    _validate_quota(quota)
+    quota.save()
+    after = _quota_snapshot(quota)
+    if after != before:
+        audit_record(
+            actor=actor,
+            action="quota.update",
+            obj=quota,
+            tenant=quota.tenant.name,
+            before=before,
+            after=after,
+        )
+    return quota
+
+
+@transaction.atomic
+def quota_delete(*, actor: Any, quota_id: int) -> None:
+    """Delete a quota: the tenant is then unlimited on that GPU type."""
+    quota = Quota.objects.select_for_update().select_related("tenant", "gpu_type").get(pk=quota_id)
+    before = _quota_snapshot(quota)
+    pk, tenant = quota.pk, quota.tenant.name
+    quota.delete()
+    audit_record(
+        actor=actor,
+        action="quota.delete",
+        object_type="quotas.quota",
+        object_id=str(pk),
+        tenant=tenant,
+        before=before,
+    )
