@@ -1,0 +1,430 @@
+"""Table-driven tests of the inter-group planner (Algorithm 1) and its baselines."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from scheduler.model import (
+    ClusterSpec,
+    ClusterState,
+    GpuType,
+    JobProfile,
+    Placement,
+    PlacementResult,
+    PlacementStatus,
+    Strategy,
+)
+from scheduler.planner import apply_placement, empty_state, place, remove_job
+
+FIT, RETRY, INFEASIBLE = PlacementStatus.FIT, PlacementStatus.RETRY, PlacementStatus.INFEASIBLE
+DIRECT, SCALING, NEW = Strategy.DIRECT_PACKING, Strategy.ROLLOUT_SCALING, Strategy.NEW_GROUP
+
+
+def spec(
+    roll_nodes: int | None = 8, train_nodes: int | None = 8, overhead: float = 2.0
+) -> ClusterSpec:
+    return ClusterSpec(
+        GpuType("H20", 1.85, 8, 2048, roll_nodes),
+        GpuType("H800", 5.28, 8, 2048, train_nodes),
+        overhead,
+    )
+
+
+def job(
+    job_id: str,
+    roll: float,
+    train: float,
+    *,
+    slo: float = 1.5,
+    mem: float = 400,
+    rollout_gpus: int = 8,
+    train_gpus: int = 8,
+) -> JobProfile:
+    return JobProfile(
+        id=job_id,
+        arrival_s=0.0,
+        iterations=10,
+        rollout_gpus=rollout_gpus,
+        train_gpus=train_gpus,
+        t_roll_max_s=roll,
+        t_train_max_s=train,
+        host_mem_gb=mem,
+        slo=slo,
+    )
+
+
+def build(cluster: ClusterSpec, jobs: list[JobProfile], *, max_group_size: int = 5) -> ClusterState:
+    """Place and apply `jobs` one by one with rollmux, as arrivals would."""
+    state = empty_state(cluster)
+    for i, j in enumerate(jobs):
+        res = place(j, state, max_group_size=max_group_size)
+        assert res.status is FIT, (j.id, res.reason)
+        assert res.placement is not None
+        state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    return state
+
+
+def group_of(state: ClusterState, job_id: str) -> str:
+    return next(g.id for g in state.groups for m in g.members if m.job.id == job_id)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    existing: list[JobProfile]
+    job: JobProfile
+    status: PlacementStatus
+    strategy: Strategy | None = None
+    joins: str | None = None  # id of an existing job whose group it must join
+    reason: str = ""  # substring of the reason
+    cluster: ClusterSpec = field(default_factory=spec)
+    policy: str = "rollmux"
+    max_group_size: int = 5
+    check: Callable[[ClusterState, PlacementResult], None] | None = None
+
+
+def _shares_training_node_with_a(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    a = next(m for g in state.groups for m in g.members if m.job.id == "A")
+    assert res.placement.train_nodes == a.train_nodes
+    assert not set(res.placement.rollout_nodes) & set(a.rollout_nodes)
+    assert res.marginal_cost_per_hour == pytest.approx(8 * 1.85)
+    assert res.predicted_slowdown["A"] <= 1.2 and res.predicted_slowdown["B"] <= 1.2
+
+
+def _slowdown_reported_for_every_member(state: ClusterState, res: PlacementResult) -> None:
+    assert set(res.predicted_slowdown) == {"A", "B"}
+    assert res.predicted_slowdown["A"] == pytest.approx(1.02)
+    assert res.marginal_cost_per_hour == 0.0
+
+
+def _two_new_rollout_nodes(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    assert len(res.placement.new_nodes) == 2
+    assert res.marginal_cost_per_hour == pytest.approx(2 * 8 * 1.85)
+
+
+def _pinned_to_one_training_node(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    assert len(res.placement.train_nodes) == 1 and len(res.placement.rollout_nodes) == 1
+    c = state.groups[0].members[0]
+    assert set(res.placement.train_nodes) < set(c.train_nodes)
+
+
+def _minted(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    assert res.placement.new_nodes == ("H20-000", "H800-000")
+    after = apply_placement(state, job("A", 100, 100), res.placement, group_id="g")
+    assert {n.name for n in after.nodes} == {"H20-000", "H800-000"}
+
+
+def _random_ignores_slo(state: ClusterState, res: PlacementResult) -> None:
+    assert res.predicted_slowdown["A"] > 1.0  # A's SLO (1.0) is broken: baselines ignore it
+
+
+def _greedy_picks_the_idle_group(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    assert res.placement.group_id == group_of(state, "IDLE")
+
+
+def _lower_slowdown_wins_tie(state: ClusterState, res: PlacementResult) -> None:
+    assert res.predicted_slowdown["N"] == pytest.approx(min(res.predicted_slowdown.values()))
+
+
+CASES = [
+    Case(
+        "two rollout-heavy jobs share one training node",
+        [job("A", 330, 120, slo=1.2)],
+        job("B", 330, 120, slo=1.2),
+        FIT,
+        SCALING,
+        joins="A",
+        check=_shares_training_node_with_a,
+    ),
+    Case(
+        "direct packing is chosen when it is free",
+        [job("A", 100, 100)],
+        job("B", 100, 100),
+        FIT,
+        DIRECT,
+        joins="A",
+        check=_slowdown_reported_for_every_member,
+    ),
+    Case(
+        "rollout scaling for a rollout-heavy job when packing would break an SLO",
+        [job("A", 300, 100, rollout_gpus=16, slo=1.2)],
+        job("B", 250, 50, rollout_gpus=16, slo=1.7),
+        FIT,
+        SCALING,
+        joins="A",
+        check=_two_new_rollout_nodes,
+    ),
+    Case(
+        "a job whose memory fits no node is INFEASIBLE",
+        [],
+        job("A", 100, 100, mem=4096),
+        INFEASIBLE,
+        reason="host_mem_gb=4096 exceeds the host memory of every H20 node",
+    ),
+    Case(
+        "GPUs not a multiple of the node size are INFEASIBLE",
+        [],
+        job("A", 100, 100, train_gpus=12),
+        INFEASIBLE,
+        reason="train_gpus=12 is not a multiple of 8",
+    ),
+    Case(
+        "more GPUs than the pool has in total are INFEASIBLE",
+        [],
+        job("A", 100, 100, rollout_gpus=80),
+        INFEASIBLE,
+        reason="the rollout pool has 8 nodes (64 GPUs) in total",
+    ),
+    Case(
+        "an slo below 1 is INFEASIBLE",
+        [],
+        job("A", 100, 100, slo=0.9),
+        INFEASIBLE,
+        reason="slo must be >= 1.0",
+    ),
+    Case(
+        "a full pool gives RETRY",
+        [job("A", 100, 100, slo=1.0)],
+        job("B", 100, 100, slo=1.0),
+        RETRY,
+        reason="needs 1 free H20 nodes, 0 free",
+        cluster=spec(1, 1),
+    ),
+    Case(
+        "free nodes without host memory room give RETRY, not a broken residency",
+        [job("A", 100, 100, mem=1500)],
+        job("B", 100, 100, mem=1000),
+        RETRY,
+        cluster=spec(1, 2),
+        reason="needs 1 free H20 nodes, 0 free",
+    ),
+    Case(
+        "an existing member's SLO blocks a placement",
+        [job("A", 50, 50, slo=1.2)],
+        job("B", 150, 30, slo=2.0),
+        FIT,
+        NEW,
+    ),
+    Case(
+        "the new job's own SLO blocks a placement",
+        [job("A", 300, 300, slo=2.0)],
+        job("B", 50, 50, slo=1.5),
+        FIT,
+        NEW,
+    ),
+    Case(
+        "max group size is respected",
+        [job("A", 10, 10, slo=3), job("B", 10, 10, slo=3)],
+        job("C", 10, 10, slo=3),
+        FIT,
+        NEW,
+        max_group_size=2,
+    ),
+    Case(
+        "a saturated group is skipped",
+        [job("A", 100, 100, slo=2), job("B", 100, 100, slo=2)],
+        job("C", 10, 10, slo=30),
+        FIT,
+        NEW,
+    ),
+    Case(
+        "residency: a node's host memory is never overcommitted",
+        [job("A", 100, 100, mem=1500)],
+        job("B", 100, 100, mem=1000),
+        FIT,
+        NEW,
+    ),
+    Case(
+        "a job needing more training nodes than the group has gets its own group",
+        [job("A", 200, 200)],
+        job("B", 100, 100, train_gpus=16),
+        FIT,
+        NEW,
+    ),
+    Case(
+        "a job needing fewer training nodes is pinned to the least-loaded one",
+        [job("C", 400, 200, rollout_gpus=16, train_gpus=16, slo=1.5)],
+        job("D", 200, 100, slo=2.2),
+        FIT,
+        DIRECT,
+        joins="C",
+        check=_pinned_to_one_training_node,
+    ),
+    Case(
+        "an unbounded pool names fresh nodes",
+        [],
+        job("A", 100, 100),
+        FIT,
+        NEW,
+        cluster=spec(None, None),
+        check=_minted,
+    ),
+    Case(
+        "solo-disagg never shares even when packing is free",
+        [job("A", 100, 100)],
+        job("B", 100, 100),
+        FIT,
+        NEW,
+        policy="solo-disagg",
+    ),
+    Case(
+        "random packs capacity-first and ignores SLOs",
+        [job("A", 100, 100, slo=1.0)],
+        job("B", 100, 100),
+        FIT,
+        DIRECT,
+        joins="A",
+        policy="random",
+        check=_random_ignores_slo,
+    ),
+    Case(
+        "greedy-most-idle picks the group with the most idle time",
+        [
+            job("BUSY1", 100, 100, slo=2),
+            job("BUSY2", 100, 100, slo=2),
+            job("IDLE", 100, 100, slo=1.0),
+        ],
+        job("N", 100, 100),
+        FIT,
+        DIRECT,
+        joins="IDLE",
+        policy="greedy-most-idle",
+        check=_greedy_picks_the_idle_group,
+    ),
+    Case(
+        "baselines open a new group when no group has room",
+        [job("A", 100, 100, mem=2000)],
+        job("B", 100, 100, mem=2000),
+        FIT,
+        NEW,
+        policy="greedy-most-idle",
+    ),
+    Case(
+        "among free placements the lower predicted slowdown wins",
+        [job("X", 100, 100, slo=3.0), job("Y", 300, 300, slo=3.0), job("Z", 301, 300, slo=3.0)],
+        job("N", 100, 100, slo=3.0),
+        FIT,
+        DIRECT,
+        joins="X",
+        check=_lower_slowdown_wins_tie,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_planner_case(case: Case) -> None:
+    state = build(case.cluster, case.existing, max_group_size=max(case.max_group_size, 1))
+    rng = random.Random(7)
+    res = place(case.job, state, policy=case.policy, max_group_size=case.max_group_size, rng=rng)
+    assert res.status is case.status, res.reason
+    assert case.reason in res.reason
+    if case.status is FIT:
+        assert res.placement is not None
+        if case.strategy is not None:
+            assert res.strategy is case.strategy, res.reason
+        if case.joins is not None:
+            assert res.placement.group_id == group_of(state, case.joins)
+        else:
+            assert case.strategy is not NEW or res.placement.group_id is None
+        assert case.job.id in res.predicted_slowdown
+    else:
+        assert res.placement is None
+    if case.check is not None:
+        case.check(state, res)
+
+
+def test_existing_members_in_a_group_are_never_pushed_past_their_slo() -> None:
+    state = build(spec(), [job("A", 50, 50, slo=1.2)])
+    res = place(job("B", 150, 30, slo=2.0), state)
+    a_group = group_of(state, "A")
+    assert res.placement is not None and res.placement.group_id != a_group
+
+
+def test_rollout_scaling_adds_the_fewest_new_rollout_nodes() -> None:
+    # A is pinned to r0, C to r1, both share t0. B needs two rollout nodes: packing
+    # on r0 would break A's SLO, so B keeps the light r1 and adds ONE new node.
+    cluster = spec()
+    state = empty_state(cluster)
+    a = job("A", 300, 100, slo=1.2)
+    c = job("C", 50, 50, slo=8.0)
+    state = apply_placement(
+        state,
+        a,
+        Placement("A", NEW, None, ("H20-000",), ("H800-000",), ("H20-000", "H800-000")),
+        group_id="g",
+    )
+    state = apply_placement(
+        state,
+        c,
+        Placement("C", SCALING, "g", ("H20-001",), ("H800-000",), ("H20-001",)),
+        group_id="g",
+    )
+    res = place(job("B", 200, 50, rollout_gpus=16, slo=1.7), state)
+    assert res.status is FIT and res.strategy is SCALING, res.reason
+    assert res.placement is not None and res.placement.group_id == "g"
+    assert len(res.placement.new_nodes) == 1 and "H20-001" in res.placement.rollout_nodes
+    assert res.marginal_cost_per_hour == pytest.approx(8 * 1.85)
+    assert all(res.predicted_slowdown[j.id] <= j.slo for j in (a, c))
+
+
+def test_random_needs_an_rng_and_unknown_policies_are_rejected() -> None:
+    state = empty_state(spec())
+    with pytest.raises(ValueError, match="rng"):
+        place(job("A", 1, 1), state, policy="random")
+    with pytest.raises(ValueError, match="unknown policy"):
+        place(job("A", 1, 1), state, policy="fifo")
+
+
+def test_placing_an_already_placed_job_is_an_error() -> None:
+    state = build(spec(), [job("A", 100, 100)])
+    with pytest.raises(ValueError, match="already placed"):
+        place(job("A", 100, 100), state)
+
+
+# --- apply_placement / remove_job -------------------------------------------------------
+
+
+def test_remove_job_releases_nodes_no_member_uses_and_empties_groups() -> None:
+    state = build(spec(), [job("A", 330, 120, slo=1.2), job("B", 330, 120, slo=1.2)])
+    assert len(state.groups) == 1
+    b_roll = next(m.rollout_nodes for m in state.groups[0].members if m.job.id == "B")
+    state, released = remove_job(state, "B")
+    assert released == b_roll  # its own rollout node; the shared training node stays
+    assert len(state.groups) == 1 and len(state.groups[0].all_nodes) == 2
+    state, released = remove_job(state, "A")
+    assert len(released) == 2 and state.groups == ()
+    with pytest.raises(KeyError):
+        remove_job(state, "A")
+
+
+def test_apply_rejects_a_node_held_by_another_group() -> None:
+    state = build(spec(), [job("A", 100, 100, slo=1.0)])
+    taken = state.groups[0].rollout_nodes
+    bad = Placement("B", NEW, None, taken, ("H800-007",), taken + ("H800-007",))
+    with pytest.raises(ValueError, match="belongs to group"):
+        apply_placement(state, job("B", 100, 100), bad, group_id="g9")
+
+
+def test_apply_rejects_a_broken_residency() -> None:
+    state = build(spec(), [job("A", 100, 100, mem=1500)])
+    g = state.groups[0]
+    bad = Placement("B", DIRECT, g.id, g.rollout_nodes, g.train_nodes)
+    with pytest.raises(ValueError, match="residency broken"):
+        apply_placement(state, job("B", 100, 100, mem=1000), bad, group_id=g.id)
+
+
+def test_released_nodes_are_free_for_the_next_job() -> None:
+    cluster = spec(1, 1)
+    state = build(cluster, [job("A", 100, 100, slo=1.0)])
+    assert place(job("B", 100, 100, slo=1.0), state).status is RETRY
+    state, _ = remove_job(state, "A")
+    assert place(job("B", 100, 100, slo=1.0), state).status is FIT
