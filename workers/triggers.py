@@ -1,19 +1,46 @@
-"""Hooks the web app calls after a commit to wake the workflow (filled in by the workflow).
+"""Hooks the web app calls after a commit to wake the workflow.
 
-Each function is safe to call from `transaction.on_commit` and enqueues Celery tasks
-that take ids; in embedded mode the tasks run in-process.
+Each function is safe to call from `transaction.on_commit` and enqueues a Celery task that
+takes ids; in embedded mode (no REDIS_URL: eager Celery) the task runs in-process. A broker
+that is down does not fail the caller's request: the beat safety net (plan every 30 s,
+reconcile every 15 s) catches up once it is back.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def _send(fn: Callable[[], Any], what: str) -> None:
+    from workers import embedded
+
+    embedded.ensure_started()
+    try:
+        fn()
+    except Exception:
+        log.exception("could not enqueue %s; the beat safety net will retry", what)
+
 
 def request_planning() -> None:
     """Ask for a planning pass (after a submission, departure, failure or node change)."""
+    from workers.tasks import plan
+
+    _send(plan.delay, "planning")
 
 
 def request_cancel(job_id: int) -> None:
     """Ask the job's group controller to stop the job at the next phase boundary."""
+    from workers.tasks import cancel_job
+
+    _send(lambda: cancel_job.delay(job_id), f"cancel of job {job_id}")
 
 
 def node_state_changed(node_id: int) -> None:
     """React to a node going down/drained/up (resubmit jobs pinned to a down node)."""
+    from workers.tasks import node_changed
+
+    _send(lambda: node_changed.delay(node_id), f"node change {node_id}")

@@ -19,6 +19,9 @@ class ExecutionGroup(models.Model):
     released_at = models.DateTimeField(
         null=True, blank=True, help_text="set when its last member left"
     )
+    # The core GroupRuntime snapshot (per-node FIFO queues, running phases), saved after
+    # every phase event under the group's row lock so any worker can take the next event.
+    runtime_state = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -34,6 +37,8 @@ class ExecutionGroup(models.Model):
 class Placement(models.Model):
     """One admission of a job (a resubmitted job gets a new placement, maybe in another group)."""
 
+    job_id: int
+    group_id: int
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="placements")
     group = models.ForeignKey(ExecutionGroup, on_delete=models.PROTECT, related_name="placements")
     attempt = models.PositiveIntegerField(default=1)
@@ -44,6 +49,11 @@ class Placement(models.Model):
     train_nodes = models.ManyToManyField(Node, related_name="train_placements")
     created_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True, help_text="when the job left the group")
+    end_reason = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="completed, cancelled, failed or node_down (empty while open)",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -55,6 +65,8 @@ class Placement(models.Model):
 class NodeAllocation(models.Model):
     """A node allocated to a group from `start` to `end` (null while allocated). Cost = time x price."""
 
+    node_id: int
+    group_id: int
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
     group = models.ForeignKey(ExecutionGroup, on_delete=models.PROTECT, related_name="allocations")
     start = models.DateTimeField(db_index=True)
@@ -85,6 +97,9 @@ class PhaseState(models.TextChoices):
 class PhaseRecord(models.Model):
     """One phase of one iteration of one job, on the nodes it ran on."""
 
+    job_id: int
+    group_id: int
+    placement_id: int
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="phases")
     group = models.ForeignKey(ExecutionGroup, on_delete=models.CASCADE, related_name="phases")
     placement = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="phases")

@@ -1,0 +1,185 @@
+"""ORM rows <-> the scheduling core's dataclasses (scheduler.model)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import OuterRef, Subquery
+from django.utils import timezone
+
+from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState, PoolKind
+from rollmux_web.inventory.models import GpuType as GpuTypeRow
+from rollmux_web.inventory.models import Node as NodeRow
+from rollmux_web.jobs.models import Job
+from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation
+from rollmux_web.workflow.models import Placement as PlacementRow
+from scheduler.model import (
+    ClusterSpec,
+    ClusterState,
+    GpuType,
+    Group,
+    JobProfile,
+    Member,
+    Node,
+    Pool,
+)
+
+
+class NoPoolConfigured(LookupError):
+    """The inventory lacks a rollout or a training pool: nothing can be planned."""
+
+
+def job_id_str(job_id: int) -> str:
+    return str(job_id)
+
+
+def group_id_str(group_id: int) -> str:
+    return str(group_id)
+
+
+def job_profile(job: Job, *, slo: float | None = None, tenant: str | None = None) -> JobProfile:
+    """Return the core profile of a job (its remaining iterations: a resubmitted job resumes)."""
+    return JobProfile(
+        id=job_id_str(job.pk),
+        arrival_s=job.submitted_at.timestamp() if job.submitted_at else 0.0,
+        iterations=max(1, job.iterations - job.iterations_done),
+        rollout_gpus=job.rollout_gpus,
+        train_gpus=job.train_gpus,
+        t_roll_max_s=job.t_roll_max_s,
+        t_train_max_s=job.t_train_max_s,
+        host_mem_gb=job.host_mem_gb,
+        slo=slo if slo is not None else job.slo_class.slowdown,
+        t_roll_min_s=job.t_roll_min_s,
+        t_train_min_s=job.t_train_min_s,
+        tenant=tenant if tenant is not None else job.tenant.name,
+        model=job.model,
+        priority=job.priority,
+    )
+
+
+def current_prices() -> dict[int, Decimal]:
+    """Return the price per GPU-hour in force now, per GpuType id."""
+    now = timezone.now()
+    latest = (
+        GpuPrice.objects.filter(gpu_type=OuterRef("pk"), effective_from__lte=now)
+        .order_by("-effective_from")
+        .values("price_per_gpu_hour")[:1]
+    )
+    return {
+        row["pk"]: row["price"] or Decimal("0")
+        for row in GpuTypeRow.objects.annotate(price=Subquery(latest)).values("pk", "price")
+    }
+
+
+def _pool(kind: str) -> Pool:
+    return Pool.ROLLOUT if kind == PoolKind.ROLLOUT else Pool.TRAIN
+
+
+def cluster_spec(prices: dict[int, Decimal] | None = None) -> ClusterSpec:
+    """Return the core cluster spec: the GPU types of the rollout and the training pool."""
+    prices = prices if prices is not None else current_prices()
+    types: dict[Pool, GpuType] = {}
+    for cluster in Cluster.objects.select_related("gpu_type").order_by("pk"):
+        pool = _pool(cluster.kind)
+        if pool in types:
+            continue
+        gt = cluster.gpu_type
+        types[pool] = GpuType(
+            name=gt.name,
+            price_per_gpu_hour=float(prices.get(gt.pk, Decimal("0"))),
+            gpus_per_node=gt.gpus_per_node,
+            host_mem_gb=gt.host_mem_gb,
+            # every node of the pool, down ones included: a job too big for the nodes up now
+            # must wait (RETRY), not fail as if it could never run here
+            nodes=NodeRow.objects.filter(cluster__kind=cluster.kind).count(),
+        )
+    missing = [p.value for p in Pool if p not in types]
+    if missing:
+        raise NoPoolConfigured(f"no {' and no '.join(missing)} pool is configured")
+    return ClusterSpec(
+        rollout=types[Pool.ROLLOUT],
+        train=types[Pool.TRAIN],
+        switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S,
+    )
+
+
+def core_node(node: NodeRow, prices: dict[int, Decimal]) -> Node:
+    return Node(
+        name=node.name,
+        pool=_pool(node.cluster.kind),
+        gpu_type=node.gpu_type.name,
+        gpus=node.gpus,
+        host_mem_gb=node.host_mem_gb,
+        price_per_hour=float(prices.get(node.gpu_type.pk, Decimal("0"))) * node.gpus,
+    )
+
+
+def open_placements(group_ids: Iterable[int] | None = None) -> list[PlacementRow]:
+    qs = (
+        PlacementRow.objects.filter(ended_at__isnull=True)
+        .select_related("job", "job__slo_class", "job__tenant")
+        .prefetch_related("rollout_nodes", "train_nodes")
+        .order_by("created_at", "pk")
+    )
+    if group_ids is not None:
+        qs = qs.filter(group_id__in=list(group_ids))
+    return list(qs)
+
+
+def member(placement: PlacementRow) -> Member:
+    return Member(
+        job=job_profile(placement.job),
+        rollout_nodes=tuple(sorted(n.name for n in placement.rollout_nodes.all())),
+        train_nodes=tuple(sorted(n.name for n in placement.train_nodes.all())),
+    )
+
+
+def core_group(
+    group: ExecutionGroup, allocations: list[NodeAllocation], placements: list[PlacementRow]
+) -> Group:
+    """Return the core group: its open node allocations split by pool, and its members."""
+    rollout = sorted(a.node.name for a in allocations if a.node.cluster.kind == PoolKind.ROLLOUT)
+    train = sorted(a.node.name for a in allocations if a.node.cluster.kind == PoolKind.TRAIN)
+    return Group(
+        id=group_id_str(group.pk),
+        rollout_nodes=tuple(rollout),
+        train_nodes=tuple(train),
+        members=tuple(member(p) for p in placements),
+    )
+
+
+def cluster_state() -> ClusterState:
+    """Return the planner's snapshot: usable nodes and active groups with their members.
+
+    Nodes that are up are usable; a drained node stays in the snapshot only while a group
+    holds it (it keeps running what it has, and is never handed out free); down nodes are
+    left out (their jobs are resubmitted by `node_state_changed`).
+    """
+    prices = current_prices()
+    spec = cluster_spec(prices)
+    groups = list(ExecutionGroup.objects.filter(released_at__isnull=True).order_by("pk"))
+    allocations: dict[int, list[NodeAllocation]] = defaultdict(list)
+    for alloc in NodeAllocation.objects.filter(end__isnull=True).select_related(
+        "node", "node__cluster"
+    ):
+        allocations[alloc.group_id].append(alloc)
+    held = {a.node_id for allocs in allocations.values() for a in allocs}
+    nodes = [
+        core_node(n, prices)
+        for n in NodeRow.objects.select_related("cluster", "gpu_type").order_by("name")
+        if n.state == NodeState.UP or (n.state == NodeState.DRAINED and n.pk in held)
+    ]
+    usable = {n.name for n in nodes}
+    by_group: dict[int, list[PlacementRow]] = defaultdict(list)
+    for p in open_placements([g.pk for g in groups]):
+        by_group[p.group_id].append(p)
+    core_groups = []
+    for g in groups:
+        allocs = [a for a in allocations[g.pk] if a.node.name in usable]
+        if not allocs and not by_group[g.pk]:
+            continue
+        core_groups.append(core_group(g, allocs, by_group[g.pk]))
+    return ClusterState(spec=spec, nodes=tuple(nodes), groups=tuple(core_groups))

@@ -1,0 +1,94 @@
+"""Fixtures for the workflow tests: jobs, an in-process workflow, one shared local Ray."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+def make_job(world: Any, **overrides: Any) -> Any:
+    """Create a queued job row directly (the jobs app's submission rules are tested there)."""
+    from rollmux_web.jobs.models import Job
+
+    fields: dict[str, Any] = {
+        "name": "job",
+        "tenant": world.vision,
+        "submitter": world.alice,
+        "slo_class": world.silver,
+        "runner": "emulated",
+        "iterations": 3,
+        "rollout_gpus": 8,
+        "train_gpus": 8,
+        "t_roll_max_s": 120.0,
+        "t_roll_min_s": 100.0,
+        "t_train_max_s": 40.0,
+        "t_train_min_s": 30.0,
+        "host_mem_gb": 300.0,
+        "time_scale": 1000.0,
+    }
+    fields.update(overrides)
+    return Job.objects.create(**fields)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> None:
+    """Poll until predicate() is true; fail the test with a clear message on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def all_done(job_ids: list[int]) -> Callable[[], bool]:
+    from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
+
+    def check() -> bool:
+        return Job.objects.filter(pk__in=job_ids).exclude(status__in=TERMINAL_STATUSES).count() == 0
+
+    return check
+
+
+@pytest.fixture
+def eager_celery(settings: Any) -> Iterator[Any]:
+    """Run Celery tasks in-process (as the embedded default does), without a beat thread."""
+    from rollmux_web.celery import app
+
+    old = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.ROLLMUX_EMBEDDED_BEAT = False
+    yield app
+    app.conf.task_always_eager, app.conf.task_eager_propagates = old
+
+
+@pytest.fixture
+def inline_workflow(eager_celery: Any, settings: Any, tmp_path: Any) -> Iterator[Any]:
+    """The workflow with the in-process dispatcher: phases on threads, reports in-process."""
+    from workers.dispatch import set_dispatcher
+    from workers.dispatch.inline import InlineDispatcher
+    from workers.reporting import deliver_report
+
+    settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")
+    dispatcher = InlineDispatcher(on_report=deliver_report)
+    set_dispatcher(dispatcher)
+    yield dispatcher
+    dispatcher.shutdown()
+    set_dispatcher(None)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """One local Ray for every Ray test, advertising the test world's node resources."""
+    from workers.dispatch import ray_dispatcher
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    resources = {f"node:h20-{i}": 1.0 for i in range(4)} | {f"node:h800-{i}": 1.0 for i in range(4)}
+    ray_dispatcher.ensure_ray("local", resources=lambda: resources)
+    yield ray_dispatcher.ray_address()
+    ray_dispatcher.shutdown_ray()

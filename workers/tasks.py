@@ -1,0 +1,82 @@
+"""Celery tasks of the live workflow. Each takes ids (or a phase report), is acked late and
+is safe to run twice: the services it calls claim rows with conditional UPDATEs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from rollmux_web.workflow import services
+from workers.dispatch import PhaseReport
+
+log = logging.getLogger(__name__)
+
+_replan = threading.Event()
+
+
+@shared_task(name="workers.tasks.plan", bind=True, acks_late=True, max_retries=None)  # type: ignore[untyped-decorator]
+def plan(self: Any) -> dict[str, Any]:
+    """Run a planning pass; if another pass holds the lock, make sure one runs after it."""
+    summary = services.plan_pass()
+    if not summary.ran:
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            _replan.set()  # the pass running in this process loops once more
+            return {"ran": False}
+        raise self.retry(countdown=1.0, max_retries=30)
+    while _replan.is_set():
+        _replan.clear()
+        services.plan_pass()
+    return {
+        "ran": True,
+        "placed": summary.placed,
+        "waiting": list(summary.waiting),
+        "infeasible": list(summary.infeasible),
+    }
+
+
+@shared_task(name="workers.tasks.phase_started", acks_late=True)  # type: ignore[untyped-decorator]
+def phase_started(payload: dict[str, Any]) -> bool:
+    """Record a phase's start as its host reported it."""
+    return services.phase_started(
+        phase_id=int(payload["phase_id"]), started_at=payload.get("started_at")
+    )
+
+
+@shared_task(name="workers.tasks.phase_finished", acks_late=True)  # type: ignore[untyped-decorator]
+def phase_finished(payload: dict[str, Any]) -> bool:
+    """Apply a phase's end (the runtime hook): the group controller starts what is next."""
+    return services.phase_finished(PhaseReport.from_dict(payload))
+
+
+@shared_task(name="workers.tasks.cancel_job", acks_late=True)  # type: ignore[untyped-decorator]
+def cancel_job(job_id: int) -> bool:
+    """Stop a job at its next phase boundary."""
+    return services.cancel(job_id=int(job_id))
+
+
+@shared_task(name="workers.tasks.node_changed", acks_late=True)  # type: ignore[untyped-decorator]
+def node_changed(node_id: int) -> list[int]:
+    """Resubmit the jobs pinned to a node that went down; replan in any case."""
+    resubmitted = services.node_down(node_id=int(node_id))
+    from workers import triggers
+
+    triggers.request_planning()
+    return resubmitted
+
+
+@shared_task(name="workers.tasks.reconcile", acks_late=True)  # type: ignore[untyped-decorator]
+def reconcile() -> dict[str, list[int]]:
+    """Recover phases whose host died, whose report was lost or that overran; replan."""
+    summary = services.reconcile()
+    services.plan_pass()
+    return {
+        "recovered": summary.recovered,
+        "lost": summary.lost,
+        "redispatched": summary.redispatched,
+        "overran": summary.overran,
+        "advanced": summary.advanced,
+    }
