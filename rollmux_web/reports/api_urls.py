@@ -1,4 +1,9 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import path
+
+from rollmux_web.reports import api
 
 app_name = "reports_api"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns = [
+    path("reports/cost/", api.CostReportApi.as_view(), name="cost"),
+    path("reports/slo/", api.SloReportApi.as_view(), name="slo"),
+]

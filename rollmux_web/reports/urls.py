@@ -1,4 +1,16 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import path
+
+from rollmux_web.reports import views
 
 app_name = "reports"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("reports/cost/", views.cost_report, name="cost"),
+    path("reports/cost.csv", views.cost_csv, name="cost-csv"),
+    path("reports/slo/", views.slo_report, name="slo"),
+    path("whatif/", views.whatif_page, name="whatif"),
+    path("whatif/preview/", views.whatif_preview, name="whatif-preview"),
+    path("whatif/<int:run_id>/", views.whatif_detail, name="whatif-run"),
+    path("timeline/jobs/<int:job_id>/", views.job_timeline, name="job-timeline"),
+    path("timeline/jobs/<int:job_id>/trace.json", views.job_trace, name="job-trace"),
+]

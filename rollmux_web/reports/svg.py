@@ -1,0 +1,204 @@
+"""Draw report charts as SVG strings from the geometry the selectors computed.
+
+Everything is escaped here; templates insert the result as safe markup. Each chart
+carries a <title>/<desc> and an aria-label so it reads without JavaScript; elements
+with `data-tip` get a hover tooltip from static/js/app.js.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from decimal import Decimal
+from html import escape
+
+from django.utils.safestring import SafeString, mark_safe
+
+from rollmux_web.reports.selectors import LANE_H, Timeline
+
+
+def _a(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def timeline_svg(tl: Timeline) -> SafeString:
+    """Return the Gantt chart: lanes per node, bubbles, one element per phase record."""
+    out: list[str] = []
+    desc = (
+        f"{tl.phase_count} phases from {tl.t0:%Y-%m-%d %H:%M:%S} to {tl.t1:%Y-%m-%d %H:%M:%S} UTC"
+        f" on {len(tl.lanes)} nodes"
+    )
+    out.append(
+        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" role="img" '
+        f'width="{tl.width}" height="{tl.height}" viewBox="0 0 {tl.width} {tl.height}" '
+        f'aria-label="{_a(tl.title)} timeline: {_a(desc)}" '
+        f'data-t0="{tl.t0.timestamp():.3f}" data-t1="{tl.t1.timestamp():.3f}" '
+        f'data-left="{tl.plot_left}" data-right="{tl.plot_right}">'
+        f"<title>{_a(tl.title)} timeline</title><desc>{_a(desc)}</desc>"
+        '<defs><pattern id="bubble-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff4f2"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#f2b8ae" stroke-width="2"/></pattern></defs>'
+    )
+    bottom = tl.height - 22
+    for tick in tl.ticks:
+        out.append(
+            f'<line class="grid" x1="{tick.x}" x2="{tick.x}" y1="{tl.lanes[0].y if tl.lanes else 20}"'
+            f' y2="{bottom}" stroke="#eef0f3"/>'
+            f'<text x="{tick.x}" y="{bottom + 14}" font-size="11" text-anchor="middle" '
+            f'fill="#667085">{_a(tick.label)}</text>'
+        )
+    for lane in tl.lanes:
+        out.append(
+            f'<g class="lane" data-node="{_a(lane.node)}">'
+            f'<rect x="{tl.plot_left}" y="{lane.y}" width="{tl.plot_right - tl.plot_left}" '
+            f'height="{LANE_H + 4}" fill="{"#f7f9ff" if lane.pool == "rollout" else "#f9f7fb"}"/>'
+            f'<text x="{tl.plot_left - 6}" y="{lane.y + LANE_H / 2 + 6}" font-size="12" '
+            f'text-anchor="end" fill="#1d2330">{_a(lane.node)}</text></g>'
+        )
+    for b in tl.bubbles:
+        out.append(
+            f'<rect class="bubble" x="{b.x}" y="{b.y}" width="{b.w}" height="{LANE_H}" rx="3" '
+            f'fill="url(#bubble-hatch)" data-tip="{_a(b.tip)}"/>'
+        )
+    for agg in tl.aggregates:
+        out.append(
+            f'<rect class="agg" x="{agg.x}" y="{agg.y}" width="{agg.w}" height="{LANE_H}" '
+            f'fill="{agg.fill}" fill-opacity="{agg.opacity}" data-tip="{_a(agg.tip)}"/>'
+        )
+    for bar in tl.bars:
+        attrs = (
+            f'class="bar {bar.kind}{" running" if bar.running else ""}" data-phase="{bar.phase_id}" '
+            f'data-job="{bar.job_id}" data-tip="{_a(bar.tip)}"'
+        )
+        if len(bar.rects) == 1:
+            r = bar.rects[0]
+            out.append(
+                f'<rect {attrs} x="{r.x}" y="{r.y}" width="{r.w}" height="{LANE_H}" '
+                f'fill="{bar.fill}"/>'
+            )
+        else:
+            out.append(f'<g {attrs} fill="{bar.fill}">')
+            out.extend(
+                f'<rect x="{r.x}" y="{r.y}" width="{r.w}" height="{LANE_H}"/>' for r in bar.rects
+            )
+            out.append("</g>")
+        if bar.warm_start is not None and bar.rects and bar.rects[0].w >= 4:
+            # a cold start is a red wedge at the bar's start, a warm start a small white one
+            for r in bar.rects:
+                colour = "#ffffff" if bar.warm_start else "#c0362c"
+                out.append(
+                    f'<path class="{"warm" if bar.warm_start else "cold"}" '
+                    f'd="M{r.x} {r.y}h5l-5 7z" fill="{colour}" aria-hidden="true"/>'
+                )
+    if tl.empty_message:
+        out.append(
+            f'<text x="{(tl.plot_left + tl.plot_right) / 2}" y="{tl.height / 2}" font-size="14" '
+            f'text-anchor="middle" fill="#667085">{_a(tl.empty_message)}</text>'
+        )
+    out.append("</svg>")
+    return mark_safe("".join(out))  # noqa: S308 - every value above is escaped
+
+
+def bar_chart_svg(
+    title: str,
+    items: Sequence[tuple[str, float, str]],
+    *,
+    unit: str = "",
+    width: int = 520,
+    fmt: str = "{:,.2f}",
+) -> SafeString:
+    """Return a horizontal bar chart of (label, value, colour) items."""
+    row_h = 26
+    left = 150
+    height = 30 + row_h * len(items) + 10
+    peak = max((v for _, v, _ in items), default=0.0) or 1.0
+    plot_w = width - left - 90
+    out = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(title)}">'
+        f"<title>{_a(title)}</title>"
+        f'<text x="0" y="16" font-size="13" font-weight="600">{_a(title)}</text>'
+    ]
+    for i, (label, value, colour) in enumerate(items):
+        y = 28 + i * row_h
+        w = max(0.0, value) / peak * plot_w
+        text = fmt.format(value) + (f" {unit}" if unit else "")
+        out.append(
+            f'<text x="{left - 6}" y="{y + 15}" font-size="12" text-anchor="end">{_a(label)}</text>'
+            f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{row_h - 8}" fill="{colour}" '
+            f'data-tip="{_a(label)}: {_a(text)}"/>'
+            f'<text x="{left + w + 6:.1f}" y="{y + 14}" font-size="12" fill="#344054">'
+            f"{_a(text)}</text>"
+        )
+    out.append("</svg>")
+    return mark_safe("".join(out))  # noqa: S308
+
+
+def burn_down_svg(
+    tenant: str,
+    series: Sequence[tuple[date, Decimal]],
+    budget: Decimal | None,
+    *,
+    days_in_month: int,
+    width: int = 420,
+    height: int = 160,
+) -> SafeString:
+    """Return a month-to-date cumulative spend line against the budget line."""
+    left, right, top, bottom = 56, 10, 14, 24
+    plot_w = width - left - right
+    plot_h = height - top - bottom
+    peak = max([float(v) for _, v in series] + [float(budget or 0), 1.0])
+    label = f"Budget burn-down for {tenant}"
+
+    def xy(i: int, v: float) -> tuple[float, float]:
+        return (
+            left + (i + 1) / max(days_in_month, 1) * plot_w,
+            top + plot_h - v / peak * plot_h,
+        )
+
+    out = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(label)}">'
+        f"<title>{_a(label)}</title>"
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+        f'stroke="#98a2b3"/>'
+        f'<text x="{left - 4}" y="{top + 8}" font-size="11" text-anchor="end">'
+        f"${peak:,.0f}</text>"
+        f'<text x="{left - 4}" y="{top + plot_h}" font-size="11" text-anchor="end">$0</text>'
+    ]
+    if budget is not None:
+        _, by = xy(0, float(budget))
+        out.append(
+            f'<line class="budget" x1="{left}" y1="{by:.1f}" x2="{left + plot_w}" y2="{by:.1f}" '
+            f'stroke="#c0362c" stroke-dasharray="4 3" data-tip="budget ${budget:,.2f}"/>'
+        )
+    if series:
+        pts = " ".join(
+            f"{x:.1f},{y:.1f}" for x, y in (xy(i, float(v)) for i, (_, v) in enumerate(series))
+        )
+        out.append(
+            f'<polyline points="{left},{top + plot_h} {pts}" fill="none" stroke="#2f5bea" '
+            f'stroke-width="2"/>'
+        )
+        for i, (d, v) in enumerate(series):
+            x, y = xy(i, float(v))
+            out.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#2f5bea" '
+                f'data-tip="{d:%Y-%m-%d}: ${v:,.2f} spent"/>'
+            )
+    out.append("</svg>")
+    return mark_safe("".join(out))  # noqa: S308
+
+
+POLICY_COLOURS = {
+    "rollmux": "#2f5bea",
+    "solo-disagg": "#98a2b3",
+    "colocated": "#f79009",
+    "random": "#7a5af8",
+    "greedy-most-idle": "#12b76a",
+    "optimal": "#101828",
+}
+
+
+def policy_colour(name: str) -> str:
+    return POLICY_COLOURS.get(name, "#667085")

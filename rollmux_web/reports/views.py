@@ -1,0 +1,360 @@
+"""Pages of the reports app: thin views over the selectors; htmx requests get partials."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from rollmux_web.quotas.models import SloClass
+from rollmux_web.reports import selectors, svg, whatif
+from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm
+from rollmux_web.reports.models import WhatIfRun
+
+HTMX_STOP_POLLING = 286  # htmx stops a `hx-trigger="every ..."` poll on this status
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    return bool(getattr(request, "htmx", False))
+
+
+@login_required
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    data = selectors.cluster_overview(user=request.user)
+    template = "reports/overview.html#live" if _is_htmx(request) else "reports/overview.html"
+    return render(request, template, {"o": data})
+
+
+# --------------------------------------------------------------------------- timelines
+
+
+def _width(request: HttpRequest) -> int:
+    try:
+        return int(request.GET.get("width", "1200"))
+    except ValueError:
+        return 1200
+
+
+def _timeline_page(
+    request: HttpRequest, *, build: Any, template: str, extra: dict[str, Any]
+) -> HttpResponse:
+    start, end = request.GET.get("start"), request.GET.get("end")
+    error = ""
+    try:
+        tl = build(start=start, end=end, width=_width(request))
+    except selectors.ReportInputError as exc:
+        error = exc.message
+        tl = build(start=None, end=None, width=_width(request))
+    ctx = {"tl": tl, "chart": svg.timeline_svg(tl), "error": error, **extra}
+    ctx["zoom"] = _zoom_links(tl)
+    if _is_htmx(request):
+        response = render(request, f"{template}#chart", ctx)
+        if not tl.live:
+            response.status_code = HTMX_STOP_POLLING
+        return response
+    return render(request, template, ctx)
+
+
+def _zoom_links(tl: selectors.Timeline) -> dict[str, str]:
+    """Return query strings to zoom in/out and pan, computed on the server."""
+    span = tl.t1 - tl.t0
+    mid = tl.t0 + span / 2
+
+    def q(a: Any, b: Any) -> str:
+        return f"?start={a:%Y-%m-%dT%H:%M:%S}&end={b:%Y-%m-%dT%H:%M:%S}"
+
+    return {
+        "in": q(mid - span / 4, mid + span / 4),
+        "out": q(mid - span, mid + span),
+        "left": q(tl.t0 - span / 2, tl.t1 - span / 2),
+        "right": q(tl.t0 + span / 2, tl.t1 + span / 2),
+        "start": f"{tl.t0:%Y-%m-%dT%H:%M:%S}",
+        "end": f"{tl.t1:%Y-%m-%dT%H:%M:%S}",
+    }
+
+
+@login_required
+@require_GET
+def group_list(request: HttpRequest) -> HttpResponse:
+    return render(
+        request, "reports/groups.html", {"groups": selectors.group_list(user=request.user)}
+    )
+
+
+@login_required
+@require_GET
+def group_timeline(request: HttpRequest, group_id: int) -> HttpResponse:
+    group = selectors.visible_group(user=request.user, group_id=group_id)
+
+    def build(**kw: Any) -> selectors.Timeline:
+        return selectors.group_timeline(user=request.user, group_id=group_id, **kw)
+
+    return _timeline_page(
+        request,
+        build=build,
+        template="reports/group_timeline.html",
+        extra={
+            "group": group,
+            "members": selectors.group_list_members(user=request.user, group=group),
+        },
+    )
+
+
+@login_required
+@require_GET
+def job_timeline(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = selectors.visible_job(user=request.user, job_id=job_id)
+
+    def build(**kw: Any) -> selectors.Timeline:
+        return selectors.job_timeline(user=request.user, job_id=job_id, **kw)
+
+    return _timeline_page(
+        request, build=build, template="reports/job_timeline.html", extra={"job": job}
+    )
+
+
+def _trace_response(data: dict[str, Any], filename: str) -> HttpResponse:
+    response = JsonResponse(data)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@login_required
+@require_GET
+def group_trace(request: HttpRequest, group_id: int) -> HttpResponse:
+    data = selectors.group_trace(user=request.user, group_id=group_id)
+    return _trace_response(data, f"group-{group_id}.trace.json")
+
+
+@login_required
+@require_GET
+def job_trace(request: HttpRequest, job_id: int) -> HttpResponse:
+    data = selectors.job_trace(user=request.user, job_id=job_id)
+    return _trace_response(data, f"job-{job_id}.trace.json")
+
+
+# --------------------------------------------------------------------------- cost and SLO
+
+
+def _range(request: HttpRequest) -> tuple[DateRangeForm, Any, Any]:
+    form = DateRangeForm(request.GET or None)
+    if not request.GET:
+        form = DateRangeForm({})
+    if form.is_valid():
+        return form, form.cleaned_data["start"], form.cleaned_data["end"]
+    return form, None, None
+
+
+@login_required
+@require_GET
+def cost_report(request: HttpRequest) -> HttpResponse:
+    form, start, end = _range(request)
+    ctx: dict[str, Any] = {"form": form, "report": None}
+    if start is not None:
+        report = selectors.cost_report(user=request.user, start=start, end=end)
+        ctx["report"] = report
+        ctx["query"] = f"start={start:%Y-%m-%d}&end={end:%Y-%m-%d}"
+        ctx["tenant_chart"] = svg.bar_chart_svg(
+            "Cost per tenant",
+            [(t.label, float(t.cost), "#2f5bea") for t in report.by_tenant],
+            unit="USD",
+        )
+        ctx["compare_chart"] = svg.bar_chart_svg(
+            "Same work, three ways",
+            [
+                ("RollMux (actual)", float(report.total.cost), "#2f5bea"),
+                ("Dedicated pools", float(report.total.solo_disagg_cost), "#98a2b3"),
+                ("Co-located", float(report.total.colocated_cost), "#f79009"),
+            ],
+            unit="USD",
+        )
+        ctx["burn_charts"] = [
+            (
+                b,
+                svg.burn_down_svg(
+                    b.tenant,
+                    b.daily_cumulative,
+                    b.budget,
+                    days_in_month=_days_in_month(b.month_start),
+                ),
+            )
+            for b in report.burn_down
+        ]
+    return render(request, "reports/cost.html", ctx, status=200 if form.is_valid() else 400)
+
+
+def _days_in_month(d: Any) -> int:
+    import calendar
+
+    return calendar.monthrange(d.year, d.month)[1]
+
+
+@login_required
+@require_GET
+def cost_csv(request: HttpRequest) -> HttpResponse:
+    form, start, end = _range(request)
+    if start is None:
+        errors = "; ".join(f"{k}: {' '.join(str(x) for x in v)}" for k, v in form.errors.items())
+        return HttpResponse(f"Bad range: {errors}\n", status=400, content_type="text/plain")
+    report = selectors.cost_report(user=request.user, start=start, end=end, with_burn_down=False)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="rollmux-cost-{start}-{end}.csv"'
+    writer = csv.DictWriter(response, fieldnames=selectors.FOCUS_COLUMNS)
+    writer.writeheader()
+    writer.writerows(selectors.focus_rows(report))
+    return response
+
+
+@login_required
+@require_GET
+def slo_report(request: HttpRequest) -> HttpResponse:
+    form, start, end = _range(request)
+    ctx: dict[str, Any] = {"form": form, "report": None}
+    if start is not None:
+        report = selectors.slo_report(user=request.user, start=start, end=end)
+        ctx["report"] = report
+        ctx["chart"] = svg.bar_chart_svg(
+            "SLO attainment per tenant and class (finished jobs)",
+            [
+                (f"{a.tenant} / {a.slo_class}", a.attainment or 0.0, "#12b76a")
+                for a in report.attainment
+                if a.finished
+            ],
+            fmt="{:.0%}",
+        )
+    return render(request, "reports/slo.html", ctx, status=200 if form.is_valid() else 400)
+
+
+# --------------------------------------------------------------------------- what-if
+
+
+@login_required
+@require_GET
+def whatif_preview(request: HttpRequest) -> HttpResponse:
+    """Answer the submit form's live preview: never a 500, a short hint on bad fields."""
+    form = PreviewForm(request.GET)
+    ctx: dict[str, Any] = {}
+    if not form.is_valid():
+        missing = [f for f, errs in form.errors.items() if any("required" in e for e in errs)]
+        bad = {f: errs for f, errs in form.errors.items() if f not in missing}
+        if bad:
+            ctx["hint"] = "; ".join(
+                f"{f.replace('_', ' ')}: {' '.join(str(x) for x in e)}" for f, e in bad.items()
+            )
+        else:
+            ctx["hint"] = (
+                "Fill in "
+                + ", ".join(f.replace("_", " ") for f in missing)
+                + " to see where this job would go."
+            )
+        return render(request, "reports/whatif_preview.html", ctx)
+    slo_name = form.cleaned_data.get("slo_class") or ""
+    slo = SloClass.objects.filter(name=slo_name).values_list("slowdown", flat=True).first()
+    if slo is None:
+        try:
+            slo = float(slo_name) if slo_name else None
+        except ValueError:
+            slo = None
+    if slo is None:
+        slo = (
+            SloClass.objects.order_by("slowdown").values_list("slowdown", flat=True).first() or 1.0
+        )
+    ctx["p"] = whatif.whatif_preview(user=request.user, data=form.cleaned_data, slo=slo)
+    return render(request, "reports/whatif_preview.html", ctx)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def whatif_page(request: HttpRequest) -> HttpResponse:
+    status = 200
+    if request.method == "POST":
+        form = WhatIfForm(request.POST, request.FILES)
+        if form.is_valid():
+            data = form.cleaned_data
+            text = data.get("trace_text", "")
+            if data["source"] == "queue":
+                text = whatif.queue_trace(user=request.user)
+                if not text:
+                    form.add_error("source", "No job is queued or running: nothing to simulate.")
+            if not form.errors:
+                try:
+                    whatif.validate_trace(text)
+                except whatif.TraceInvalid as exc:
+                    form.add_error("trace", f"The trace is not in the format: {exc}")
+                except ImportError:
+                    form.add_error(None, "The simulator is not installed yet.")
+            if not form.errors:
+                run = whatif.whatif_start(
+                    user=request.user,
+                    source=data["source"],
+                    trace_text=text,
+                    policies=list(data["policies"]),
+                    seed=data["seed"],
+                )
+                messages.success(request, f"What-if run {run.pk} started.")
+                return redirect(f"/whatif/{run.pk}/")
+        status = 400
+    else:
+        form = WhatIfForm()
+    runs = whatif.whatif_runs(user=request.user)
+    return render(request, "reports/whatif.html", {"form": form, "runs": runs}, status=status)
+
+
+@login_required
+@require_GET
+def whatif_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = whatif.whatif_run(user=request.user, run_id=run_id)
+    ctx: dict[str, Any] = {"run": run}
+    if run.status == WhatIfRun.Status.DONE and run.result:
+        cmp = whatif.compare(run.result)
+        ctx["cmp"] = cmp
+        ctx["charts"] = [
+            svg.bar_chart_svg(title, items, unit=unit, fmt=fmt)
+            for title, items, unit, fmt in cmp.charts
+        ]
+        ctx["metric_keys"] = _metric_keys(cmp)
+    if _is_htmx(request):
+        response = render(request, "reports/whatif_run.html#progress", ctx)
+        if run.status in (WhatIfRun.Status.DONE, WhatIfRun.Status.FAILED):
+            response.status_code = HTMX_STOP_POLLING
+            response["HX-Refresh"] = "true"  # show the finished comparison in full
+        return response
+    return render(request, "reports/whatif_run.html", ctx)
+
+
+def _metric_keys(cmp: whatif.WhatIfComparison) -> list[tuple[str, list[str]]]:
+    """Return the scalar metrics as rows (metric, value per policy) for the side-by-side table."""
+    keys: list[str] = []
+    for r in cmp.rows:
+        for k, v in r.metrics.items():
+            if k not in keys and not isinstance(v, dict | list):
+                keys.append(k)
+    out = []
+    for k in keys:
+        vals = []
+        for r in cmp.rows:
+            v = r.metrics.get(k)
+            vals.append(f"{v:,.4g}" if isinstance(v, float) else ("" if v is None else str(v)))
+        out.append((k, vals))
+    for r in cmp.rows:
+        for k, v in r.metrics.items():
+            if isinstance(v, dict) and not any(k == key for key, _ in out):
+                out.append(
+                    (
+                        k,
+                        [
+                            json.dumps(rr.metrics.get(k), sort_keys=True)
+                            if rr.metrics.get(k)
+                            else ""
+                            for rr in cmp.rows
+                        ],
+                    )
+                )
+    return out

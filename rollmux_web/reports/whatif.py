@@ -1,0 +1,327 @@
+"""What-if planning: the planner's answer for a job not yet submitted, and simulator runs.
+
+The planner (`scheduler.planner.place`), the live snapshot
+(`rollmux_web.workflow.selectors.cluster_snapshot`), the trace parser
+(`scheduler.trace.parse_trace_text`) and the simulator (`scheduler.sim.run_simulation`)
+belong to other parts of the product; they are imported where used so a missing or
+broken piece degrades to a message instead of a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
+from rollmux_web.inventory.models import Cluster, GpuPrice, Node, NodeState, PoolKind
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.reports.models import WhatIfRun
+from scheduler.model import ClusterSpec, GpuType, JobProfile, PlacementStatus
+
+PREVIEW_JOB_ID = "what-if"
+
+
+@dataclass
+class PreviewMember:
+    label: str
+    slowdown: float
+    slo: float | None
+    is_new: bool
+
+
+@dataclass
+class Preview:
+    """What the planner would do with this job now, or why it cannot say."""
+
+    hint: str = ""  # incomplete input or an unavailable planner: a short note, no answer
+    status: str = ""  # FIT | RETRY | INFEASIBLE
+    reason: str = ""
+    strategy: str = ""
+    group: str = ""
+    marginal_cost_per_hour: float = 0.0
+    rollout_nodes: list[str] = field(default_factory=list)
+    train_nodes: list[str] = field(default_factory=list)
+    new_nodes: list[str] = field(default_factory=list)
+    members: list[PreviewMember] = field(default_factory=list)
+
+
+def current_spec() -> ClusterSpec:
+    """Return the cluster spec of the inventory: pool GPU types, current prices, nodes up."""
+    now = timezone.now()
+
+    def gpu_type(kind: str, fallback: GpuType) -> GpuType:
+        cluster = Cluster.objects.filter(kind=kind).select_related("gpu_type").first()
+        if cluster is None:
+            return fallback
+        t = cluster.gpu_type
+        price = (
+            GpuPrice.objects.filter(gpu_type=t, effective_from__lte=now)
+            .order_by("-effective_from")
+            .values_list("price_per_gpu_hour", flat=True)
+            .first()
+        )
+        nodes = Node.objects.filter(cluster__kind=kind, state=NodeState.UP).count()
+        return GpuType(
+            name=t.name,
+            price_per_gpu_hour=float(price or 0),
+            gpus_per_node=t.gpus_per_node,
+            host_mem_gb=t.host_mem_gb,
+            nodes=nodes,
+        )
+
+    return ClusterSpec(
+        rollout=gpu_type(PoolKind.ROLLOUT, GpuType("H20", 1.85, 8, 2048)),
+        train=gpu_type(PoolKind.TRAIN, GpuType("H800", 5.28, 8, 2048)),
+        switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S,
+    )
+
+
+def live_snapshot() -> Any:
+    """Return the planner's snapshot of the live cluster (the workflow's converter)."""
+    try:
+        from rollmux_web.workflow.selectors import cluster_snapshot  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from rollmux_web.workflow.converters import cluster_state as cluster_snapshot
+    return cluster_snapshot()
+
+
+def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Preview:
+    """Return the planner's answer for a job described by cleaned form data, on the live cluster."""
+    from scheduler.planner import place
+
+    profile = JobProfile(
+        id=PREVIEW_JOB_ID,
+        arrival_s=0.0,
+        iterations=data.get("iterations") or 1,
+        rollout_gpus=data["rollout_gpus"],
+        train_gpus=data["train_gpus"],
+        t_roll_max_s=data["t_roll_max_s"],
+        t_roll_min_s=data.get("t_roll_min_s"),
+        t_train_max_s=data["t_train_max_s"],
+        t_train_min_s=data.get("t_train_min_s"),
+        host_mem_gb=data["host_mem_gb"],
+        slo=slo or 1.0,
+        tenant=data.get("tenant") or "default",
+    )
+    try:
+        state = live_snapshot()
+        result = place(
+            profile, state, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
+        )
+    except Exception as exc:  # the preview must never break the submit form
+        return Preview(hint=f"The planner could not answer: {exc}")
+    status = PlacementStatus(result.status).name
+    if result.status != PlacementStatus.FIT or result.placement is None:
+        return Preview(status=status, reason=result.reason)
+    pl = result.placement
+    members = _label_members(user, state, result.predicted_slowdown)
+    return Preview(
+        status=status,
+        reason=result.reason,
+        strategy=str(pl.strategy).replace("_", " "),
+        group=str(pl.group_id) if pl.group_id is not None else "",
+        marginal_cost_per_hour=float(result.marginal_cost_per_hour),
+        rollout_nodes=list(pl.rollout_nodes),
+        train_nodes=list(pl.train_nodes),
+        new_nodes=list(pl.new_nodes),
+        members=members,
+    )
+
+
+def _label_members(user: Any, state: Any, slowdowns: dict[str, float]) -> list[PreviewMember]:
+    """Name the jobs in the predicted slowdowns (other tenants' jobs stay anonymous)."""
+    slos: dict[str, float] = {}
+    for g in getattr(state, "groups", ()):
+        for m in g.members:
+            slos[str(m.job.id)] = m.job.slo
+    ids = []
+    for key in slowdowns:
+        try:
+            ids.append(int(str(key).removeprefix("job-")))
+        except ValueError:
+            continue
+    visible = (
+        None if sees_all_tenants(user) else set(visible_tenants(user).values_list("id", flat=True))
+    )
+    names = {
+        str(pk): (name if visible is None or tid in visible else f"job #{pk} (other tenant)")
+        for pk, name, tid in Job.objects.filter(pk__in=ids).values_list("id", "name", "tenant_id")
+    }
+    out = []
+    for key, value in sorted(slowdowns.items(), key=lambda kv: kv[0] != PREVIEW_JOB_ID):
+        is_new = key == PREVIEW_JOB_ID
+        label = "this job" if is_new else names.get(str(key).removeprefix("job-"), f"job {key}")
+        out.append(
+            PreviewMember(label=label, slowdown=float(value), slo=slos.get(str(key)), is_new=is_new)
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- simulator runs
+
+
+class TraceInvalid(ValueError):
+    """The trace is not in the format: `message` names the line and the field."""
+
+
+def validate_trace(text: str) -> list[JobProfile]:
+    """Parse a trace with the shared parser; raise TraceInvalid naming line and field."""
+    from scheduler.trace import TraceError, parse_trace_text
+
+    try:
+        jobs = parse_trace_text(text, current_spec())
+    except TraceError as exc:
+        # the message already names the line and the field ("line 3, field 'slo': ...")
+        raise TraceInvalid(str(exc)) from exc
+    if not jobs:
+        raise TraceInvalid("The trace has no job (every line is blank or a comment).")
+    return list(jobs)
+
+
+def queue_trace(*, user: Any) -> str:
+    """Return the queued and running jobs the user may see as a trace (arrival = submission order)."""
+    qs = Job.objects.filter(
+        status__in=[JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING]
+    ).select_related("tenant", "slo_class")
+    if not sees_all_tenants(user):
+        qs = qs.filter(tenant__in=visible_tenants(user))
+    jobs = list(qs.order_by("submitted_at", "id"))
+    if not jobs:
+        return ""
+    first = jobs[0].submitted_at
+    lines = []
+    for j in jobs:
+        running = j.status != JobStatus.QUEUED
+        remaining = max(1, j.iterations - j.iterations_done) if running else j.iterations
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"job-{j.pk}",
+                    "tenant": j.tenant.name,
+                    "arrival_s": 0.0 if running else (j.submitted_at - first).total_seconds(),
+                    "iterations": remaining,
+                    "rollout_gpus": j.rollout_gpus,
+                    "train_gpus": j.train_gpus,
+                    "t_roll_max_s": j.t_roll_max_s,
+                    "t_roll_min_s": j.t_roll_min_s,
+                    "t_train_max_s": j.t_train_max_s,
+                    "t_train_min_s": j.t_train_min_s,
+                    "host_mem_gb": j.host_mem_gb,
+                    "slo": j.slo_class.slowdown,
+                    "model": j.model,
+                }
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def whatif_start(
+    *, user: Any, source: str, trace_text: str, policies: list[str], seed: int
+) -> WhatIfRun:
+    """Create a what-if run and queue the simulator task after the commit."""
+    from rollmux_web.reports.tasks import run_whatif
+
+    tenant = (
+        ""
+        if sees_all_tenants(user)
+        else ",".join(visible_tenants(user).values_list("name", flat=True))
+    )
+    with transaction.atomic():
+        run = WhatIfRun.objects.create(
+            created_by=user,
+            tenant=tenant,
+            source=source,
+            trace_text=trace_text,
+            policies=policies,
+            seed=seed,
+        )
+        transaction.on_commit(lambda: run_whatif.delay(run.pk))
+    return run
+
+
+def whatif_runs(*, user: Any) -> list[WhatIfRun]:
+    """Return the user's own runs (admins and finance see every run)."""
+    qs = WhatIfRun.objects.all()
+    if not sees_all_tenants(user):
+        qs = qs.filter(created_by=user)
+    return list(qs.defer("trace_text").order_by("-created_at")[:30])
+
+
+def whatif_run(*, user: Any, run_id: int) -> WhatIfRun:
+    from django.http import Http404
+
+    qs = WhatIfRun.objects.filter(pk=run_id)
+    if not sees_all_tenants(user):
+        qs = qs.filter(created_by=user)
+    run = qs.first()
+    if run is None:
+        raise Http404("no such what-if run")
+    return run
+
+
+@dataclass
+class PolicyRow:
+    name: str
+    colour: str
+    metrics: dict[str, Any]
+
+
+@dataclass
+class WhatIfComparison:
+    rows: list[PolicyRow]
+    ratios: dict[str, float]
+    charts: list[tuple[str, list[tuple[str, float, str]], str, str]]  # title, items, unit, fmt
+
+
+COMPARED = (
+    ("total_cost_usd", "Total cost", "USD", "{:,.0f}"),
+    ("avg_cost_per_hour_usd", "Average cost per hour", "USD/h", "{:,.1f}"),
+    ("slo_attainment", "SLO attainment (as drawn)", "", "{:.1%}"),
+    ("mean_slowdown", "Mean slowdown", "x", "{:.2f}"),
+    ("makespan_h", "Makespan", "h", "{:,.1f}"),
+    ("mean_queue_delay_s", "Mean queue delay", "s", "{:,.0f}"),
+)
+
+
+def compare(result: dict[str, Any]) -> WhatIfComparison:
+    """Return the policies side by side and the bar charts to draw from a simulator result."""
+    from rollmux_web.reports.svg import policy_colour
+
+    policies = result.get("policies") or {}
+    rows = [PolicyRow(name, policy_colour(name), m) for name, m in policies.items()]
+    charts = []
+    for key, title, unit, fmt in COMPARED:
+        items = [
+            (r.name, float(r.metrics[key]), r.colour)
+            for r in rows
+            if isinstance(r.metrics.get(key), int | float)
+        ]
+        if items:
+            charts.append((title, items, unit, fmt))
+    return WhatIfComparison(rows=rows, ratios=dict(result.get("ratios") or {}), charts=charts)
+
+
+def claim_run(run_id: int) -> bool:
+    """Move a pending run to running; False when another worker already has it."""
+    return (
+        WhatIfRun.objects.filter(pk=run_id, status=WhatIfRun.Status.PENDING).update(
+            status=WhatIfRun.Status.RUNNING, progress=0.0
+        )
+        == 1
+    )
+
+
+def finish_run(run_id: int, *, result: dict[str, Any] | None, error: str = "") -> None:
+    WhatIfRun.objects.filter(pk=run_id).update(
+        status=WhatIfRun.Status.FAILED if error else WhatIfRun.Status.DONE,
+        progress=1.0 if not error else WhatIfRun.objects.get(pk=run_id).progress,
+        result=result,
+        error=error,
+        finished_at=datetime.now(tz=timezone.get_current_timezone()),
+    )
