@@ -1,0 +1,210 @@
+"""Job pages: list, detail with live partial, submit form + inline validation, upload."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.jobs.services import job_submit
+from tests.factories import job_spec
+
+pytestmark = pytest.mark.django_db
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Any) -> None:
+    # PBKDF2 for five personas dominated setup; these tests use force_login
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def form_data(**overrides: Any) -> dict[str, str]:
+    return {k: str(v) for k, v in job_spec(**overrides).items()}
+
+
+def test_list_shows_visible_jobs_filters_and_polls(client_as: Any, world: Any) -> None:
+    job_submit(user=world.alice, spec=job_spec(name="vision-job"), channel="t")
+    job_submit(user=world.charlie, spec=job_spec(name="speech-job"), channel="t")
+    html = client_as("bob").get("/jobs/").content.decode()
+    assert "vision-job" in html and "speech-job" not in html
+    assert 'hx-trigger="every 3s"' in html
+    assert 'name="tenant"' not in html  # one tenant: no tenant filter
+    # the htmx poll gets only the rows partial
+    part = client_as("bob").get("/jobs/?sort=name", **HTMX).content.decode()
+    assert "vision-job" in part and "<html" not in part
+
+
+def test_admin_filters_by_tenant_and_status(client_as: Any, world: Any) -> None:
+    job_submit(user=world.alice, spec=job_spec(name="vision-job"), channel="t")
+    done = job_submit(user=world.charlie, spec=job_spec(name="speech-job"), channel="t")
+    Job.objects.filter(pk=done.pk).update(status=JobStatus.FAILED, reason="node h20-1 went down")
+    admin = client_as("admin")
+    html = admin.get("/jobs/?tenant=speech").content.decode()
+    assert 'name="tenant"' in html
+    assert "speech-job" in html and "vision-job" not in html
+    html = admin.get("/jobs/?status=failed").content.decode()
+    assert "speech-job" in html and "node h20-1 went down" in html and "vision-job" not in html
+
+
+def test_list_paginates(client_as: Any, world: Any) -> None:
+    for i in range(27):
+        job_submit(user=world.alice, spec=job_spec(name=f"sweep-{i:02d}"), channel="t")
+    html = client_as("alice").get("/jobs/?sort=name").content.decode()
+    assert "sweep-24" in html and "sweep-25" not in html and "page 1 of 2" in html
+    html = client_as("alice").get("/jobs/?sort=name&page=2").content.decode()
+    assert "sweep-26" in html and "sweep-00" not in html
+
+
+def test_detail_page_and_live_partial_stop_polling_when_terminal(
+    client_as: Any, world: Any
+) -> None:
+    job = job_submit(user=world.alice, spec=job_spec(name="detail-me"), channel="t")
+    c = client_as("bob")
+    html = c.get(f"/jobs/{job.pk}/").content.decode()
+    assert "detail-me" in html and 'hx-trigger="every 2s"' in html and "Cancel job" in html
+    assert "waiting for the planner" in html
+    resp = c.get(f"/jobs/{job.pk}/", **HTMX)
+    assert resp.status_code == 200 and "<html" not in resp.content.decode()
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, error="OOM on h800-1")
+    resp = c.get(f"/jobs/{job.pk}/", **HTMX)
+    assert resp.status_code == 286
+    body = resp.content.decode()
+    assert "OOM on h800-1" in body and "every 2s" not in body and "Cancel job" not in body
+
+
+def test_cancel_from_the_page_needs_csrf_and_works(world: Any) -> None:
+    job = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(world.bob)
+    assert c.post(f"/jobs/{job.pk}/cancel/").status_code == 403  # no token
+    page = c.get(f"/jobs/{job.pk}/")
+    token = page.cookies["csrftoken"].value
+    resp = c.post(f"/jobs/{job.pk}/cancel/", {"csrfmiddlewaretoken": token})
+    assert resp.status_code == 302
+    assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
+
+
+def test_charlie_gets_404_on_every_job_page_and_partial(client_as: Any, world: Any) -> None:
+    job = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    c = client_as("charlie")
+    assert c.get(f"/jobs/{job.pk}/").status_code == 404
+    assert c.get(f"/jobs/{job.pk}/", **HTMX).status_code == 404
+    assert c.post(f"/jobs/{job.pk}/cancel/").status_code == 404
+    assert c.post(f"/jobs/{job.pk}/cancel/", **HTMX).status_code == 404
+    assert str(job.pk) not in c.get("/jobs/", **HTMX).content.decode().split("job-rows")[1]
+    assert Job.objects.get(pk=job.pk).status == JobStatus.QUEUED
+
+
+def test_anonymous_is_sent_to_login(client: Client, world: Any) -> None:
+    job = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    for url in ("/jobs/", f"/jobs/{job.pk}/", "/jobs/new/", "/jobs/upload/"):
+        resp = client.get(url)
+        assert resp.status_code == 302 and "/accounts/login/" in resp["Location"], url
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 302
+    assert Job.objects.get(pk=job.pk).status == JobStatus.QUEUED
+
+
+def test_finance_cannot_reach_submission(client_as: Any, world: Any) -> None:
+    c = client_as("finance")
+    assert c.get("/jobs/new/").status_code == 403
+    assert c.post("/jobs/new/", form_data(tenant="vision")).status_code == 403
+    assert c.get("/jobs/upload/").status_code == 403
+    assert c.post("/jobs/new/validate/?field=name", form_data()).status_code == 403
+    assert "Submit a job" not in c.get("/jobs/").content.decode()
+    assert Job.objects.count() == 0
+
+
+def test_form_submits_and_redirects_to_the_job(client_as: Any, world: Any) -> None:
+    c = client_as("alice")
+    html = c.get("/jobs/new/").content.decode()
+    assert 'id="whatif"' in html and 'hx-get="/whatif/preview/"' in html
+    resp = c.post("/jobs/new/", form_data(name="from-form", t_roll_min_s="", time_scale=""))
+    assert resp.status_code == 302
+    job = Job.objects.get(name="from-form")
+    assert resp["Location"] == f"/jobs/{job.pk}/"
+    assert job.t_roll_min_s == job.t_roll_max_s and job.time_scale is None
+
+
+def test_form_shows_field_errors_and_saves_nothing(client_as: Any, world: Any) -> None:
+    resp = client_as("alice").post("/jobs/new/", form_data(rollout_gpus="12", iterations="x"))
+    assert resp.status_code == 400
+    html = resp.content.decode()
+    assert "rollout_gpus: Must be a multiple of 8" in html
+    assert "iterations: A valid integer is required." in html
+    assert 'value="12"' in html  # the user's input is kept
+    assert Job.objects.count() == 0
+
+
+def test_inline_validation_returns_the_field_partial(client_as: Any, world: Any) -> None:
+    c = client_as("alice")
+    bad = form_data(t_roll_min_s="500", host_mem_gb="")
+    resp = c.post("/jobs/new/validate/?field=t_roll_min_s", bad, **HTMX)
+    assert "t_roll_min_s: Must be at most t_roll_max_s (120 s)" in resp.content.decode()
+    resp = c.post("/jobs/new/validate/?field=host_mem_gb", bad, **HTMX)
+    assert "host_mem_gb: A valid number is required." in resp.content.decode()
+    resp = c.post("/jobs/new/validate/?field=name", bad, **HTMX)
+    assert resp.content.decode().strip() == ""
+    resp = c.post("/jobs/new/validate/?field=tenant", form_data(tenant="speech"), **HTMX)
+    assert "Unknown tenant" in resp.content.decode()
+    assert c.post("/jobs/new/validate/?field=bogus", bad).status_code == 400
+
+
+def test_cost_preview(client_as: Any, world: Any) -> None:
+    resp = client_as("alice").get(
+        "/jobs/new/preview/",
+        {
+            "rollout_gpus": 8,
+            "train_gpus": 16,
+            "t_roll_max_s": 360,
+            "t_train_max_s": 120,
+            "iterations": 10,
+        },
+        **HTMX,
+    )
+    html = resp.content.decode()
+    # (360 s x 8 x $1.85 + 120 s x 16 x $5.28) / 3600 = $1.48 + $2.816 = $4.30
+    assert "$4.30" in html
+    # bubble: (120 x 8 x 1.85 + 360 x 16 x 5.28) / 3600 = $0.49 + $8.45 = $8.94
+    assert "$8.94" in html
+    assert "$42.96" in html  # 10 iterations busy
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_upload_submits_a_yaml_or_json_spec(client_as: Any, world: Any, fmt: str) -> None:
+    spec = job_spec(name=f"uploaded-{fmt}")
+    if fmt == "json":
+        content = json.dumps(spec).encode()
+    else:
+        content = "\n".join(f"{k}: {v}" for k, v in spec.items()).encode()
+    f = SimpleUploadedFile(f"spec.{fmt}", content)
+    resp = client_as("alice").post("/jobs/upload/", {"file": f})
+    assert resp.status_code == 302, resp.content.decode()
+    assert Job.objects.filter(name=f"uploaded-{fmt}").count() == 1
+
+
+def test_upload_gives_the_same_field_errors(client_as: Any, world: Any) -> None:
+    content = json.dumps(job_spec(train_gpus=0, slo_class="tin")).encode()
+    resp = client_as("alice").post("/jobs/upload/", {"file": SimpleUploadedFile("s.json", content)})
+    assert resp.status_code == 400
+    html = resp.content.decode()
+    assert "train_gpus: Must be a positive number of GPUs, got 0." in html
+    assert "slo_class: Unknown SLO class" in html
+    assert Job.objects.count() == 0
+
+
+def test_upload_refuses_a_5mb_file_and_garbage(client_as: Any, world: Any) -> None:
+    big = b"name: x\n" + b"#" * (5 * 1024 * 1024)
+    resp = client_as("alice").post("/jobs/upload/", {"file": SimpleUploadedFile("big.yaml", big)})
+    assert resp.status_code == 400
+    assert "file: The file is 5,242,888 bytes; the limit is" in resp.content.decode()
+    for junk in (b"[1, 2]", b"{{{", b"\xff\xfe"):
+        resp = client_as("alice").post(
+            "/jobs/upload/", {"file": SimpleUploadedFile("j.yaml", junk)}
+        )
+        assert resp.status_code == 400 and "file: " in resp.content.decode()
+    assert Job.objects.count() == 0
