@@ -50,10 +50,9 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "price_history"]
 
     def to_representation(self, instance: GpuType) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        price = selectors.gpu_type_current_price(instance)
-        data["price_per_gpu_hour"] = None if price is None else str(price)
-        return data
+        # The current price is not a column: it is the latest row of the price history.
+        instance.price_per_gpu_hour = selectors.gpu_type_current_price(instance)  # type: ignore[attr-defined]
+        return super().to_representation(instance)  # type: ignore[no-any-return]
 
     @extend_schema_field(GpuPriceSerializer(many=True))
     def get_price_history(self, instance: GpuType) -> list[dict[str, Any]]:

@@ -1,0 +1,423 @@
+"""Inventory: GPU types with price history, pools, nodes; API, pages, audit, triggers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from rest_framework.test import APIClient
+
+from rollmux_web.audit.models import AuditEntry
+from rollmux_web.inventory import selectors, services
+from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node
+from rollmux_web.inventory.selectors import step_price_at, step_segments
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+H = timedelta(hours=1)
+
+
+# --- price history (pure) -------------------------------------------------------------
+
+
+def test_segments_split_an_interval_at_each_price_change():
+    steps = [(T0, Decimal("2")), (T0 + 2 * H, Decimal("3")), (T0 + 5 * H, Decimal("1"))]
+    segs = step_segments(steps, T0 + H, T0 + 6 * H)
+    assert segs == [
+        (T0 + H, T0 + 2 * H, Decimal("2")),
+        (T0 + 2 * H, T0 + 5 * H, Decimal("3")),
+        (T0 + 5 * H, T0 + 6 * H, Decimal("1")),
+    ]
+
+
+def test_segments_inside_one_price_and_empty_intervals():
+    steps = [(T0, Decimal("2")), (T0 + 10 * H, Decimal("3"))]
+    assert step_segments(steps, T0 + H, T0 + 2 * H) == [(T0 + H, T0 + 2 * H, Decimal("2"))]
+    assert step_segments(steps, T0 + H, T0 + H) == []
+    # a change exactly at the end does not open a zero-length segment
+    assert step_segments(steps, T0, T0 + 10 * H) == [(T0, T0 + 10 * H, Decimal("2"))]
+
+
+def test_time_before_the_first_price_uses_the_first_price():
+    steps = [(T0, Decimal("2")), (T0 + H, Decimal("3"))]
+    assert step_price_at(steps, T0 - 100 * H) == Decimal("2")
+    assert step_price_at(steps, T0 + H) == Decimal("3")
+    with pytest.raises(LookupError):
+        step_price_at([], T0)
+
+
+# --- services and selectors ---------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_price_change_appends_history_and_keeps_past_costs(world):
+    change_at = datetime(2026, 6, 1, tzinfo=UTC)
+    services.gpu_type_update(
+        actor=world.admin,
+        gpu_type_id=world.h20.pk,
+        data={"price_per_gpu_hour": Decimal("2.50")},
+        now=change_at,
+    )
+    rows = list(GpuPrice.objects.filter(gpu_type=world.h20).order_by("effective_from"))
+    assert [(r.price_per_gpu_hour, r.effective_from) for r in rows] == [
+        (Decimal("1.8500"), datetime(2026, 1, 1, tzinfo=UTC)),
+        (Decimal("2.5000"), change_at),
+    ]
+    assert selectors.price_at(world.h20, change_at - H) == Decimal("1.85")
+    assert selectors.price_at("H20", change_at) == Decimal("2.50")
+    assert selectors.current_prices() == {"H20": Decimal("2.50"), "H800": Decimal("5.28")}
+    # an allocation straddling the change is priced half at each price
+    segs = selectors.price_segments(world.h20.pk, change_at - H, change_at + H)
+    assert [s[2] for s in segs] == [Decimal("1.85"), Decimal("2.50")]
+    book = selectors.price_book()
+    assert book.cost("H20", 8, change_at - H, change_at + H) == 8 * (
+        Decimal("1.85") + Decimal("2.50")
+    )
+    # a cost computed before the change is still the same afterwards
+    assert book.cost("H20", 8, change_at - 2 * H, change_at - H) == 8 * Decimal("1.85")
+
+
+@pytest.mark.django_db
+def test_price_change_is_audited_with_before_and_after(world):
+    services.gpu_type_update(
+        actor=world.admin, gpu_type_id=world.h800.pk, data={"price_per_gpu_hour": "6"}
+    )
+    entry = AuditEntry.objects.get(action="price.change")
+    assert entry.actor == world.admin
+    assert entry.before["price_per_gpu_hour"] == "5.2800"
+    assert entry.after["price_per_gpu_hour"] == "6.0000"
+    assert entry.object_id == str(world.h800.pk)
+
+
+@pytest.mark.django_db
+def test_unchanged_price_adds_no_row_and_no_audit(world):
+    services.gpu_type_update(
+        actor=world.admin, gpu_type_id=world.h20.pk, data={"price_per_gpu_hour": "1.85"}
+    )
+    assert GpuPrice.objects.filter(gpu_type=world.h20).count() == 1
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_two_changes_in_the_same_instant_both_kept(world):
+    now = datetime(2026, 7, 1, tzinfo=UTC)
+    for price in ("2", "3"):
+        services.gpu_type_update(
+            actor=world.admin, gpu_type_id=world.h20.pk, data={"price_per_gpu_hour": price}, now=now
+        )
+    assert selectors.price_at("H20", now + H) == Decimal("3")
+    assert GpuPrice.objects.filter(gpu_type=world.h20).count() == 3
+
+
+@pytest.mark.django_db
+def test_node_state_change_calls_the_trigger_after_commit(
+    world, monkeypatch, django_capture_on_commit_callbacks
+):
+    calls: list[int] = []
+    monkeypatch.setattr("workers.triggers.node_state_changed", calls.append)
+    node = Node.objects.get(name="h20-1")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        services.node_set_state(actor=world.admin, node_id=node.pk, state="down")
+        assert calls == []  # not before the commit
+    for cb in callbacks:
+        cb()
+    assert calls == [node.pk]
+    entry = AuditEntry.objects.get(action="node.state")
+    assert entry.before["state"] == "up" and entry.after["state"] == "down"
+
+
+@pytest.mark.django_db
+def test_node_update_without_state_change_does_not_trigger(
+    world, monkeypatch, django_capture_on_commit_callbacks
+):
+    calls: list[int] = []
+    monkeypatch.setattr("workers.triggers.node_state_changed", calls.append)
+    node = Node.objects.get(name="h20-1")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.node_update(actor=world.admin, node_id=node.pk, data={"host_mem_gb": 1024.0})
+    assert calls == []
+
+
+# --- API ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/v1/gpu-types/", "/api/v1/nodes/", "/api/v1/clusters/"])
+@pytest.mark.parametrize("who", ["alice", "charlie", "finance", "admin"])
+def test_every_role_reads_the_inventory(api_as, path, who):
+    resp = api_as(who).get(path)
+    assert resp.status_code == 200
+    assert resp.json()["count"] >= 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/v1/gpu-types/", "/api/v1/nodes/", "/api/v1/clusters/"])
+def test_anonymous_cannot_read_the_inventory(world, path):
+    assert APIClient().get(path).status_code == 401
+
+
+@pytest.mark.django_db
+def test_gpu_type_shows_current_price_and_history(api_as, world):
+    services.gpu_type_update(
+        actor=world.admin, gpu_type_id=world.h20.pk, data={"price_per_gpu_hour": "2"}
+    )
+    body = api_as("alice").get(f"/api/v1/gpu-types/{world.h20.pk}/").json()
+    assert body["price_per_gpu_hour"] == "2.0000"
+    assert [p["price_per_gpu_hour"] for p in body["price_history"]] == ["1.8500", "2.0000"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["alice", "finance"])
+def test_non_admins_cannot_write_the_inventory(api_as, world, who):
+    api = api_as(who)
+    node = Node.objects.get(name="h20-0")
+    attempts = [
+        api.patch(
+            f"/api/v1/gpu-types/{world.h20.pk}/", {"price_per_gpu_hour": "0.01"}, format="json"
+        ),
+        api.post(
+            "/api/v1/gpu-types/",
+            {"name": "B200", "gpus_per_node": 8, "host_mem_gb": 2048, "price_per_gpu_hour": "9"},
+            format="json",
+        ),
+        api.patch(f"/api/v1/nodes/{node.pk}/", {"state": "down"}, format="json"),
+        api.post("/api/v1/nodes/", {"name": "h20-99", "cluster": "rollout-pool"}, format="json"),
+        api.patch(
+            f"/api/v1/clusters/{world.rollout_pool.pk}/", {"ray_address": "x:1"}, format="json"
+        ),
+    ]
+    for resp in attempts:
+        assert resp.status_code == 403
+        assert resp.json()["error"]["code"] == "permission_denied"
+    assert selectors.current_prices()["H20"] == Decimal("1.85")
+    node.refresh_from_db()
+    assert node.state == "up"
+    assert not GpuType.objects.filter(name="B200").exists()
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_admin_changes_price_through_the_api(api_as, world):
+    resp = api_as("admin").patch(
+        f"/api/v1/gpu-types/{world.h20.pk}/", {"price_per_gpu_hour": "2.10"}, format="json"
+    )
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["price_per_gpu_hour"] == "2.1000"
+    assert GpuPrice.objects.filter(gpu_type=world.h20).count() == 2
+    assert AuditEntry.objects.filter(action="price.change", actor=world.admin).count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "payload", "field"),
+    [
+        (
+            "gpu-types",
+            {"name": "B200", "gpus_per_node": 8, "host_mem_gb": 2048, "price_per_gpu_hour": "-1"},
+            "price_per_gpu_hour",
+        ),
+        (
+            "gpu-types",
+            {"name": "B200", "gpus_per_node": 0, "host_mem_gb": 2048, "price_per_gpu_hour": "9"},
+            "gpus_per_node",
+        ),
+        (
+            "gpu-types",
+            {"name": "B200", "gpus_per_node": 8, "host_mem_gb": 0, "price_per_gpu_hour": "9"},
+            "host_mem_gb",
+        ),
+        (
+            "gpu-types",
+            {"name": "H20", "gpus_per_node": 8, "host_mem_gb": 2048, "price_per_gpu_hour": "9"},
+            "name",
+        ),
+        (
+            "gpu-types",
+            {
+                "name": "B200",
+                "gpus_per_node": "eight",
+                "host_mem_gb": 2048,
+                "price_per_gpu_hour": "9",
+            },
+            "gpus_per_node",
+        ),
+        ("nodes", {"name": "h20-99", "cluster": "rollout-pool", "gpus": 0}, "gpus"),
+        ("nodes", {"name": "h20-99", "cluster": "rollout-pool", "gpus": 16}, "gpus"),
+        ("nodes", {"name": "h20-99", "cluster": "rollout-pool", "gpu_type": "H800"}, "gpu_type"),
+        ("nodes", {"name": "h20-99", "cluster": "no-such-pool"}, "cluster"),
+        ("nodes", {"name": "h20 99", "cluster": "rollout-pool"}, "name"),
+        ("nodes", {"name": "h20-0", "cluster": "rollout-pool"}, "name"),
+        ("nodes", {"name": "h20-99", "cluster": "rollout-pool", "state": "melted"}, "state"),
+        (
+            "clusters",
+            {"name": "p2", "kind": "inference", "gpu_type": "H20", "ray_address": "local"},
+            "kind",
+        ),
+        (
+            "clusters",
+            {"name": "p2", "kind": "rollout", "gpu_type": "A100", "ray_address": "local"},
+            "gpu_type",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_names_the_field_and_saves_nothing(api_as, world, path, payload, field):
+    counts = (
+        GpuType.objects.count(),
+        GpuPrice.objects.count(),
+        Node.objects.count(),
+        Cluster.objects.count(),
+    )
+    resp = api_as("admin").post(f"/api/v1/{path}/", payload, format="json")
+    assert resp.status_code == 400, resp.content
+    err = resp.json()["error"]
+    assert err["code"] == "invalid"
+    assert field in err["fields"], err
+    assert err["message"].startswith(f"{field}:")
+    assert counts == (
+        GpuType.objects.count(),
+        GpuPrice.objects.count(),
+        Node.objects.count(),
+        Cluster.objects.count(),
+    )
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_negative_price_update_is_refused_and_history_untouched(api_as, world):
+    resp = api_as("admin").patch(
+        f"/api/v1/gpu-types/{world.h800.pk}/", {"price_per_gpu_hour": "-0.5"}, format="json"
+    )
+    assert resp.status_code == 400
+    assert "price_per_gpu_hour" in resp.json()["error"]["fields"]
+    assert GpuPrice.objects.filter(gpu_type=world.h800).count() == 1
+
+
+@pytest.mark.django_db
+def test_shrinking_gpus_per_node_below_a_node_is_refused(api_as, world):
+    resp = api_as("admin").patch(
+        f"/api/v1/gpu-types/{world.h20.pk}/", {"gpus_per_node": 4}, format="json"
+    )
+    assert resp.status_code == 400
+    assert "gpus_per_node" in resp.json()["error"]["fields"]
+    world.h20.refresh_from_db()
+    assert world.h20.gpus_per_node == 8
+
+
+@pytest.mark.django_db
+def test_admin_adds_a_node_with_pool_defaults(api_as, world, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = api_as("admin").post(
+            "/api/v1/nodes/", {"name": "h20-9", "cluster": "rollout-pool"}, format="json"
+        )
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert (body["gpu_type"], body["gpus"], body["host_mem_gb"], body["state"]) == (
+        "H20",
+        8,
+        2048.0,
+        "up",
+    )
+    assert body["ray_resource"] == "node:h20-9"
+    assert AuditEntry.objects.get(action="node.create").after["name"] == "h20-9"
+
+
+@pytest.mark.django_db
+def test_node_list_filters(api_as, world):
+    Node.objects.filter(name="h800-2").update(state="drained")
+    api = api_as("alice")
+    assert api.get("/api/v1/nodes/?cluster=train-pool").json()["count"] == 4
+    assert [n["name"] for n in api.get("/api/v1/nodes/?state=drained").json()["results"]] == [
+        "h800-2"
+    ]
+    assert api.get("/api/v1/nodes/?gpu_type=H20").json()["count"] == 4
+
+
+@pytest.mark.django_db
+def test_unknown_node_is_404_with_the_error_shape(api_as, world):
+    resp = api_as("alice").get("/api/v1/nodes/999999/")
+    assert resp.status_code == 404
+    assert resp.json()["error"]["code"] == "not_found"
+
+
+# --- pages ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_admin_changes_a_price_through_the_form(client_as, world):
+    client = client_as("admin")
+    url = f"/inventory/gpu-types/{world.h20.pk}/edit/"
+    form = client.get(url)
+    assert form.status_code == 200 and "1.85" in form.content.decode()
+    resp = client.post(
+        url, {"name": "H20", "gpus_per_node": 8, "host_mem_gb": 2048, "price_per_gpu_hour": "1.99"}
+    )
+    assert resp.status_code == 302
+    assert selectors.current_prices()["H20"] == Decimal("1.99")
+    page = client.get("/inventory/").content.decode()
+    assert "$1.99" in page and "$1.85 from" in page
+
+
+@pytest.mark.django_db
+def test_price_form_shows_field_error_and_saves_nothing(client_as, world):
+    resp = client_as("admin").post(
+        f"/inventory/gpu-types/{world.h20.pk}/edit/",
+        {"name": "H20", "gpus_per_node": 8, "host_mem_gb": 2048, "price_per_gpu_hour": "-3"},
+    )
+    assert resp.status_code == 400
+    assert 'id="error-price_per_gpu_hour"' in resp.content.decode()
+    assert GpuPrice.objects.filter(gpu_type=world.h20).count() == 1
+
+
+@pytest.mark.django_db
+def test_node_form_reports_service_errors_on_the_field(client_as, world):
+    resp = client_as("admin").post(
+        "/inventory/nodes/new/",
+        {
+            "name": "bad name",
+            "cluster": "rollout-pool",
+            "gpus": 8,
+            "host_mem_gb": 100,
+            "state": "up",
+        },
+    )
+    assert resp.status_code == 400
+    assert 'id="error-name"' in resp.content.decode()
+    assert not Node.objects.filter(name="bad name").exists()
+
+
+@pytest.mark.django_db
+def test_researcher_sees_inventory_read_only_and_cannot_edit(client_as, world):
+    client = client_as("alice")
+    page = client.get("/inventory/").content.decode()
+    assert "H800" in page and "Edit</a>" not in page
+    assert client.get(f"/inventory/gpu-types/{world.h20.pk}/edit/").status_code == 403
+    node = Node.objects.get(name="h20-0")
+    assert client.post(f"/inventory/nodes/{node.pk}/state/", {"state": "down"}).status_code == 403
+    node.refresh_from_db()
+    assert node.state == "up"
+
+
+@pytest.mark.django_db
+def test_anonymous_is_sent_to_login(client, world):
+    resp = client.get("/inventory/")
+    assert resp.status_code == 302 and resp["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.django_db
+def test_node_state_via_htmx_returns_the_row(
+    client_as, world, monkeypatch, django_capture_on_commit_callbacks
+):
+    calls: list[int] = []
+    monkeypatch.setattr("workers.triggers.node_state_changed", calls.append)
+    node = Node.objects.get(name="h800-3")
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client_as("admin").post(
+            f"/inventory/nodes/{node.pk}/state/", {"state": "drained"}, HTTP_HX_REQUEST="true"
+        )
+    html = resp.content.decode()
+    assert resp.status_code == 200
+    assert html.strip().startswith(f'<tr id="node-{node.pk}"')
+    assert 'value="drained" selected' in html
+    node.refresh_from_db()
+    assert node.state == "drained" and calls == [node.pk]
