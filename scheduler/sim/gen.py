@@ -142,10 +142,16 @@ def _finish_job(
     )
 
 
-def generate_paper(seed: int, *, jobs: int = PAPER_JOBS) -> list[JobProfile]:
-    """Return a paper-like production trace (see the module docstring for every parameter)."""
+def generate_paper(
+    seed: int, *, jobs: int = PAPER_JOBS, window_h: float = PAPER_WINDOW_H
+) -> list[JobProfile]:
+    """Return a paper-like production trace (see the module docstring for every parameter).
+
+    `jobs` and `window_h` (the arrival window) shrink it for tests and for the
+    small traces the exhaustive `optimal` policy can handle.
+    """
     rng = np.random.default_rng(seed)
-    arrivals = np.sort(rng.uniform(0.0, PAPER_WINDOW_H * HOUR, size=jobs))
+    arrivals = np.sort(rng.uniform(0.0, window_h * HOUR, size=jobs))
     models = list(PAPER_MODELS)
     out: list[JobProfile] = []
     for index, arrival in enumerate(arrivals):
@@ -176,10 +182,11 @@ def generate_paper(seed: int, *, jobs: int = PAPER_JOBS) -> list[JobProfile]:
     return out
 
 
-def generate_philly(seed: int, *, jobs: int = PHILLY_JOBS) -> list[JobProfile]:
+def generate_philly(
+    seed: int, *, jobs: int = PHILLY_JOBS, window_h: float = PHILLY_SPAN_H - PHILLY_MEAN_DURATION_H
+) -> list[JobProfile]:
     """Return a Philly-like simulation trace with the nine BL/RH/TH x S/M/L profiles."""
     rng = np.random.default_rng(seed)
-    window_h = PHILLY_SPAN_H - PHILLY_MEAN_DURATION_H
     arrivals = np.sort(rng.uniform(0.0, window_h * HOUR, size=jobs))
     kinds = list(PHILLY_ROLL_SHARE)
     sizes = list(PHILLY_SIZES)

@@ -70,6 +70,7 @@ from scheduler.sim.policies import (
     PlanEntry,
     PlannedPolicy,
     nodes_needed,
+    pick_class_nodes,
 )
 
 # Floating-point slack on the SLO bound, as in the planner's own comparison.
@@ -124,12 +125,20 @@ def _candidate_group(
     ]
     roll_nodes: list[str] = []
     for c, block in enumerate(classes):
-        size = max(nodes_needed(members[i], spec, Pool.ROLLOUT) for i in block)
-        names = tuple(f"r{c}.{k}" for k in range(size))
-        roll_nodes.extend(names)
-        for i in block:
+        # Members join in arrival order and take the class's least-loaded nodes,
+        # adding new ones when the class has fewer than they need: the same rule
+        # PlannedPolicy follows when it replays the plan.
+        fresh = 0
+        mates: list[Member] = []
+        for i in sorted(block):
             need = nodes_needed(members[i], spec, Pool.ROLLOUT)
-            pinned[i] = Member(members[i], names[:need], pinned[i].train_nodes)
+            nodes = pick_class_nodes(mates, need)
+            while len(nodes) < need:
+                nodes.append(f"r{c}.{fresh}")
+                roll_nodes.append(f"r{c}.{fresh}")
+                fresh += 1
+            pinned[i] = Member(members[i], tuple(nodes), pinned[i].train_nodes)
+            mates.append(pinned[i])
     return Group("candidate", tuple(roll_nodes), train_nodes, tuple(pinned))
 
 
@@ -164,7 +173,8 @@ def search_optimal(
         )
     started = time.perf_counter()
     excluded = {j.id: why for j in jobs if (why := _alone_infeasible(j, spec)) is not None}
-    runnable = [j for j in jobs if j.id not in excluded]
+    # Arrival order: the replay admits jobs in this order, and so must the check.
+    runnable = sorted((j for j in jobs if j.id not in excluded), key=lambda j: (j.arrival_s, j.id))
     n = len(runnable)
     runtime_policy = CorePolicy("rollmux", seed=seed, max_group_size=max_group_size)
     # 1. admissible candidates per subset mask, built up by size (downward closure).

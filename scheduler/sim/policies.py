@@ -281,6 +281,21 @@ class PlanEntry:
     rollout_class: str
 
 
+def pick_class_nodes(mates: Sequence[Member], need: int) -> list[str]:
+    """Pick up to `need` of a rollout class's nodes for a new member, least loaded first.
+
+    The load of a node is the summed worst-case rollout time of the class-mates
+    pinned to it, so two small jobs joining a large job's class land on different
+    nodes (the paper's Spatial Mux). Ties keep the class's node order.
+    """
+    load: dict[str, float] = {}
+    for mate in mates:
+        for node in mate.rollout_nodes:
+            load[node] = load.get(node, 0.0) + mate.job.t_roll_max_s
+    ordered_nodes = sorted(load, key=lambda node: (load[node], list(load).index(node)))
+    return ordered_nodes[:need]
+
+
 class PlannedPolicy:
     """Replay a fixed plan: job -> (group, rollout class), nodes taken on arrival.
 
@@ -319,10 +334,10 @@ class PlannedPolicy:
         train: list[str] = []
         if group is not None:
             train = list(group.train_nodes[:train_need])
-            for member in group.members:
-                if self.plan[member.job.id].rollout_class == entry.rollout_class:
-                    roll = list(member.rollout_nodes[:roll_need])
-                    break
+            mates = [
+                m for m in group.members if self.plan[m.job.id].rollout_class == entry.rollout_class
+            ]
+            roll = pick_class_nodes(mates, roll_need)
         new_roll = free_roll[: roll_need - len(roll)]
         new_train = free_train[: train_need - len(train)]
         if len(new_roll) < roll_need - len(roll) or len(new_train) < train_need - len(train):
