@@ -92,3 +92,46 @@ def ray_cluster() -> Iterator[str]:
     ray_dispatcher.ensure_ray("local", resources=lambda: resources)
     yield ray_dispatcher.ray_address()
     ray_dispatcher.shutdown_ray()
+
+
+@pytest.fixture
+def clean_broker(settings: Any) -> Iterator[None]:
+    """Empty this run's Redis db (stale task messages of earlier runs would replay)."""
+    import redis
+
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    r.flushdb()
+    yield
+    r.flushdb()
+
+
+@pytest.fixture
+def ray_workflow(
+    ray_cluster: str, settings: Any, tmp_path: Any, clean_broker: None
+) -> Iterator[Any]:
+    """The workflow on the shared local Ray: actors publish their phase events to Redis."""
+    from workers.dispatch import set_dispatcher
+    from workers.dispatch.ray_dispatcher import RayDispatcher
+    from workers.reporting import deliver_report, report_config
+
+    settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")
+    settings.ROLLMUX_EMBEDDED_BEAT = False
+    dispatcher = RayDispatcher(
+        address=ray_cluster, on_report=deliver_report, report=report_config()
+    )
+    set_dispatcher(dispatcher)
+    yield dispatcher
+    set_dispatcher(None)
+
+
+@pytest.fixture
+def celery_worker_thread(ray_workflow: Any) -> Iterator[Any]:
+    """A real Celery worker (threads pool) consuming the Redis broker in this process."""
+    from celery.contrib.testing.worker import start_worker
+
+    from rollmux_web.celery import app
+
+    with start_worker(
+        app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
+    ) as worker:
+        yield worker
