@@ -120,7 +120,7 @@ def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Pre
     if result.status != PlacementStatus.FIT or result.placement is None:
         return Preview(status=status, reason=result.reason)
     pl = result.placement
-    members = _label_members(user, state, result.predicted_slowdown)
+    members = _label_members(user, state, result.predicted_slowdown, own_slo=profile.slo)
     return Preview(
         status=status,
         reason=result.reason,
@@ -134,9 +134,11 @@ def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Pre
     )
 
 
-def _label_members(user: Any, state: Any, slowdowns: dict[str, float]) -> list[PreviewMember]:
+def _label_members(
+    user: Any, state: Any, slowdowns: dict[str, float], *, own_slo: float
+) -> list[PreviewMember]:
     """Name the jobs in the predicted slowdowns (other tenants' jobs stay anonymous)."""
-    slos: dict[str, float] = {}
+    slos: dict[str, float] = {PREVIEW_JOB_ID: own_slo}
     for g in getattr(state, "groups", ()):
         for m in g.members:
             slos[str(m.job.id)] = m.job.slo

@@ -1,0 +1,182 @@
+"""SLO report, cluster overview and the what-if preview."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from rollmux_web.jobs.models import JobStatus
+from rollmux_web.reports.selectors import cluster_overview, slo_report
+from tests.reports.builders import allocate, make_group, make_job, phase, place
+
+T0 = datetime(2026, 3, 10, tzinfo=UTC)
+DAY = date(2026, 3, 10)
+M = timedelta(minutes=1)
+
+
+def waiting_job(world: Any, name: str, tenant: str, start: datetime, slo_class: Any) -> Any:
+    """Two iterations of 10 + 10 min with a 10 min wait after each: mean iteration 25 min."""
+    job = make_job(
+        world,
+        name=name,
+        tenant=tenant,
+        status=JobStatus.COMPLETED,
+        slo_class=slo_class,
+        t_roll_max_s=600.0,
+        t_train_max_s=900.0,
+    )
+    g = make_group(created=start)
+    allocate(g, "h20-0" if tenant == "vision" else "h20-1", start, start + 50 * M)
+    pl = place(g, job, rollout=[], train=[], joined=start)
+    for i, t in enumerate((start, start + 30 * M)):
+        phase(pl, iteration=i, kind="rollout", nodes=[], start=t, minutes=10)
+        phase(pl, iteration=i, kind="train", nodes=[], start=t + 10 * M, minutes=10)
+    return job, g
+
+
+@pytest.mark.django_db
+def test_slowdown_is_measured_against_solo_time_and_profile(world: Any) -> None:
+    ok, _ = waiting_job(world, "relaxed", "vision", T0, world.silver)  # SLO 1.5
+    bad, g = waiting_job(world, "strict", "vision", T0 + 2 * 60 * M, world.gold)  # SLO 1.1
+    report = slo_report(user=world.alice, start=DAY, end=DAY)
+    jobs = {j.job_name: j for j in report.jobs}
+    # mean iteration: (50 min span - 0) / 2 = 25 min; solo: 10 + 10 min; profile 10 + 15 min
+    assert jobs["relaxed"].mean_iteration_s == pytest.approx(1500)
+    assert jobs["relaxed"].slowdown_vs_solo == pytest.approx(1.25)
+    assert jobs["relaxed"].slowdown_vs_profile == pytest.approx(1.0)
+    assert jobs["relaxed"].met and not jobs["strict"].met
+    assert [(v.job_name, v.group_ids) for v in report.violations] == [("strict", [g.pk])]
+    by_class = {a.slo_class: a for a in report.attainment}
+    assert by_class["silver"].attainment == 1.0 and by_class["gold"].attainment == 0.0
+    # against the profile (25 min) the strict job ran at 1.0x: met, as admission planned
+    assert by_class["gold"].attainment_vs_profile == 1.0
+    assert report.overall.finished == 2 and report.overall.met == 1
+
+
+@pytest.mark.django_db
+def test_the_slo_report_is_scoped_to_the_researchers_tenant(
+    world: Any, client_as: Any, api_as: Any
+) -> None:
+    waiting_job(world, "vision-job", "vision", T0, world.silver)
+    waiting_job(world, "speech-job", "speech", T0, world.gold)
+    q = "start=2026-03-10&end=2026-03-10"
+    html = client_as("charlie").get(f"/reports/slo/?{q}").content.decode()
+    assert "speech-job" in html and "vision-job" not in html
+    api = api_as("alice").get(f"/api/v1/reports/slo/?{q}").json()
+    assert [j["job"] for j in api["jobs"]] == ["vision-job"]
+    assert {
+        j["job"] for j in api_as("finance").get(f"/api/v1/reports/slo/?{q}").json()["jobs"]
+    } == {"vision-job", "speech-job"}
+
+
+@pytest.mark.django_db
+def test_overview_counts_busy_idle_and_free_nodes_and_waiting_jobs(
+    world: Any, client_as: Any
+) -> None:
+    now = datetime.now(tz=UTC)
+    job = make_job(world, name="runner")
+    g = make_group(created=now - 60 * M)
+    allocate(g, "h20-0", now - 60 * M, None)
+    allocate(g, "h20-1", now - 60 * M, None)
+    allocate(g, "h800-0", now - 60 * M, None)
+    pl = place(g, job, rollout=["h20-0", "h20-1"], train=["h800-0"], joined=now - 60 * M)
+    phase(pl, iteration=0, kind="rollout", nodes=["h20-0"], start=now - 5 * M, minutes=None)
+    make_job(world, name="patient", status=JobStatus.QUEUED, reason="no free H800 node")
+    make_job(world, name="speech-secret", tenant="speech", status=JobStatus.QUEUED, reason="x")
+    o = cluster_overview(user=world.alice)
+    pools = {p.gpu_type: p for p in o.pools}
+    assert (pools["H20"].busy, pools["H20"].idle, pools["H20"].free) == (1, 1, 2)
+    assert (pools["H800"].busy, pools["H800"].idle, pools["H800"].free) == (0, 1, 3)
+    # $/h now: 2 H20 nodes x 8 x 1.85 + 1 H800 node x 8 x 5.28
+    assert float(o.cost_per_hour_now) == pytest.approx(2 * 8 * 1.85 + 8 * 5.28)
+    assert [w["name"] for w in o.waiting] == ["patient"]
+    (grp,) = o.groups
+    assert grp.t_cycle == pytest.approx(1200.0) and grp.saturated is False
+    assert [m["name"] for m in grp.members] == ["runner"]
+    html = client_as("alice").get("/").content.decode()
+    assert "no free H800 node" in html and "speech-secret" not in html and "T_cycle" in html
+
+
+PREVIEW = {
+    "name": "probe",
+    "slo_class": "silver",
+    "rollout_gpus": "8",
+    "train_gpus": "8",
+    "t_roll_max_s": "300",
+    "t_roll_min_s": "200",
+    "t_train_max_s": "200",
+    "t_train_min_s": "150",
+    "host_mem_gb": "300",
+    "iterations": "10",
+    "tenant": "vision",
+}
+
+
+@pytest.mark.django_db
+def test_preview_gives_the_planners_answer_on_an_empty_cluster(world: Any, client_as: Any) -> None:
+    html = client_as("alice").get("/whatif/preview/", PREVIEW).content.decode()
+    assert "starts a new group" in html and "new group" in html
+    assert "$57.04/h" in html  # one H20 node (8 x 1.85) + one H800 node (8 x 5.28)
+
+
+@pytest.mark.django_db
+def test_preview_packs_into_a_group_with_bubbles_and_names_its_members(
+    world: Any, client_as: Any
+) -> None:
+    now = datetime.now(tz=UTC)
+    job = make_job(world, name="resident", t_roll_max_s=600.0, t_train_max_s=600.0)
+    g = make_group(created=now)
+    allocate(g, "h20-0", now, None)
+    allocate(g, "h800-0", now, None)
+    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=now)
+    html = (
+        client_as("alice")
+        .get(
+            "/whatif/preview/",
+            {
+                **PREVIEW,
+                "t_roll_max_s": "500",
+                "t_train_max_s": "500",
+                "t_roll_min_s": "",
+                "t_train_min_s": "",
+            },
+        )
+        .content.decode()
+    )
+    assert f"group {g.pk}" in html and "direct packing" in html
+    assert "resident" in html and "this job" in html and "$0.00/h" in html
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        ({"rollout_gpus": ""}, "Fill in rollout gpus"),
+        ({"train_gpus": "many"}, "train gpus: Enter a whole number"),
+        ({"t_roll_min_s": "900"}, "t roll min s: must be at most"),
+        ({"host_mem_gb": "-3"}, "host mem gb"),
+    ],
+)
+def test_preview_answers_bad_fields_with_a_hint(
+    world: Any, client_as: Any, change: dict[str, str], text: str
+) -> None:
+    resp = client_as("alice").get("/whatif/preview/", {**PREVIEW, **change})
+    assert resp.status_code == 200 and text in resp.content.decode()
+
+
+@pytest.mark.django_db
+def test_preview_says_why_a_job_would_wait(world: Any, client_as: Any) -> None:
+    html = (
+        client_as("alice")
+        .get("/whatif/preview/", {**PREVIEW, "host_mem_gb": "99999"})
+        .content.decode()
+    )
+    assert "Would wait" in html and "can never run" in html
+    html = (
+        client_as("alice")
+        .get("/whatif/preview/", {**PREVIEW, "rollout_gpus": "800"})
+        .content.decode()
+    )
+    assert "Would wait" in html

@@ -1,0 +1,255 @@
+"""Group and job timelines: one bar per phase record, bubbles, headline, export, scoping."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from rollmux_web.reports.selectors import BAR_LIMIT, group_timeline, job_timeline
+from rollmux_web.reports.svg import timeline_svg
+from rollmux_web.workflow.models import PhaseRecord, PhaseState
+from tests.reports.builders import allocate, alternate, make_group, make_job, phase, place
+
+T0 = datetime(2026, 3, 10, tzinfo=UTC)
+M = timedelta(minutes=1)
+
+
+def interleaved(world: Any, *, tenant: str = "vision") -> Any:
+    """Two jobs sharing one rollout and one training node, perfectly interleaved.
+
+    A: roll 0-10, train 10-20, roll 20-30, train 30-40.
+    B: roll 10-20, train 20-30, roll 30-40, train 40-50.  Nodes allocated 0-50.
+    """
+    a = make_job(world, name="alpha", tenant=tenant)
+    b = make_job(world, name="beta", tenant=tenant)
+    g = make_group(created=T0, released=T0 + 50 * M)
+    allocate(g, "h20-0", T0, T0 + 50 * M)
+    allocate(g, "h800-0", T0, T0 + 50 * M)
+    pa = place(g, a, rollout=["h20-0"], train=["h800-0"], joined=T0)
+    pb = place(g, b, rollout=["h20-0"], train=["h800-0"], joined=T0 + 10 * M)
+    alternate(
+        pa,
+        start=T0,
+        iterations=2,
+        roll_min=10,
+        train_min=10,
+        roll_nodes=["h20-0"],
+        train_nodes=["h800-0"],
+    )
+    alternate(
+        pb,
+        start=T0 + 10 * M,
+        iterations=2,
+        roll_min=10,
+        train_min=10,
+        roll_nodes=["h20-0"],
+        train_nodes=["h800-0"],
+    )
+    return g, a, b
+
+
+@pytest.mark.django_db
+def test_the_timeline_has_one_bar_per_phase_record_in_the_window(world: Any) -> None:
+    g, _, _ = interleaved(world)
+    tl = group_timeline(user=world.alice, group_id=g.pk)
+    assert len(tl.bars) == 8 == PhaseRecord.objects.filter(group=g).count()
+    assert [ln.node for ln in tl.lanes] == ["h20-0", "h800-0"]  # rollout pool first
+    # a window 12..28 min overlaps: A train 10-20, A roll 20-30, B roll 10-20, B train 20-30
+    tl = group_timeline(
+        user=world.alice, group_id=g.pk, start="2026-03-10T00:12:00", end="2026-03-10T00:28:00"
+    )
+    assert sorted((b.job_id, b.kind) for b in tl.bars) == sorted(
+        [
+            (g.placements.get(job__name=n).job_id, k)
+            for n, k in [
+                ("alpha", "train"),
+                ("alpha", "rollout"),
+                ("beta", "rollout"),
+                ("beta", "train"),
+            ]
+        ]
+    )
+    svg = str(timeline_svg(tl))
+    assert svg.count('class="bar ') == 4
+    assert "iteration 0 · train · 10.0 min" in svg  # hover: job, iteration, phase, duration
+
+
+@pytest.mark.django_db
+def test_rollout_is_a_light_and_training_a_dark_shade_of_the_jobs_colour(world: Any) -> None:
+    g, a, b = interleaved(world)
+    tl = group_timeline(user=world.alice, group_id=g.pk)
+    fills = {(bar.job_id, bar.kind): bar.fill for bar in tl.bars}
+    assert fills[(a.pk, "rollout")] != fills[(a.pk, "train")]
+    assert fills[(a.pk, "rollout")].split(",")[0] == fills[(a.pk, "train")].split(",")[0]
+    assert fills[(a.pk, "rollout")] != fills[(b.pk, "rollout")]
+    assert "74%" in fills[(a.pk, "rollout")] and "36%" in fills[(a.pk, "train")]
+
+
+@pytest.mark.django_db
+def test_the_headline_shows_bubbles_now_alone_and_reclaimed(world: Any) -> None:
+    g, _, _ = interleaved(world)
+    tl = group_timeline(user=world.alice, group_id=g.pk)
+    roll, train = tl.headline
+    # each pool: 40 of 50 node-minutes busy -> 20 % bubble
+    assert roll.bubble_fraction == pytest.approx(0.2)
+    assert train.bubble_fraction == pytest.approx(0.2)
+    # alone, each job holds its node for 40 min and uses it 20 -> 50 % bubble
+    assert roll.solo_bubble_fraction == pytest.approx(0.5)
+    # idle 10 node-min now against 40 alone: 75 % of the bubbles reclaimed
+    assert roll.reclaimed_share == pytest.approx(0.75)
+
+
+@pytest.mark.django_db
+def test_idle_gaps_are_bubbles_and_cold_starts_are_marked(world: Any) -> None:
+    job = make_job(world, name="gappy")
+    g = make_group(created=T0)
+    allocate(g, "h20-0", T0, T0 + 60 * M)
+    pl = place(g, job, rollout=["h20-0"], train=[], joined=T0)
+    phase(
+        pl, iteration=0, kind="rollout", nodes=["h20-0"], start=T0 + 10 * M, minutes=10, warm=False
+    )
+    phase(pl, iteration=1, kind="rollout", nodes=["h20-0"], start=T0 + 30 * M, minutes=10)
+    tl = group_timeline(
+        user=world.alice, group_id=g.pk, start="2026-03-10T00:00:00", end="2026-03-10T01:00:00"
+    )
+    assert sorted(round(b.w / (tl.plot_right - tl.plot_left) * 60) for b in tl.bubbles) == [
+        10,
+        10,
+        20,
+    ]
+    svg = str(timeline_svg(tl))
+    assert svg.count('class="cold"') == 1 and svg.count('class="warm"') == 1
+
+
+@pytest.mark.django_db
+def test_a_long_window_with_many_short_phases_aggregates_but_stays_complete(world: Any) -> None:
+    job = make_job(world, name="busy")
+    g = make_group(created=T0)
+    allocate(g, "h20-0", T0, T0 + timedelta(days=1))
+    pl = place(g, job, rollout=["h20-0"], train=[], joined=T0)
+    n = BAR_LIMIT + 500
+    PhaseRecord.objects.bulk_create(
+        PhaseRecord(
+            job=job,
+            group=g,
+            placement=pl,
+            iteration=i,
+            kind="rollout",
+            node_names=["h20-0"],
+            state=PhaseState.SUCCEEDED,
+            warm_start=True,
+            queued_at=T0 + i * 10 * timedelta(seconds=1),
+            started_at=T0 + i * 10 * timedelta(seconds=1),
+            finished_at=T0 + i * 10 * timedelta(seconds=1) + timedelta(seconds=5),
+        )
+        for i in range(n)
+    )
+    tl = group_timeline(
+        user=world.alice, group_id=g.pk, start="2026-03-10T00:00:00", end="2026-03-11T00:00:00"
+    )
+    assert tl.phase_count == n
+    assert tl.aggregated_count == n  # every 5 s phase is narrower than a pixel over a day
+    assert 0 < len(tl.aggregates) < 1000
+    # zoomed into 10 minutes the same phases are bars again, one per record
+    tl = group_timeline(
+        user=world.alice, group_id=g.pk, start="2026-03-10T00:00:00", end="2026-03-10T00:10:00"
+    )
+    assert len(tl.bars) == 60 and not tl.aggregates
+
+
+@pytest.mark.django_db
+def test_trace_export_is_chrome_trace_json_in_microseconds(world: Any, client_as: Any) -> None:
+    g, a, _ = interleaved(world)
+    resp = client_as("alice").get(f"/groups/{g.pk}/trace.json")
+    assert resp.status_code == 200
+    data = json.loads(resp.content)
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 8
+    assert {e["dur"] for e in spans} == {600_000_000}
+    assert min(e["ts"] for e in spans) == 0
+    assert {e["pid"] for e in spans if e["cat"] == "rollout"} == {1}
+    assert {e["pid"] for e in spans if e["cat"] == "train"} == {2}
+    names = {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
+    assert names == {"h20-0", "h800-0"}
+    job = json.loads(client_as("alice").get(f"/timeline/jobs/{a.pk}/trace.json").content)
+    assert len([e for e in job["traceEvents"] if e["ph"] == "X"]) == 4
+
+
+@pytest.mark.django_db
+def test_another_tenants_group_and_job_timeline_are_404(world: Any, client_as: Any) -> None:
+    g, a, _ = interleaved(world)
+    c = client_as("charlie")
+    for url in (
+        f"/groups/{g.pk}/",
+        f"/groups/{g.pk}/trace.json",
+        f"/timeline/jobs/{a.pk}/",
+        f"/timeline/jobs/{a.pk}/trace.json",
+    ):
+        assert c.get(url).status_code == 404, url
+    assert f"/groups/{g.pk}/" not in c.get("/groups/").content.decode()
+    assert client_as("finance").get(f"/groups/{g.pk}/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_pages_render_and_htmx_polling_stops_once_the_group_is_released(
+    world: Any, client_as: Any
+) -> None:
+    g, a, _ = interleaved(world)  # released
+    c = client_as("alice")
+    page = c.get(f"/groups/{g.pk}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "<svg" in html and "share of bubbles reclaimed" in html and "75.0%" in html
+    partial = c.get(f"/groups/{g.pk}/", HTTP_HX_REQUEST="true")
+    assert partial.status_code == 286 and "<html" not in partial.content.decode()
+    assert c.get(f"/timeline/jobs/{a.pk}/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_live_group_polls_and_shows_the_running_phase(world: Any, client_as: Any) -> None:
+    job = make_job(world, name="live")
+    now = datetime.now(tz=UTC)
+    g = make_group(created=now - 20 * M)
+    allocate(g, "h20-0", now - 20 * M, None)
+    pl = place(g, job, rollout=["h20-0"], train=[], joined=now - 20 * M)
+    phase(pl, iteration=0, kind="rollout", nodes=["h20-0"], start=now - 5 * M, minutes=None)
+    c = client_as("alice")
+    partial = c.get(f"/groups/{g.pk}/", HTTP_HX_REQUEST="true")
+    assert partial.status_code == 200
+    html = partial.content.decode()
+    assert 'hx-trigger="every 5s"' in html and "(running)" in html
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("start=2026-03-10T01:00:00&end=2026-03-10T00:00:00", "ends before it starts"),
+        ("start=soon", "is not a date and time"),
+        ("start=2020-01-01T00:00:00&end=2026-03-10T00:00:00", "longer than 366 days"),
+    ],
+)
+def test_a_bad_window_shows_a_message_and_the_default_window(
+    world: Any, client_as: Any, query: str, message: str
+) -> None:
+    g, _, _ = interleaved(world)
+    resp = client_as("alice").get(f"/groups/{g.pk}/?{query}")
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    assert message in html and html.count('class="bar ') == 8
+
+
+@pytest.mark.django_db
+def test_a_window_with_no_phase_says_so(world: Any, client_as: Any) -> None:
+    g, a, _ = interleaved(world)
+    html = (
+        client_as("alice")
+        .get(f"/groups/{g.pk}/?start=2026-03-11T00:00:00&end=2026-03-11T01:00:00")
+        .content.decode()
+    )
+    assert "No phase ran in this window." in html
+    tl = job_timeline(user=world.alice, job_id=a.pk)
+    assert len(tl.bars) == 4

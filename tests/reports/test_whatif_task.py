@@ -1,0 +1,174 @@
+"""What-if runs: the simulator as a Celery task on a real worker and Redis, and the page."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from rollmux_web.reports.models import WhatIfRun
+from rollmux_web.reports.whatif import whatif_start
+
+SMALL_TRACE = "\n".join(
+    json.dumps(j)
+    for j in [
+        {
+            "id": "a",
+            "arrival_s": 0,
+            "iterations": 6,
+            "rollout_gpus": 8,
+            "train_gpus": 8,
+            "t_roll_max_s": 300,
+            "t_roll_min_s": 200,
+            "t_train_max_s": 100,
+            "host_mem_gb": 300,
+            "slo": 1.5,
+        },
+        {
+            "id": "b",
+            "arrival_s": 60,
+            "iterations": 6,
+            "rollout_gpus": 8,
+            "train_gpus": 8,
+            "t_roll_max_s": 280,
+            "t_train_max_s": 120,
+            "host_mem_gb": 300,
+            "slo": 1.5,
+        },
+        {
+            "id": "c",
+            "arrival_s": 120,
+            "iterations": 4,
+            "rollout_gpus": 8,
+            "train_gpus": 8,
+            "t_roll_max_s": 90,
+            "t_train_max_s": 300,
+            "host_mem_gb": 300,
+            "slo": 2.0,
+        },
+    ]
+)
+BAD_TRACE = SMALL_TRACE.splitlines()[0] + '\n{"id": "x", "arrival_s": 0, "iterations": 2}\n'
+
+
+@pytest.fixture
+def worker(settings: Any) -> Iterator[Any]:
+    """A real Celery worker thread on the Redis broker (REDIS_URL), its db emptied first."""
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (a real broker)")
+    import redis
+    from celery.contrib.testing.worker import start_worker
+
+    from rollmux_web.celery import app
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=20) as w:
+        yield w
+
+
+def wait_finished(run_id: int, timeout: float = 60.0) -> WhatIfRun:
+    deadline = time.monotonic() + timeout
+    seen: list[float] = []
+    while time.monotonic() < deadline:
+        run = WhatIfRun.objects.get(pk=run_id)
+        seen.append(run.progress)
+        if run.status in (WhatIfRun.Status.DONE, WhatIfRun.Status.FAILED):
+            return run
+        time.sleep(0.05)
+    raise AssertionError(f"what-if run {run_id} not finished in {timeout} s (progress {seen[-3:]})")
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_a_whatif_run_simulates_the_policies_on_a_real_worker(world: Any, worker: Any) -> None:
+    run = whatif_start(
+        user=world.alice,
+        source="upload",
+        trace_text=SMALL_TRACE,
+        policies=["rollmux", "solo-disagg", "colocated"],
+        seed=7,
+    )
+    run = wait_finished(run.pk)
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    assert run.progress == 1.0
+    policies = run.result["policies"]
+    assert set(policies) == {"rollmux", "solo-disagg", "colocated"}
+    assert all(p["jobs"] == 3 for p in policies.values())
+    ratio = run.result["ratios"]["solo-disagg/rollmux"]
+    # three jobs with complementary bubbles: sharing must not cost more than dedicated pools
+    assert ratio >= 1.0
+    assert ratio == pytest.approx(
+        policies["solo-disagg"]["total_cost_usd"] / policies["rollmux"]["total_cost_usd"],
+        abs=1e-4,  # the simulator reports ratios to four decimals
+    )
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_a_bad_trace_fails_the_run_with_line_and_field(world: Any, worker: Any) -> None:
+    run = whatif_start(
+        user=world.alice, source="upload", trace_text=BAD_TRACE, policies=["rollmux"], seed=0
+    )
+    run = wait_finished(run.pk)
+    assert run.status == WhatIfRun.Status.FAILED
+    assert "line 2" in run.error and "not in the format" in run.error
+
+
+@pytest.mark.django_db
+def test_the_page_rejects_an_upload_not_in_the_format_naming_line_and_field(
+    world: Any, client_as: Any
+) -> None:
+    resp = client_as("alice").post(
+        "/whatif/",
+        {
+            "source": "upload",
+            "policies": ["rollmux", "solo-disagg"],
+            "seed": "0",
+            "trace": SimpleUploadedFile("t.jsonl", BAD_TRACE.encode()),
+        },
+    )
+    assert resp.status_code == 400
+    html = resp.content.decode()
+    assert "line 2" in html and "field" in html
+    assert not WhatIfRun.objects.exists()
+    resp = client_as("alice").post(
+        "/whatif/",
+        {
+            "source": "upload",
+            "policies": ["rollmux"],
+            "seed": "0",
+            "trace": SimpleUploadedFile("t.bin", b"\xff\xfe\x00"),
+        },
+    )
+    assert resp.status_code == 400 and "not UTF-8" in resp.content.decode()
+    resp = client_as("alice").post(
+        "/whatif/", {"source": "queue", "policies": ["rollmux"], "seed": "0"}
+    )
+    assert resp.status_code == 400 and "nothing to simulate" in resp.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_finished_run_compares_policies_and_stops_polling(world: Any, client_as: Any) -> None:
+    run = WhatIfRun.objects.create(
+        created_by=world.alice,
+        trace_text=SMALL_TRACE,
+        policies=["rollmux", "solo-disagg"],
+        status=WhatIfRun.Status.DONE,
+        progress=1.0,
+        result={
+            "policies": {
+                "rollmux": {"jobs": 3, "total_cost_usd": 100.0, "slo_attainment": 1.0},
+                "solo-disagg": {"jobs": 3, "total_cost_usd": 184.0, "slo_attainment": 1.0},
+            },
+            "ratios": {"solo-disagg/rollmux": 1.84},
+        },
+    )
+    c = client_as("alice")
+    html = c.get(f"/whatif/{run.pk}/").content.decode()
+    assert "1.84×" in html and html.count("<svg") >= 2 and "Total cost" in html
+    assert c.get(f"/whatif/{run.pk}/", HTTP_HX_REQUEST="true").status_code == 286
+    assert client_as("charlie").get(f"/whatif/{run.pk}/").status_code == 404
