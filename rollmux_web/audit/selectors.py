@@ -28,15 +28,17 @@ def _parse_moment(field: str, raw: str, *, end_of_day: bool) -> datetime | None:
     raw = (raw or "").strip()
     if not raw:
         return None
-    moment = parse_datetime(raw)
-    if moment is None:
+    try:
+        # parse_datetime also accepts a bare date (as midnight), so try the date first.
         day: date | None = parse_date(raw)
-        if day is None:
-            raise ValidationError(
-                {field: [f"Use a date (YYYY-MM-DD) or ISO datetime; got {raw!r}."]}
-            )
+        moment = None if day is not None else parse_datetime(raw)
+    except ValueError:  # well-formed but impossible, e.g. 2026-02-31
+        day, moment = None, None
+    if day is not None:
         # A bare `until` date includes that whole day.
         moment = datetime.combine(day + timedelta(days=1) if end_of_day else day, time.min)
+    if moment is None:
+        raise ValidationError({field: [f"Use a date (YYYY-MM-DD) or ISO datetime; got {raw!r}."]})
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, timezone.get_current_timezone())
     return moment
