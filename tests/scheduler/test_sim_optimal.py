@@ -1,0 +1,70 @@
+"""rollmux against the offline optimum and the paper's simulation baselines (<= 8 jobs).
+
+Traces: bursts of 8 paper-like or Philly-like jobs (arrivals within 3 h so that
+they overlap and grouping matters), iterations capped at 25 to keep the file fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scheduler.sim import run_simulation
+from scheduler.sim.gen import generate_paper, generate_philly
+from scheduler.trace import default_cluster
+
+POLICIES = ["rollmux", "solo-disagg", "random", "greedy-most-idle", "optimal"]
+CASES = [("paper", s) for s in range(5)] + [("philly", s) for s in range(5)]
+
+
+@cache
+def report(kind: str, seed: int) -> dict[str, Any]:
+    make = generate_paper if kind == "paper" else generate_philly
+    jobs = [replace(j, iterations=min(j.iterations, 25)) for j in make(seed, jobs=8, window_h=3.0)]
+    return run_simulation(jobs, default_cluster(), policies=POLICIES, seed=seed)
+
+
+def cost(kind: str, seed: int, policy: str) -> float:
+    return float(report(kind, seed)["policies"][policy]["total_cost_usd"])
+
+
+@pytest.mark.parametrize(("kind", "seed"), CASES)
+def test_optimal_is_admissible_and_never_worse_than_no_sharing(kind: str, seed: int) -> None:
+    figures = report(kind, seed)["policies"]["optimal"]
+    assert figures["completed"] == 8
+    assert figures["slo_attainment_vs_profile"] == 1.0
+    # every job alone is one admissible plan, so the search can only do better
+    assert cost(kind, seed, "optimal") <= cost(kind, seed, "solo-disagg") + 0.01
+
+
+def test_rollmux_cost_is_close_to_optimal() -> None:
+    ratios = [cost(k, s, "rollmux") / cost(k, s, "optimal") for k, s in CASES]
+    # Measured on these 10 traces: 1.00-1.15, mean 1.06 (paper: 1.01-1.12x). The mean
+    # is held to the paper's upper figure. Single traces go up to 1.15x: Algorithm 1
+    # skips a saturated group (T_load >= T_cycle) even when rollout scaling onto its
+    # training nodes would be the cheapest admissible placement, and it decides
+    # online without knowing later arrivals; the bound 1.20 leaves room for that.
+    assert float(np.mean(ratios)) <= 1.12, ratios
+    assert max(ratios) <= 1.20, ratios
+    # the search is exhaustive over the plans rollmux can build on these traces
+    assert min(ratios) >= 0.999, ratios
+
+
+def test_rollmux_plans_every_slo_and_random_and_greedy_miss() -> None:
+    attained = {p: [] for p in ("rollmux", "random", "greedy-most-idle")}
+    for kind, seed in CASES:
+        for policy, values in attained.items():
+            values.append(report(kind, seed)["policies"][policy]["slo_attainment_vs_profile"])
+    assert attained["rollmux"] == [1.0] * len(CASES)
+    # Paper (Fig. 15-18): Random 37-58% and Greedy (Most-Idle) 42-61% SLO attainment.
+    # Measured here, against the profile: random 38-75%, greedy 38-88% per trace,
+    # means 50% / 57.5% (against the drawn solo time: 44% / 46%). They pack by chance or by idleness without the SLO check, so
+    # they must miss on most traces and on average.
+    for policy in ("random", "greedy-most-idle"):
+        values = attained[policy]
+        assert float(np.mean(values)) < 0.75, (policy, values)
+        assert sum(v < 1.0 for v in values) >= 8, (policy, values)
