@@ -30,7 +30,8 @@ Decisions where the paper is silent (see also the module functions):
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.model import (
@@ -98,16 +99,18 @@ def nodes_needed(job: JobProfile, spec: ClusterSpec, pool: Pool) -> int:
 
 @dataclass
 class _Summary:
+    """What the planner needs of a group, computed once per (immutable) Group object."""
+
     group: Group
-    order: int
-    load: dict[str, float]
-    mem: dict[str, float]
+    load: dict[str, float]  # summed worst-case phase time per node
+    mem: dict[str, float]  # summed host memory pinned per node
     t_cycle: float
     t_load: float
     tolerance: float  # min over members of slo_k x T_k^solo: longest iteration all accept
+    job_ids: frozenset[str]
 
 
-def _summarise(group: Group, order: int) -> _Summary:
+def _summarise(group: Group) -> _Summary:
     load: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
     mem: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
     t_cycle = 0.0
@@ -124,7 +127,32 @@ def _summarise(group: Group, order: int) -> _Summary:
         t_cycle = max(t_cycle, solo)
         tolerance = min(tolerance, j.slo * solo)
     t_load = max(load.values(), default=0.0)
-    return _Summary(group, order, load, mem, t_cycle, t_load, tolerance)
+    ids = frozenset(m.job.id for m in group.members)
+    return _Summary(group, load, mem, t_cycle, t_load, tolerance, ids)
+
+
+# Memo of _summarise keyed by the identity of the (frozen) Group: apply_placement and
+# remove_job rebuild only the group they change, so a decision re-summarises one or
+# two groups instead of all of them. Entries die with their Group (weak reference),
+# so the memo never outlives the states that hold the groups. It is a pure cache of
+# a pure function: results never depend on it.
+_SUMMARIES: dict[int, tuple[weakref.ref[Group], _Summary]] = {}
+
+
+def _summary(group: Group) -> _Summary:
+    key = id(group)
+    hit = _SUMMARIES.get(key)
+    if hit is not None and hit[0]() is group:
+        return hit[1]
+    summary = _summarise(group)
+
+    def forget(ref: weakref.ref[Group], key: int = key) -> None:
+        entry = _SUMMARIES.get(key)
+        if entry is not None and entry[0] is ref:
+            del _SUMMARIES[key]
+
+    _SUMMARIES[key] = (weakref.ref(group, forget), summary)
+    return summary
 
 
 @dataclass
@@ -133,7 +161,7 @@ class _Candidate:
     strategy: Strategy
     new_count: int
     lower_bound: float  # lower bound of the new job's worst-case iteration time
-    order: int
+    order: int  # position of the group in state.groups (last tie-break)
     summary: _Summary | None
     rollout: tuple[str, ...]
     train: tuple[str, ...]
@@ -159,18 +187,18 @@ class _FreePool:
         self,
         spec: ClusterSpec,
         pool: Pool,
-        nodes: Iterable[Node],
-        allocated: set[str],
-        names: set[str],
+        free: list[Node],
+        names: Callable[[str], bool],
+        size: int,
         mem: float,
     ) -> None:
         self.spec = spec
         self.pool = pool
         self.unbounded = spec.gpu_type(pool).nodes is None
-        free = [n for n in nodes if n.pool is pool and n.name not in allocated]
         self.free_total = len(free)
         self.fit = [n for n in free if n.host_mem_gb + _EPS >= mem]
-        self.taken = names  # every name in use: minted names must differ
+        self.in_use = names  # is a name taken: minted names must differ
+        self.size = size  # nodes of this pool in the state: minted numbering starts there
         self.price = {n.name: n.price_per_hour for n in self.fit}
         self._minted: list[str] = []
 
@@ -181,12 +209,12 @@ class _FreePool:
             if not self.unbounded:
                 return None
             gt = self.spec.gpu_type(self.pool)
+            i = self.size + len(self._minted)
             while len(self._minted) < count - len(names):
-                i = len(self.taken) + len(self._minted)
                 name = node_name(self.spec, self.pool, i)
-                while name in self.taken or name in self._minted:
-                    i += 1
-                    name = node_name(self.spec, self.pool, i)
+                i += 1
+                if self.in_use(name) or name in self._minted:
+                    continue
                 self._minted.append(name)
                 self.price[name] = gt.node_price_per_hour
             names += self._minted[: count - len(names)]
@@ -196,13 +224,42 @@ class _FreePool:
         return sum(self.price[x] for x in names)
 
 
+@dataclass
+class _Snapshot:
+    """One pass over the state: node lookup, allocated nodes, free nodes per pool."""
+
+    nodes: dict[str, Node]
+    taken: set[str]
+    free: dict[Pool, list[Node]]
+    biggest_mem: dict[Pool, float]
+    size: dict[Pool, int]
+
+
+def _snapshot(state: ClusterState) -> _Snapshot:
+    taken: set[str] = set()
+    for g in state.groups:
+        taken.update(g.rollout_nodes)
+        taken.update(g.train_nodes)
+    nodes: dict[str, Node] = {}
+    free: dict[Pool, list[Node]] = {Pool.ROLLOUT: [], Pool.TRAIN: []}
+    biggest = {p: state.spec.gpu_type(p).host_mem_gb for p in (Pool.ROLLOUT, Pool.TRAIN)}
+    size = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
+    for n in state.nodes:
+        nodes[n.name] = n
+        size[n.pool] += 1
+        if n.host_mem_gb > biggest[n.pool]:
+            biggest[n.pool] = n.host_mem_gb
+        if n.name not in taken:
+            free[n.pool].append(n)
+    return _Snapshot(nodes, taken, free, biggest, size)
+
+
 # ---------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------
 
 
-def _infeasible_reason(job: JobProfile, state: ClusterState) -> str | None:
-    spec = state.spec
+def _infeasible_reason(job: JobProfile, spec: ClusterSpec, snap: _Snapshot) -> str | None:
     if job.slo < 1.0:
         return f"slo must be >= 1.0 (a tolerated slowdown), got {job.slo:g}"
     if job.iterations < 1:
@@ -227,7 +284,7 @@ def _infeasible_reason(job: JobProfile, state: ClusterState) -> str | None:
                 f"{field}={gpus} needs {need} {gt.name} nodes; the {pool.value} pool has "
                 f"{gt.nodes} nodes ({gt.nodes * gt.gpus_per_node} GPUs) in total"
             )
-        biggest = max([n.host_mem_gb for n in state.nodes if n.pool is pool] + [gt.host_mem_gb])
+        biggest = snap.biggest_mem[pool]
         if job.host_mem_gb > biggest + _EPS:
             return (
                 f"host_mem_gb={job.host_mem_gb:g} exceeds the host memory of every "
@@ -271,21 +328,20 @@ def place(
         raise ValueError("policy 'random' needs an rng (the core never uses global random)")
     if max_group_size < 1:
         raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
-    reason = _infeasible_reason(job, state)
+    spec = state.spec
+    snap = _snapshot(state)
+    reason = _infeasible_reason(job, spec, snap)
     if reason is not None:
         return PlacementResult(PlacementStatus.INFEASIBLE, reason)
-    spec = state.spec
-    taken: set[str] = set()
     for g in state.groups:
-        taken.update(g.rollout_nodes)
-        taken.update(g.train_nodes)
-    for g in state.groups:
-        for m in g.members:
-            if m.job.id == job.id:
-                raise ValueError(f"job {job.id!r} is already placed in group {g.id!r}")
-    all_names = {n.name for n in state.nodes} | taken
+        if job.id in _summary(g).job_ids:
+            raise ValueError(f"job {job.id!r} is already placed in group {g.id!r}")
+
+    def in_use(name: str) -> bool:
+        return name in snap.nodes or name in snap.taken
+
     pools = {
-        pool: _FreePool(spec, pool, state.nodes, taken, all_names, job.host_mem_gb)
+        pool: _FreePool(spec, pool, snap.free[pool], in_use, snap.size[pool], job.host_mem_gb)
         for pool in (Pool.ROLLOUT, Pool.TRAIN)
     }
     n_roll = nodes_needed(job, spec, Pool.ROLLOUT)
@@ -295,10 +351,12 @@ def place(
         best = _new_group_candidate(job, pools, n_roll, n_train)
     elif policy == "rollmux":
         best = _rollmux(
-            job, state, pools, n_roll, n_train, max_group_size, switch=spec.switch_overhead_s
+            job, state, snap.nodes, pools, n_roll, n_train, max_group_size, spec.switch_overhead_s
         )
     else:
-        best = _baseline(job, state, pools, n_roll, n_train, max_group_size, policy, rng)
+        best = _baseline(
+            job, state, snap.nodes, pools, n_roll, n_train, max_group_size, policy, rng
+        )
     if best is None:
         return PlacementResult(PlacementStatus.RETRY, _retry_reason(job, spec, pools))
     cand, slowdown = best
@@ -359,21 +417,20 @@ def _least_loaded(
 def _rollmux(
     job: JobProfile,
     state: ClusterState,
+    nodes: dict[str, Node],
     pools: dict[Pool, _FreePool],
     n_roll: int,
     n_train: int,
     max_group_size: int,
-    *,
     switch: float,
 ) -> tuple[_Candidate, dict[str, float]] | None:
-    nodes = {n.name: n for n in state.nodes}
     solo = job.t_solo_max_s
     own_tol = job.slo * solo
     cands: list[_Candidate] = []
     for order, g in enumerate(state.groups):
         if not g.members or len(g.members) >= max_group_size or len(g.train_nodes) < n_train:
             continue
-        s = _summarise(g, order)
+        s = _summary(g)
         # 1. Skip saturated groups (Algorithm 1, line 4).
         if s.t_load >= s.t_cycle:
             continue
@@ -491,6 +548,7 @@ def _predicted(
 def _baseline(
     job: JobProfile,
     state: ClusterState,
+    nodes: dict[str, Node],
     pools: dict[Pool, _FreePool],
     n_roll: int,
     n_train: int,
@@ -499,12 +557,11 @@ def _baseline(
     rng: random.Random | None,
 ) -> tuple[_Candidate, dict[str, float]] | None:
     """Place by the paper's simulation baselines: capacity and residency only, no SLO."""
-    nodes = {n.name: n for n in state.nodes}
-    feasible: list[tuple[float, _Summary, list[str], list[str]]] = []
+    feasible: list[tuple[float, _Summary, list[str], list[str], int]] = []
     for order, g in enumerate(state.groups):
         if not g.members or len(g.members) >= max_group_size or len(g.train_nodes) < n_train:
             continue
-        s = _summarise(g, order)
+        s = _summary(g)
         trains = _least_loaded(g.train_nodes, s, job, nodes)
         rolls = _least_loaded(g.rollout_nodes, s, job, nodes)
         if len(trains) < n_train:
@@ -515,16 +572,16 @@ def _baseline(
         busy = sum(s.load.values())
         t_meta = max(s.t_cycle, s.t_load)
         idle = 1.0 - busy / (len(s.load) * t_meta) if t_meta > 0 else 1.0
-        feasible.append((idle, s, rolls, trains))
+        feasible.append((idle, s, rolls, trains, order))
     if not feasible:
         return _new_group_candidate(job, pools, n_roll, n_train)
     if policy == "random":
         assert rng is not None
-        _, s, rolls, trains = feasible[rng.randrange(len(feasible))]
+        _, s, rolls, trains, order = feasible[rng.randrange(len(feasible))]
         trains = rng.sample(trains, n_train)
         rolls = rng.sample(rolls, min(n_roll, len(rolls)))
     else:
-        _, s, rolls, trains = max(feasible, key=lambda f: (f[0], -f[1].order))
+        _, s, rolls, trains, order = max(feasible, key=lambda f: (f[0], -f[4]))
         trains = trains[:n_train]
         rolls = rolls[:n_roll]
     fresh = pools[Pool.ROLLOUT].take(n_roll - len(rolls)) or []
@@ -535,7 +592,7 @@ def _baseline(
         strategy,
         len(fresh),
         0.0,
-        s.order,
+        order,
         s,
         rollout,
         tuple(trains),
