@@ -1,0 +1,115 @@
+"""seed_demo: the demo world as issue 3 item 9 describes it, idempotent with --if-empty."""
+
+from __future__ import annotations
+
+import io
+import re
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth import authenticate
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from rollmux_web.accounts.models import ApiToken, Tenant
+from rollmux_web.inventory.models import Cluster, Node
+from rollmux_web.inventory.selectors import current_prices
+from rollmux_web.jobs.models import Job
+from rollmux_web.quotas.models import Quota, SloClass
+
+pytestmark = pytest.mark.django_db
+
+
+def _seed(*args: str) -> str:
+    out = io.StringIO()
+    call_command("seed_demo", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_seed_creates_the_demo_world(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        out = _seed()
+    assert {
+        t.name: sorted(m.user.username for m in t.members.all()) for t in Tenant.objects.all()
+    } == {
+        "speech": ["charlie"],
+        "vision": ["alice", "bob"],
+    }
+    roles = {u.username: u.profile.role for u in User.objects.select_related("profile")}
+    assert roles == {
+        "alice": "researcher",
+        "bob": "researcher",
+        "charlie": "researcher",
+        "admin": "admin",
+        "finance": "finance",
+    }
+    for name in roles:
+        assert authenticate(username=name, password=f"demo-{name}") is not None
+    # one token each, printed once, and it is the stored token's key
+    printed = dict(re.findall(r"^\s+(\w+)\s+(rmx_\S+)$", out, re.M))
+    assert set(printed) == set(roles)
+    for name, key in printed.items():
+        assert ApiToken.objects.get(user__username=name).digest == ApiToken.hash_key(key)
+    assert current_prices() == {"H20": Decimal("1.85"), "H800": Decimal("5.28")}
+    pools = {c.kind: c for c in Cluster.objects.select_related("gpu_type")}
+    assert pools["rollout"].gpu_type.name == "H20" and pools["train"].gpu_type.name == "H800"
+    for kind, prefix in (("rollout", "h20"), ("train", "h800")):
+        nodes = Node.objects.filter(cluster=pools[kind])
+        assert sorted(n.name for n in nodes) == [f"{prefix}-{i}" for i in range(8)]
+        assert {(n.gpus, n.host_mem_gb, n.state) for n in nodes} == {(8, 2048.0, "up")}
+    assert {s.name: s.slowdown for s in SloClass.objects.all()} == {
+        "gold": 1.1,
+        "silver": 1.5,
+        "bronze": 2.0,
+    }
+    assert Quota.objects.count() == 4
+    jobs = Job.objects.all()
+    assert jobs.count() >= 3
+    assert {j.tenant.name for j in jobs} == {"vision", "speech"}
+    assert all(j.status == "queued" for j in jobs)
+
+
+def test_if_empty_does_nothing_once_users_exist(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        _seed("--if-empty")
+    counts = (
+        User.objects.count(),
+        ApiToken.objects.count(),
+        Node.objects.count(),
+        Job.objects.count(),
+        Quota.objects.count(),
+    )
+    out = _seed("--if-empty")
+    assert "nothing to do" in out and "rmx_" not in out
+    assert counts == (
+        User.objects.count(),
+        ApiToken.objects.count(),
+        Node.objects.count(),
+        Job.objects.count(),
+        Quota.objects.count(),
+    )
+
+
+def test_rerun_without_if_empty_adds_nothing_twice(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        _seed()
+        before = (
+            User.objects.count(),
+            ApiToken.objects.count(),
+            Node.objects.count(),
+            Job.objects.count(),
+        )
+        out = _seed()
+    assert "rmx_" not in out  # existing users keep their tokens; none are re-issued
+    assert before == (
+        User.objects.count(),
+        ApiToken.objects.count(),
+        Node.objects.count(),
+        Job.objects.count(),
+    )
+
+
+def test_if_empty_skips_a_database_with_other_users(django_user_model):
+    django_user_model.objects.create_user(username="someone", password="x-123456789")
+    _seed("--if-empty")
+    assert not Tenant.objects.exists()
