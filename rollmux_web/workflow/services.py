@@ -104,10 +104,16 @@ def _save_runtime(group: ExecutionGroup, runtime: GroupRuntime) -> None:
 
 
 def job_time_scale(job: Job) -> float:
-    """Return the speed-up applied to the job's profile durations (1 for real runners)."""
+    """Return the speed-up applied to the job's profile durations.
+
+    The job's own `time_scale` when set; otherwise the settings default for the emulating
+    runners and 1 for real ones (a user's runner takes the time it takes).
+    """
+    if job.time_scale:
+        return float(job.time_scale)
     if job.runner not in EMULATING_RUNNERS:
         return 1.0
-    return float(job.time_scale or settings.ROLLMUX_TIME_SCALE)
+    return float(settings.ROLLMUX_TIME_SCALE)
 
 
 def runner_context(job: Job) -> RunnerContext:
