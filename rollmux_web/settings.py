@@ -67,13 +67,17 @@ def database_from_url(url: str) -> dict[str, object]:
         name = parsed.path.lstrip("/")
         if not name:
             raise ImproperlyConfigured(f"DATABASE_URL {url!r} names no database")
+        try:
+            port = parsed.port
+        except ValueError:
+            raise ImproperlyConfigured(f"DATABASE_URL {url!r} has a non-numeric port") from None
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(name),
             "USER": unquote(parsed.username or ""),
             "PASSWORD": unquote(parsed.password or ""),
             "HOST": parsed.hostname or "",
-            "PORT": str(parsed.port or ""),
+            "PORT": str(port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
         }

@@ -1,0 +1,102 @@
+"""Settings fail loudly on bad environment values (each case in a fresh interpreter)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# Only what Django needs to start; each case adds its own variables.
+BASE_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "DJANGO_SETTINGS_MODULE": "rollmux_web.settings",
+    "PYTHONPATH": str(ROOT),
+}
+
+
+def _setup(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; print(settings.DATABASES['default']['ENGINE'])",
+        ],
+        env={**BASE_ENV, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "mentions"),
+    [
+        ({"DATABASE_URL": "mysql://u@h/db"}, "DATABASE_URL"),
+        ({"DATABASE_URL": "postgres://u@h:5432/"}, "DATABASE_URL"),
+        ({"DATABASE_URL": "postgres://u@h:notaport/db"}, "DATABASE_URL"),
+        ({"DATABASE_URL": "sqlite://relative.db"}, "DATABASE_URL"),
+        ({"DEBUG": "maybe"}, "DEBUG"),
+        ({"ROLLMUX_MAX_GROUP_SIZE": "five"}, "ROLLMUX_MAX_GROUP_SIZE"),
+        ({"ROLLMUX_MAX_GROUP_SIZE": "0"}, "ROLLMUX_MAX_GROUP_SIZE"),
+        ({"ROLLMUX_SPEC_FILE_MAX_BYTES": "1e6"}, "ROLLMUX_SPEC_FILE_MAX_BYTES"),
+        ({"ROLLMUX_TIME_SCALE": "fast"}, "ROLLMUX_TIME_SCALE"),
+        ({"REDIS_URL": "localhost:6379"}, "REDIS_URL"),
+        ({"REDIS_URL": "http://127.0.0.1:6379/0"}, "REDIS_URL"),
+        ({"SECRET_KEY": "short"}, "SECRET_KEY"),
+        ({"ROLLMUX_EMBEDDED": "false"}, "SECRET_KEY"),
+        ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS"),
+    ],
+    ids=lambda v: "-".join(f"{k}={val}" for k, val in v.items()) if isinstance(v, dict) else None,
+)
+def test_bad_value_stops_startup_naming_the_variable(env, mentions):
+    result = _setup(env)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "ImproperlyConfigured" in last, result.stderr[-2000:]
+    assert mentions in last
+
+
+@pytest.mark.parametrize(
+    ("env", "engine"),
+    [
+        ({}, "django.db.backends.sqlite3"),
+        (
+            {"DATABASE_URL": "postgres://u:p%40ss@db.example:5433/rollmux"},
+            "django.db.backends.postgresql",
+        ),
+        (
+            {"DATABASE_URL": "sqlite:////tmp/rollmux-test.sqlite3", "DEBUG": "true"},
+            "django.db.backends.sqlite3",
+        ),
+        (
+            {
+                "REDIS_URL": "redis://127.0.0.1:6379/3",
+                "SECRET_KEY": "x" * 50,
+                "ROLLMUX_EMBEDDED": "false",
+            },
+            "django.db.backends.sqlite3",
+        ),
+    ],
+)
+def test_good_values_start(env, engine):
+    result = _setup(env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == engine
+
+
+def test_postgres_url_is_parsed_into_parts():
+    from rollmux_web.settings import database_from_url
+
+    db = database_from_url("postgresql://app:p%40ss@db.example:5433/roll%2Dmux")
+    assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (
+        "app",
+        "p@ss",
+        "db.example",
+        "5433",
+        "roll-mux",
+    )
