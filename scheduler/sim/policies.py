@@ -137,12 +137,11 @@ class SoloRuntime:
 
 
 def _job_done(result: Any, job_id: str) -> bool:
-    """Read "did the job finish its last iteration" from a runtime's finish result."""
-    for attr in ("done", "job_done", "finished", "completed"):
-        value = getattr(result, attr, None)
-        if isinstance(value, bool):
-            return value
-    raise TypeError(f"cannot tell from {result!r} whether job {job_id} is done")
+    """Read "did the job finish its last iteration" from a runtime's finish result.
+
+    Both the core's FinishResult and our SimpleFinish carry it as `done`.
+    """
+    return result.done is True
 
 
 def _remove_member(state: ClusterState, job_id: str) -> ClusterState:

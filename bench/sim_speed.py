@@ -1,0 +1,74 @@
+"""Time the simulator on a generated paper-like trace under every policy.
+
+    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper]
+
+Prints the wall time per policy (one process, one core), the phase events per
+second, and the total against the 20 s target. `optimal` cannot run on a
+200-job trace (it is exhaustive, at most 8 jobs), so it is timed separately on
+an 8-job burst of the same generator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from scheduler.sim.engine import simulate  # noqa: E402
+from scheduler.sim.gen import generate, generate_paper  # noqa: E402
+from scheduler.sim.optimal import run_optimal  # noqa: E402
+from scheduler.sim.policies import make_policy  # noqa: E402
+from scheduler.trace import default_cluster  # noqa: E402
+
+POLICIES = ["rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle"]
+TARGET_S = 20.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kind", default="paper", choices=["paper", "philly"])
+    args = parser.parse_args()
+    spec = default_cluster()
+    jobs = generate(args.kind, args.seed)
+    phases = 2 * sum(j.iterations for j in jobs)
+    print(f"{args.kind}-like trace, seed {args.seed}: {len(jobs)} jobs, {phases:,} phase events")
+    # CPU time is printed beside wall time: on a shared machine the wall clock
+    # also counts other processes, the CPU time of this one does not.
+    total = total_cpu = 0.0
+    for name in POLICIES:
+        started, started_cpu = time.perf_counter(), time.process_time()
+        simulate(jobs, spec, make_policy(name, seed=args.seed), seed=args.seed)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+        total += elapsed
+        total_cpu += cpu
+        print(
+            f"  {name:<18}{elapsed:7.2f} s wall {cpu:7.2f} s CPU "
+            f"{phases / cpu / 1000:7.1f} k events/CPU-s"
+        )
+    verdict = "within" if total_cpu < TARGET_S else "OVER"
+    print(
+        f"  {'all five':<18}{total:7.2f} s wall {total_cpu:7.2f} s CPU "
+        f"({verdict} the {TARGET_S:.0f} s target)"
+    )
+    burst = [
+        replace(j, iterations=min(j.iterations, 40))
+        for j in generate_paper(args.seed, jobs=8, window_h=3.0)
+    ]
+    started = time.perf_counter()
+    _, search = run_optimal(burst, spec, seed=args.seed)
+    print(
+        f"  optimal on an 8-job burst: {time.perf_counter() - started:.2f} s "
+        f"({search.candidates_checked} candidate groups checked, "
+        f"{search.candidates_simulated} simulated)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
