@@ -146,10 +146,15 @@ def _summary(group: Group) -> _Summary:
         return hit[1]
     summary = _summarise(group)
 
-    def forget(ref: weakref.ref[Group], key: int = key) -> None:
-        entry = _SUMMARIES.get(key)
+    # The memo is bound as a default so the callback still works at interpreter exit.
+    def forget(
+        ref: weakref.ref[Group],
+        key: int = key,
+        memo: dict[int, tuple[weakref.ref[Group], _Summary]] = _SUMMARIES,
+    ) -> None:
+        entry = memo.get(key)
         if entry is not None and entry[0] is ref:
-            del _SUMMARIES[key]
+            del memo[key]
 
     _SUMMARIES[key] = (weakref.ref(group, forget), summary)
     return summary

@@ -71,13 +71,25 @@ def drive(
     until: float = float("inf"),
     on_finish: Callable[[float, GroupRuntime], GroupRuntime] | None = None,
 ) -> list[Segment]:
-    """Run `rt` as the simulator does (events at phase ends) and return the phases run.
+    """Run `rt` as the simulator does (events at phase ends) and return the phases run."""
+    return drive_to_end(rt, duration, until=until, on_finish=on_finish)[0]
+
+
+def drive_to_end(
+    rt: GroupRuntime,
+    duration: Duration,
+    *,
+    until: float = float("inf"),
+    on_finish: Callable[[float, GroupRuntime], GroupRuntime] | None = None,
+    t0: float = 0.0,
+) -> tuple[list[Segment], GroupRuntime]:
+    """Run `rt` from time `t0` as the simulator does; return the phases run and the runtime.
 
     `duration` gives a phase's length (switch overhead is the caller's business);
     `on_finish(t, rt)` may replace the runtime (e.g. a to_dict/from_dict round trip)
     or admit/remove members between events.
     """
-    t = 0.0
+    t = t0
     seq = 0
     heap: list[tuple[float, int, str, PhaseKind]] = []
     open_: dict[str, tuple[PhaseStart, float]] = {}
@@ -103,7 +115,7 @@ def drive(
         if on_finish is not None:
             rt = on_finish(t, rt)
         launch(t)
-    return out
+    return out, rt
 
 
 def worst_case(members: list[Member], overhead: float = 0.0) -> Duration:
