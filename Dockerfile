@@ -1,0 +1,37 @@
+# One image for every RollMux service: web (gunicorn), Celery worker and beat, Ray head and
+# Ray workers (Ray needs the same Python and Ray version on the driver and every node).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    RAY_USAGE_STATS_ENABLED=0 \
+    DJANGO_SETTINGS_MODULE=rollmux_web.settings
+
+WORKDIR /app
+
+# Dependencies first, so code changes do not reinstall them.
+COPY pyproject.toml README.md ./
+COPY scheduler/__init__.py scheduler/__init__.py
+COPY workers/__init__.py workers/__init__.py
+COPY rollmux_web/__init__.py rollmux_web/__init__.py
+RUN pip install -e .
+
+COPY manage.py ./
+COPY scheduler ./scheduler
+COPY workers ./workers
+COPY rollmux_web ./rollmux_web
+COPY templates ./templates
+COPY static ./static
+
+# Static files are collected at build time; whitenoise serves them. No secret is needed for
+# this step (settings fall back to an embedded key only while ROLLMUX_EMBEDDED is unset).
+RUN python manage.py collectstatic --noinput
+
+RUN useradd --create-home --uid 10001 rollmux \
+    && mkdir -p /tmp/prometheus && chown rollmux /tmp/prometheus
+USER rollmux
+
+EXPOSE 8000
+CMD ["gunicorn", "-c", "python:rollmux_web.gunicorn_conf", "rollmux_web.wsgi"]

@@ -1,0 +1,174 @@
+"""docker-compose.yml cannot run here: check by parsing that it is complete and consistent."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+OUR_IMAGE = {name for name, svc in SERVICES.items() if svc.get("build")}
+
+
+def _command(name: str) -> list[str]:
+    cmd = SERVICES[name]["command"]
+    assert isinstance(cmd, list), f"{name}: use the exec (list) form so no shell interprets it"
+    return [str(c) for c in cmd]
+
+
+def _option(cmd: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(cmd):
+        for n in names:
+            if arg == n:
+                return cmd[i + 1]
+            if arg.startswith(n + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _ray_workers() -> dict[str, dict[str, float]]:
+    out = {}
+    for name in OUR_IMAGE:
+        cmd = _command(name)
+        if cmd[:2] == ["ray", "start"] and "--head" not in cmd:
+            out[name] = json.loads(_option(cmd, "--resources") or "{}")
+    return out
+
+
+def test_every_production_service_is_there():
+    assert {"postgres", "redis", "web", "worker", "beat", "ray-head"} <= set(SERVICES)
+    assert SERVICES["postgres"]["image"].startswith("postgres:")
+    assert SERVICES["redis"]["image"].startswith("redis:")
+    assert {"web", "worker", "beat", "ray-head", "migrate"} <= OUR_IMAGE
+
+
+@pytest.mark.parametrize("name", sorted(OUR_IMAGE))
+def test_each_command_runs_a_program_installed_in_the_image(name):
+    program = _command(name)[0]
+    assert program in {"python", "gunicorn", "celery", "ray"}, program
+    # The image installs the project like `make install` does: the same entry points.
+    assert (VENV_BIN / program).exists() or shutil.which(program), f"{program} is not installed"
+
+
+def test_web_runs_gunicorn_on_the_wsgi_app_with_an_importable_config():
+    cmd = _command("web")
+    assert cmd[0] == "gunicorn"
+    config = _option(cmd, "-c", "--config")
+    assert config and config.startswith("python:")
+    conf = importlib.import_module(config.removeprefix("python:"))
+    assert conf.bind.endswith(":8000") and conf.workers >= 1
+    app_module = cmd[-1]
+    wsgi = importlib.import_module(app_module)
+    assert callable(wsgi.application)
+
+
+@pytest.mark.parametrize(("name", "sub"), [("worker", "worker"), ("beat", "beat")])
+def test_celery_services_use_the_project_app_and_queue(name, sub, settings):
+    cmd = _command(name)
+    assert cmd[0] == "celery" and sub in cmd
+    module = _option(cmd, "-A", "--app")
+    app = importlib.import_module(f"{module}.celery").app
+    assert app.main == "rollmux"
+    if sub == "worker":
+        assert _option(cmd, "-Q", "--queues") == settings.CELERY_TASK_DEFAULT_QUEUE
+    for entry in settings.CELERY_BEAT_SCHEDULE.values():
+        mod, _, func = entry["task"].rpartition(".")
+        assert hasattr(importlib.import_module(mod), func), entry["task"]
+
+
+def test_migrate_runs_before_web_worker_and_beat():
+    assert _command("migrate")[:3] == ["python", "manage.py", "migrate"]
+    for name in ("web", "worker", "beat"):
+        assert (
+            SERVICES[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        )
+
+
+def test_ray_head_and_workers_advertise_h20_and_h800_nodes():
+    head = _command("ray-head")
+    assert head[:2] == ["ray", "start"] and "--head" in head and "--block" in head
+    port = _option(head, "--port")
+    workers = _ray_workers()
+    gpu_types = {k for res in workers.values() for k in res if not k.startswith("node:")}
+    assert gpu_types == {"H20", "H800"}
+    for name, res in workers.items():
+        cmd = _command(name)
+        assert _option(cmd, "--address") == f"ray-head:{port}" and "--block" in cmd
+        nodes = [k for k in res if k.startswith("node:")]
+        assert len(nodes) == 1, f"{name} must pin exactly one inventory node"
+        gpu = next(k for k in res if not k.startswith("node:"))
+        assert res[gpu] == float(_option(cmd, "--num-gpus"))
+
+
+def test_ray_node_resources_match_the_inventory_naming():
+    from rollmux_web.accounts.management.commands import seed_demo
+    from rollmux_web.inventory.models import Node
+
+    seeded = {
+        f"{prefix}-{i}" for prefix in ("h20", "h800") for i in range(seed_demo.NODES_PER_POOL)
+    }
+    for res in _ray_workers().values():
+        node = next(k for k in res if k.startswith("node:"))
+        assert node.removeprefix("node:") in seeded
+        assert Node(name=node.removeprefix("node:")).ray_resource == node
+        gpu = next(k for k in res if not k.startswith("node:"))
+        assert node.startswith(f"node:{gpu.lower()}-")
+
+
+def test_app_services_point_at_compose_postgres_redis_and_ray(settings):
+    for name in ("web", "worker", "beat", "migrate"):
+        env = SERVICES[name]["environment"]
+        assert (
+            env["DATABASE_URL"].startswith("postgres://")
+            and "@postgres:5432/" in env["DATABASE_URL"]
+        )
+        assert env["REDIS_URL"].startswith("redis://redis:6379/")
+        assert env["ROLLMUX_EMBEDDED"] == "false" and env["DEBUG"] == "false"
+        assert env["ROLLMUX_RAY_ADDRESS"] == "ray-head:" + _option(_command("ray-head"), "--port")
+        importlib.import_module(env["DJANGO_SETTINGS_MODULE"])
+
+
+def test_secrets_come_from_the_environment_and_are_required():
+    text = (ROOT / "docker-compose.yml").read_text()
+    env = SERVICES["web"]["environment"]
+    assert re.fullmatch(r"\$\{SECRET_KEY:\?[^}]*\}", env["SECRET_KEY"])
+    assert "${POSTGRES_PASSWORD:?" in env["DATABASE_URL"]
+    assert re.fullmatch(
+        r"\$\{POSTGRES_PASSWORD:\?[^}]*\}", SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    )
+    # every required variable is documented in .env.example
+    required = set(re.findall(r"\$\{(\w+):\?", text))
+    example = (ROOT / ".env.example").read_text()
+    documented = set(re.findall(r"^(\w+)=", example, re.M))
+    assert required <= documented
+    # and .env.example carries no value for the secrets
+    assert re.search(r"^SECRET_KEY=$", example, re.M) and re.search(
+        r"^POSTGRES_PASSWORD=$", example, re.M
+    )
+
+
+def test_databases_have_healthchecks_and_volumes():
+    for name in ("postgres", "redis"):
+        assert SERVICES[name]["healthcheck"]["test"]
+    assert "pgdata" in COMPOSE["volumes"]
+
+
+def test_dockerfile_builds_python_311_and_copies_existing_paths():
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11", text, re.M)
+    for line in re.findall(r"^COPY (.+)$", text, re.M):
+        *sources, _dest = line.split()
+        for src in sources:
+            assert (ROOT / src).exists(), f"Dockerfile copies missing {src}"
+    cmd = json.loads(re.search(r"^CMD (.+)$", text, re.M).group(1))
+    assert cmd == _command("web")
+    assert re.search(r"^USER (?!root)\w+", text, re.M), "run as a non-root user"
