@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -44,6 +45,17 @@ class JobFilterSerializer(serializers.Serializer):
     ordering = serializers.ChoiceField(choices=sorted(ORDERINGS), required=False)
 
 
+JOB_ID = OpenApiParameter("job_id", OpenApiTypes.INT, OpenApiParameter.PATH)
+NOT_FOUND = _err("no such job (or another tenant's)")
+
+
+def _job_id(raw: str) -> int:
+    """Return the job id of a path segment; anything but a positive id is a (JSON) 404."""
+    if not raw.isascii() or not raw.isdigit() or not 0 < int(raw) < 2**63:
+        raise NotFound()
+    return int(raw)
+
+
 def _rejected(exc: JobRejected) -> Response:
     return error_response(exc.code, exc.message, exc.fields, exc.http_status)
 
@@ -63,7 +75,12 @@ class JobListCreateView(GenericAPIView):
                 description=f"default {DEFAULT_ORDERING}",
             ),
         ],
-        responses={200: JobSerializer(many=True), 400: _err("bad filter"), **AUTH_ERRORS},
+        responses={
+            200: JobSerializer(many=True),
+            400: _err("bad filter"),
+            404: _err("page out of range"),
+            **AUTH_ERRORS,
+        },
     )
     def get(self, request: Request) -> Response:
         filters = JobFilterSerializer(data=request.query_params)
@@ -100,14 +117,12 @@ class JobDetailView(GenericAPIView):
 
     @extend_schema(
         summary="One job",
-        responses={
-            200: JobSerializer,
-            404: _err("no such job (or another tenant's)"),
-            **AUTH_ERRORS,
-        },
+        parameters=[JOB_ID],
+        responses={200: JobSerializer, 404: NOT_FOUND, **AUTH_ERRORS},
     )
-    def get(self, request: Request, job_id: int) -> Response:
-        return Response(JobSerializer(job_get(user=request.user, job_id=job_id)).data)
+    def get(self, request: Request, job_id: str) -> Response:
+        job = job_get(user=request.user, job_id=_job_id(job_id))
+        return Response(JobSerializer(job).data)
 
 
 class JobCancelView(GenericAPIView):
@@ -120,16 +135,17 @@ class JobCancelView(GenericAPIView):
             "and stops at its next phase boundary."
         ),
         request=None,
+        parameters=[JOB_ID],
         responses={
             200: JobSerializer,
-            404: _err("no such job (or another tenant's)"),
+            404: NOT_FOUND,
             409: _err("the job already ended"),
             **AUTH_ERRORS,
         },
     )
-    def post(self, request: Request, job_id: int) -> Response:
+    def post(self, request: Request, job_id: str) -> Response:
         try:
-            job = job_cancel(user=request.user, job_id=job_id)
+            job = job_cancel(user=request.user, job_id=_job_id(job_id))
         except JobRejected as exc:
             return _rejected(exc)
         return Response(JobSerializer(job_get(user=request.user, job_id=job.pk)).data)
