@@ -213,6 +213,7 @@ class PhaseStart:
     switch: bool  # some node last ran a different job: warm-start switch overhead applies
     cold: bool  # first phase after admission: state is loaded cold
     meta_iteration: int = 0  # the group's round this phase belongs to
+    first_on_pool: bool = False  # the job's first phase on this pool since admission
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ class _MemberState:
     running: bool
     next_round: dict[PhaseKind, int]  # meta-iteration of the next phase to START per pool
     started: bool = False  # has any phase started since admission
+    started_pools: set[str] = field(default_factory=set)  # pools it has run on
 
     @property
     def job_id(self) -> str:
@@ -436,6 +438,7 @@ class GroupRuntime:
                     "running": s.running,
                     "next_round": {k.value: v for k, v in s.next_round.items()},
                     "started": s.started,
+                    "started_pools": sorted(s.started_pools),
                 }
                 for s in self._members.values()
             ],
@@ -468,6 +471,7 @@ class GroupRuntime:
                 running=bool(e["running"]),
                 next_round={PhaseKind(k): int(v) for k, v in e["next_round"].items()},
                 started=bool(e["started"]),
+                started_pools={str(x) for x in e.get("started_pools", ())},
             )
             rt._members[s.job_id] = s
         for e in d["running"]:
@@ -501,7 +505,9 @@ class GroupRuntime:
         rnd = s.next_round[kind]
         switch = any(self._last.get(x, s.job_id) != s.job_id for x in nodes)
         cold = not s.started
+        first_on_pool = kind.pool.value not in s.started_pools
         s.started = True
+        s.started_pools.add(kind.pool.value)
         s.running = True
         s.next_round[kind] = rnd + 1
         if kind is PhaseKind.ROLLOUT and (self._round is None or rnd > self._round):
@@ -511,7 +517,7 @@ class GroupRuntime:
         for x in nodes:
             self._busy[x] = s.job_id
             self._last[x] = s.job_id
-        return PhaseStart(s.job_id, kind, s.iteration, nodes, switch, cold, rnd)
+        return PhaseStart(s.job_id, kind, s.iteration, nodes, switch, cold, rnd, first_on_pool)
 
 
 # ---------------------------------------------------------------------------

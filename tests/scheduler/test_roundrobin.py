@@ -212,13 +212,20 @@ def test_each_member_runs_its_iterations_then_is_reported_done() -> None:
 
 
 def test_finish_reports_the_next_phase_and_done() -> None:
-    rt = runtime_with([member(job("A", 10, 10, iterations=1))])
+    rt = runtime_with([member(job("A", 10, 10, iterations=2))])
     (p,) = rt.start_ready()
-    assert (p.kind, p.iteration, p.cold, p.switch) == (R, 0, True, False)
+    assert (p.kind, p.iteration, p.cold, p.switch, p.first_on_pool) == (R, 0, True, False, True)
     res = rt.finish("A", R)
     assert (res.next_kind, res.next_iteration, res.done) == (T, 0, False)
     (p,) = rt.start_ready()
-    assert p.kind is T and not p.cold
+    # Not the first phase after admission, but the first on the training pool.
+    assert p.kind is T and not p.cold and p.first_on_pool
+    res = rt.finish("A", T)
+    assert (res.next_kind, res.next_iteration, res.done) == (R, 1, False)
+    (p,) = rt.start_ready()
+    assert not p.cold and not p.first_on_pool
+    rt.finish("A", R)
+    rt.start_ready()
     res = rt.finish("A", T)
     assert res.done and res.next_kind is None and res.freed_nodes == ("t1",)
     assert rt.member_ids() == ()
