@@ -122,7 +122,12 @@ def price_book() -> PriceBook:
 
 
 def gpu_type_list() -> QuerySet[GpuType]:
-    return GpuType.objects.prefetch_related("prices").annotate(node_count=Count("nodes"))
+    # Meta.ordering does not apply to GROUP BY queries: order explicitly.
+    return (
+        GpuType.objects.prefetch_related("prices")
+        .annotate(node_count=Count("nodes"))
+        .order_by("name")
+    )
 
 
 def gpu_type_current_price(gpu_type: GpuType) -> Decimal | None:
@@ -132,9 +137,13 @@ def gpu_type_current_price(gpu_type: GpuType) -> Decimal | None:
 
 
 def cluster_list() -> QuerySet[Cluster]:
-    return Cluster.objects.select_related("gpu_type").annotate(
-        node_count=Count("nodes"),
-        nodes_up=Count("nodes", filter=Q(nodes__state="up")),
+    return (
+        Cluster.objects.select_related("gpu_type")
+        .annotate(
+            node_count=Count("nodes"),
+            nodes_up=Count("nodes", filter=Q(nodes__state="up")),
+        )
+        .order_by("kind", "name")
     )
 
 
@@ -148,4 +157,4 @@ def node_list(
         qs = qs.filter(gpu_type__name=gpu_type)
     if state:
         qs = qs.filter(state=state)
-    return qs
+    return qs.order_by("cluster__kind", "name")

@@ -1,0 +1,77 @@
+"""In headless Chromium: an admin logs in, changes a GPU price and a node state, and finds
+both changes in the audit log; a wrong password shows an error."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from rollmux_web.inventory.models import GpuPrice, Node
+from rollmux_web.inventory.selectors import current_prices
+from tests.conftest import ARTIFACTS, browser_login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_admin_changes_a_price_and_sees_it_in_the_audit_log(
+    page: Any, live_server: Any, world: Any, monkeypatch: Any
+) -> None:
+    triggered: list[int] = []
+    monkeypatch.setattr("workers.triggers.node_state_changed", triggered.append)
+    browser_login(page, live_server, "admin")
+    assert page.locator(".topbar .role").inner_text() == "admin"
+
+    page.click("nav >> text=Inventory")
+    h20_row = page.locator("#gpu-types tr", has_text="H20")
+    assert "$1.85" in h20_row.inner_text()
+    h20_row.locator("text=Edit").click()
+
+    # a negative price is refused with a field error, and nothing changes
+    page.fill("input[name=price_per_gpu_hour]", "-1")
+    page.click("main button[type=submit]")  # not the Log out button in the top bar
+    assert "Price per GPU-hour" in page.locator("#error-price_per_gpu_hour").inner_text()
+    assert GpuPrice.objects.filter(gpu_type=world.h20).count() == 1
+
+    page.fill("input[name=price_per_gpu_hour]", "2.30")
+    page.click("main button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/inventory/")
+    assert "$2.30" in page.locator("#gpu-types tr", has_text="H20").inner_text()
+    assert current_prices()["H20"] == Decimal("2.30")
+
+    # drain a node in place (htmx swaps the row)
+    node = Node.objects.get(name="h20-2")
+    page.select_option(f"#node-{node.pk} select[name=state]", "drained")
+    page.wait_for_function(
+        f"document.querySelector('#node-{node.pk} select').value === 'drained' && document.querySelector('#node-{node.pk}').isConnected"
+    )
+    page.wait_for_timeout(300)
+    node.refresh_from_db()
+    assert node.state == "drained" and triggered == [node.pk]
+    page.screenshot(path=str(ARTIFACTS / "login-inventory.png"), full_page=True)
+
+    page.click("nav >> text=Audit")
+    price_row = page.locator('tr.audit-row[data-action="price.change"]')
+    assert price_row.count() == 1
+    text = price_row.inner_text()
+    assert "admin" in text and "1.8500 → 2.3000" in text
+    assert (
+        page.locator('tr.audit-row[data-action="node.state"]').inner_text().count("up → drained")
+        == 1
+    )
+
+    # filter by action through htmx
+    page.select_option("#f-action", "price.change")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_function("document.querySelectorAll('tr.audit-row').length === 1")
+    assert "action=price.change" in page.url
+
+
+def test_wrong_password_shows_an_error(page: Any, live_server: Any, world: Any) -> None:
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", "not-the-password")
+    page.click("button[type=submit]")
+    assert page.locator(".errorlist").is_visible()
+    assert "/accounts/login/" in page.url
