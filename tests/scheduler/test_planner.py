@@ -342,11 +342,24 @@ def test_planner_case(case: Case) -> None:
         case.check(state, res)
 
 
-def test_existing_members_in_a_group_are_never_pushed_past_their_slo() -> None:
-    state = build(spec(), [job("A", 50, 50, slo=1.2)])
+@pytest.mark.parametrize(
+    ("a_slo", "joins"), [(1.2, False), (2.0, True)], ids=["A strict", "A tolerant"]
+)
+def test_only_the_existing_members_slo_decides_whether_b_joins(a_slo: float, joins: bool) -> None:
+    # B alone would be fine in A's group (its own slowdown is ~1.1x); A's would be
+    # 180/100 = 1.8x. A strict A keeps B out, a tolerant A lets it pack for free.
+    state = build(spec(), [job("A", 50, 50, slo=a_slo)])
     res = place(job("B", 150, 30, slo=2.0), state)
-    a_group = group_of(state, "A")
-    assert res.placement is not None and res.placement.group_id != a_group
+    assert res.placement is not None
+    assert (res.placement.group_id == group_of(state, "A")) is joins
+    if joins:
+        assert res.predicted_slowdown["A"] == pytest.approx(1.8, abs=0.05)
+
+
+def test_the_same_state_gives_the_same_decision() -> None:
+    state = build(spec(), [job("A", 100, 100), job("B", 300, 120), job("C", 200, 100, slo=2.0)])
+    first = place(job("N", 120, 100, slo=2.0), state)
+    assert all(place(job("N", 120, 100, slo=2.0), state) == first for _ in range(3))
 
 
 def test_rollout_scaling_adds_the_fewest_new_rollout_nodes() -> None:
