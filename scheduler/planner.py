@@ -23,6 +23,15 @@ Decisions where the paper is silent (see also the module functions):
   fits, the planner names fresh nodes (`<type>-<n>`) in `Placement.new_nodes`;
   `apply_placement` adds them to the state. Bounded pools use only `state.nodes`
   (build them with `cluster_nodes`).
+* Baselines (`random`, `greedy-most-idle`): a group qualifies when it is not full,
+  has the job's training nodes with residency room, and enough rollout nodes with
+  room (or free ones to add); SLOs are ignored. `random` picks a group and nodes with
+  the caller's rng; `greedy-most-idle` the group with the highest idle share
+  (1 - summed phase time / (nodes x max(T_cycle, T_load))), then its least-loaded
+  nodes. Both open a new group when no group qualifies. `solo-disagg` always opens one.
+* Helpers beyond the contract: `empty_state(spec)` / `cluster_nodes(spec)` build the
+  nodes of bounded pools, `nodes_needed`, `make_node`, `node_name`,
+  `group_cost_per_hour`, and `POLICIES`.
 * Residency: the summed host_mem_gb of the members pinned to a node plus the job's
   must not exceed the node's host_mem_gb (equality fits).
 """

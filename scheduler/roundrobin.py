@@ -26,6 +26,21 @@ the planner's prediction honest. It cannot deadlock: ordering every future phase
 order of all constraints (job order, pool order, node order), so its first element
 can always start once the phases running now finish.
 
+API notes (beyond the contract)
+-------------------------------
+* ``admit(member, iterations=N, start_iteration=k)``: N is the job's TOTAL
+  iteration count; it runs iterations k..N-1 (a resubmitted job resumes at k).
+* ``PhaseStart`` also carries ``meta_iteration`` (the group round) and
+  ``first_on_pool`` (first phase of the job on that pool since admission: its
+  training state loads cold there even though ``cold`` is only the first phase).
+* ``FinishResult`` fields: job_id, kind, iteration, freed_nodes, done, removed,
+  next_kind, next_iteration. ``finish`` raises ValueError for a phase that is not
+  running; ``remove`` raises KeyError for an unknown job.
+* ``queued()`` returns QueuedPhase records in start order; ``node_queues()`` the
+  per-node view; ``last_job(node)`` who ran last (warm-start bookkeeping).
+* ``simulate_round_robin`` and ``steady_iteration_times`` expose the planning
+  recursion (used by the planner; the simulator may use it for drawn durations).
+
 A member admitted mid-run joins the meta-iteration in progress: its rollout is the
 last rollout of the current meta-iteration that has started (so it can start at
 once if its nodes are idle) and its training the last training of that
