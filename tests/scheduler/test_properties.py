@@ -129,6 +129,8 @@ def run_sequence(
             res = place(job, state, policy=policy, max_group_size=3, rng=rng)
             if res.status is not PlacementStatus.FIT:
                 assert res.reason and res.placement is None
+                # "Not now" only when not even an isolated group fits the free nodes.
+                assert place(job, state, policy="solo-disagg").status is res.status
                 continue
             assert res.placement is not None
             event(f"{policy}: {res.placement.strategy.value}")
