@@ -1,0 +1,66 @@
+"""In headless Chromium: alice submits a job through the form, fixing a field error first."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from rollmux_web.jobs.models import Job, JobStatus
+from tests.conftest import ARTIFACTS, browser_login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Any) -> None:
+    # the login below checks a real (fast) hash; PBKDF2 would only slow the setup
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def test_alice_fixes_a_field_error_submits_and_finds_her_job(
+    page: Any, live_server: Any, world: Any
+) -> None:
+    browser_login(page, live_server, "alice")
+    page.goto(f"{live_server.url}/jobs/new/")
+    page.fill("#id_name", "browser-grpo")
+    page.fill("#id_t_roll_max_s", "300")
+    # the cost preview follows the form: (300 x 8 x 1.85 + 120 x 8 x 5.28) / 3600 = $2.64
+    page.wait_for_selector("#solo-cost")
+    assert "$2.64" in page.inner_text("#solo-cost")
+
+    # 1. min above max: the inline (htmx) validation flags the field before submitting
+    page.fill("#id_t_roll_min_s", "450")
+    page.press("#id_t_roll_min_s", "Tab")
+    page.wait_for_selector("#err-t_roll_min_s li")
+    assert "Must be at most t_roll_max_s (300 s)" in page.inner_text("#err-t_roll_min_s")
+
+    # 2. submitting anyway is refused with the same message, and nothing is saved
+    page.click("#submit-job")
+    page.wait_for_load_state("networkidle")
+    assert "t_roll_min_s: Must be at most t_roll_max_s" in page.inner_text("#err-t_roll_min_s")
+    assert page.input_value("#id_t_roll_min_s") == "450"
+    assert not Job.objects.filter(name="browser-grpo").exists()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "submit-form-field-error.png"), full_page=True)
+
+    # 3. fix it: the error goes away inline, then the submission lands on the job page
+    page.fill("#id_t_roll_min_s", "200")
+    page.press("#id_t_roll_min_s", "Tab")
+    page.wait_for_function("document.querySelector('#err-t_roll_min_s li') === null")
+    page.click("#submit-job")
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    job = Job.objects.get(name="browser-grpo")
+    assert job.status == JobStatus.QUEUED and job.t_roll_min_s == 200.0
+    assert job.tenant.name == "vision" and job.submitter.username == "alice"
+    assert "browser-grpo" in page.inner_text("h1")
+
+    # 4. it is in the list; opening it from there shows its details
+    page.goto(f"{live_server.url}/jobs/")
+    row = page.locator(f"#job-{job.pk}")
+    assert "queued" in row.inner_text()
+    row.locator("a", has_text="browser-grpo").click()
+    page.wait_for_url(f"{live_server.url}/jobs/{job.pk}/")
+    assert page.inner_text("#job-status") == "queued"
+    assert "200.0 – 300.0" in page.inner_text("main")
