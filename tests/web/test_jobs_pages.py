@@ -208,3 +208,42 @@ def test_upload_refuses_a_5mb_file_and_garbage(client_as: Any, world: Any) -> No
         )
         assert resp.status_code == 400 and "file: " in resp.content.decode()
     assert Job.objects.count() == 0
+
+
+def test_detail_shows_placement_and_phase_summary(client_as: Any, world: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rollmux_web.inventory.models import Node
+    from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, Placement
+
+    job = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    group = ExecutionGroup.objects.create()
+    p = Placement.objects.create(
+        job=job, group=group, strategy="rollout_scaling", predicted_slowdown=1.31
+    )
+    p.rollout_nodes.set(Node.objects.filter(name__in=["h20-0", "h20-1"]))
+    p.train_nodes.set(Node.objects.filter(name="h800-3"))
+    t0 = timezone.now()
+    for i, (kind, secs, warm) in enumerate([("rollout", 100, False), ("train", 80, True)]):
+        PhaseRecord.objects.create(
+            job=job,
+            group=group,
+            placement=p,
+            iteration=0,
+            kind=kind,
+            state="succeeded",
+            warm_start=warm,
+            queued_at=t0,
+            started_at=t0 + timedelta(seconds=200 * i),
+            finished_at=t0 + timedelta(seconds=200 * i + secs),
+        )
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
+    html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
+    assert f'href="/groups/{group.pk}/"' in html
+    assert "rollout_scaling" in html and "h20-0, h20-1" in html and "h800-3" in html
+    assert "1.310×" in html
+    assert "100.0" in html and "80.0" in html  # mean phase durations
+    list_html = client_as("alice").get("/jobs/").content.decode()
+    assert f"group-{group.pk}" in list_html
