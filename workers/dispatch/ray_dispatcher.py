@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -54,10 +55,27 @@ def node_resources() -> dict[str, float]:
     return {node.ray_resource: 1.0 for node in Node.objects.all()}
 
 
+_init_lock = threading.Lock()
+
+
 def ensure_ray(address: str, resources: Callable[[], dict[str, float]] = node_resources) -> None:
     """Connect to Ray once per process; start a local one advertising every node if asked."""
     if ray.is_initialized():
         return
+    with _init_lock:
+        if ray.is_initialized():
+            return
+        # A Celery worker replaces stdout/stderr by logging proxies without fileno(), which
+        # ray.init's faulthandler needs: give it the real streams while it connects.
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        try:
+            _init(address, resources)
+        finally:
+            sys.stdout, sys.stderr = saved
+
+
+def _init(address: str, resources: Callable[[], dict[str, float]]) -> None:
     kwargs: dict[str, Any] = {
         "namespace": NAMESPACE,
         "log_to_driver": False,
