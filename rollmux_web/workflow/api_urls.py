@@ -1,4 +1,11 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import path
+
+from rollmux_web.workflow import api
 
 app_name = "workflow_api"
-urlpatterns: list[URLPattern | URLResolver] = []
+# <str:...> so that a malformed id still reaches the API and gets a JSON 404
+urlpatterns = [
+    path("jobs/<str:job_id>/phases/", api.JobPhasesView.as_view(), name="job-phases"),
+    path("groups/", api.GroupListView.as_view(), name="groups"),
+    path("groups/<str:group_id>/", api.GroupDetailView.as_view(), name="group"),
+]

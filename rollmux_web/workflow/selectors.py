@@ -1,0 +1,172 @@
+"""Reads of the live workflow: groups, phase records and the planner's cluster snapshot.
+
+Tenant scoping (decided here): a co-execution group is visible to a user when it has (or
+had) a member of a tenant the user may see. Inside a visible group, members of tenants the
+user may not see are listed without identity: `hidden: true`, no job id, name or tenant,
+only the nodes they are pinned to and whether they are active, so the group's shape and
+load stay understandable without leaking another team's work. Another tenant's job's
+phases are a 404 (through the jobs app's visibility rule).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+from django.http import Http404
+
+from rollmux_web.accounts.selectors import visible_tenants
+from rollmux_web.inventory.models import PoolKind
+from rollmux_web.jobs.models import Job
+from rollmux_web.workflow import converters
+from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
+from scheduler.model import ClusterState
+from scheduler.roundrobin import plan_meta_iteration
+
+
+def cluster_snapshot() -> ClusterState:
+    """Return the core ClusterState of the live cluster: nodes up and the active groups
+    with their members (what the planner sees; the what-if preview calls this)."""
+    return converters.cluster_state()
+
+
+def visible_groups(*, user: Any) -> QuerySet[ExecutionGroup]:
+    """Return the groups with at least one member of a tenant the user may see."""
+    return ExecutionGroup.objects.filter(
+        placements__job__tenant__in=visible_tenants(user)
+    ).distinct()
+
+
+def _placements_prefetch() -> Prefetch[Any]:
+    return Prefetch(
+        "placements",
+        queryset=Placement.objects.select_related("job", "job__tenant", "job__slo_class")
+        .prefetch_related("rollout_nodes", "train_nodes")
+        .order_by("created_at", "pk"),
+    )
+
+
+def _allocations_prefetch() -> Prefetch[Any]:
+    return Prefetch(
+        "allocations",
+        queryset=NodeAllocation.objects.select_related("node", "node__cluster", "node__gpu_type")
+        .filter(end__isnull=True)
+        .order_by("node__name"),
+        to_attr="open_allocations",
+    )
+
+
+def group_list(*, user: Any, active: bool | None = None) -> QuerySet[ExecutionGroup]:
+    """Return the visible groups, newest first; `active` filters on released_at."""
+    qs = visible_groups(user=user)
+    if active is True:
+        qs = qs.filter(released_at__isnull=True)
+    elif active is False:
+        qs = qs.filter(released_at__isnull=False)
+    return qs.prefetch_related(_placements_prefetch(), _allocations_prefetch()).order_by(
+        "-created_at", "-pk"
+    )
+
+
+def group_get(*, user: Any, group_id: int) -> ExecutionGroup:
+    """Return one visible group or raise Http404 (also for a group of other tenants only)."""
+    group = group_list(user=user).filter(pk=group_id).first()
+    if group is None:
+        raise Http404("No such group")
+    return group
+
+
+def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dict[str, Any]:
+    """Return a group as API data: members (others' hidden), nodes and its meta-iteration."""
+    tenant_ids = set(visible_tenants(user).values_list("pk", flat=True))
+    placements = list(group.placements.all())
+    members = []
+    for p in placements:
+        if not detail and p.ended_at is not None:
+            continue
+        entry: dict[str, Any] = {
+            "active": p.ended_at is None,
+            "rollout_nodes": sorted(n.name for n in p.rollout_nodes.all()),
+            "train_nodes": sorted(n.name for n in p.train_nodes.all()),
+        }
+        if p.job.tenant_id in tenant_ids:
+            entry.update(
+                hidden=False,
+                job=p.job.pk,
+                name=p.job.name,
+                tenant=p.job.tenant.name,
+                status=p.job.status,
+                attempt=p.attempt,
+                strategy=p.strategy,
+                predicted_slowdown=p.predicted_slowdown,
+                marginal_cost_per_hour=str(p.marginal_cost_per_hour),
+                joined_at=p.created_at,
+                left_at=p.ended_at,
+                end_reason=p.end_reason,
+                iterations_done=p.job.iterations_done,
+                iterations=p.job.iterations,
+            )
+        else:
+            entry.update(hidden=True)
+        members.append(entry)
+    allocations = getattr(group, "open_allocations", None)
+    if allocations is None:
+        allocations = list(
+            group.allocations.filter(end__isnull=True).select_related("node", "node__cluster")
+        )
+    nodes = [
+        {
+            "name": a.node.name,
+            "pool": a.node.cluster.kind,
+            "gpu_type": a.node.gpu_type.name,
+            "gpus": a.node.gpus,
+            "state": a.node.state,
+            "since": a.start,
+        }
+        for a in allocations
+    ]
+    data: dict[str, Any] = {
+        "id": group.pk,
+        "created_at": group.created_at,
+        "released_at": group.released_at,
+        "active": group.released_at is None,
+        "members": members,
+        "nodes": nodes,
+        "rollout_nodes": [n["name"] for n in nodes if n["pool"] == PoolKind.ROLLOUT],
+        "train_nodes": [n["name"] for n in nodes if n["pool"] == PoolKind.TRAIN],
+        "meta_iteration": None,
+    }
+    active = [p for p in placements if p.ended_at is None]
+    if active:
+        core = converters.core_group(group, list(allocations), active)
+        from django.conf import settings
+
+        meta = plan_meta_iteration(core, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
+        data["meta_iteration"] = {
+            "t_cycle_s": meta.t_cycle,
+            "t_load_s": meta.t_load,
+            "t_meta_s": meta.t_meta,
+            "saturated": meta.saturated,
+            "bottleneck": meta.bottleneck,
+            "utilisation": {pool.value: u for pool, u in meta.utilisation.items()},
+        }
+    return data
+
+
+def job_phases(*, user: Any, job_id: int) -> QuerySet[PhaseRecord]:
+    """Return a visible job's phase records in execution order; Http404 for another
+    tenant's job or an unknown one."""
+    if not Job.objects.filter(pk=job_id, tenant__in=visible_tenants(user)).exists():
+        raise Http404("No such job")
+    return PhaseRecord.objects.filter(job_id=job_id).order_by("queued_at", "iteration", "pk")
+
+
+def phase_counts_by_group(group_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Return per group the number of phase records per state."""
+    out: dict[int, dict[str, int]] = defaultdict(dict)
+    for gid, state in PhaseRecord.objects.filter(group_id__in=group_ids).values_list(
+        "group_id", "state"
+    ):
+        out[gid][state] = out[gid].get(state, 0) + 1
+    return dict(out)

@@ -1,0 +1,119 @@
+"""The workflow API: phase records and co-execution groups, scoped by tenant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from rollmux_web.inventory.models import Node
+from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
+from tests.workers.conftest import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _place(job: Any, group: ExecutionGroup, rollout: str, train: str) -> Placement:
+    p = Placement.objects.create(job=job, group=group, strategy="direct_packing")
+    p.rollout_nodes.set([Node.objects.get(name=rollout)])
+    p.train_nodes.set([Node.objects.get(name=train)])
+    for name in (rollout, train):
+        node = Node.objects.get(name=name)
+        if not NodeAllocation.objects.filter(node=node, end__isnull=True).exists():
+            NodeAllocation.objects.create(node=node, group=group, start=timezone.now())
+    return p
+
+
+@pytest.fixture
+def shared(world: Any) -> dict[str, Any]:
+    """A group shared by alice's (vision) and charlie's (speech) jobs, and one of speech only."""
+    shared = ExecutionGroup.objects.create()
+    mine = make_job(world, name="alice-grpo")
+    theirs = make_job(world, name="charlie-secret", tenant=world.speech, submitter=world.charlie)
+    p_mine = _place(mine, shared, "h20-0", "h800-0")
+    p_theirs = _place(theirs, shared, "h20-1", "h800-0")
+    only_speech = ExecutionGroup.objects.create()
+    solo = make_job(world, name="charlie-solo", tenant=world.speech, submitter=world.charlie)
+    _place(solo, only_speech, "h20-2", "h800-1")
+    now = timezone.now()
+    for p, job in ((p_mine, mine), (p_theirs, theirs)):
+        PhaseRecord.objects.create(
+            job=job,
+            group=shared,
+            placement=p,
+            iteration=0,
+            kind="rollout",
+            node_names=["h20-0"],
+            state="succeeded",
+            warm_start=False,
+            queued_at=now,
+            started_at=now,
+            finished_at=now,
+            metrics={"reward": 0.25},
+        )
+    return {"shared": shared, "only_speech": only_speech, "mine": mine, "theirs": theirs}
+
+
+def test_a_job_phases_are_listed_for_its_tenant(api_as: Any, shared: Any) -> None:
+    r = api_as("bob").get(f"/api/v1/jobs/{shared['mine'].pk}/phases/")
+    assert r.status_code == 200
+    (phase,) = r.json()["results"]
+    assert phase["kind"] == "rollout" and phase["iteration"] == 0
+    assert phase["metrics"] == {"reward": 0.25} and phase["duration_s"] == 0.0
+
+
+def test_another_tenants_job_phases_are_404(api_as: Any, shared: Any) -> None:
+    r = api_as("alice").get(f"/api/v1/jobs/{shared['theirs'].pk}/phases/")
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "not_found"
+    assert api_as("alice").get("/api/v1/jobs/abc/phases/").status_code == 404
+
+
+def test_groups_show_other_tenants_members_without_identity(api_as: Any, shared: Any) -> None:
+    r = api_as("alice").get("/api/v1/groups/")
+    assert r.status_code == 200
+    ids = [g["id"] for g in r.json()["results"]]
+    assert ids == [shared["shared"].pk], "a group of speech only is not listed for vision"
+    members = r.json()["results"][0]["members"]
+    visible = [m for m in members if not m["hidden"]]
+    hidden = [m for m in members if m["hidden"]]
+    assert [m["name"] for m in visible] == ["alice-grpo"]
+    assert len(hidden) == 1 and "name" not in hidden[0] and "job" not in hidden[0]
+    assert hidden[0]["rollout_nodes"] == ["h20-1"]
+    assert "charlie-secret" not in r.content.decode()
+    group = r.json()["results"][0]
+    assert group["rollout_nodes"] == ["h20-0", "h20-1"] and group["train_nodes"] == ["h800-0"]
+    assert group["meta_iteration"]["t_cycle_s"] == pytest.approx(160.0)
+
+
+def test_group_detail_is_404_for_a_group_without_your_tenant(api_as: Any, shared: Any) -> None:
+    assert api_as("alice").get(f"/api/v1/groups/{shared['only_speech'].pk}/").status_code == 404
+    r = api_as("charlie").get(f"/api/v1/groups/{shared['only_speech'].pk}/")
+    assert r.status_code == 200
+    assert [m["name"] for m in r.json()["members"]] == ["charlie-solo"]
+
+
+def test_admin_sees_every_member(api_as: Any, shared: Any) -> None:
+    r = api_as("admin").get(f"/api/v1/groups/{shared['shared'].pk}/")
+    assert r.status_code == 200
+    assert sorted(m["name"] for m in r.json()["members"]) == ["alice-grpo", "charlie-secret"]
+
+
+def test_anonymous_callers_are_refused(client: Any, shared: Any) -> None:
+    assert client.get("/api/v1/groups/").status_code in (401, 403)
+    assert client.get(f"/api/v1/jobs/{shared['mine'].pk}/phases/").status_code in (401, 403)
+
+
+def test_cluster_snapshot_holds_up_nodes_and_active_groups(shared: Any) -> None:
+    from rollmux_web.workflow.selectors import cluster_snapshot
+
+    state = cluster_snapshot()
+    assert len(state.nodes) == 8
+    assert state.spec.rollout.name == "H20" and state.spec.train.price_per_gpu_hour == 5.28
+    groups = {g.id: g for g in state.groups}
+    core = groups[str(shared["shared"].pk)]
+    assert core.rollout_nodes == ("h20-0", "h20-1") and core.train_nodes == ("h800-0",)
+    assert sorted(m.job.id for m in core.members) == sorted(
+        [str(shared["mine"].pk), str(shared["theirs"].pk)]
+    )
