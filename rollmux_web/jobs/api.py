@@ -109,7 +109,8 @@ class JobListCreateView(GenericAPIView):
             job = job_submit(user=request.user, spec=request.data, channel="api")
         except JobRejected as exc:
             return _rejected(exc)
-        return Response(JobSerializer(job_get(user=request.user, job_id=job.pk)).data, 201)
+        setattr(job, "placements_newest_first", [])  # noqa: B010  (new job: no placement yet)
+        return Response(JobSerializer(job).data, 201)
 
 
 class JobDetailView(GenericAPIView):

@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from rollmux_web.accounts.selectors import visible_tenants
-from rollmux_web.inventory.models import Cluster, Node, PoolKind
+from rollmux_web.inventory.models import Cluster, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.quotas.models import SloClass
 
@@ -82,15 +82,24 @@ class StrictFloatField(_Strict, serializers.FloatField):
     pass
 
 
-def _pool_limits(kind: str) -> tuple[str, int, float | None] | None:
-    """Return (GPU type name, GPUs per node, largest node host memory) of a pool kind."""
-    cluster = Cluster.objects.filter(kind=kind).select_related("gpu_type").first()
-    if cluster is None:
-        return None
-    largest = Node.objects.filter(cluster=cluster).aggregate(m=Max("host_mem_gb"))["m"]
-    if largest is None:
-        largest = cluster.gpu_type.host_mem_gb
-    return cluster.gpu_type.name, cluster.gpu_type.gpus_per_node, largest
+def pool_limits() -> dict[str, tuple[str, int, float]]:
+    """Return per pool kind: (GPU type name, GPUs per node, largest node host memory, GB).
+
+    One query for both pools; a pool without nodes falls back to its GPU type's memory.
+    """
+    out: dict[str, tuple[str, int, float]] = {}
+    rows = (
+        Cluster.objects.annotate(max_mem=Max("nodes__host_mem_gb"))
+        .order_by("kind", "name")
+        .values(
+            "kind", "gpu_type__name", "gpu_type__gpus_per_node", "gpu_type__host_mem_gb", "max_mem"
+        )
+    )
+    for r in rows:
+        if r["kind"] not in out:  # the first pool of each kind (by name) sets the shape
+            mem = r["max_mem"] if r["max_mem"] is not None else r["gpu_type__host_mem_gb"]
+            out[r["kind"]] = (r["gpu_type__name"], r["gpu_type__gpus_per_node"], float(mem))
+    return out
 
 
 class JobSpecSerializer(serializers.Serializer):
@@ -141,6 +150,11 @@ class JobSpecSerializer(serializers.Serializer):
 
     # --- single fields -------------------------------------------------------
 
+    def _pool(self, kind: str) -> tuple[str, int, float] | None:
+        if not hasattr(self, "_pools"):
+            self._pools = pool_limits()
+        return self._pools.get(kind)
+
     def _positive(self, value: float, what: str) -> float:
         if value <= 0:
             raise serializers.ValidationError(f"Must be greater than 0 ({what}), got {value:g}.")
@@ -186,7 +200,7 @@ class JobSpecSerializer(serializers.Serializer):
     def _gpus(self, value: int, kind: str, label: str) -> int:
         if value <= 0:
             raise serializers.ValidationError(f"Must be a positive number of GPUs, got {value}.")
-        limits = _pool_limits(kind)
+        limits = self._pool(kind)
         if limits is None:
             raise serializers.ValidationError(f"No {label} is configured.")
         gpu_type, per_node, _ = limits
@@ -206,8 +220,8 @@ class JobSpecSerializer(serializers.Serializer):
     def validate_host_mem_gb(self, value: float) -> float:
         self._positive(value, "GB")
         for kind, label in ((PoolKind.ROLLOUT, "rollout pool"), (PoolKind.TRAIN, "training pool")):
-            limits = _pool_limits(kind)
-            if limits is not None and limits[2] is not None and value > limits[2]:
+            limits = self._pool(kind)
+            if limits is not None and value > limits[2]:
                 raise serializers.ValidationError(
                     f"{value:g} GB is more than any {label} node has ({limits[2]:g} GB)."
                 )

@@ -1,0 +1,331 @@
+"""Benchmark concurrent job submissions through the REST API on PostgreSQL.
+
+By default it builds a scratch database (drop + create + migrate + seed_demo), starts
+gunicorn on a free port against it, and then:
+
+1. baseline: one client submits --baseline-jobs jobs one after another;
+2. load: --clients concurrent clients (threads, one HTTP session and one persona token
+   each, spread over the demo researchers of both tenants) submit --jobs-per-client jobs;
+3. check: every accepted job (HTTP 201) exists exactly once in the database, and no
+   refused request left a row behind.
+
+It prints throughput (jobs/s), latency p50/p90/p99/max, and the ratio of the concurrent
+throughput to the single-client baseline. Quotas of the demo tenants are lifted (their
+rows stay, so the per-tenant quota lock is still taken) so that every job is accepted.
+
+    .venv/bin/python bench/api_submit.py                      # 32 clients x 50 jobs
+    .venv/bin/python bench/api_submit.py --clients 8 --jobs-per-client 20 --workers 2
+    .venv/bin/python bench/api_submit.py --url http://127.0.0.1:8000 --token KEY   # existing server
+
+Set DATABASE_URL's server with --admin-url; REDIS_URL (if set) receives the planning tasks
+each submission enqueues (nothing consumes them here; use a Redis db of your own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+import psycopg
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+RESEARCHERS = ("alice", "bob", "charlie")
+
+
+def job_body(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "slo_class": "silver",
+        "runner": "emulated",
+        "iterations": 3,
+        "rollout_gpus": 8,
+        "train_gpus": 8,
+        "t_roll_max_s": 120.0,
+        "t_roll_min_s": 90.0,
+        "t_train_max_s": 100.0,
+        "host_mem_gb": 400.0,
+        "model": "bench",
+    }
+
+
+@dataclass
+class Result:
+    latencies: list[float] = field(default_factory=list)
+    accepted: list[str] = field(default_factory=list)
+    refused: dict[int, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def with_db(url: str, name: str) -> str:
+    p = urlparse(url)
+    return urlunparse(p._replace(path=f"/{name}"))
+
+
+def create_scratch_db(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_scratch_db(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    proc = subprocess.run(
+        [PY, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+TOKEN_SCRIPT = """
+from django.contrib.auth.models import User
+from rollmux_web.accounts.models import ApiToken
+from rollmux_web.quotas.models import Quota
+Quota.objects.update(max_gpus=None, monthly_gpu_hours=None, monthly_budget_usd=None)
+for name in {names!r}:
+    key = ApiToken.new_key()
+    ApiToken.objects.create(user=User.objects.get(username=name), name="bench",
+                            prefix=key[:12], digest=ApiToken.hash_key(key))
+    print(name, key)
+"""
+
+
+def prepare(env: dict[str, str]) -> dict[str, str]:
+    """Migrate, seed, lift quotas and mint one token per researcher; return name -> token."""
+    manage(env, "migrate", "--noinput")
+    manage(env, "seed_demo")
+    out = manage(env, "shell", "-c", TOKEN_SCRIPT.format(names=RESEARCHERS))
+    tokens = dict(line.split() for line in out.strip().splitlines()[-len(RESEARCHERS) :])
+    return tokens
+
+
+def start_gunicorn(
+    env: dict[str, str], port: int, workers: int, threads: int
+) -> subprocess.Popen[bytes]:
+    cmd = [
+        str(Path(PY).with_name("gunicorn")),
+        "rollmux_web.wsgi",
+        "-b",
+        f"127.0.0.1:{port}",
+        "-w",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--log-level",
+        "warning",
+    ]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+
+
+def wait_ready(url: str, token: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            r = requests.get(
+                f"{url}/api/v1/jobs/?page_size=1",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=5,
+            )
+            if r.status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"server at {url} did not become ready")
+
+
+def client(url: str, token: str, names: list[str], result: Result, start: threading.Event) -> None:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    start.wait()
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            r = session.post(f"{url}/api/v1/jobs/", json=job_body(name), timeout=60)
+        except requests.RequestException as exc:
+            with result.lock:
+                result.errors.append(f"{name}: {exc}")
+            continue
+        dt = time.perf_counter() - t0
+        with result.lock:
+            result.latencies.append(dt)
+            if r.status_code == 201:
+                result.accepted.append(name)
+            else:
+                result.refused[r.status_code] = result.refused.get(r.status_code, 0) + 1
+                if len(result.errors) < 5:
+                    result.errors.append(f"{name}: HTTP {r.status_code} {r.text[:200]}")
+
+
+def run_load(
+    url: str, tokens: list[str], clients: int, per_client: int, tag: str
+) -> tuple[Result, float]:
+    result = Result()
+    start = threading.Event()
+    threads = []
+    for c in range(clients):
+        names = [f"{tag}-c{c:03d}-{i:04d}" for i in range(per_client)]
+        t = threading.Thread(
+            target=client, args=(url, tokens[c % len(tokens)], names, result, start), daemon=True
+        )
+        t.start()
+        threads.append(t)
+    t0 = time.perf_counter()
+    start.set()
+    for t in threads:
+        t.join()
+    return result, time.perf_counter() - t0
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def report(label: str, result: Result, wall_s: float) -> float:
+    n = len(result.accepted)
+    rate = n / wall_s if wall_s > 0 else float("nan")
+    lat = [x * 1000 for x in result.latencies]
+    print(
+        f"{label:<28} {n:>6} accepted in {wall_s:7.2f} s = {rate:7.1f} jobs/s | latency ms "
+        f"p50 {pct(lat, 50):7.1f}  p90 {pct(lat, 90):7.1f}  p99 {pct(lat, 99):7.1f}  "
+        f"max {max(lat, default=float('nan')):7.1f}  mean {statistics.fmean(lat) if lat else float('nan'):7.1f}"
+    )
+    if result.refused:
+        print(f"{'':<28} refused: {result.refused}")
+    for e in result.errors[:5]:
+        print(f"{'':<28} error: {e}")
+    return rate
+
+
+def verify(db_url: str, tag: str, accepted: list[str]) -> bool:
+    """Check every accepted job exists exactly once and nothing else carries the run's tag."""
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT name, count(*) FROM jobs_job WHERE name LIKE %s GROUP BY name",
+            (f"{tag}-%",),
+        ).fetchall()
+    counts = dict(rows)
+    missing = [n for n in accepted if n not in counts]
+    duplicated = {n: c for n, c in counts.items() if c != 1}
+    unexpected = set(counts) - set(accepted)
+    ok = not missing and not duplicated and not unexpected and len(set(accepted)) == len(accepted)
+    print(
+        f"check {tag}: {len(accepted)} accepted, {sum(counts.values())} rows in jobs_job; "
+        f"missing {len(missing)}, duplicated {len(duplicated)}, unexpected {len(unexpected)} "
+        f"-> {'OK' if ok else 'FAILED'}"
+    )
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--jobs-per-client", type=int, default=50)
+    ap.add_argument("--baseline-jobs", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    ap.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker")
+    ap.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres")
+    ap.add_argument("--db-name", default="rollmux_bench_api_submit")
+    ap.add_argument("--keep-db", action="store_true")
+    ap.add_argument("--url", help="use a running server instead of starting one")
+    ap.add_argument("--token", action="append", help="API token(s) for --url")
+    ap.add_argument("--database-url", help="the database of --url, for the exactly-once check")
+    args = ap.parse_args(argv)
+
+    proc: subprocess.Popen[bytes] | None = None
+    db_url = args.database_url
+    try:
+        if args.url:
+            if not args.token:
+                raise SystemExit("--url needs --token")
+            url, tokens = args.url.rstrip("/"), list(args.token)
+        else:
+            db_url = with_db(args.admin_url, args.db_name)
+            env = {
+                **os.environ,
+                "DATABASE_URL": db_url,
+                "DEBUG": "false",
+                "ROLLMUX_EMBEDDED_BEAT": "false",
+            }
+            print(f"scratch database {args.db_name}: create, migrate, seed_demo ...", flush=True)
+            create_scratch_db(args.admin_url, args.db_name)
+            by_name = prepare(env)
+            tokens = [by_name[n] for n in RESEARCHERS]
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            proc = start_gunicorn(env, port, args.workers, args.threads)
+            wait_ready(url, tokens[0])
+            print(
+                f"gunicorn on {url}: {args.workers} workers x {args.threads} threads; "
+                f"REDIS_URL={'set' if os.environ.get('REDIS_URL') else 'unset (eager tasks)'}"
+            )
+        print(f"cpu count {os.cpu_count()}; load average {os.getloadavg()[0]:.2f}")
+        run_id = uuid.uuid4().hex[:8]
+
+        # warm every worker's connections and imports before measuring
+        run_load(url, tokens, min(args.clients, 8), 2, f"warm-{run_id}")
+
+        base_tag = f"base-{run_id}"
+        base, base_wall = run_load(url, tokens[:1], 1, args.baseline_jobs, base_tag)
+        base_rate = report("baseline (1 client)", base, base_wall)
+
+        load_tag = f"load-{run_id}"
+        load, load_wall = run_load(url, tokens, args.clients, args.jobs_per_client, load_tag)
+        rate = report(f"load ({args.clients} x {args.jobs_per_client})", load, load_wall)
+        print(f"throughput ratio load / baseline: {rate / base_rate:.2f}x")
+
+        ok = True
+        if db_url:
+            ok = verify(db_url, base_tag, base.accepted) and ok
+            ok = verify(db_url, load_tag, load.accepted) and ok
+        else:
+            print("no --database-url: exactly-once check skipped")
+        expected = args.clients * args.jobs_per_client
+        if len(load.accepted) != expected:
+            print(f"only {len(load.accepted)} of {expected} submissions were accepted")
+            ok = False
+        return 0 if ok else 1
+    finally:
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        if not args.url and not args.keep_db:
+            drop_scratch_db(args.admin_url, args.db_name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
