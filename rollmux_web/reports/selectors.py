@@ -17,15 +17,21 @@ Cost split inside a co-execution group (documented in the cost page too):
 
 from __future__ import annotations
 
+import json
 import math
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from functools import lru_cache
 from typing import Any
 
-from django.db.models import Q
+from django.db import connection
+from django.db.models import Q, TextField
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast
 from django.http import Http404
 from django.utils import timezone
 
@@ -67,9 +73,8 @@ def _seconds(td: timedelta) -> Decimal:
     return Decimal(td.days * 86400 + td.seconds) + Decimal(td.microseconds) / Decimal(1_000_000)
 
 
-def _clip(
-    a: datetime, b: datetime | None, lo: datetime, hi: datetime
-) -> tuple[datetime, datetime] | None:
+def _clip(a: Any, b: Any, lo: Any, hi: Any) -> tuple[Any, Any] | None:
+    """Return [a, b) (b None = open) clipped to [lo, hi), or None when they do not meet."""
     end = hi if b is None else min(b, hi)
     start = max(a, lo)
     return (start, end) if end > start else None
@@ -94,36 +99,46 @@ def day_range(start: date, end: date) -> tuple[datetime, datetime]:
 
 
 class PriceBook:
-    """Price history of every GPU type, loaded once; integrates price x time exactly."""
+    """Price history of every GPU type, loaded once; integrates price x time exactly.
+
+    Times are Decimal epoch seconds (exact to the microsecond) so that a report over
+    many thousands of phases does no datetime arithmetic in its inner loop.
+    """
 
     def __init__(self) -> None:
-        self._by_type: dict[int, list[tuple[datetime, Decimal]]] = defaultdict(list)
+        self._since: dict[int, list[Decimal]] = defaultdict(list)
+        self._price: dict[int, list[Decimal]] = defaultdict(list)
         for type_id, price, since in GpuPrice.objects.order_by(
             "gpu_type_id", "effective_from"
         ).values_list("gpu_type_id", "price_per_gpu_hour", "effective_from"):
-            self._by_type[type_id].append((since, Decimal(price)))
+            self._since[type_id].append(_epoch(since, exact=True))
+            self._price[type_id].append(Decimal(price))
 
     def price_at(self, type_id: int, t: datetime) -> Decimal:
         """Return the price per GPU-hour in force at `t` (0 before the first price)."""
-        current = Decimal(0)
-        for since, price in self._by_type.get(type_id, ()):
-            if since > t:
-                break
-            current = price
-        return current
+        i = bisect_right(self._since.get(type_id, []), _epoch(t, exact=True)) - 1
+        return self._price[type_id][i] if i >= 0 else Decimal(0)
 
-    def cost(self, type_id: int, gpus: int, a: datetime, b: datetime) -> Decimal:
-        """Return gpus x price x hours over [a, b), following every price change inside it."""
+    def cost(self, type_id: int, gpus: int, a: Decimal, b: Decimal) -> Decimal:
+        """Return gpus x price x hours over [a, b) (epoch seconds), across price changes."""
         if b <= a:
             return Decimal(0)
-        segments = self._by_type.get(type_id, ())
+        since = self._since.get(type_id)
+        if not since:
+            return Decimal(0)
+        prices = self._price[type_id]
+        i = bisect_right(since, a) - 1
+        n = len(since)
+        if i >= 0 and (i + 1 == n or since[i + 1] >= b):
+            return prices[i] * (b - a) * gpus / HOUR  # the common case: one price throughout
         total = Decimal(0)
-        for i, (since, price) in enumerate(segments):
-            until = segments[i + 1][0] if i + 1 < len(segments) else None
-            lo = max(a, since)
-            hi = b if until is None else min(b, until)
-            if hi > lo:
-                total += price * _seconds(hi - lo)
+        for k in range(max(i, 0), n):
+            seg_lo = max(a, since[k])
+            seg_hi = b if k + 1 == n else min(b, since[k + 1])
+            if seg_hi > seg_lo:
+                total += prices[k] * (seg_hi - seg_lo)
+            if seg_hi >= b:
+                break
         return total * gpus / HOUR
 
 
@@ -467,26 +482,76 @@ def job_window(job: Job, *, now: datetime | None = None) -> tuple[datetime, date
     return t0, t1
 
 
+def _epoch_fields(*, exact: bool) -> tuple[dict[str, Any], tuple[str, str]]:
+    """Return annotations giving started_at/finished_at as epoch seconds, and their names.
+
+    Parsing tens of thousands of timestamps into aware datetimes dominates a large
+    report, so on PostgreSQL the database hands out epoch seconds (numeric: exact to
+    the microsecond for money; float8 for chart geometry). Other databases fall back
+    to datetimes, converted by `_epoch`.
+    """
+    if connection.vendor != "postgresql":
+        return {}, ("started_at", "finished_at")
+    cast = "" if exact else "::float8"
+    return (
+        {
+            "s_ep": RawSQL(f"EXTRACT(EPOCH FROM started_at){cast}", ()),
+            "f_ep": RawSQL(f"EXTRACT(EPOCH FROM finished_at){cast}", ()),
+        },
+        ("s_ep", "f_ep"),
+    )
+
+
+def _epoch(value: Any, *, exact: bool) -> Any:
+    """Return epoch seconds (Decimal if exact, else float) from a datetime or a DB number."""
+    if value is None or isinstance(value, Decimal | float):
+        return value if exact or not isinstance(value, Decimal) else float(value)
+    if isinstance(value, datetime):
+        return _seconds(value - EPOCH_DT) if exact else value.timestamp()
+    return Decimal(value) if exact else float(value)
+
+
+EPOCH_DT = datetime(1970, 1, 1, tzinfo=UTC)
+NODES_TXT = Cast("node_names", TextField())  # parsed once per distinct list, not per row
+
+
+@lru_cache(maxsize=4096)
+def _nodes(raw: str | None) -> tuple[str, ...]:
+    """Parse a phase's node list (JSON text); a group has few distinct lists."""
+    if not raw:
+        return ()
+    value = json.loads(raw)
+    if isinstance(value, str):  # a JSON string holding the list (double-encoded)
+        value = json.loads(value)
+    return tuple(value)
+
+
 def _phase_rows(
-    flt: Q, t0: datetime, t1: datetime
-) -> list[tuple[int, int, int, str, list[str], bool | None, datetime, datetime | None, str]]:
-    """Query only the phases overlapping the window (uses the (group, started_at) index)."""
-    return list(
-        PhaseRecord.objects.filter(flt, started_at__isnull=False, started_at__lt=t1)
-        .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
+    flt: Q, t0: datetime | None, t1: datetime | None
+) -> list[tuple[int, int, int, str, tuple[str, ...], bool | None, float, float | None, str]]:
+    """Query only the phases overlapping the window (uses the (group, started_at) index).
+
+    Times come back as float epoch seconds.
+    """
+    qs = PhaseRecord.objects.filter(flt, started_at__isnull=False)
+    if t1 is not None:
+        qs = qs.filter(started_at__lt=t1)
+    if t0 is not None:
+        qs = qs.filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
+    annotations, (s_col, f_col) = _epoch_fields(exact=False)
+    rows = (
+        qs.annotate(nodes_txt=NODES_TXT, **annotations)
         .order_by("started_at", "id")
         .values_list(
-            "id",
-            "job_id",
-            "iteration",
-            "kind",
-            "node_names",
-            "warm_start",
-            "started_at",
-            "finished_at",
-            "state",
+            "id", "job_id", "iteration", "kind", "nodes_txt", "warm_start", s_col, f_col, "state"
         )
     )
+    if annotations:
+        return [(*r[:4], _nodes(r[4]), *r[5:]) for r in rows]  # type: ignore[misc]
+    return [
+        (*r[:4], _nodes(r[4]), r[5], _epoch(r[6], exact=False), _epoch(r[7], exact=False), r[8])  # type: ignore[misc]
+        for r in rows
+    ]
 
 
 def group_timeline(
@@ -611,8 +676,8 @@ def _build_timeline(
     aggregated_count = 0
     now_ts = now.timestamp()
     for pid, jid, it, kind, nodes, warm, s, f, state in rows:
-        a = max(s.timestamp(), w0)
-        b_raw = f.timestamp() if f is not None else max(now_ts, s.timestamp())
+        a = max(s, w0)
+        b_raw = f if f is not None else max(now_ts, s)
         b = min(b_raw, t1.timestamp())
         if b < a:
             b = a
@@ -628,7 +693,7 @@ def _build_timeline(
             for n in nodes:
                 agg_cols[n][col][(jid, kind)] += b - a
             continue
-        duration = (f - s).total_seconds() if f is not None else now_ts - s.timestamp()
+        duration = f - s if f is not None else now_ts - s
         start_kind = {True: "warm start", False: "cold start"}.get(warm, "start unknown")
         tip = (
             f"{labels.get(jid, f'job #{jid}')} · iteration {it} · {kind} · "
@@ -763,11 +828,11 @@ def _bubble_headline(
     busy_s: dict[str, float] = defaultdict(float)
     job_time: dict[int, float] = defaultdict(float)  # phase seconds (both kinds) in window
     job_nodes: dict[tuple[int, str], set[str]] = defaultdict(set)
+    lo, hi, now_ts = t0.timestamp(), t1.timestamp(), now.timestamp()
     for _pid, jid, _it, _kind, nodes, _warm, s, f, _state in rows:
-        c = _clip(s, f or now, t0, t1)
-        if not c:
+        d = min(hi, now_ts if f is None else f) - max(lo, s)
+        if d <= 0:
             continue
-        d = (c[1] - c[0]).total_seconds()
         job_time[jid] += d
         for n in nodes:
             pool = pools.get(n, "")
@@ -840,8 +905,8 @@ def trace_events(
                     "name": f"{labels.get(jid, f'job #{jid}')} {kind} #{it}",
                     "cat": kind,
                     "ph": "X",
-                    "ts": round((s - base).total_seconds() * 1e6),
-                    "dur": round((f - s).total_seconds() * 1e6),
+                    "ts": round((s - base) * 1e6),
+                    "dur": round((f - s) * 1e6),
                     "pid": pid_of.get(pool, 3),
                     "tid": tids[n],
                     "args": {
@@ -850,7 +915,7 @@ def trace_events(
                         "iteration": it,
                         "warm_start": warm,
                         "state": state,
-                        "started_at": s.isoformat(),
+                        "started_at": datetime.fromtimestamp(s, tz=UTC).isoformat(),
                     },
                 }
             )
@@ -861,7 +926,7 @@ def group_trace(*, user: Any, group_id: int) -> dict[str, Any]:
     """Return the whole group as Chrome/Perfetto trace JSON."""
     group = visible_group(user=user, group_id=group_id)
     t0, t1 = group_window(group)
-    rows = _phase_rows(Q(group_id=group.pk), t0 - timedelta(days=1), t1 + timedelta(days=1))
+    rows = _phase_rows(Q(group_id=group.pk), None, None)
     pools = dict(
         NodeAllocation.objects.filter(group=group).values_list("node__name", "node__cluster__kind")
     )
@@ -878,21 +943,7 @@ def group_trace(*, user: Any, group_id: int) -> dict[str, Any]:
 def job_trace(*, user: Any, job_id: int) -> dict[str, Any]:
     """Return one job's phases as Chrome/Perfetto trace JSON."""
     job = visible_job(user=user, job_id=job_id)
-    rows = list(
-        PhaseRecord.objects.filter(job=job, started_at__isnull=False)
-        .order_by("started_at", "id")
-        .values_list(
-            "id",
-            "job_id",
-            "iteration",
-            "kind",
-            "node_names",
-            "warm_start",
-            "started_at",
-            "finished_at",
-            "state",
-        )
-    )
+    rows = _phase_rows(Q(job_id=job.pk), None, None)
     names = {n for r in rows for n in r[4]}
     pools = dict(Node.objects.filter(name__in=names).values_list("name", "cluster__kind"))
     return trace_events(rows, pools, {job.pk: job.name})
@@ -1027,11 +1078,13 @@ def _cost_engine(
 
     Returns (lines, group cost per group id, {(bucket index, tenant id): cost}).
     """
-    hi = min(t1, now)
-    if hi <= t0:
+    hi_dt = min(t1, now)
+    if hi_dt <= t0:
         return [], {}, {}
+    lo, hi, now_e = _epoch(t0, exact=True), _epoch(hi_dt, exact=True), _epoch(now, exact=True)
+    buckets_e = [_epoch(b, exact=True) for b in buckets]
     # 1. groups in scope: allocated in the range and (for a researcher) with a visible member
-    alloc_qs = NodeAllocation.objects.filter(start__lt=hi).filter(
+    alloc_qs = NodeAllocation.objects.filter(start__lt=hi_dt).filter(
         Q(end__gt=t0) | Q(end__isnull=True)
     )
     if tenant_ids is not None:
@@ -1067,13 +1120,13 @@ def _cost_engine(
     }
     # 3. allocated node-seconds and cost per (group, node)
     node_info: dict[tuple[int, str], tuple[int, int, int]] = {}  # (group, name) -> id, gpus, type
-    alloc_spans: dict[tuple[int, int], list[tuple[datetime, datetime]]] = defaultdict(list)
+    alloc_spans: dict[tuple[int, int], list[tuple[Decimal, Decimal]]] = defaultdict(list)
     alloc_cost: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
     node_meta: dict[int, tuple[int, int]] = {}  # node id -> gpus, type
     group_exact: dict[int, Decimal] = defaultdict(Decimal)
     bucket_alloc: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
     for gid, nid, name, gpus, tid, a, b in allocs:
-        c = _clip(a, b, t0, hi)
+        c = _clip(_epoch(a, exact=True), _epoch(b, exact=True), lo, hi)
         if not c:
             continue
         node_info[(gid, name)] = (nid, gpus, tid)
@@ -1082,7 +1135,7 @@ def _cost_engine(
         piece = prices.cost(tid, gpus, *c)
         alloc_cost[(gid, nid)] += piece
         group_exact[gid] += piece
-        for bi, (ba, bb) in _split(c, buckets):
+        for bi, (ba, bb) in _split(c, buckets_e):
             bucket_alloc[(bi, gid, nid)] += prices.cost(tid, gpus, ba, bb)
     # 4. busy time per (group, node, job) from the phase records
     busy_s: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
@@ -1090,14 +1143,17 @@ def _cost_engine(
     bucket_busy: dict[tuple[int, int, int, int], Decimal] = defaultdict(Decimal)
     cf_solo: dict[tuple[int, int], Decimal] = defaultdict(Decimal)  # (job, type) -> cost
     cf_coloc: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
+    annotations, (s_col, f_col) = _epoch_fields(exact=True)
     phases = (
         PhaseRecord.objects.filter(group_id__in=group_ids, started_at__isnull=False)
-        .filter(started_at__lt=hi)
+        .filter(started_at__lt=hi_dt)
         .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
-        .values_list("group_id", "job_id", "node_names", "started_at", "finished_at")
+        .annotate(nodes_txt=NODES_TXT, **annotations)
+        .values_list("group_id", "job_id", "nodes_txt", s_col, f_col)
     )
-    for gid, jid, names, s, f in phases.iterator(chunk_size=5000):
-        c = _clip(s, f, t0, hi)
+    for gid, jid, nodes_raw, s, f in phases.iterator(chunk_size=5000):
+        names = _nodes(nodes_raw)
+        c = _clip(_epoch(s, exact=True), _epoch(f, exact=True), lo, hi)
         if not c:
             continue
         for name in names:
@@ -1105,9 +1161,9 @@ def _cost_engine(
             if info is None:
                 continue  # not allocated to this group in the range: costs nothing here
             nid, gpus, tid = info
-            busy_s[(gid, nid, jid)] += _seconds(c[1] - c[0])
+            busy_s[(gid, nid, jid)] += c[1] - c[0]
             busy_cost[(gid, nid, jid)] += prices.cost(tid, gpus, *c)
-            for bi, (ba, bb) in _split(c, buckets):
+            for bi, (ba, bb) in _split(c, buckets_e):
                 bucket_busy[(bi, gid, nid, jid)] += prices.cost(tid, gpus, ba, bb)
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
@@ -1121,9 +1177,10 @@ def _cost_engine(
                 cf_solo[(jid, train_type)] += train_part
                 cf_coloc[(jid, train_type)] += train_part
     # 5. split each node's idle cost among the members pinned to it
-    pl_by_group: dict[int, list[tuple[int, int, datetime, datetime | None]]] = defaultdict(list)
+    pl_by_group: dict[int, list[tuple[int, int, Decimal, Decimal]]] = defaultdict(list)
     for pl_id, gid, jid, created, ended in placements:
-        pl_by_group[gid].append((pl_id, jid, created, ended))
+        end_e = now_e if ended is None else _epoch(ended, exact=True)
+        pl_by_group[gid].append((pl_id, jid, _epoch(created, exact=True), end_e))
     parts: dict[int, dict[tuple[int, int, str], Decimal]] = defaultdict(
         lambda: defaultdict(Decimal)
     )  # group -> (job, type, busy|idle) -> exact cost
@@ -1135,7 +1192,7 @@ def _cost_engine(
     for (gid, nid), spans in alloc_spans.items():
         gpus, tid = node_meta[nid]
         total_alloc = alloc_cost[(gid, nid)]
-        alloc_sec = sum((_seconds(b - a) for a, b in spans), Decimal(0))
+        alloc_sec = sum((b - a for a, b in spans), Decimal(0))
         jobs_busy = busy_by_node.get((gid, nid), [])
         busy_sum = sum((busy_cost[(gid, nid, j)] for j in jobs_busy), Decimal(0))
         busy_sec_sum = sum((busy_s[(gid, nid, j)] for j in jobs_busy), Decimal(0))
@@ -1148,7 +1205,7 @@ def _cost_engine(
             hours[(j, tid, "busy")] += _hours(busy_s[(gid, nid, j)] * Decimal(shrink_s), gpus)
         idle_cost = total_alloc - min(busy_sum, total_alloc)
         idle_sec = alloc_sec - min(busy_sec_sum, alloc_sec)
-        weights = _idle_weights(pl_by_group.get(gid, []), pinned.get(nid, set()), spans, now)
+        weights = _idle_weights(pl_by_group.get(gid, []), pinned.get(nid, set()), spans)
         if not weights and jobs_busy:
             weights = {j: Decimal(1) for j in jobs_busy}
         wsum = sum(weights.values(), Decimal(0))
@@ -1219,36 +1276,35 @@ def _cost_engine(
 
 
 def _split(
-    span: tuple[datetime, datetime], buckets: Sequence[datetime]
-) -> Iterable[tuple[int, tuple[datetime, datetime]]]:
+    span: tuple[Decimal, Decimal], buckets: Sequence[Decimal]
+) -> Iterable[tuple[int, tuple[Decimal, Decimal]]]:
+    """Cut a span at bucket boundaries: (bucket index, sub-span) pairs."""
     if not buckets:
         return ()
-    out = []
     a, b = span
-    for i in range(len(buckets) - 1):
+    out = []
+    for i in range(max(0, bisect_right(buckets, a) - 1), len(buckets) - 1):
         lo, hi = buckets[i], buckets[i + 1]
-        if hi <= a:
-            continue
         if lo >= b:
             break
-        out.append((i, (max(a, lo), min(b, hi))))
+        if hi > a:
+            out.append((i, (max(a, lo), min(b, hi))))
     return out
 
 
 def _idle_weights(
-    members: list[tuple[int, int, datetime, datetime | None]],
+    members: list[tuple[int, int, Decimal, Decimal]],
     pinned_placements: set[int],
-    spans: list[tuple[datetime, datetime]],
-    now: datetime,
+    spans: list[tuple[Decimal, Decimal]],
 ) -> dict[int, Decimal]:
     """Weight each job by its membership time overlapping the node's allocation."""
     candidates = [m for m in members if m[0] in pinned_placements] or members
     weights: dict[int, Decimal] = defaultdict(Decimal)
-    for _pl, jid, created, ended in candidates:
+    for _pl, jid, joined, left in candidates:
         for a, b in spans:
-            c = _clip(created, ended or now, a, b)
-            if c:
-                weights[jid] += _seconds(c[1] - c[0])
+            overlap = min(left, b) - max(joined, a)
+            if overlap > 0:
+                weights[jid] += overlap
     return {j: w for j, w in weights.items() if w > 0}
 
 
@@ -1335,8 +1391,8 @@ def burn_down(
         for i in range(last_day):
             cum += per_bucket.get((i, tenant.pk), Decimal(0))
             series.append((days[i].date(), cum.quantize(CENT, rounding=ROUND_HALF_UP)))
-        if not series and tenant.pk not in has_budget:
-            continue
+        if not cum and tenant.pk not in has_budget:
+            continue  # nothing spent and nothing to burn down
         out.append(
             BurnDown(
                 tenant=tenant.name,

@@ -115,7 +115,8 @@ def bar_chart_svg(
     plot_w = width - left - 90
     out = [
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(title)}">'
+        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(title)}" '
+        'style="max-width:100%;height:auto">'
         f"<title>{_a(title)}</title>"
         f'<text x="0" y="16" font-size="13" font-weight="600">{_a(title)}</text>'
     ]
@@ -158,7 +159,8 @@ def burn_down_svg(
 
     out = [
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(label)}">'
+        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(label)}" '
+        'style="max-width:100%;height:auto">'
         f"<title>{_a(label)}</title>"
         f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
         f'stroke="#98a2b3"/>'

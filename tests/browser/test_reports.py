@@ -1,0 +1,163 @@
+"""Report pages in headless Chromium: timeline, overview, cost report and what-if."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from rollmux_web.reports.selectors import cost_report
+from rollmux_web.workflow.models import PhaseRecord
+from tests.conftest import ARTIFACTS, browser_login
+from tests.reports.builders import allocate, alternate, make_group, make_job, place
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+T0 = datetime(2026, 3, 10, tzinfo=UTC)
+M = timedelta(minutes=1)
+
+
+def snapshot(page: Any, name: str) -> None:
+    """Save a screenshot of an intermediate state (the fixture saves only the last one)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"reports-{name}.png"), full_page=True)
+
+
+def three_job_group(world: Any) -> Any:
+    """Three jobs in one released group: two share a rollout node, all share training."""
+    g = make_group(created=T0, released=T0 + 4 * 60 * M)
+    for n in ("h20-0", "h20-1", "h800-0"):
+        allocate(g, n, T0, T0 + 4 * 60 * M)
+    jobs = []
+    for i, (name, roll, train, node) in enumerate(
+        [("math-7b", 12, 6, "h20-0"), ("code-14b", 10, 7, "h20-1"), ("game-3b", 8, 4, "h20-0")]
+    ):
+        job = make_job(world, name=name)
+        pl = place(g, job, rollout=[node], train=["h800-0"], joined=T0)
+        alternate(
+            pl,
+            start=T0 + i * 3 * M,
+            iterations=6,
+            roll_min=roll,
+            train_min=train,
+            roll_nodes=[node],
+            train_nodes=["h800-0"],
+            gap_min=9,
+        )
+        jobs.append(job)
+    return g, jobs
+
+
+def test_group_timeline_draws_one_bar_per_phase_record_with_tooltips_and_zoom(
+    world: Any, page: Any, live_server: Any
+) -> None:
+    g, _ = three_job_group(world)
+    browser_login(page, live_server, "alice")
+    page.goto(f"{live_server.url}/groups/{g.pk}/")
+    bars = page.locator("svg.timeline .bar")
+    assert bars.count() == PhaseRecord.objects.filter(group=g).count() == 36
+    assert page.locator("svg.timeline .bubble").count() > 0
+    assert page.get_attribute("svg.timeline", "aria-label").startswith(f"Group {g.pk} timeline")
+    bars.first.hover()
+    tip = page.locator("#tooltip")
+    assert "iteration 0" in tip.inner_text() and "math-7b" in tip.inner_text()
+    assert "share of bubbles reclaimed" in page.inner_text("#timeline-chart")
+    snapshot(page, "group-timeline")
+    # a window picked on the server: only the phases overlapping it are drawn
+    page.goto(f"{live_server.url}/groups/{g.pk}/?start=2026-03-10T00:00:00&end=2026-03-10T00:30:00")
+    expected = PhaseRecord.objects.filter(
+        group=g, started_at__lt=T0 + 30 * M, finished_at__gt=T0
+    ).count()
+    assert 0 < expected < 36
+    assert page.locator("svg.timeline .bar").count() == expected
+    # drag across the chart to zoom: the server redraws a narrower window
+    box = page.locator("svg.timeline").bounding_box()
+    y = box["y"] + 40
+    page.mouse.move(box["x"] + 300, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 500, y, steps=5)
+    page.mouse.up()
+    page.wait_for_url("**start=2026-03-10T00:0*")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("svg.timeline .bar").count() < expected
+
+
+def test_overview_shows_pools_groups_and_waiting_jobs(
+    world: Any, page: Any, live_server: Any
+) -> None:
+    from rollmux_web.jobs.models import JobStatus
+
+    now = datetime.now(tz=UTC)
+    g = make_group(created=now - 30 * M)
+    allocate(g, "h20-0", now - 30 * M, None)
+    allocate(g, "h800-0", now - 30 * M, None)
+    place(
+        g,
+        make_job(world, name="resident"),
+        rollout=["h20-0"],
+        train=["h800-0"],
+        joined=now - 30 * M,
+    )
+    make_job(world, name="waiter", status=JobStatus.QUEUED, reason="no free H800 node")
+    browser_login(page, live_server, "alice")
+    page.goto(f"{live_server.url}/")
+    assert "Cluster overview" in page.inner_text("h1")
+    assert page.locator("table.pools tbody tr").count() == 2
+    assert "resident" in page.inner_text("table.groups")
+    assert "no free H800 node" in page.inner_text("table.waiting")
+    assert "$57.04/h" in page.inner_text("#overview-live")
+
+
+def test_cost_report_totals_match_the_selector(world: Any, page: Any, live_server: Any) -> None:
+    three_job_group(world)
+    report = cost_report(user=world.finance, start=T0.date(), end=T0.date())
+    assert report.total.cost > Decimal(0)
+    browser_login(page, live_server, "finance")
+    page.goto(f"{live_server.url}/reports/cost/?start=2026-03-10&end=2026-03-10")
+    assert page.inner_text("#total-cost") == f"${report.total.cost:,.2f}"
+    assert page.inner_text("#lines-total") == f"${report.total.cost:,.2f}"
+    assert page.locator("table.cost-lines tbody tr").count() == len(report.lines) == 6
+    assert page.locator("svg.chart").count() >= 2
+    snapshot(page, "cost-report")
+    page.goto(f"{live_server.url}/reports/cost/?start=2026-03-10&end=2026-03-01")
+    assert "before the start date" in page.inner_text("form.range")
+
+
+@pytest.fixture
+def eager_tasks(settings: Any) -> Iterator[None]:
+    """Run the what-if task in the server thread right after its commit."""
+    from rollmux_web.celery import app
+
+    old = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    yield
+    app.conf.task_always_eager = old
+
+
+def test_whatif_page_runs_the_simulator_and_compares_policies(
+    world: Any, page: Any, live_server: Any, eager_tasks: None, tmp_path: Any
+) -> None:
+    from tests.reports.test_whatif_task import SMALL_TRACE
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(SMALL_TRACE)
+    browser_login(page, live_server, "alice")
+    page.goto(f"{live_server.url}/whatif/")
+    page.set_input_files("input[name=trace]", str(trace))
+    page.click("main form button[type=submit]")
+    page.wait_for_url("**/whatif/*/")
+    page.wait_for_selector("table.compare")
+    assert page.locator(".ratio").count() >= 1
+    assert page.locator(".charts svg.chart").count() >= 3
+    assert "rollmux" in page.inner_text("table.compare thead")
+    snapshot(page, "whatif-run")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "arrival_s": 0}\n')
+    page.goto(f"{live_server.url}/whatif/")
+    page.set_input_files("input[name=trace]", str(bad))
+    page.click("main form button[type=submit]")
+    assert "line 1" in page.inner_text(".errorlist")
