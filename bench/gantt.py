@@ -102,11 +102,6 @@ def build_group(world: Any, phases: int) -> Any:
 
 
 def bench_timeline(world: Any, client: Any) -> None:
-    from django.db.models import Q
-
-    from rollmux_web.reports import selectors, svg
-    from rollmux_web.workflow.models import PhaseRecord
-
     print("group timeline (median of 5, ms)")
     print(
         f"{'phases':>8} {'mode':>12} {'query only':>11} {'selector':>9} {'+svg':>8} "
@@ -114,55 +109,58 @@ def bench_timeline(world: Any, client: Any) -> None:
     )
     for n in (1000, 10000):
         g, t0, t1 = build_group(world, n)
-        start, end = t0.isoformat(), t1.isoformat()
         for mode, width in (("1200 px", 1200), ("4000 px", 4000)):
-            q_ms, _ = timed(
-                lambda: list(
-                    PhaseRecord.objects.filter(Q(group_id=g.pk), started_at__lt=t1)
-                    .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
-                    .values_list(
-                        "id",
-                        "job_id",
-                        "iteration",
-                        "kind",
-                        "node_names",
-                        "warm_start",
-                        "started_at",
-                        "finished_at",
-                        "state",
-                    )
-                )
-            )
-            sel_ms, tl = timed(
-                lambda w=width: selectors.group_timeline(
-                    user=world.alice, group_id=g.pk, start=start, end=end, width=w
-                )
-            )
-            svg_ms, out = timed(lambda tl=tl: svg.timeline_svg(tl))
-            page_ms, resp = timed(
-                lambda w=width: client.get(
-                    f"/groups/{g.pk}/", {"start": start[:19], "end": end[:19], "width": w}
-                )
-            )
-            assert resp.status_code == 200
-            print(
-                f"{n:>8} {mode:>12} {q_ms:>11.1f} {sel_ms:>9.1f} {sel_ms + svg_ms:>8.1f} "
-                f"{page_ms:>8.1f} {len(out) / 1024:>7.0f} "
-                f"{len(tl.bars) + len(tl.aggregates) + len(tl.bubbles):>9}"
-                f"{'  (aggregated %d)' % tl.aggregated_count if tl.aggregated_count else ''}"
-            )
+            bench_window(world, client, g.pk, n, t0, t1, mode, width)
         # a zoomed window of one tenth: every phase is its own bar again
-        zs, ze = t0, t0 + (t1 - t0) / 10
-        sel_ms, tl = timed(
-            lambda zs=zs, ze=ze: selectors.group_timeline(
-                user=world.alice, group_id=g.pk, start=zs.isoformat(), end=ze.isoformat()
+        bench_window(world, client, g.pk, n, t0, t0 + (t1 - t0) / 10, "zoom 1/10", 1200)
+
+
+def bench_window(
+    world: Any, client: Any, gid: int, n: int, t0: Any, t1: Any, mode: str, width: int
+) -> None:
+    from django.db.models import Q
+
+    from rollmux_web.reports import selectors, svg
+    from rollmux_web.workflow.models import PhaseRecord
+
+    start, end = t0.isoformat(), t1.isoformat()
+
+    def query() -> list[Any]:
+        return list(
+            PhaseRecord.objects.filter(group_id=gid, started_at__lt=t1)
+            .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
+            .values_list(
+                "id",
+                "job_id",
+                "iteration",
+                "kind",
+                "node_names",
+                "warm_start",
+                "started_at",
+                "finished_at",
+                "state",
             )
         )
-        svg_ms, out = timed(lambda tl=tl: svg.timeline_svg(tl))
-        print(
-            f"{n:>8} {'zoom 1/10':>12} {'':>11} {sel_ms:>9.1f} {sel_ms + svg_ms:>8.1f} "
-            f"{'':>8} {len(out) / 1024:>7.0f} {len(tl.bars):>9}"
+
+    def select() -> Any:
+        return selectors.group_timeline(
+            user=world.alice, group_id=gid, start=start, end=end, width=width
         )
+
+    def page() -> Any:
+        return client.get(f"/groups/{gid}/", {"start": start[:19], "end": end[:19], "width": width})
+
+    q_ms, _ = timed(query)
+    sel_ms, tl = timed(select)
+    svg_ms, out = timed(lambda: svg.timeline_svg(tl))
+    page_ms, resp = timed(page)
+    assert resp.status_code == 200
+    elements = len(tl.bars) + len(tl.aggregates) + len(tl.bubbles)
+    merged = f"  (aggregated {tl.aggregated_count})" if tl.aggregated_count else ""
+    print(
+        f"{n:>8} {mode:>12} {q_ms:>11.1f} {sel_ms:>9.1f} {sel_ms + svg_ms:>8.1f} "
+        f"{page_ms:>8.1f} {len(out) / 1024:>7.0f} {elements:>9}{merged}"
+    )
 
 
 def build_jobs(world: Any, jobs: int) -> None:
