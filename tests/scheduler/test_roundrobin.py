@@ -13,8 +13,10 @@ from scheduler.model import Group, JobProfile, Member, PhaseKind, Pool
 from scheduler.roundrobin import (
     GroupRuntime,
     PhaseStart,
+    max_cycle_mean,
     plan_meta_iteration,
     simulate_round_robin,
+    steady_iteration_times,
 )
 
 R, T = PhaseKind.ROLLOUT, PhaseKind.TRAIN
@@ -398,9 +400,9 @@ def test_plan_never_predicts_below_the_paper_closed_form() -> None:
 
 def test_plan_matches_the_runtime_driven_with_worst_case_durations() -> None:
     members = [
-        member(job("C", 200, 100, iterations=12), ("r1", "r2"), ("t1",)),
-        member(job("D", 80, 60, iterations=12), ("r1",), ("t1",)),
-        member(job("E", 120, 30, iterations=12), ("r2",), ("t1",)),
+        member(job("C", 200, 100, iterations=30), ("r1", "r2"), ("t1",)),
+        member(job("D", 80, 60, iterations=30), ("r1",), ("t1",)),
+        member(job("E", 120, 30, iterations=30), ("r2",), ("t1",)),
     ]
     mi = plan_meta_iteration(group(*members), switch_overhead_s=2.0)
     segs = drive(runtime_with(members, overhead=2.0), worst_case(members, 2.0))
@@ -417,3 +419,20 @@ def test_simulate_round_robin_accepts_drawn_durations() -> None:
     )
     assert fin[0] == [100.0, 200.0, 300.0]
     assert fin[1] == [150.0, 250.0, 350.0]
+
+
+def test_meta_iteration_length_is_exact_even_when_the_start_is_misleading() -> None:
+    # Over the first 10 meta-iterations j0 seems to run at its solo pace (310 s);
+    # in steady state round robin locks both jobs to j1's cycle (330 s).
+    j0 = member(job("j0", 250, 60), ("r1",), ("t1", "t2"))
+    j1 = member(job("j1", 260, 70), ("r2",), ("t1",))
+    early = simulate_round_robin([j0, j1], switch_overhead_s=0.0, meta_iterations=10)[0]
+    assert (early[9] - early[5]) / 4 == pytest.approx(310.0)
+    assert steady_iteration_times([j0, j1], switch_overhead_s=0.0) == [330.0, 330.0]
+
+
+def test_karp_maximum_cycle_mean_of_a_small_max_plus_matrix() -> None:
+    neg = float("-inf")
+    # Cycles: 0->0 mean 1; 1->2->1 mean (4 + 2) / 2 = 3.
+    a = [[1.0, neg, neg], [neg, neg, 2.0], [neg, 4.0, neg]]
+    assert max_cycle_mean(a) == pytest.approx(3.0)
