@@ -266,3 +266,18 @@ def test_cancel_rules_by_persona(world: Any) -> None:
     with pytest.raises(PermissionDenied):
         job_cancel(user=world.finance, job_id=job.pk)
     assert Job.objects.get(pk=job.pk).status == JobStatus.QUEUED
+
+
+def test_submission_counter_counts_committed_submissions_only(
+    world: Any, django_capture_on_commit_callbacks: Any, monkeypatch: Any
+) -> None:
+    from rollmux_web.metrics import SUBMISSIONS
+
+    monkeypatch.setattr("workers.triggers.request_planning", lambda: None)
+    counter = SUBMISSIONS.labels("vision", "counted")
+    before = counter._value.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        job_submit(user=world.alice, spec=job_spec(), channel="counted")
+    with pytest.raises(JobRejected):
+        job_submit(user=world.alice, spec=job_spec(iterations=0), channel="counted")
+    assert counter._value.get() == before + 1
