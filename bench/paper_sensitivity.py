@@ -15,6 +15,8 @@ attributed instead of tuned away:
   trace is one tenant's top workloads); each job takes the profile of one of 10
   template jobs, keeping its arrival and solo duration
 - exact: actual phases always take their worst case (min = max): no planning slack
+- balanced: each job's rollout and training both take half its iteration (the
+  mix is no longer rollout-heavy; iteration times and everything else unchanged)
 """
 
 from __future__ import annotations
@@ -63,6 +65,19 @@ def templates(jobs: list[JobProfile], seed: int) -> list[JobProfile]:
     return out
 
 
+def balanced(job: JobProfile) -> JobProfile:
+    """Split the job's worst-case and actual iteration evenly between the two phases."""
+    half_max = (job.t_roll_max_s + job.t_train_max_s) / 2
+    half_min = (job.roll_min + job.train_min) / 2
+    return replace(
+        job,
+        t_roll_max_s=half_max,
+        t_train_max_s=half_max,
+        t_roll_min_s=half_min,
+        t_train_min_s=half_min,
+    )
+
+
 VARIANTS: dict[str, Callable[[list[JobProfile], int], list[JobProfile]]] = {
     "baseline": lambda jobs, seed: jobs,
     "unbounded": lambda jobs, seed: jobs,
@@ -70,6 +85,7 @@ VARIANTS: dict[str, Callable[[list[JobProfile], int], list[JobProfile]]] = {
     "one-size": lambda jobs, seed: [replace(j, rollout_gpus=8, train_gpus=8) for j in jobs],
     "templates": templates,
     "exact": lambda jobs, seed: [replace(j, t_roll_min_s=None, t_train_min_s=None) for j in jobs],
+    "balanced": lambda jobs, seed: [balanced(j) for j in jobs],
 }
 
 

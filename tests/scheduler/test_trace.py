@@ -260,7 +260,7 @@ def test_cluster_line_points_at_the_nested_field() -> None:
 # --- the command line: exit code 2, message on stderr, nothing simulated ----------
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "scheduler.sim", *args],
         capture_output=True,
@@ -288,9 +288,7 @@ def test_cli_rejects_bad_trace_with_exit_code_2(
     trace = tmp_path / "bad.jsonl"
     trace.write_text(line(id="a") + "\n" + bad + "\n")
     out = tmp_path / "report.json"
-    proc = _cli(
-        "--trace", str(trace), "--policy", "all", "--seed", "1", "--json", str(out), cwd=tmp_path
-    )
+    proc = _cli("--trace", str(trace), "--policy", "all", "--seed", "1", "--json", str(out))
     assert proc.returncode == 2, proc.stderr
     assert "line 2" in proc.stderr
     if field:
@@ -304,17 +302,14 @@ def test_cli_rejects_bad_cluster_with_exit_code_2(tmp_path: Path) -> None:
     cluster.write_text(_cluster(gpu_types__H20__gpus_per_node=0))
     proc = _cli(
         "--trace", str(EXAMPLE_TRACE), "--cluster", str(cluster), "--policy", "rollmux",
-        "--seed", "1", cwd=tmp_path,
-    )  # fmt: skip
+        "--seed", "1")  # fmt: skip
     assert proc.returncode == 2
     assert "field 'gpu_types.H20.gpus_per_node'" in proc.stderr and "line " in proc.stderr
     assert proc.stdout == ""
 
 
 def test_cli_rejects_unknown_policy_and_missing_file(tmp_path: Path) -> None:
-    proc = _cli("--trace", str(EXAMPLE_TRACE), "--policy", "fastest", "--seed", "1", cwd=tmp_path)
+    proc = _cli("--trace", str(EXAMPLE_TRACE), "--policy", "fastest", "--seed", "1")
     assert proc.returncode == 2 and "fastest" in proc.stderr
-    proc = _cli(
-        "--trace", str(tmp_path / "nope.jsonl"), "--policy", "all", "--seed", "1", cwd=tmp_path
-    )
+    proc = _cli("--trace", str(tmp_path / "nope.jsonl"), "--policy", "all", "--seed", "1")
     assert proc.returncode == 2 and "cannot read trace" in proc.stderr
