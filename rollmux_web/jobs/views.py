@@ -103,8 +103,10 @@ def _field_errors(user: Any, spec: dict[str, Any], name: str) -> list[str]:
         tenants = visible_tenants(user)
         if wanted and not tenants.filter(name=wanted).exists():
             return [f"Unknown tenant {wanted!r}, or not one you may submit for."]
-        if not wanted and tenants.count() != 1:
-            return ["This field is required: you belong to several tenants."]
+        count = tenants.count()
+        if not wanted and count != 1:
+            why = "you belong to several tenants" if count else "you belong to no tenant"
+            return [f"This field is required: {why}."]
         return []
     if name in ("t_roll_min_s", "t_train_min_s"):
         phase = "roll" if name == "t_roll_min_s" else "train"
