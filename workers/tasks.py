@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 _replan = threading.Event()
 
 
-@shared_task(name="workers.tasks.plan", bind=True, acks_late=True, max_retries=None)  # type: ignore[untyped-decorator]
+@shared_task(name="workers.tasks.plan", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def plan(self: Any) -> dict[str, Any]:
     """Run a planning pass; if another pass holds the lock, make sure one runs after it."""
     summary = services.plan_pass()
@@ -38,7 +38,7 @@ def plan(self: Any) -> dict[str, Any]:
     }
 
 
-@shared_task(name="workers.tasks.phase_started", acks_late=True)  # type: ignore[untyped-decorator]
+@shared_task(name="workers.tasks.phase_started", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def phase_started(payload: dict[str, Any]) -> bool:
     """Record a phase's start as its host reported it."""
     return services.phase_started(
@@ -46,19 +46,19 @@ def phase_started(payload: dict[str, Any]) -> bool:
     )
 
 
-@shared_task(name="workers.tasks.phase_finished", acks_late=True)  # type: ignore[untyped-decorator]
+@shared_task(name="workers.tasks.phase_finished", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def phase_finished(payload: dict[str, Any]) -> bool:
     """Apply a phase's end (the runtime hook): the group controller starts what is next."""
     return services.phase_finished(PhaseReport.from_dict(payload))
 
 
-@shared_task(name="workers.tasks.cancel_job", acks_late=True)  # type: ignore[untyped-decorator]
+@shared_task(name="workers.tasks.cancel_job", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def cancel_job(job_id: int) -> bool:
     """Stop a job at its next phase boundary."""
     return services.cancel(job_id=int(job_id))
 
 
-@shared_task(name="workers.tasks.node_changed", acks_late=True)  # type: ignore[untyped-decorator]
+@shared_task(name="workers.tasks.node_changed", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def node_changed(node_id: int) -> list[int]:
     """Resubmit the jobs pinned to a node that went down; replan in any case."""
     resubmitted = services.node_down(node_id=int(node_id))
@@ -80,3 +80,9 @@ def reconcile() -> dict[str, list[int]]:
         "overran": summary.overran,
         "advanced": summary.advanced,
     }
+
+
+@shared_task(name="workers.tasks.ping")  # type: ignore[untyped-decorator]
+def ping() -> str:
+    """Answer "pong" (liveness checks and the control-plane benchmark's broker baseline)."""
+    return "pong"

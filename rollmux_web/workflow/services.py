@@ -43,7 +43,7 @@ from rollmux_web.workflow.models import (
     Placement,
 )
 from scheduler.model import ClusterState, PhaseKind, PlacementStatus
-from scheduler.roundrobin import GroupRuntime, PhaseStart
+from scheduler.roundrobin import GroupRuntime
 from workers.dispatch import PhaseOrder, PhaseReport, get_dispatcher
 from workers.runners import RunnerContext
 
@@ -202,64 +202,74 @@ def _safely(fn: Callable[[], None], what: str) -> None:
         log.exception("%s failed; reconcile will recover", what)
 
 
+def _pinned_nodes(runtime: GroupRuntime) -> dict[int, tuple[str, ...]]:
+    """Return each member's pinned nodes from the runtime snapshot (saves m2m queries)."""
+    out = {}
+    for entry in runtime.to_dict()["members"]:
+        member = entry["member"]
+        nodes = tuple(sorted(set(member["rollout_nodes"]) | set(member["train_nodes"])))
+        out[int(member["job"]["id"])] = nodes
+    return out
+
+
 def _start_phases(
     group: ExecutionGroup, runtime: GroupRuntime, now: datetime, effects: _Effects
 ) -> list[PhaseRecord]:
-    """Ask the runtime which phases start now; record and queue them for dispatch."""
+    """Ask the runtime which phases start now; record and queue them for dispatch.
+
+    A started phase is recorded as RUNNING with started_at = now (the dispatch moment: the
+    runtime only starts a phase on idle nodes and its host runs one phase at a time, so it
+    begins within milliseconds); the host's own start and end stamps replace both when it
+    reports the end. That saves a broker message and a transaction per phase.
+    """
     starts = runtime.start_ready()
     if not starts:
         return []
     job_ids = {int(s.job_id) for s in starts}
-    placements = {
-        p.job_id: p
-        for p in Placement.objects.filter(
+    placements = dict(
+        Placement.objects.filter(
             group=group, job_id__in=job_ids, ended_at__isnull=True
-        ).prefetch_related("rollout_nodes", "train_nodes")
-    }
+        ).values_list("job_id", "pk")
+    )
     jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids)}
+    pinned = _pinned_nodes(runtime)
     created = []
     for start in starts:
-        created.extend(_record_start(group, start, placements, jobs, now, effects))
+        job_id = int(start.job_id)
+        placement_id = placements.get(job_id)
+        if placement_id is None:  # the runtime and the rows disagree: say so, skip it
+            log.error(
+                "group %s: runtime started job %s without an open placement", group.pk, job_id
+            )
+            continue
+        try:
+            with transaction.atomic():
+                phase = PhaseRecord.objects.create(
+                    job_id=job_id,
+                    group=group,
+                    placement_id=placement_id,
+                    iteration=start.iteration,
+                    kind=start.kind.value,
+                    node_names=list(start.nodes),
+                    state=PhaseState.RUNNING,
+                    warm_start=not start.cold,
+                    queued_at=now,
+                    started_at=now,
+                )
+        except IntegrityError:
+            # This phase of this placement was recorded before (a replayed event): never twice.
+            log.warning(
+                "phase %s/%s/%s already recorded", placement_id, start.iteration, start.kind
+            )
+            continue
+        effects.orders.append(phase_order(phase, jobs[job_id], pinned.get(job_id, start.nodes)))
+        created.append(phase)
     started_jobs = [j for j in job_ids if jobs[j].status == JobStatus.PLACED]
     if started_jobs:
         Job.objects.filter(pk__in=started_jobs, status=JobStatus.PLACED).update(
             status=JobStatus.RUNNING, started_at=now, reason="", updated_at=now
         )
     return created
-
-
-def _record_start(
-    group: ExecutionGroup,
-    start: PhaseStart,
-    placements: dict[int, Placement],
-    jobs: dict[int, Job],
-    now: datetime,
-    effects: _Effects,
-) -> list[PhaseRecord]:
-    job_id = int(start.job_id)
-    placement = placements.get(job_id)
-    if placement is None:  # the runtime and the rows disagree: drop the member
-        log.error("group %s: runtime started job %s without an open placement", group.pk, job_id)
-        return []
-    try:
-        with transaction.atomic():
-            phase = PhaseRecord.objects.create(
-                job_id=job_id,
-                group=group,
-                placement=placement,
-                iteration=start.iteration,
-                kind=start.kind.value,
-                node_names=list(start.nodes),
-                state=PhaseState.DISPATCHED,
-                warm_start=not start.cold,
-                queued_at=now,
-            )
-    except IntegrityError:
-        # This phase of this placement was recorded before (a replayed event): never twice.
-        log.warning("phase %s/%s/%s already recorded", placement.pk, start.iteration, start.kind)
-        return []
-    effects.orders.append(phase_order(phase, jobs[job_id], placement_nodes(placement)))
-    return [phase]
 
 
 def _depart(
@@ -477,9 +487,9 @@ def phase_started(*, phase_id: int, started_at: float | None = None) -> bool:
     """Record a phase's start (from its host's report); False if it was not dispatched."""
     when = _ts(started_at) or timezone.now()
     return bool(
-        PhaseRecord.objects.filter(pk=phase_id, state=PhaseState.DISPATCHED).update(
-            state=PhaseState.RUNNING, started_at=when
-        )
+        PhaseRecord.objects.filter(
+            pk=phase_id, state__in=(PhaseState.DISPATCHED, PhaseState.RUNNING)
+        ).update(state=PhaseState.RUNNING, started_at=when)
     )
 
 

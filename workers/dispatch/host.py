@@ -49,11 +49,14 @@ class JobHost:
                 return {"phase_id": order.phase_id, "outcome": "duplicate", "busy": self.current}
             self.current = order.phase_id
         started = time.time()
-        self._publish(
-            report,
-            "workers.tasks.phase_started",
-            {"phase_id": order.phase_id, "started_at": started},
-        )
+        if report and report.get("report_start"):
+            # optional: the controller records a phase as running when it dispatches it, and
+            # the end report carries this start stamp anyway
+            self._publish(
+                report,
+                "workers.tasks.phase_started",
+                {"phase_id": order.phase_id, "started_at": started},
+            )
         warm = self.runner is not None and self.resident
         metrics: dict[str, float] = {}
         try:

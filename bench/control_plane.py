@@ -1,0 +1,287 @@
+"""Benchmark the live control plane: Celery (Redis broker) + PostgreSQL + Ray actors.
+
+What it measures, from the phase records (start/end stamped by the Ray actors themselves):
+
+- switch delay: for every phase after a job's first, the time from the moment it could
+  start (its node freed by the previous phase AND its own previous phase ended) to its
+  actual start. That is the whole control-plane path of the paper's runtime hook: the actor
+  publishes `phase_finished` to Redis -> a Celery worker claims the phase record, advances
+  the group's GroupRuntime under the group row lock, records the next phases, commits ->
+  dispatches them -> the next actor call starts. p50/p99/max are printed; target p99 < 100 ms
+  (the paper's warm switch is ~2 s, the control plane must be a small part of it).
+- throughput: phases per second the controller sustains with near-zero phase durations.
+- baselines measured in the same run: one Ray actor call round trip and one Celery task
+  round trip through Redis (no DB), so the ratios show what the controller itself adds.
+
+It builds a scratch database (Django's test-database machinery: `test_<name>` of
+DATABASE_URL, dropped at the end), starts a local Ray advertising its nodes, and a Celery
+worker subprocess (threads pool) joined to that Ray.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollmux_bench \\
+    REDIS_URL=redis://127.0.0.1:6379/4 .venv/bin/python bench/control_plane.py
+
+Use a Redis db of your own: it is flushed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+for _k, _v in {
+    "DJANGO_SETTINGS_MODULE": "rollmux_web.settings",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+    "no_proxy": "127.0.0.1,localhost,::1",
+    "LOG_LEVEL": "WARNING",
+}.items():
+    os.environ.setdefault(_k, _v)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def make_world(rollout_nodes: int, train_nodes: int) -> Any:
+    from tests.factories import make_world as mk
+
+    return mk(rollout_nodes=rollout_nodes, train_nodes=train_nodes)
+
+
+def submit(
+    world: Any, n: int, iterations: int, roll_s: float, train_s: float, scale: float
+) -> list[int]:
+    from rollmux_web.jobs.models import Job
+
+    ids = []
+    for i in range(n):
+        job = Job.objects.create(
+            name=f"bench-{i}",
+            tenant=world.vision,
+            submitter=world.alice,
+            slo_class=world.bronze,
+            runner="emulated",
+            iterations=iterations,
+            rollout_gpus=8,
+            train_gpus=8,
+            t_roll_max_s=roll_s * scale,
+            t_roll_min_s=roll_s * scale,
+            t_train_max_s=train_s * scale,
+            t_train_min_s=train_s * scale,
+            host_mem_gb=100.0,
+            time_scale=scale,
+        )
+        ids.append(job.pk)
+    return ids
+
+
+def wait_done(ids: list[int], timeout: float) -> float:
+    from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
+
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if not Job.objects.filter(pk__in=ids).exclude(status__in=TERMINAL_STATUSES).exists():
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise SystemExit(f"jobs did not finish within {timeout} s")
+
+
+def switch_delays(ids: list[int]) -> list[float]:
+    """Return, per phase, start - max(node free, own previous phase end), in seconds."""
+    from rollmux_web.workflow.models import PhaseRecord
+
+    phases = list(
+        PhaseRecord.objects.filter(job_id__in=ids, state="succeeded").order_by("started_at")
+    )
+    node_free: dict[str, Any] = {}
+    job_ready: dict[int, Any] = {}
+    delays = []
+    for p in phases:
+        ready = [job_ready[p.job_id]] if p.job_id in job_ready else []
+        ready += [node_free[n] for n in p.node_names if n in node_free]
+        if p.job_id in job_ready and ready:
+            delays.append((p.started_at - max(ready)).total_seconds())
+        job_ready[p.job_id] = p.finished_at
+        for n in p.node_names:
+            node_free[n] = p.finished_at
+    return delays
+
+
+def baseline_ray_call(n: int = 200) -> list[float]:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def ping(self) -> int:
+            return 1
+
+    actor = Echo.remote()
+    ray.get(actor.ping.remote())
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        ray.get(actor.ping.remote())
+        out.append(time.perf_counter() - t)
+    ray.kill(actor)
+    return out
+
+
+def baseline_celery(n: int = 100) -> list[float]:
+    from rollmux_web.celery import app
+
+    app.send_task("workers.tasks.ping").get(timeout=120)  # the worker is up
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        app.send_task("workers.tasks.ping").get(timeout=30)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def run(args: argparse.Namespace) -> None:
+    import django
+
+    django.setup()
+    import redis
+    from django.conf import settings
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    from workers import triggers
+    from workers.dispatch import ray_dispatcher, set_dispatcher
+    from workers.dispatch.ray_dispatcher import RayDispatcher
+    from workers.reporting import deliver_report, report_config
+
+    if connection.vendor != "postgresql" or not settings.REDIS_URL:
+        raise SystemExit("set DATABASE_URL (PostgreSQL) and REDIS_URL")
+    setup_test_environment()
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    old_name = connection.settings_dict["NAME"]
+    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    ckpt = Path(os.environ.get("TMPDIR", "/tmp")) / "rollmux-bench-ckpt"
+    settings.ROLLMUX_CHECKPOINT_DIR = str(ckpt)
+    worker = None
+    try:
+        world = make_world(args.rollout_nodes, args.train_nodes)
+        from rollmux_web.inventory.models import Node
+
+        resources = {n.ray_resource: 1.0 for n in Node.objects.all()}
+        t = time.perf_counter()
+        ray_dispatcher.ensure_ray("local", resources=lambda: resources)
+        print(f"local Ray up in {time.perf_counter() - t:.1f} s")
+        address = ray_dispatcher.ray_address()
+        set_dispatcher(
+            RayDispatcher(address=address, on_report=deliver_report, report=report_config())
+        )
+        db = connection.settings_dict
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db_name}",
+            REDIS_URL=settings.REDIS_URL,
+            ROLLMUX_RAY_ADDRESS=address,
+            ROLLMUX_CHECKPOINT_DIR=str(ckpt),
+        )
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "rollmux_web", "worker", "-P", "threads",
+             "-c", str(args.concurrency), "-Q", "rollmux", "-l", args.worker_log_level,
+             "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+        celery_rt = baseline_celery()  # also waits for the worker to be up
+        ray_rt = baseline_ray_call()
+
+        # 1. switch delay: phases long enough that the node is the bottleneck
+        ids = submit(
+            world, args.jobs, args.iterations, args.phase_ms / 1000, args.phase_ms / 2000, 1000.0
+        )
+        triggers.request_planning()
+        wall = wait_done(ids, timeout=600)
+        delays = switch_delays(ids)
+        from rollmux_web.workflow.models import PhaseRecord, Placement
+
+        groups = len(
+            set(Placement.objects.filter(job_id__in=ids).values_list("group_id", flat=True))
+        )
+        n_phases = PhaseRecord.objects.filter(job_id__in=ids).count()
+
+        # 2. throughput: near-zero phases, the controller is the bottleneck
+        ids2 = submit(world, args.jobs, args.iterations, 0.001, 0.001, 1000.0)
+        t0 = time.monotonic()
+        triggers.request_planning()
+        wall2 = wait_done(ids2, timeout=600)
+        n2 = PhaseRecord.objects.filter(job_id__in=ids2, state="succeeded").count()
+        first = PhaseRecord.objects.filter(job_id__in=ids2).order_by("started_at").first()
+        last = PhaseRecord.objects.filter(job_id__in=ids2).order_by("-finished_at").first()
+        span = (last.finished_at - first.started_at).total_seconds() if first and last else wall2
+        delays2 = switch_delays(ids2)
+        _ = t0
+
+        ms = 1000.0
+        print()
+        print("control plane: actor -> Redis -> Celery worker (PostgreSQL) -> Ray actor")
+        print(
+            f"  worker: threads pool x{args.concurrency}; {args.jobs} jobs x {args.iterations} iterations; {groups} co-execution groups"
+        )
+        print(f"  run 1 ({args.phase_ms:.0f} ms rollouts): {n_phases} phases in {wall:.1f} s")
+        print(
+            f"    switch delay p50 {pct(delays, 50) * ms:.1f} ms  p99 {pct(delays, 99) * ms:.1f} ms  max {max(delays) * ms:.1f} ms  (n={len(delays)})"
+        )
+        print(
+            f"  run 2 (1 ms phases): {n2} phases in {span:.2f} s = {n2 / span:.0f} phases/s sustained"
+        )
+        print(
+            f"    switch delay p50 {pct(delays2, 50) * ms:.1f} ms  p99 {pct(delays2, 99) * ms:.1f} ms  (n={len(delays2)})"
+        )
+        print("  baselines measured in this run:")
+        print(
+            f"    Ray actor call round trip   p50 {pct(ray_rt, 50) * ms:.2f} ms  p99 {pct(ray_rt, 99) * ms:.2f} ms"
+        )
+        print(
+            f"    Celery task round trip      p50 {pct(celery_rt, 50) * ms:.2f} ms  p99 {pct(celery_rt, 99) * ms:.2f} ms"
+        )
+        print(
+            f"    switch delay p50 / Celery round trip p50 = {pct(delays, 50) / pct(celery_rt, 50):.1f}x"
+        )
+        verdict = "meets" if pct(delays, 99) < 0.100 else "MISSES"
+        print(f"  target p99 < 100 ms: {verdict} (p99 {pct(delays, 99) * ms:.1f} ms)")
+        print(f"  vs the paper's ~2 s warm switch: p99 is {pct(delays, 99) / 2.0 * 100:.1f}% of it")
+    finally:
+        if worker is not None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        set_dispatcher(None)
+        ray_dispatcher.shutdown_ray()
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=6)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--phase-ms", type=float, default=100.0, help="rollout ms (train: half)")
+    parser.add_argument("--rollout-nodes", type=int, default=6)
+    parser.add_argument("--train-nodes", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--worker-log-level", default="WARNING")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
