@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -144,6 +144,7 @@ def phase_order(phase: PhaseRecord, job: Job, pinned: tuple[str, ...]) -> PhaseO
         context=runner_context(job).to_dict(),
         checkpoint_dir=str(settings.ROLLMUX_CHECKPOINT_DIR),
         resume_iteration=phase.iteration,
+        group_id=phase.group_id,
     )
 
 
@@ -167,6 +168,7 @@ class _Effects:
     releases: list[tuple[int, int]] = field(default_factory=list)  # (job, placement)
     kills: list[tuple[int, int]] = field(default_factory=list)
     replan: bool = False
+    group_released: bool = False  # a departure emptied the group
 
     def schedule(self) -> None:
         if not (self.orders or self.releases or self.kills or self.replan):
@@ -226,44 +228,47 @@ def _start_phases(
     if not starts:
         return []
     job_ids = {int(s.job_id) for s in starts}
-    placements = dict(
-        Placement.objects.filter(
+    placements = {
+        p.job_id: p
+        for p in Placement.objects.filter(
             group=group, job_id__in=job_ids, ended_at__isnull=True
-        ).values_list("job_id", "pk")
-    )
-    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids)}
+        ).select_related("job")
+    }
+    jobs = {job_id: p.job for job_id, p in placements.items()}
     pinned = _pinned_nodes(runtime)
-    created = []
+    rows = []
     for start in starts:
         job_id = int(start.job_id)
-        placement_id = placements.get(job_id)
-        if placement_id is None:  # the runtime and the rows disagree: say so, skip it
+        if job_id not in placements:  # the runtime and the rows disagree: say so, skip it
             log.error(
                 "group %s: runtime started job %s without an open placement", group.pk, job_id
             )
             continue
-        try:
-            with transaction.atomic():
-                phase = PhaseRecord.objects.create(
-                    job_id=job_id,
-                    group=group,
-                    placement_id=placement_id,
-                    iteration=start.iteration,
-                    kind=start.kind.value,
-                    node_names=list(start.nodes),
-                    state=PhaseState.RUNNING,
-                    warm_start=not start.cold,
-                    queued_at=now,
-                    started_at=now,
-                )
-        except IntegrityError:
-            # This phase of this placement was recorded before (a replayed event): never twice.
-            log.warning(
-                "phase %s/%s/%s already recorded", placement_id, start.iteration, start.kind
+        rows.append(
+            PhaseRecord(
+                job_id=job_id,
+                group=group,
+                placement_id=placements[job_id].pk,
+                iteration=start.iteration,
+                kind=start.kind.value,
+                node_names=list(start.nodes),
+                state=PhaseState.RUNNING,
+                warm_start=not start.cold,
+                queued_at=now,
+                started_at=now,
             )
-            continue
-        effects.orders.append(phase_order(phase, jobs[job_id], pinned.get(job_id, start.nodes)))
-        created.append(phase)
+        )
+    # One INSERT for all. The uniqueness of (placement, iteration, kind) cannot be hit here:
+    # runtime snapshot and records change in the same transaction under the group lock; if
+    # it ever were, the IntegrityError aborts the whole event (nothing half-applied).
+    created = PhaseRecord.objects.bulk_create(rows)
+    for phase in created:
+        effects.orders.append(
+            phase_order(
+                phase, jobs[phase.job_id], pinned.get(phase.job_id, tuple(phase.node_names))
+            )
+        )
+    job_ids = set(jobs)
     started_jobs = [j for j in job_ids if jobs[j].status == JobStatus.PLACED]
     if started_jobs:
         Job.objects.filter(pk__in=started_jobs, status=JobStatus.PLACED).update(
@@ -292,6 +297,7 @@ def _depart(
         ExecutionGroup.objects.filter(pk=group_id, released_at__isnull=True).update(
             released_at=now, runtime_state=None
         )
+        effects.group_released = True
     (effects.kills if kill else effects.releases).append((placement.job_id, placement.pk))
     effects.replan = True
 
@@ -499,13 +505,16 @@ def phase_finished(report: PhaseReport, *, now: datetime | None = None) -> bool:
     Returns False when the report was already applied (or the phase was given up on).
     """
     now = now or timezone.now()
-    try:
-        group_id, job_id = PhaseRecord.objects.values_list("group_id", "job_id").get(
-            pk=report.phase_id
-        )
-    except PhaseRecord.DoesNotExist:
-        log.warning("report for unknown phase %s", report.phase_id)
-        return False
+    if report.group_id is not None and report.job_id is not None:
+        group_id, job_id = report.group_id, report.job_id  # the host knows: saves a query
+    else:
+        try:
+            group_id, job_id = PhaseRecord.objects.values_list("group_id", "job_id").get(
+                pk=report.phase_id
+            )
+        except PhaseRecord.DoesNotExist:
+            log.warning("report for unknown phase %s", report.phase_id)
+            return False
     with _controller_serial(), transaction.atomic():
         group = _lock_group(group_id)
         state = (
@@ -524,14 +533,16 @@ def phase_finished(report: PhaseReport, *, now: datetime | None = None) -> bool:
         if report.warm is not None:
             fields["warm_start"] = report.warm
         claimed = PhaseRecord.objects.filter(
-            pk=report.phase_id, state__in=ACTIVE_PHASE_STATES
+            pk=report.phase_id, group_id=group_id, state__in=ACTIVE_PHASE_STATES
         ).update(**fields)
         if not claimed:
             return False
-        phase = PhaseRecord.objects.select_related("placement").get(pk=report.phase_id)
+        # The job row is read, not locked: the group lock serialises the controller, and the
+        # jobs app only flips cancel_requested, which the saves below never overwrite.
+        phase = PhaseRecord.objects.select_related("placement", "job").get(pk=report.phase_id)
         if phase.started_at is None:
             PhaseRecord.objects.filter(pk=phase.pk).update(started_at=fields["finished_at"])
-        job = Job.objects.select_for_update().get(pk=job_id)
+        job = phase.job
         placement = phase.placement
         runtime = _load_runtime(group)
         effects = _Effects()
@@ -547,7 +558,7 @@ def phase_finished(report: PhaseReport, *, now: datetime | None = None) -> bool:
                 _remove_member(runtime, job.pk)
                 _depart(placement, "failed", now, effects, kill=report.outcome.startswith("lost"))
                 _fail_or_resubmit(job, report.outcome, now)
-        if ExecutionGroup.objects.filter(pk=group.pk, released_at__isnull=True).exists():
+        if not effects.group_released:
             _start_phases(group, runtime, now, effects)
             _save_runtime(group, runtime)
         effects.schedule()
@@ -576,7 +587,8 @@ def _after_success(
         job.status = JobStatus.RUNNING
         job.started_at = job.started_at or now
         update += ["status", "started_at"]
-    job.save(update_fields=update)
+    if len(update) > 1:
+        job.save(update_fields=update)
     if (finish is not None and finish.done) or job.iterations_done >= job.iterations:
         _remove_member(runtime, job.pk)
         _depart(placement, "completed", now, effects)

@@ -36,6 +36,7 @@ class PhaseOrder:
     context: dict[str, Any]  # RunnerContext.to_dict()
     checkpoint_dir: str = ""
     resume_iteration: int = 0  # restore the checkpoint taken after this many iterations
+    group_id: int | None = None  # echoed in the report (the controller locks the group first)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -70,6 +71,8 @@ class PhaseReport:
     finished_at: float | None = None
     warm: bool | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    group_id: int | None = None
+    job_id: int | None = None
 
     @property
     def ok(self) -> bool:

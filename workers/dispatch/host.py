@@ -86,6 +86,8 @@ class JobHost:
             finished_at=time.time(),
             warm=warm,
             metrics={k: float(v) for k, v in metrics.items()},
+            group_id=order.group_id,
+            job_id=order.job_id,
         )
         with self._lock:
             self.results[order.phase_id] = result
