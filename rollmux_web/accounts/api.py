@@ -24,6 +24,7 @@ from rollmux_web.accounts.serializers import (
 )
 from rollmux_web.accounts.services import token_create
 from rollmux_web.api.permissions import HasRole
+from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 
 
 @method_decorator(sensitive_post_parameters("password"), name="dispatch")
@@ -33,6 +34,7 @@ class TokenObtainView(APIView):
     # No session/CSRF here: the credentials in the body are the authentication.
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
+    schema = ErrorDocumentingAutoSchema()
 
     @extend_schema(request=LoginSerializer, responses={201: TokenResponseSerializer})
     def post(self, request: Request) -> Response:
@@ -55,6 +57,7 @@ class MeView(APIView):
     """The caller's user, role and tenants."""
 
     permission_classes = [HasRole]
+    schema = ErrorDocumentingAutoSchema()
 
     @extend_schema(responses=UserSummarySerializer)
     def get(self, request: Request) -> Response:
@@ -65,6 +68,7 @@ class TenantListView(generics.ListAPIView):
     """Tenants the caller may see (their own; all for admin and finance)."""
 
     permission_classes = [HasRole]
+    schema = ErrorDocumentingAutoSchema()
     serializer_class = TenantSerializer
 
     def get_queryset(self) -> Any:
@@ -73,6 +77,7 @@ class TenantListView(generics.ListAPIView):
 
 class TenantDetailView(generics.RetrieveAPIView):
     permission_classes = [HasRole]
+    schema = ErrorDocumentingAutoSchema()
     serializer_class = TenantSerializer
     lookup_field = "name"
 

@@ -7,5 +7,5 @@ urlpatterns = [
     path("auth/token/", api.TokenObtainView.as_view(), name="token"),
     path("me/", api.MeView.as_view(), name="me"),
     path("tenants/", api.TenantListView.as_view(), name="tenants"),
-    path("tenants/<slug:name>/", api.TenantDetailView.as_view(), name="tenant"),
+    path("tenants/<str:name>/", api.TenantDetailView.as_view(), name="tenant"),
 ]

@@ -9,6 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import viewsets
 
 from rollmux_web.api.permissions import AdminOnly
+from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 from rollmux_web.audit import selectors
 from rollmux_web.audit.serializers import AuditEntrySerializer
 
@@ -35,6 +36,9 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     """Who changed what, when, with the state before and after."""
 
     permission_classes = [AdminOnly]
+    schema = ErrorDocumentingAutoSchema()
+    # Any segment reaches the view, so a malformed id is a JSON 404, not Django's HTML one.
+    lookup_value_regex = "[^/]+"
     serializer_class = AuditEntrySerializer
 
     def get_queryset(self) -> Any:

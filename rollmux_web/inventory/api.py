@@ -9,6 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import viewsets
 
 from rollmux_web.api.permissions import AdminWritesOthersRead
+from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 from rollmux_web.inventory import selectors
 from rollmux_web.inventory.models import NodeState
 from rollmux_web.inventory.serializers import ClusterSerializer, GpuTypeSerializer, NodeSerializer
@@ -20,6 +21,9 @@ class GpuTypeViewSet(viewsets.ModelViewSet):
     """GPU types with their current price and price history."""
 
     permission_classes = [AdminWritesOthersRead]
+    schema = ErrorDocumentingAutoSchema()
+    # Any segment reaches the view, so a malformed id is a JSON 404, not Django's HTML one.
+    lookup_value_regex = "[^/]+"
     serializer_class = GpuTypeSerializer
     http_method_names = WRITE_METHODS
 
@@ -31,6 +35,9 @@ class ClusterViewSet(viewsets.ModelViewSet):
     """Pools: a rollout pool and a training pool, each behind a Ray address."""
 
     permission_classes = [AdminWritesOthersRead]
+    schema = ErrorDocumentingAutoSchema()
+    # Any segment reaches the view, so a malformed id is a JSON 404, not Django's HTML one.
+    lookup_value_regex = "[^/]+"
     serializer_class = ClusterSerializer
     http_method_names = WRITE_METHODS
 
@@ -51,6 +58,9 @@ class NodeViewSet(viewsets.ModelViewSet):
     """Nodes of the pools; setting `state` to drained or down wakes the workflow."""
 
     permission_classes = [AdminWritesOthersRead]
+    schema = ErrorDocumentingAutoSchema()
+    # Any segment reaches the view, so a malformed id is a JSON 404, not Django's HTML one.
+    lookup_value_regex = "[^/]+"
     serializer_class = NodeSerializer
     http_method_names = WRITE_METHODS
 

@@ -9,6 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import viewsets
 
 from rollmux_web.api.permissions import AdminWritesOthersRead
+from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 from rollmux_web.quotas import selectors, services
 from rollmux_web.quotas.models import Quota, SloClass
 from rollmux_web.quotas.serializers import QuotaSerializer, SloClassSerializer
@@ -18,6 +19,9 @@ class SloClassViewSet(viewsets.ModelViewSet):
     """SLO classes: the slowdown a job tolerates versus running alone."""
 
     permission_classes = [AdminWritesOthersRead]
+    schema = ErrorDocumentingAutoSchema()
+    # Any segment reaches the view, so a malformed id is a JSON 404, not Django's HTML one.
+    lookup_value_regex = "[^/]+"
     serializer_class = SloClassSerializer
 
     def get_queryset(self) -> Any:
@@ -43,6 +47,9 @@ class QuotaViewSet(viewsets.ModelViewSet):
     """
 
     permission_classes = [AdminWritesOthersRead]
+    schema = ErrorDocumentingAutoSchema()
+    # Any segment reaches the view, so a malformed id is a JSON 404, not Django's HTML one.
+    lookup_value_regex = "[^/]+"
     serializer_class = QuotaSerializer
 
     def get_queryset(self) -> Any:
