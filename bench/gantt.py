@@ -292,6 +292,10 @@ def main() -> None:
     from tests.factories import make_world
 
     settings.ALLOWED_HOSTS = ["*"]
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("postgresql"):
+        # its own scratch database: never the one a concurrent test run is using
+        db.setdefault("TEST", {})["NAME"] = f"{db['NAME']}_gantt_bench"
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     print(f"database: {engine}")
     old = setup_databases(verbosity=0, interactive=False)

@@ -21,7 +21,7 @@ import json
 import math
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -407,13 +407,20 @@ def _subtract(
 
 
 def parse_window(
-    start: str | None, end: str | None, *, default: tuple[datetime, datetime]
+    start: str | None,
+    end: str | None,
+    *,
+    default: Callable[[], tuple[datetime, datetime]],
 ) -> tuple[datetime, datetime]:
-    """Return the time window from query strings (ISO datetimes), or raise ReportInputError."""
+    """Return the time window from query strings (ISO datetimes), or raise ReportInputError.
 
-    def parse(name: str, raw: str | None, fallback: datetime) -> datetime:
+    `default` (the object's whole life) is only queried when a bound is missing.
+    """
+    fallback = default() if not (start and end) else None
+
+    def parse(name: str, raw: str | None, otherwise: datetime) -> datetime:
         if not raw:
-            return fallback
+            return otherwise
         try:
             value = datetime.fromisoformat(raw.strip().replace(" ", "T").replace("Z", "+00:00"))
         except ValueError:
@@ -422,8 +429,8 @@ def parse_window(
             ) from None
         return value if value.tzinfo else value.replace(tzinfo=UTC)
 
-    t0 = parse("start", start, default[0])
-    t1 = parse("end", end, default[1])
+    t0 = parse("start", start, fallback[0] if fallback else EPOCH_DT)
+    t1 = parse("end", end, fallback[1] if fallback else EPOCH_DT)
     if t1 <= t0:
         raise ReportInputError("end", "the window ends before it starts")
     if (t1 - t0).days > MAX_RANGE_DAYS:
@@ -547,9 +554,9 @@ def _phase_rows(
         )
     )
     if annotations:
-        return [(*r[:4], _nodes(r[4]), *r[5:]) for r in rows]  # type: ignore[misc]
+        return [(*r[:4], _nodes(r[4]), *r[5:]) for r in rows]
     return [
-        (*r[:4], _nodes(r[4]), r[5], _epoch(r[6], exact=False), _epoch(r[7], exact=False), r[8])  # type: ignore[misc]
+        (*r[:4], _nodes(r[4]), r[5], _epoch(r[6], exact=False), _epoch(r[7], exact=False), r[8])
         for r in rows
     ]
 
@@ -566,7 +573,7 @@ def group_timeline(
     """Return the Gantt geometry of a group: one lane per node, one bar per phase record."""
     group = visible_group(user=user, group_id=group_id)
     now_ = _now(now)
-    t0, t1 = parse_window(start, end, default=group_window(group, now=now_))
+    t0, t1 = parse_window(start, end, default=lambda: group_window(group, now=now_))
     # 1. lanes: every node ever allocated to the group, rollout pool first
     allocs = list(
         NodeAllocation.objects.filter(group=group).values_list(
@@ -617,7 +624,7 @@ def job_timeline(
     """Return the Gantt geometry of one job: its phases on the nodes they ran on."""
     job = visible_job(user=user, job_id=job_id)
     now_ = _now(now)
-    t0, t1 = parse_window(start, end, default=job_window(job, now=now_))
+    t0, t1 = parse_window(start, end, default=lambda: job_window(job, now=now_))
     rows = _phase_rows(Q(job_id=job.pk), t0, t1)
     node_names = {n for r in rows for n in r[4]}
     pools = dict(Node.objects.filter(name__in=node_names).values_list("name", "cluster__kind"))
@@ -1135,8 +1142,12 @@ def _cost_engine(
         piece = prices.cost(tid, gpus, *c)
         alloc_cost[(gid, nid)] += piece
         group_exact[gid] += piece
-        for bi, (ba, bb) in _split(c, buckets_e):
-            bucket_alloc[(bi, gid, nid)] += prices.cost(tid, gpus, ba, bb)
+        pieces = _split(c, buckets_e)
+        for bi, (ba, bb) in pieces:
+            # one bucket holds the whole span: its cost is already known
+            bucket_alloc[(bi, gid, nid)] += (
+                piece if len(pieces) == 1 else prices.cost(tid, gpus, ba, bb)
+            )
     # 4. busy time per (group, node, job) from the phase records
     busy_s: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
     busy_cost: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
@@ -1162,13 +1173,17 @@ def _cost_engine(
                 continue  # not allocated to this group in the range: costs nothing here
             nid, gpus, tid = info
             busy_s[(gid, nid, jid)] += c[1] - c[0]
-            busy_cost[(gid, nid, jid)] += prices.cost(tid, gpus, *c)
-            for bi, (ba, bb) in _split(c, buckets_e):
-                bucket_busy[(bi, gid, nid, jid)] += prices.cost(tid, gpus, ba, bb)
+            busy = prices.cost(tid, gpus, *c)
+            busy_cost[(gid, nid, jid)] += busy
+            pieces = _split(c, buckets_e)
+            for bi, (ba, bb) in pieces:
+                bucket_busy[(bi, gid, nid, jid)] += (
+                    busy if len(pieces) == 1 else prices.cost(tid, gpus, ba, bb)
+                )
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
         job = jobs.get(jid)
-        if job is not None:
+        if job is not None and not buckets:  # a burn-down needs no counterfactual
             roll_gpus, train_gpus = job[4], job[5]
             if rollout_type is not None:
                 cf_solo[(jid, rollout_type)] += prices.cost(rollout_type, roll_gpus, *c)
@@ -1277,10 +1292,10 @@ def _cost_engine(
 
 def _split(
     span: tuple[Decimal, Decimal], buckets: Sequence[Decimal]
-) -> Iterable[tuple[int, tuple[Decimal, Decimal]]]:
+) -> list[tuple[int, tuple[Decimal, Decimal]]]:
     """Cut a span at bucket boundaries: (bucket index, sub-span) pairs."""
     if not buckets:
-        return ()
+        return []
     a, b = span
     out = []
     for i in range(max(0, bisect_right(buckets, a) - 1), len(buckets) - 1):
@@ -1433,6 +1448,12 @@ def focus_rows(report: CostReport) -> list[dict[str, str]]:
 
     rows = []
     iso = "%Y-%m-%dT%H:%M:%SZ"
+    period = {
+        "BillingPeriodStart": report.t0.strftime(iso),
+        "BillingPeriodEnd": report.t1.strftime(iso),
+        "ChargePeriodStart": report.t0.strftime(iso),
+        "ChargePeriodEnd": report.t1.strftime(iso),
+    }
     for ln in report.lines:
         for charge, qty, cost, desc in (
             ("busy", ln.busy_gpu_hours, ln.busy_cost, "GPU time running the job's phases"),
@@ -1442,10 +1463,7 @@ def focus_rows(report: CostReport) -> list[dict[str, str]]:
                 continue
             rows.append(
                 {
-                    "BillingPeriodStart": report.t0.strftime(iso),
-                    "BillingPeriodEnd": report.t1.strftime(iso),
-                    "ChargePeriodStart": report.t0.strftime(iso),
-                    "ChargePeriodEnd": report.t1.strftime(iso),
+                    **period,
                     "BilledCost": f"{cost:.2f}",
                     "EffectiveCost": f"{cost:.2f}",
                     "ListCost": f"{cost:.2f}",
@@ -1779,6 +1797,10 @@ class Overview:
     cost_last_day: Decimal
     waiting: list[dict[str, Any]]
     meta_note: str = ""
+
+    @property
+    def cost_per_hour_last_day(self) -> Decimal:
+        return (self.cost_last_day / 24).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:

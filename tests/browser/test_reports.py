@@ -161,3 +161,30 @@ def test_whatif_page_runs_the_simulator_and_compares_policies(
     page.set_input_files("input[name=trace]", str(bad))
     page.click("main form button[type=submit]")
     assert "line 1" in page.inner_text(".errorlist")
+
+
+def test_the_submit_form_shows_the_planners_preview(
+    world: Any, page: Any, live_server: Any
+) -> None:
+    browser_login(page, live_server, "alice")
+    page.goto(f"{live_server.url}/jobs/new/")
+    for name, value in {
+        "name": "probe",
+        "rollout_gpus": "8",
+        "train_gpus": "8",
+        "t_roll_max_s": "300",
+        "t_train_max_s": "200",
+        "host_mem_gb": "300",
+        "iterations": "5",
+    }.items():
+        field = page.locator(f"main form [name={name}]")
+        if field.count():
+            field.fill(value)
+    page.locator("main form [name=host_mem_gb]").dispatch_event("change")
+    page.wait_for_selector("#whatif .whatif-preview")
+    page.wait_for_function(
+        "document.querySelector('#whatif').innerText.includes('new group')", timeout=15000
+    )
+    text = page.inner_text("#whatif")
+    assert "starts a new group" in text and "$57.04/h" in text
+    snapshot(page, "submit-preview")
