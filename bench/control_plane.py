@@ -121,6 +121,31 @@ def switch_delays(ids: list[int]) -> list[float]:
     return delays
 
 
+def split_delays(ids: list[int]) -> tuple[list[float], list[float]]:
+    """Split each switch into (previous phase end -> controller picked the report up) and
+    (controller picked it up -> next phase started), using queued_at = the controller's
+    clock when it handled the event that started the phase."""
+    from rollmux_web.workflow.models import PhaseRecord
+
+    phases = list(
+        PhaseRecord.objects.filter(job_id__in=ids, state="succeeded").order_by("finished_at")
+    )
+    ends = sorted(p.finished_at for p in phases)
+    pickup, handle = [], []
+    import bisect
+
+    for p in phases:
+        i = bisect.bisect_right(ends, p.queued_at) - 1
+        if i < 0:
+            continue
+        prev_end = ends[i]
+        gap = (p.queued_at - prev_end).total_seconds()
+        if 0 <= gap < 60:
+            pickup.append(gap)
+            handle.append((p.started_at - p.queued_at).total_seconds())
+    return pickup, handle
+
+
 def baseline_ray_call(n: int = 200) -> list[float]:
     import ray
 
@@ -211,6 +236,7 @@ def run(args: argparse.Namespace) -> None:
         triggers.request_planning()
         wall = wait_done(ids, timeout=600)
         delays = switch_delays(ids)
+        pickup, handle = split_delays(ids)
         from rollmux_web.workflow.models import PhaseRecord, Placement
 
         groups = len(
@@ -232,6 +258,9 @@ def run(args: argparse.Namespace) -> None:
 
         ms = 1000.0
         print()
+        print(
+            f"load average (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+        )
         print("control plane: actor -> Redis -> Celery worker (PostgreSQL) -> Ray actor")
         print(
             f"  worker: threads pool x{args.concurrency}; {args.jobs} jobs x {args.iterations} iterations; {groups} co-execution groups"
