@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,6 +17,86 @@ RANGE_PARAMS = [
     OpenApiParameter("start", str, description="first day (YYYY-MM-DD, UTC); default: month start"),
     OpenApiParameter("end", str, description="last day, inclusive (YYYY-MM-DD); default: today"),
 ]
+MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
+
+
+class CostTotalsSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    gpu_hours = serializers.CharField()
+    busy_gpu_hours = serializers.CharField()
+    idle_gpu_hours = serializers.CharField()
+    cost = serializers.CharField(**MONEY)
+    busy_cost = serializers.CharField(**MONEY)
+    idle_cost = serializers.CharField(help_text="the idle (bubble) share of allocated nodes")
+    solo_disagg_cost = serializers.CharField(help_text="the same work on dedicated pools")
+    colocated_cost = serializers.CharField(help_text="the same work on co-located training GPUs")
+    saving_vs_solo_disagg = serializers.CharField(**MONEY)
+    saving_vs_colocated = serializers.CharField(**MONEY)
+
+
+class CostLineSerializer(CostTotalsSerializer):
+    key = None  # type: ignore[assignment]
+    tenant = serializers.CharField()
+    job_id = serializers.IntegerField()
+    job = serializers.CharField()
+    gpu_type = serializers.CharField()
+    groups = serializers.ListField(child=serializers.IntegerField())
+
+
+class BurnDownSerializer(serializers.Serializer):
+    tenant = serializers.CharField()
+    month = serializers.DateField()
+    budget = serializers.CharField(allow_null=True)
+    spent = serializers.CharField(**MONEY)
+
+
+class CostReportSerializer(serializers.Serializer):
+    start = serializers.DateField()
+    end = serializers.DateField()
+    currency = serializers.CharField()
+    total = CostTotalsSerializer()
+    by_tenant = CostTotalsSerializer(many=True)
+    by_gpu_type = CostTotalsSerializer(many=True)
+    lines = CostLineSerializer(many=True)
+    burn_down = BurnDownSerializer(many=True)
+
+
+class SloAttainmentSerializer(serializers.Serializer):
+    tenant = serializers.CharField()
+    slo_class = serializers.CharField()
+    finished = serializers.IntegerField()
+    met = serializers.IntegerField()
+    attainment = serializers.FloatField(allow_null=True)
+    attainment_vs_profile = serializers.FloatField(allow_null=True)
+    in_progress = serializers.IntegerField()
+
+
+class JobSloSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField()
+    job = serializers.CharField()
+    tenant = serializers.CharField()
+    slo_class = serializers.CharField()
+    slo = serializers.FloatField()
+    status = serializers.CharField()
+    iterations_measured = serializers.IntegerField()
+    mean_iteration_s = serializers.FloatField()
+    solo_iteration_s = serializers.FloatField()
+    profile_iteration_s = serializers.FloatField()
+    slowdown_vs_solo = serializers.FloatField()
+    slowdown_vs_profile = serializers.FloatField()
+    met = serializers.BooleanField()
+    groups = serializers.ListField(child=serializers.IntegerField())
+
+
+class SloReportSerializer(serializers.Serializer):
+    start = serializers.DateField()
+    end = serializers.DateField()
+    overall = SloAttainmentSerializer()
+    attainment = SloAttainmentSerializer(many=True)
+    jobs = JobSloSerializer(many=True)
+
+
+BAD_RANGE = OpenApiResponse(description="a reversed range, one over 366 days, or not a date")
 
 
 def _range(request: Request) -> tuple[Any, Any]:
@@ -29,7 +109,7 @@ def _range(request: Request) -> tuple[Any, Any]:
 class CostReportApi(APIView):  # type: ignore[misc]
     """Cost per tenant, job and GPU type over a date range (money as strings, USD)."""
 
-    @extend_schema(parameters=RANGE_PARAMS, responses={200: dict})
+    @extend_schema(parameters=RANGE_PARAMS, responses={200: CostReportSerializer, 400: BAD_RANGE})
     def get(self, request: Request) -> Response:
         start, end = _range(request)
         report = selectors.cost_report(user=request.user, start=start, end=end)
@@ -39,7 +119,7 @@ class CostReportApi(APIView):  # type: ignore[misc]
 class SloReportApi(APIView):  # type: ignore[misc]
     """SLO attainment per tenant and class, and each job's measured slowdown."""
 
-    @extend_schema(parameters=RANGE_PARAMS, responses={200: dict})
+    @extend_schema(parameters=RANGE_PARAMS, responses={200: SloReportSerializer, 400: BAD_RANGE})
     def get(self, request: Request) -> Response:
         start, end = _range(request)
         report = selectors.slo_report(user=request.user, start=start, end=end)

@@ -117,7 +117,7 @@ PREVIEW = {
 @pytest.mark.django_db
 def test_preview_gives_the_planners_answer_on_an_empty_cluster(world: Any, client_as: Any) -> None:
     html = client_as("alice").get("/whatif/preview/", PREVIEW).content.decode()
-    assert "starts a new group" in html and "new group" in html
+    assert "starts a <strong>new co-execution group" in html
     assert "$57.04/h" in html  # one H20 node (8 x 1.85) + one H800 node (8 x 5.28)
 
 
