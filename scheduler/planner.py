@@ -117,6 +117,9 @@ class _Summary:
     t_load: float
     tolerance: float  # min over members of slo_k x T_k^solo: longest iteration all accept
     job_ids: frozenset[str]
+    size: int  # members
+    n_train: int  # training nodes
+    min_train_load: float  # the least-loaded training node's summed phase time
 
 
 def _summarise(group: Group) -> _Summary:
@@ -137,7 +140,19 @@ def _summarise(group: Group) -> _Summary:
         tolerance = min(tolerance, j.slo * solo)
     t_load = max(load.values(), default=0.0)
     ids = frozenset(m.job.id for m in group.members)
-    return _Summary(group, load, mem, t_cycle, t_load, tolerance, ids)
+    min_train = min((load[x] for x in group.train_nodes), default=0.0)
+    return _Summary(
+        group,
+        load,
+        mem,
+        t_cycle,
+        t_load,
+        tolerance,
+        ids,
+        len(group.members),
+        len(group.train_nodes),
+        min_train,
+    )
 
 
 # Memo of _summarise keyed by the identity of the (frozen) Group: apply_placement and
@@ -201,18 +216,20 @@ class _FreePool:
         self,
         spec: ClusterSpec,
         pool: Pool,
-        free: list[Node],
-        names: Callable[[str], bool],
-        size: int,
+        candidates: list[Node],
+        taken: set[str],
+        in_use: Callable[[str], bool],
         mem: float,
     ) -> None:
         self.spec = spec
         self.pool = pool
         self.unbounded = spec.gpu_type(pool).nodes is None
+        self._candidates = candidates  # every node of the pool, in state order
+        self._taken = taken
+        free = [n for n in candidates if n.name not in taken]
         self.free_total = len(free)
-        self.fit = [n for n in free if n.host_mem_gb + _EPS >= mem]
-        self.in_use = names  # is a name taken: minted names must differ
-        self.size = size  # nodes of this pool in the state: minted numbering starts there
+        self.fit = [n for n in free if n.host_mem_gb + _EPS >= mem]  # free with room
+        self.in_use = in_use  # is a name taken: minted names must differ
         self.price = {n.name: n.price_per_hour for n in self.fit}
         self._minted: list[str] = []
 
@@ -223,7 +240,7 @@ class _FreePool:
             if not self.unbounded:
                 return None
             gt = self.spec.gpu_type(self.pool)
-            i = self.size + len(self._minted)
+            i = len(self._candidates) + len(self._minted)
             while len(self._minted) < count - len(names):
                 name = node_name(self.spec, self.pool, i)
                 i += 1
@@ -239,33 +256,35 @@ class _FreePool:
 
 
 @dataclass
-class _Snapshot:
-    """One pass over the state: node lookup, allocated nodes, free nodes per pool."""
+class _NodeIndex:
+    """The state's nodes by name and by pool, and the largest host memory per pool."""
 
     nodes: dict[str, Node]
-    taken: set[str]
-    free: dict[Pool, list[Node]]
+    by_pool: dict[Pool, list[Node]]
     biggest_mem: dict[Pool, float]
-    size: dict[Pool, int]
 
 
-def _snapshot(state: ClusterState) -> _Snapshot:
-    taken: set[str] = set()
-    for g in state.groups:
-        taken.update(g.rollout_nodes)
-        taken.update(g.train_nodes)
-    nodes: dict[str, Node] = {}
-    free: dict[Pool, list[Node]] = {Pool.ROLLOUT: [], Pool.TRAIN: []}
-    biggest = {p: state.spec.gpu_type(p).host_mem_gb for p in (Pool.ROLLOUT, Pool.TRAIN)}
-    size = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
-    for n in state.nodes:
-        nodes[n.name] = n
-        size[n.pool] += 1
+# One-entry memo of _node_index: consecutive decisions share `state.nodes` (it changes
+# only when a decision names fresh nodes of an unbounded pool), so most decisions skip
+# the pass over every node. Pure cache: results never depend on it.
+_NODE_INDEX: list[tuple[tuple[Node, ...], _NodeIndex]] = []
+
+
+def _node_index(nodes: tuple[Node, ...]) -> _NodeIndex:
+    memo = _NODE_INDEX
+    if memo and memo[0][0] is nodes:
+        return memo[0][1]
+    by_name: dict[str, Node] = {}
+    by_pool: dict[Pool, list[Node]] = {Pool.ROLLOUT: [], Pool.TRAIN: []}
+    biggest = {Pool.ROLLOUT: 0.0, Pool.TRAIN: 0.0}
+    for n in nodes:
+        by_name[n.name] = n
+        by_pool[n.pool].append(n)
         if n.host_mem_gb > biggest[n.pool]:
             biggest[n.pool] = n.host_mem_gb
-        if n.name not in taken:
-            free[n.pool].append(n)
-    return _Snapshot(nodes, taken, free, biggest, size)
+    index = _NodeIndex(by_name, by_pool, biggest)
+    memo[:] = [(nodes, index)]
+    return index
 
 
 # ---------------------------------------------------------------------------
@@ -273,7 +292,7 @@ def _snapshot(state: ClusterState) -> _Snapshot:
 # ---------------------------------------------------------------------------
 
 
-def _infeasible_reason(job: JobProfile, spec: ClusterSpec, snap: _Snapshot) -> str | None:
+def _infeasible_reason(job: JobProfile, spec: ClusterSpec, index: _NodeIndex) -> str | None:
     if job.slo < 1.0:
         return f"slo must be >= 1.0 (a tolerated slowdown), got {job.slo:g}"
     if job.iterations < 1:
@@ -298,7 +317,7 @@ def _infeasible_reason(job: JobProfile, spec: ClusterSpec, snap: _Snapshot) -> s
                 f"{field}={gpus} needs {need} {gt.name} nodes; the {pool.value} pool has "
                 f"{gt.nodes} nodes ({gt.nodes * gt.gpus_per_node} GPUs) in total"
             )
-        biggest = snap.biggest_mem[pool]
+        biggest = max(index.biggest_mem[pool], gt.host_mem_gb)
         if job.host_mem_gb > biggest + _EPS:
             return (
                 f"host_mem_gb={job.host_mem_gb:g} exceeds the host memory of every "
@@ -312,12 +331,15 @@ def _retry_reason(job: JobProfile, spec: ClusterSpec, pools: dict[Pool, _FreePoo
     for pool in (Pool.ROLLOUT, Pool.TRAIN):
         need = nodes_needed(job, spec, pool)
         fp = pools[pool]
-        if not fp.unbounded and len(fp.fit) < need:
+        if fp.unbounded:
+            continue
+        free, fit = fp.free_total, len(fp.fit)
+        if fit < need:
             gt = spec.gpu_type(pool)
             extra = ""
-            if fp.free_total > len(fp.fit):
-                extra = f" ({fp.free_total} free in all, {len(fp.fit)} with {job.host_mem_gb:g} GB host memory room)"
-            parts.append(f"needs {need} free {gt.name} nodes, {len(fp.fit)} free{extra}")
+            if free > fit:
+                extra = f" ({free} free in all, {fit} with {job.host_mem_gb:g} GB host memory room)"
+            parts.append(f"needs {need} free {gt.name} nodes, {fit} free{extra}")
     detail = "; ".join(parts) or "no capacity"
     return f"{detail}, and no existing co-execution group can take it now"
 
@@ -343,19 +365,22 @@ def place(
     if max_group_size < 1:
         raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
     spec = state.spec
-    snap = _snapshot(state)
-    reason = _infeasible_reason(job, spec, snap)
+    index = _node_index(state.nodes)
+    reason = _infeasible_reason(job, spec, index)
     if reason is not None:
         return PlacementResult(PlacementStatus.INFEASIBLE, reason)
-    for g in state.groups:
-        if job.id in _summary(g).job_ids:
-            raise ValueError(f"job {job.id!r} is already placed in group {g.id!r}")
+    summaries = [_summary(g) for g in state.groups]
+    taken: set[str] = set()
+    for summary in summaries:
+        if job.id in summary.job_ids:
+            raise ValueError(f"job {job.id!r} is already placed in group {summary.group.id!r}")
+        taken.update(summary.load)  # every node of the group
 
     def in_use(name: str) -> bool:
-        return name in snap.nodes or name in snap.taken
+        return name in index.nodes or name in taken
 
     pools = {
-        pool: _FreePool(spec, pool, snap.free[pool], in_use, snap.size[pool], job.host_mem_gb)
+        pool: _FreePool(spec, pool, index.by_pool[pool], taken, in_use, job.host_mem_gb)
         for pool in (Pool.ROLLOUT, Pool.TRAIN)
     }
     n_roll = nodes_needed(job, spec, Pool.ROLLOUT)
@@ -365,11 +390,27 @@ def place(
         best = _new_group_candidate(job, pools, n_roll, n_train)
     elif policy == "rollmux":
         best = _rollmux(
-            job, state, snap.nodes, pools, n_roll, n_train, max_group_size, spec.switch_overhead_s
+            job,
+            summaries,
+            index.nodes,
+            pools,
+            n_roll,
+            n_train,
+            max_group_size,
+            spec.switch_overhead_s,
         )
     else:
         best = _baseline(
-            job, state, snap.nodes, pools, n_roll, n_train, max_group_size, policy, rng
+            job,
+            summaries,
+            index.nodes,
+            pools,
+            n_roll,
+            n_train,
+            max_group_size,
+            policy,
+            rng,
+            spec.switch_overhead_s,
         )
     if best is None:
         return PlacementResult(PlacementStatus.RETRY, _retry_reason(job, spec, pools))
@@ -430,7 +471,7 @@ def _least_loaded(
 
 def _rollmux(
     job: JobProfile,
-    state: ClusterState,
+    summaries: list[_Summary],
     nodes: dict[str, Node],
     pools: dict[Pool, _FreePool],
     n_roll: int,
@@ -440,25 +481,28 @@ def _rollmux(
 ) -> tuple[_Candidate, dict[str, float]] | None:
     solo = job.t_solo_max_s
     own_tol = job.slo * solo
+    t_train = job.t_train_max_s
     cands: list[_Candidate] = []
-    for order, g in enumerate(state.groups):
-        if not g.members or len(g.members) >= max_group_size or len(g.train_nodes) < n_train:
+    for order, s in enumerate(summaries):
+        # 1. Skip empty, full and saturated groups (Algorithm 1, line 4), and groups
+        #    with too few training nodes.
+        if not s.size or s.size >= max_group_size or s.n_train < n_train:
             continue
-        s = _summary(g)
-        # 1. Skip saturated groups (Algorithm 1, line 4).
         if s.t_load >= s.t_cycle:
             continue
-        # 2. Cheap SLO lower bound: the cycle can only grow.
-        tol = min(s.tolerance, own_tol)
+        # 2. Cheap SLO lower bounds: the cycle can only grow, and the job's training
+        #    lands at least on the least-loaded training node.
+        tol = min(s.tolerance, own_tol) + _EPS
         t_cycle = max(s.t_cycle, solo)
-        if t_cycle > tol + _EPS:
+        if t_cycle > tol or s.min_train_load + t_train > tol:
             continue
+        g = s.group
         # 3. Training nodes: the least loaded with residency room.
         trains = _least_loaded(g.train_nodes, s, job, nodes)[:n_train]
         if len(trains) < n_train:
             continue
-        bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + job.t_train_max_s)
-        if bound > tol + _EPS:
+        bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
+        if bound > tol:
             continue
         rooms = _least_loaded(g.rollout_nodes, s, job, nodes)
         room_set = set(rooms)
@@ -471,7 +515,7 @@ def _rollmux(
             options.append(tuple(sorted(rooms[:n_roll])))
         for rs in dict.fromkeys(options):
             lb = max(bound, max(s.load[x] for x in rs) + job.t_roll_max_s)
-            if lb <= tol + _EPS:
+            if lb <= tol:
                 cands.append(
                     _Candidate(0.0, Strategy.DIRECT_PACKING, 0, lb, order, s, rs, tuple(trains), ())
                 )
@@ -485,7 +529,7 @@ def _rollmux(
                 break
             kept = rooms[:keep]
             lb = max(bound, max((s.load[x] for x in kept), default=0.0) + job.t_roll_max_s)
-            if lb > tol + _EPS:
+            if lb > tol:
                 continue
             cands.append(
                 _Candidate(
@@ -561,7 +605,7 @@ def _predicted(
 
 def _baseline(
     job: JobProfile,
-    state: ClusterState,
+    summaries: list[_Summary],
     nodes: dict[str, Node],
     pools: dict[Pool, _FreePool],
     n_roll: int,
@@ -569,13 +613,14 @@ def _baseline(
     max_group_size: int,
     policy: str,
     rng: random.Random | None,
+    switch: float,
 ) -> tuple[_Candidate, dict[str, float]] | None:
     """Place by the paper's simulation baselines: capacity and residency only, no SLO."""
     feasible: list[tuple[float, _Summary, list[str], list[str], int]] = []
-    for order, g in enumerate(state.groups):
+    for order, s in enumerate(summaries):
+        g = s.group
         if not g.members or len(g.members) >= max_group_size or len(g.train_nodes) < n_train:
             continue
-        s = _summary(g)
         trains = _least_loaded(g.train_nodes, s, job, nodes)
         rolls = _least_loaded(g.rollout_nodes, s, job, nodes)
         if len(trains) < n_train:
@@ -612,7 +657,7 @@ def _baseline(
         tuple(trains),
         tuple(fresh),
     )
-    slow = _predicted(s.group, job, rollout, tuple(trains), state.spec.switch_overhead_s)
+    slow = _predicted(s.group, job, rollout, tuple(trains), switch)
     return cand, slow
 
 
