@@ -50,10 +50,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, ProtectedError):
         # Deleting a row others still refer to (an SLO class jobs use): a conflict, not a 500.
-        users = sorted({o._meta.verbose_name_plural for o in exc.protected_objects})
+        users = sorted({str(o._meta.verbose_name_plural) for o in exc.protected_objects})
         return error_response(
             "protected",
-            f"Still in use by {', '.join(str(u) for u in users) or 'other records'}; cannot delete.",
+            f"Still in use by {', '.join(users) or 'other records'}; cannot delete.",
             None,
             status.HTTP_409_CONFLICT,
         )

@@ -57,7 +57,7 @@ def _csv_safe(value: str) -> str:
 
 
 @role_required(admin=True)
-def audit_export(request: HttpRequest) -> HttpResponse:
+def audit_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """Stream the filtered audit log as CSV (before/after as JSON)."""
     filters, errors = _filters(request)
     if errors:

@@ -57,7 +57,7 @@ class GpuTypeSerializer(serializers.ModelSerializer):
     @extend_schema_field(GpuPriceSerializer(many=True))
     def get_price_history(self, instance: GpuType) -> list[dict[str, Any]]:
         rows = sorted(instance.prices.all(), key=lambda p: p.effective_from)
-        return GpuPriceSerializer(rows, many=True).data  # type: ignore[return-value]
+        return list(GpuPriceSerializer(rows, many=True).data)
 
     def validate_name(self, value: str) -> str:
         qs = GpuType.objects.filter(name=value)
