@@ -15,6 +15,9 @@ attributed instead of tuned away:
   trace is one tenant's top workloads); each job takes the profile of one of 10
   template jobs, keeping its arrival and solo duration
 - exact: actual phases always take their worst case (min = max): no planning slack
+- identical: every job takes the profile of the trace's first job (GPUs, phase
+  times, memory, SLO), keeping its arrival and solo duration: no heterogeneity
+  left, only arrivals and departures
 - balanced: each job's rollout and training both take half its iteration (the
   mix is no longer rollout-heavy; iteration times and everything else unchanged)
 """
@@ -78,6 +81,20 @@ def balanced(job: JobProfile) -> JobProfile:
     )
 
 
+def identical(jobs: list[JobProfile]) -> list[JobProfile]:
+    """Give every job the first job's profile, keeping its arrival and solo duration."""
+    t = jobs[0]
+    return [
+        replace(
+            t,
+            id=j.id,
+            arrival_s=j.arrival_s,
+            iterations=max(1, round(j.iterations * _mean_iter(j) / _mean_iter(t))),
+        )
+        for j in jobs
+    ]
+
+
 VARIANTS: dict[str, Callable[[list[JobProfile], int], list[JobProfile]]] = {
     "baseline": lambda jobs, seed: jobs,
     "unbounded": lambda jobs, seed: jobs,
@@ -86,6 +103,7 @@ VARIANTS: dict[str, Callable[[list[JobProfile], int], list[JobProfile]]] = {
     "templates": templates,
     "exact": lambda jobs, seed: [replace(j, t_roll_min_s=None, t_train_min_s=None) for j in jobs],
     "balanced": lambda jobs, seed: [balanced(j) for j in jobs],
+    "identical": lambda jobs, seed: identical(jobs),
 }
 
 
