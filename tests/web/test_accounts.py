@@ -79,9 +79,7 @@ def test_cannot_revoke_another_users_token(client_as, world):
 
 def test_token_revoke_with_htmx_returns_the_panel(client_as, world):
     token = ApiToken.objects.get(user=world.alice)
-    resp = client_as("alice").post(
-        f"/accounts/tokens/{token.pk}/revoke/", HTTP_HX_REQUEST="true"
-    )
+    resp = client_as("alice").post(f"/accounts/tokens/{token.pk}/revoke/", HTTP_HX_REQUEST="true")
     html = resp.content.decode()
     assert resp.status_code == 200
     assert 'id="token-panel"' in html and "<html" not in html
@@ -167,3 +165,29 @@ def test_bad_token_is_401(world):
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION="Bearer rmx_not-a-token")
     assert api.get("/api/v1/me/").status_code == 401
+
+
+def test_token_endpoint_refuses_users_without_a_role_or_inactive(world, django_user_model):
+    django_user_model.objects.create_user(username="norole", password="demo-norole")
+    world.bob.is_active = False
+    world.bob.save()
+    api = APIClient()
+    for name in ("norole", "bob"):
+        resp = api.post(
+            "/api/v1/auth/token/", {"username": name, "password": f"demo-{name}"}, format="json"
+        )
+        assert resp.status_code == 400
+        assert resp.json()["error"]["message"] == "Invalid username or password."
+
+
+def test_token_endpoint_ignores_session_and_csrf(client_as):
+    # A logged-in browser session does not turn the endpoint into a CSRF target: it always
+    # asks for the password and never reads the session.
+    client = client_as("alice")
+    client.handler.enforce_csrf_checks = True
+    resp = client.post(
+        "/api/v1/auth/token/",
+        {"username": "alice", "password": "wrong"},
+        content_type="application/json",
+    )
+    assert resp.status_code == 400

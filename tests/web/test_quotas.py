@@ -286,3 +286,20 @@ def test_slo_form_rejects_slowdown_below_one(client_as, world):
     assert 'id="error-slowdown"' in resp.content.decode()
     world.gold.refresh_from_db()
     assert world.gold.slowdown == 1.1
+
+
+def test_finance_reads_every_quota_on_the_page_but_cannot_edit(client_as, world, quotas):
+    client = client_as("finance")
+    html = client.get("/quotas/").content.decode()
+    assert "speech" in html and "vision" in html and "Edit</a>" not in html
+    q = quotas["vision_h20"]
+    resp = client.post(
+        f"/quotas/{q.pk}/edit/", {"tenant": "vision", "gpu_type": "H20", "max_gpus": "999"}
+    )
+    assert resp.status_code == 403
+    assert client.post(f"/quotas/{q.pk}/delete/").status_code == 403
+    assert (
+        client.post("/quotas/slo-classes/new/", {"name": "x", "slowdown": "1.2"}).status_code == 403
+    )
+    q.refresh_from_db()
+    assert q.max_gpus == 32 and not SloClass.objects.filter(name="x").exists()
