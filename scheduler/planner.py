@@ -323,6 +323,15 @@ def _infeasible_reason(job: JobProfile, spec: ClusterSpec, index: _NodeIndex) ->
                 f"host_mem_gb={job.host_mem_gb:g} exceeds the host memory of every "
                 f"{gt.name} node ({biggest:g} GB): residency is impossible"
             )
+        pool_nodes = index.by_pool[pool]
+        if gt.nodes is not None and len(pool_nodes) >= gt.nodes:
+            # Every node of the pool is up: count those big enough for residency.
+            big = sum(1 for n in pool_nodes if n.host_mem_gb + _EPS >= job.host_mem_gb)
+            if big < need:
+                return (
+                    f"{field}={gpus} needs {need} {gt.name} nodes with "
+                    f">= {job.host_mem_gb:g} GB host memory; the {pool.value} pool has {big}"
+                )
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -441,3 +441,16 @@ def test_released_nodes_are_free_for_the_next_job() -> None:
     assert place(job("B", 100, 100, slo=1.0), state).status is RETRY
     state, _ = remove_job(state, "A")
     assert place(job("B", 100, 100, slo=1.0), state).status is FIT
+
+
+def test_too_few_big_enough_nodes_is_infeasible_when_every_node_is_up() -> None:
+    cluster = spec(2, 2)
+    state = empty_state(cluster)
+    small = replace(state.nodes[0], host_mem_gb=1024)
+    state = replace(state, nodes=(small,) + state.nodes[1:])
+    res = place(job("A", 100, 100, mem=1500, rollout_gpus=16), state)
+    assert res.status is INFEASIBLE
+    assert "needs 2 H20 nodes with >= 1500 GB host memory; the rollout pool has 1" in res.reason
+    # With a node down (missing from the state) it may come back bigger: not now only.
+    down = replace(state, nodes=state.nodes[1:])
+    assert place(job("A", 100, 100, mem=1500, rollout_gpus=16), down).status is RETRY
