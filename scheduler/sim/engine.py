@@ -287,6 +287,12 @@ class Simulation:
         else:
             group_id = placement.group_id
         self.state = self.policy.apply(self.state, job, placement, group_id)
+        if len(self.state.nodes) != len(self.node_pool):
+            # The core planner names fresh nodes for an unbounded pool when the state
+            # has none free; learn their pool and price before accounting for them.
+            for node in self.state.nodes:
+                self.node_pool.setdefault(node.name, node.pool)
+                self.node_price.setdefault(node.name, node.price_per_hour)
         self._sync_allocation()
         runtime = self.runtimes.get(group_id)
         if runtime is None:
