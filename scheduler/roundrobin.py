@@ -508,21 +508,17 @@ class GroupRuntime:
     def start_ready(self) -> list[PhaseStart]:
         """Start and return every phase that can start now, in round-robin order."""
         started: list[PhaseStart] = []
-        progress = True
-        while progress:
-            progress = False
-            for kind in (PhaseKind.ROLLOUT, PhaseKind.TRAIN):
+        # Starting a phase only moves the head of its own pool, so the pools are
+        # served one after the other, each until its head cannot start.
+        for kind in (PhaseKind.ROLLOUT, PhaseKind.TRAIN):
+            while True:
                 head = self._pool_head(kind)
-                if head is None:
-                    continue
-                s = self._members[head]
-                if s.running or s.kind is not kind:
-                    continue  # the head's phase is not ready yet: the pool waits
-                nodes = s.member.nodes(kind.pool)
-                if any(x in self._busy for x in nodes):
-                    continue
-                started.append(self._start(s))
-                progress = True
+                if head is None or head.running or head.kind is not kind:
+                    break  # nothing left, or the head's phase is not ready: the pool waits
+                busy = self._busy
+                if any(x in busy for x in head.member.nodes(kind.pool)):
+                    break
+                started.append(self._start(head))
         return started
 
     def finish(self, job_id: str, kind: PhaseKind) -> FinishResult:
@@ -658,13 +654,14 @@ class GroupRuntime:
 
     # -- internals --------------------------------------------------------------
 
-    def _pool_head(self, kind: PhaseKind) -> str | None:
+    def _pool_head(self, kind: PhaseKind) -> _MemberState | None:
+        """Return the member whose next `kind` phase is first in the pool order."""
         best: tuple[int, int] | None = None
-        head: str | None = None
+        head: _MemberState | None = None
         for s in self._members.values():
             k = s.key(kind)
             if k is not None and (best is None or k < best):
-                best, head = k, s.job_id
+                best, head = k, s
         return head
 
     def _start(self, s: _MemberState) -> PhaseStart:
