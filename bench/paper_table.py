@@ -59,6 +59,20 @@ def one_run(task: tuple[str, int, str | None]) -> dict[str, Any]:
     }
 
 
+LABELS = {
+    "paper": "paper-like",
+    "philly": "Philly-like",
+    "temporal-mux": "Temporal Mux",
+    "train-mux": "Train Mux",
+    "spatial-mux": "Spatial Mux",
+}
+
+
+def _label(run: dict[str, Any]) -> str:
+    name = LABELS[run["trace"]]
+    return name if "example" in run["cluster"] else f"{name}, cluster {Path(run['cluster']).name}"
+
+
 def _range(values: list[float], fmt: str = "{:.2f}") -> str:
     mean = float(np.mean(values))
     if len(values) == 1 or max(values) - min(values) < 0.005:
@@ -79,15 +93,10 @@ def table(runs: list[dict[str, Any]]) -> str:
     ]
     names: list[str] = []
     for run in runs:
-        key = run["trace"] + ("" if "example" in run["cluster"] else f" [{run['cluster']}]")
-        if key not in names:
-            names.append(key)
+        if _label(run) not in names:
+            names.append(_label(run))
     for key in names:
-        group = [
-            r
-            for r in runs
-            if r["trace"] + ("" if "example" in r["cluster"] else f" [{r['cluster']}]") == key
-        ]
+        group = [r for r in runs if _label(r) == key]
         pol = [r["report"]["policies"] for r in group]
         rat = [r["report"]["ratios"] for r in group]
         adm = [p["rollmux"]["admissions"] for p in pol]
@@ -130,7 +139,7 @@ def details(runs: list[dict[str, Any]]) -> str:
             rnd = [r["report"]["policies"]["random"]["total_cost_usd"] for r in group]
             grd = [r["report"]["policies"]["greedy-most-idle"]["total_cost_usd"] for r in group]
             lines.append(
-                f"| {trace} | {policy} | {np.mean([f['avg_cost_per_hour_usd'] for f in figs]):,.0f} "
+                f"| {LABELS[trace]} | {policy} | {np.mean([f['avg_cost_per_hour_usd'] for f in figs]):,.0f} "
                 f"| {' + '.join(f'{v} {t}' for t, v in peak.items())} "
                 f"| {_pct([f['bubble_fraction']['rollout'] for f in figs])} / "
                 f"{_pct([f['bubble_fraction']['train'] for f in figs])} "
