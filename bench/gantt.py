@@ -286,11 +286,16 @@ def bench_cost(world: Any) -> None:
 
 
 def main() -> None:
+    import argparse
+
     from django.conf import settings
     from django.test import Client
 
     from tests.factories import make_world
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("all", "timeline", "cost"), default="all")
+    part = parser.parse_args().part
     settings.ALLOWED_HOSTS = ["*"]
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("postgresql"):
@@ -303,8 +308,10 @@ def main() -> None:
         world = make_world(rollout_nodes=8, train_nodes=8)
         client = Client()
         client.force_login(world.alice)
-        bench_timeline(world, client)
-        bench_cost(world)
+        if part in ("all", "timeline"):
+            bench_timeline(world, client)
+        if part in ("all", "cost"):
+            bench_cost(world)
     finally:
         teardown_databases(old, verbosity=0)
 

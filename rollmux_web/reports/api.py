@@ -20,7 +20,7 @@ RANGE_PARAMS = [
 MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
 
 
-class CostTotalsSerializer(serializers.Serializer):
+class CostTotalsSerializer(serializers.Serializer):  # type: ignore[misc]
     key = serializers.CharField()
     gpu_hours = serializers.CharField()
     busy_gpu_hours = serializers.CharField()
@@ -35,7 +35,7 @@ class CostTotalsSerializer(serializers.Serializer):
 
 
 class CostLineSerializer(CostTotalsSerializer):
-    key = None  # type: ignore[assignment]
+    key = None
     tenant = serializers.CharField()
     job_id = serializers.IntegerField()
     job = serializers.CharField()
@@ -43,14 +43,14 @@ class CostLineSerializer(CostTotalsSerializer):
     groups = serializers.ListField(child=serializers.IntegerField())
 
 
-class BurnDownSerializer(serializers.Serializer):
+class BurnDownSerializer(serializers.Serializer):  # type: ignore[misc]
     tenant = serializers.CharField()
     month = serializers.DateField()
     budget = serializers.CharField(allow_null=True)
     spent = serializers.CharField(**MONEY)
 
 
-class CostReportSerializer(serializers.Serializer):
+class CostReportSerializer(serializers.Serializer):  # type: ignore[misc]
     start = serializers.DateField()
     end = serializers.DateField()
     currency = serializers.CharField()
@@ -61,7 +61,7 @@ class CostReportSerializer(serializers.Serializer):
     burn_down = BurnDownSerializer(many=True)
 
 
-class SloAttainmentSerializer(serializers.Serializer):
+class SloAttainmentSerializer(serializers.Serializer):  # type: ignore[misc]
     tenant = serializers.CharField()
     slo_class = serializers.CharField()
     finished = serializers.IntegerField()
@@ -71,7 +71,7 @@ class SloAttainmentSerializer(serializers.Serializer):
     in_progress = serializers.IntegerField()
 
 
-class JobSloSerializer(serializers.Serializer):
+class JobSloSerializer(serializers.Serializer):  # type: ignore[misc]
     job_id = serializers.IntegerField()
     job = serializers.CharField()
     tenant = serializers.CharField()
@@ -88,7 +88,7 @@ class JobSloSerializer(serializers.Serializer):
     groups = serializers.ListField(child=serializers.IntegerField())
 
 
-class SloReportSerializer(serializers.Serializer):
+class SloReportSerializer(serializers.Serializer):  # type: ignore[misc]
     start = serializers.DateField()
     end = serializers.DateField()
     overall = SloAttainmentSerializer()

@@ -22,6 +22,7 @@ import math
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -166,10 +167,27 @@ def apportion(total: Decimal, parts: Sequence[Decimal]) -> list[Decimal]:
 
 
 def _visible_tenant_ids(user: Any) -> set[int] | None:
-    """Return the visible tenant ids, or None when the user sees every tenant."""
-    if sees_all_tenants(user):
-        return None
-    return set(visible_tenants(user).values_list("id", flat=True))
+    """Return the visible tenant ids, or None when the user sees every tenant.
+
+    Remembered on the user object: one request asks several times, and a request's
+    user object lives no longer than the request.
+    """
+    cached = getattr(user, "_rollmux_visible_tenant_ids", _UNSET)
+    if cached is not _UNSET:
+        return cast_tenants(cached)
+    ids = (
+        None if sees_all_tenants(user) else set(visible_tenants(user).values_list("id", flat=True))
+    )
+    with suppress(AttributeError):  # a user object that takes no new attribute: no cache
+        user._rollmux_visible_tenant_ids = ids
+    return ids
+
+
+_UNSET = object()
+
+
+def cast_tenants(value: Any) -> set[int] | None:
+    return value if value is None or isinstance(value, set) else None
 
 
 def visible_group(*, user: Any, group_id: int) -> ExecutionGroup:
@@ -569,9 +587,14 @@ def group_timeline(
     end: str | None = None,
     width: int = 1200,
     now: datetime | None = None,
+    group: ExecutionGroup | None = None,
 ) -> Timeline:
-    """Return the Gantt geometry of a group: one lane per node, one bar per phase record."""
-    group = visible_group(user=user, group_id=group_id)
+    """Return the Gantt geometry of a group: one lane per node, one bar per phase record.
+
+    `group`, if given, is the row the caller already checked with `visible_group`.
+    """
+    if group is None or group.pk != group_id:
+        group = visible_group(user=user, group_id=group_id)
     now_ = _now(now)
     t0, t1 = parse_window(start, end, default=lambda: group_window(group, now=now_))
     # 1. lanes: every node ever allocated to the group, rollout pool first

@@ -94,7 +94,7 @@ def group_timeline(request: HttpRequest, group_id: int) -> HttpResponse:
     group = selectors.visible_group(user=request.user, group_id=group_id)
 
     def build(**kw: Any) -> selectors.Timeline:
-        return selectors.group_timeline(user=request.user, group_id=group_id, **kw)
+        return selectors.group_timeline(user=request.user, group_id=group_id, group=group, **kw)
 
     return _timeline_page(
         request,

@@ -172,3 +172,43 @@ def test_a_finished_run_compares_policies_and_stops_polling(world: Any, client_a
     assert "1.84×" in html and html.count("<svg") >= 2 and "Total cost" in html
     assert c.get(f"/whatif/{run.pk}/", HTTP_HX_REQUEST="true").status_code == 286
     assert client_as("charlie").get(f"/whatif/{run.pk}/").status_code == 404
+
+
+@pytest.fixture
+def eager(settings: Any) -> Iterator[None]:
+    from rollmux_web.celery import app
+
+    old = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = old
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_current_queue_is_simulated_as_a_trace_of_visible_jobs(
+    world: Any, client_as: Any, eager: None
+) -> None:
+    from tests.reports.builders import make_job
+
+    make_job(
+        world,
+        name="queued-a",
+        status="queued",
+        t_roll_max_s=300.0,
+        t_roll_min_s=200.0,
+        t_train_max_s=100.0,
+        t_train_min_s=80.0,
+    )
+    make_job(world, name="running-b", status="running", iterations=5, iterations_done=2)
+    make_job(world, name="speech-c", tenant="speech", status="queued")
+    resp = client_as("alice").post(
+        "/whatif/", {"source": "queue", "policies": ["rollmux", "solo-disagg"], "seed": "1"}
+    )
+    assert resp.status_code == 302
+    run = WhatIfRun.objects.get()
+    lines = [json.loads(x) for x in run.trace_text.splitlines()]
+    # alice's tenant only; a running job brings its remaining iterations
+    assert sorted((x["iterations"], x["tenant"]) for x in lines) == [(3, "vision"), (3, "vision")]
+    run.refresh_from_db()
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    assert run.result["policies"]["rollmux"]["jobs"] == 2
