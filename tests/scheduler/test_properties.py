@@ -11,7 +11,13 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from scheduler.costs import allocations_cost, interval_cost, solo_disagg_cost
+from scheduler.costs import (
+    allocations_cost,
+    colocated_cost,
+    cost_efficiency,
+    interval_cost,
+    solo_disagg_cost,
+)
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -507,3 +513,15 @@ def test_solo_disagg_holds_both_pools_for_the_whole_solo_run() -> None:
     assert cost == pytest.approx(1.25 * (8 * 1.85 + 16 * 5.28))
     with pytest.raises(ValueError):
         interval_cost(10, 5, 8, 1.0)
+
+
+def test_colocated_runs_both_phases_on_the_training_gpus() -> None:
+    # 10 iterations of 330 s rollout + 120 s training on 16 H800.
+    cost = colocated_cost(3300.0, 1200.0, train_gpus=16, train_price_per_gpu_hour=5.28)
+    assert cost == pytest.approx(1.25 * 16 * 5.28)
+    # A rollout twice as slow on the training type costs the extra rollout time.
+    slower = colocated_cost(
+        3300.0, 1200.0, train_gpus=16, train_price_per_gpu_hour=5.28, rollout_slowdown=2.0
+    )
+    assert slower - cost == pytest.approx(3300 / 3600 * 16 * 5.28)
+    assert cost_efficiency(2.0 * cost, cost) == pytest.approx(2.0)
