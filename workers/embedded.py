@@ -12,7 +12,25 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 _started = threading.Event()
+_serving = threading.Event()
 _lock = threading.Lock()
+
+
+def set_serving(value: bool = True) -> None:
+    """Mark this process as the one that executes work in embedded mode (the web server;
+    tests that drive the workflow in-process)."""
+    if value:
+        _serving.set()
+    else:
+        _serving.clear()
+
+
+def runs_work_here() -> bool:
+    """Return whether tasks may run in this process: always with a real broker; in embedded
+    (eager) mode only in the serving process. A one-shot command (seed_demo, shell) must not
+    start phases on a local Ray that dies with it: it leaves jobs queued, and the server's
+    beat plans them within seconds of starting."""
+    return not settings.CELERY_TASK_ALWAYS_EAGER or _serving.is_set()
 
 
 def ensure_started() -> None:
@@ -34,11 +52,12 @@ def _beat() -> None:
     from workers.tasks import reconcile
 
     interval = float(settings.CELERY_BEAT_SCHEDULE["reconcile"]["schedule"])
+    time.sleep(2.0)  # let the server finish starting, then catch up at once
     while True:
-        time.sleep(interval)
         try:
             reconcile.delay()
         except Exception:
             log.exception("embedded beat: reconcile failed")
         finally:
             close_old_connections()
+        time.sleep(interval)

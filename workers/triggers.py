@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 def _send(fn: Callable[[], Any], what: str) -> None:
     from workers import embedded
 
+    if not embedded.runs_work_here():
+        log.info("embedded mode, not the server process: %s left to the server's beat", what)
+        return
     embedded.ensure_started()
     try:
         fn()

@@ -63,7 +63,11 @@ def eager_celery(settings: Any) -> Iterator[Any]:
     app.conf.task_eager_propagates = True
     settings.CELERY_TASK_ALWAYS_EAGER = True
     settings.ROLLMUX_EMBEDDED_BEAT = False
+    from workers import embedded
+
+    embedded.set_serving(True)  # this test process plays the embedded web server
     yield app
+    embedded.set_serving(False)
     app.conf.task_always_eager, app.conf.task_eager_propagates = old
 
 
