@@ -68,3 +68,31 @@ def test_rollmux_plans_every_slo_and_random_and_greedy_miss() -> None:
         values = attained[policy]
         assert float(np.mean(values)) < 0.75, (policy, values)
         assert sum(v < 1.0 for v in values) >= 8, (policy, values)
+
+
+def test_set_partitions_enumerates_bell_numbers_of_distinct_partitions() -> None:
+    from scheduler.sim.optimal import set_partitions
+
+    for n, bell in [(1, 1), (2, 2), (3, 5), (4, 15), (5, 52)]:
+        parts = list(set_partitions(list(range(n))))
+        assert len(parts) == bell
+        canonical = {tuple(sorted(tuple(sorted(b)) for b in p)) for p in parts}
+        assert len(canonical) == bell
+        assert all(sorted(x for b in p for x in b) == list(range(n)) for p in parts)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_replaying_the_optimal_plan_costs_what_the_search_predicted(seed: int) -> None:
+    from scheduler.sim.metrics import total_cost_usd
+    from scheduler.sim.optimal import run_optimal
+
+    jobs = [
+        replace(j, iterations=min(j.iterations, 25))
+        for j in generate_paper(seed, jobs=8, window_h=3.0)
+    ]
+    run, search = run_optimal(jobs, default_cluster(), seed=seed)
+    # groups share no nodes and capacity does not bind, so the plan's cost is the sum
+    # of its groups' costs, each simulated alone with the same draws
+    assert total_cost_usd(run) == pytest.approx(search.predicted_cost_usd, rel=1e-9)
+    assert set(search.plan) == {j.id for j in jobs}
+    assert search.candidates_simulated <= search.candidates_checked
