@@ -348,7 +348,8 @@ def _retry_reason(job: JobProfile, spec: ClusterSpec, pools: dict[Pool, _FreePoo
             extra = ""
             if free > fit:
                 extra = f" ({free} free in all, {fit} with {job.host_mem_gb:g} GB host memory room)"
-            parts.append(f"needs {need} free {gt.name} nodes, {fit} free{extra}")
+            noun = "node" if need == 1 else "nodes"
+            parts.append(f"needs {need} free {gt.name} {noun}, {fit} free{extra}")
     detail = "; ".join(parts) or "no capacity"
     return f"{detail}, and no existing co-execution group can take it now"
 

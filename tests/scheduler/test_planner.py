@@ -196,7 +196,7 @@ CASES = [
         [job("A", 100, 100, slo=1.0)],
         job("B", 100, 100, slo=1.0),
         RETRY,
-        reason="needs 1 free H20 nodes, 0 free",
+        reason="needs 1 free H20 node, 0 free",
         cluster=spec(1, 1),
     ),
     Case(
@@ -205,7 +205,7 @@ CASES = [
         job("B", 100, 100, mem=1000),
         RETRY,
         cluster=spec(1, 2),
-        reason="needs 1 free H20 nodes, 0 free",
+        reason="needs 1 free H20 node, 0 free",
     ),
     Case(
         "an existing member's SLO blocks a placement",
