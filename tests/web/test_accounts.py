@@ -191,3 +191,13 @@ def test_token_endpoint_ignores_session_and_csrf(client_as):
         content_type="application/json",
     )
     assert resp.status_code == 400
+
+
+def test_django_admin_manages_tenants_and_roles(client, world):
+    world.admin.is_staff = world.admin.is_superuser = True
+    world.admin.save()
+    client.force_login(world.admin)
+    assert client.get("/django-admin/accounts/tenant/").status_code == 200
+    page = client.get(f"/django-admin/auth/user/{world.alice.pk}/change/").content.decode()
+    assert "RollMux role and tenants" in page
+    assert client.get("/django-admin/accounts/apitoken/add/").status_code == 403
