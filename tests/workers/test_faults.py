@@ -203,3 +203,31 @@ def _assert_capacity_consistent() -> None:
     assert all(v == 1 for v in per_job.values())
     for name, used in mem.items():
         assert used <= 2048, f"residency broken on {name}: {used} GB"
+
+
+@pytest.mark.ray
+@pytest.mark.celery
+def test_reports_lost_with_redis_are_recovered_by_reconcile(
+    world: Any, ray_workflow: Any, settings: Any
+) -> None:
+    """A Redis restart without persistence loses the queued phase reports; beat's reconcile
+    asks each job's actor for the phases it finished and applies them: no manual step."""
+    import redis
+    from celery.contrib.testing.worker import start_worker
+
+    from rollmux_web.celery import app
+
+    jobs = [make_job(world, name=f"x{i}", iterations=3) for i in range(2)]
+    ids = [j.pk for j in jobs]
+    services.plan_pass()  # no worker yet: the first phases run and report into Redis
+    wait_for(lambda: redis.Redis.from_url(settings.REDIS_URL).llen("rollmux") >= 2, timeout=30)
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()  # the restart: every message gone
+    running = PhaseRecord.objects.filter(job_id__in=ids, state=PhaseState.RUNNING).count()
+    assert running == 2, "both first phases ended on their actors but nobody knows yet"
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False):
+        summary = services.reconcile(grace_s=0.0)
+        assert len(summary.recovered) == 2
+        wait_for(all_done(ids), timeout=60)
+    for job in Job.objects.filter(pk__in=ids):
+        assert job.status == JobStatus.COMPLETED and job.attempts == 1
+        assert PhaseRecord.objects.filter(job=job, state=PhaseState.SUCCEEDED).count() == 6
