@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from rollmux_web.accounts.models import ApiToken, Profile, Tenant
+from rollmux_web.audit.services import audit_record
 
 
 @admin.register(Tenant)
@@ -26,9 +27,35 @@ class ProfileInline(admin.StackedInline):
     verbose_name = verbose_name_plural = "RollMux role and tenants"
 
 
+def _membership(user: User) -> dict[str, Any] | None:
+    profile = Profile.objects.filter(user_id=user.pk).first()
+    if profile is None:
+        return None
+    return {
+        "username": user.username,
+        "role": profile.role,
+        "tenants": sorted(profile.tenants.values_list("name", flat=True)),
+    }
+
+
 class RollmuxUserAdmin(UserAdmin):
     inlines = [ProfileInline]
     list_display = ["username", "email", "role", "is_active", "last_login"]
+
+    def save_related(self, request: Any, form: Any, formsets: Any, change: bool) -> None:
+        """Save the profile inline and audit a change of role or tenants (who may use what)."""
+        user = form.instance
+        before = _membership(user)
+        super().save_related(request, form, formsets, change)
+        after = _membership(user)
+        if after != before:
+            audit_record(
+                actor=request.user,
+                action="membership.update",
+                obj=user,
+                before=before,
+                after=after,
+            )
 
     @admin.display(description="role")
     def role(self, user: User) -> str:

@@ -201,3 +201,42 @@ def test_django_admin_manages_tenants_and_roles(client, world):
     page = client.get(f"/django-admin/auth/user/{world.alice.pk}/change/").content.decode()
     assert "RollMux role and tenants" in page
     assert client.get("/django-admin/accounts/apitoken/add/").status_code == 403
+
+
+def test_role_and_tenant_changes_in_django_admin_are_audited(client, world):
+    from rollmux_web.accounts.models import Profile
+
+    world.admin.is_staff = world.admin.is_superuser = True
+    world.admin.save()
+    client.force_login(world.admin)
+    url = f"/django-admin/auth/user/{world.charlie.pk}/change/"
+    page = client.get(url)
+    form = page.context["adminform"].form
+    data = {
+        k: v
+        for k, v in form.initial.items()
+        if v is not None
+        and k not in ("password", "groups", "user_permissions", "last_login", "date_joined")
+    }
+    data.update(
+        {
+            "date_joined_0": "2026-01-01",
+            "date_joined_1": "00:00:00",
+            "profile-TOTAL_FORMS": "1",
+            "profile-INITIAL_FORMS": "1",
+            "profile-MIN_NUM_FORMS": "0",
+            "profile-MAX_NUM_FORMS": "1",
+            "profile-0-id": str(world.charlie.profile.pk),
+            "profile-0-user": str(world.charlie.pk),
+            "profile-0-role": "researcher",
+            "profile-0-tenants": [str(world.speech.pk), str(world.vision.pk)],
+        }
+    )
+    resp = client.post(url, data)
+    assert resp.status_code == 302, resp.context["adminform"].form.errors if resp.context else resp
+    assert sorted(
+        Profile.objects.get(user=world.charlie).tenants.values_list("name", flat=True)
+    ) == ["speech", "vision"]
+    entry = AuditEntry.objects.get(action="membership.update")
+    assert entry.actor == world.admin
+    assert entry.before["tenants"] == ["speech"] and entry.after["tenants"] == ["speech", "vision"]
