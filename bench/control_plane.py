@@ -270,6 +270,11 @@ def run(args: argparse.Namespace) -> None:
             f"    switch delay p50 {pct(delays, 50) * ms:.1f} ms  p99 {pct(delays, 99) * ms:.1f} ms  max {max(delays) * ms:.1f} ms  (n={len(delays)})"
         )
         print(
+            f"      of which report -> controller p50 {pct(pickup, 50) * ms:.1f} ms"
+            f"  p99 {pct(pickup, 99) * ms:.1f} ms; controller -> actor start"
+            f" p50 {pct(handle, 50) * ms:.1f} ms  p99 {pct(handle, 99) * ms:.1f} ms"
+        )
+        print(
             f"  run 2 (1 ms phases): {n2} phases in {span:.2f} s = {n2 / span:.0f} phases/s sustained"
         )
         print(

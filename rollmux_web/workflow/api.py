@@ -56,7 +56,7 @@ class PhaseSerializer(serializers.ModelSerializer):
 
     def get_duration_s(self, obj: PhaseRecord) -> float | None:
         if obj.started_at and obj.finished_at:
-            return (obj.finished_at - obj.started_at).total_seconds()
+            return float((obj.finished_at - obj.started_at).total_seconds())
         return None
 
 

@@ -80,7 +80,7 @@ def group_get(*, user: Any, group_id: int) -> ExecutionGroup:
 def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dict[str, Any]:
     """Return a group as API data: members (others' hidden), nodes and its meta-iteration."""
     tenant_ids = set(visible_tenants(user).values_list("pk", flat=True))
-    placements = list(group.placements.all())
+    placements = list(group.placements.all())  # type: ignore[attr-defined]
     members = []
     for p in placements:
         if not detail and p.ended_at is not None:
@@ -113,7 +113,9 @@ def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dic
     allocations = getattr(group, "open_allocations", None)
     if allocations is None:
         allocations = list(
-            group.allocations.filter(end__isnull=True).select_related("node", "node__cluster")
+            NodeAllocation.objects.filter(group=group, end__isnull=True).select_related(
+                "node", "node__cluster", "node__gpu_type"
+            )
         )
     nodes = [
         {
