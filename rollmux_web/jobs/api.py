@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.generics import GenericAPIView
@@ -96,7 +101,33 @@ class JobListCreateView(GenericAPIView):
 
     @extend_schema(
         summary="Submit a job",
+        description=(
+            "Fields are those of the trace format plus name, slo_class (by name), runner, "
+            "tenant (by name; defaults to your only tenant), priority and time_scale. "
+            "t_roll_min_s and t_train_min_s default to the max. A refused quota or budget "
+            "answers 403 with code quota_exceeded or budget_exceeded and a message naming "
+            "the limit, its value and what the job asked for."
+        ),
         request=JobSubmitRequestSerializer,
+        examples=[
+            OpenApiExample(
+                "GRPO on a 7B model",
+                request_only=True,
+                value={
+                    "name": "grpo-7b",
+                    "slo_class": "silver",
+                    "runner": "emulated",
+                    "iterations": 180,
+                    "rollout_gpus": 8,
+                    "train_gpus": 16,
+                    "t_roll_max_s": 330.0,
+                    "t_roll_min_s": 210.0,
+                    "t_train_max_s": 120.0,
+                    "host_mem_gb": 600,
+                    "model": "qwen2.5-7b",
+                },
+            )
+        ],
         responses={
             201: JobSerializer,
             400: _err("invalid spec: `fields` names each bad field"),

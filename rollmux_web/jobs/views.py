@@ -36,6 +36,11 @@ from rollmux_web.quotas.models import SloClass
 STOP_POLLING = 286  # htmx stops a polling trigger on this status
 
 
+def _db_text(value: str) -> str:
+    # PostgreSQL text cannot hold NUL; a NUL in a filter must not become a 500
+    return value.replace("\x00", "")
+
+
 def _is_htmx(request: HttpRequest) -> bool:
     # django-htmx's middleware sets request.htmx (truthy for htmx requests)
     return bool(getattr(request, "htmx", False))
@@ -99,7 +104,7 @@ def _field_errors(user: Any, spec: dict[str, Any], name: str) -> list[str]:
     # Cross-field checks run only once every single field is valid; repeat them here so
     # the form can flag them while other fields are still being typed.
     if name == "tenant":
-        wanted = str(spec.get("tenant", "")).strip()
+        wanted = _db_text(str(spec.get("tenant", "")).strip())
         tenants = visible_tenants(user)
         if wanted and not tenants.filter(name=wanted).exists():
             return [f"Unknown tenant {wanted!r}, or not one you may submit for."]
@@ -273,7 +278,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     """List visible jobs with status/tenant filters, sorting and pages; rows poll via htmx."""
     status = request.GET.get("status", "")
     status = status if status in JobStatus.values else ""
-    tenant = request.GET.get("tenant", "")[:64]
+    tenant = _db_text(request.GET.get("tenant", "")[:64])
     sort = request.GET.get("sort", DEFAULT_ORDERING)
     sort = sort if sort in dict(SORTS) else DEFAULT_ORDERING
     qs = job_list(user=request.user, status=status, tenant=tenant, ordering=sort)

@@ -247,3 +247,19 @@ def test_detail_shows_placement_and_phase_summary(client_as: Any, world: Any) ->
     assert "100.0" in html and "80.0" in html  # mean phase durations
     list_html = client_as("alice").get("/jobs/").content.decode()
     assert f"group-{group.pk}" in list_html
+
+
+def test_nul_bytes_in_filters_and_form_values_are_not_server_errors(
+    client_as: Any, world: Any
+) -> None:
+    c = client_as("alice")
+    assert c.get("/jobs/", {"tenant": "vi\x00sion", "status": "\x00"}).status_code == 200
+    resp = c.post("/jobs/new/validate/?field=tenant", form_data(tenant="a\x00b"))
+    assert resp.status_code == 200
+    assert "tenant: Null characters are not allowed." in resp.content.decode()
+    resp = c.post("/jobs/new/", form_data(name="x\x00y", tenant="v\x00"))
+    assert (
+        resp.status_code == 400
+        and "name: Null characters are not allowed." in resp.content.decode()
+    )
+    assert Job.objects.count() == 0
