@@ -1,10 +1,15 @@
-"""Settings fail loudly on bad environment values (each case in a fresh interpreter)."""
+"""Settings fail loudly on bad environment values (each case in a fresh interpreter).
+
+Every case runs `import django; django.setup()` in its own subprocess; the module starts
+them all at once (they are independent) and each test checks its own outcome.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -16,75 +21,88 @@ BASE_ENV = {
     "DJANGO_SETTINGS_MODULE": "rollmux_web.settings",
     "PYTHONPATH": str(ROOT),
 }
+PROGRAM = (
+    "import django; django.setup(); from django.conf import settings; "
+    "print(settings.DATABASES['default']['ENGINE'])"
+)
+
+BAD = [
+    ({"DATABASE_URL": "mysql://u@h/db"}, "DATABASE_URL"),
+    ({"DATABASE_URL": "postgres://u@h:5432/"}, "DATABASE_URL"),
+    ({"DATABASE_URL": "postgres://u@h:notaport/db"}, "DATABASE_URL"),
+    ({"DATABASE_URL": "sqlite://relative.db"}, "DATABASE_URL"),
+    ({"DEBUG": "maybe"}, "DEBUG"),
+    ({"ROLLMUX_MAX_GROUP_SIZE": "five"}, "ROLLMUX_MAX_GROUP_SIZE"),
+    ({"ROLLMUX_MAX_GROUP_SIZE": "0"}, "ROLLMUX_MAX_GROUP_SIZE"),
+    ({"ROLLMUX_SPEC_FILE_MAX_BYTES": "1e6"}, "ROLLMUX_SPEC_FILE_MAX_BYTES"),
+    ({"ROLLMUX_TIME_SCALE": "fast"}, "ROLLMUX_TIME_SCALE"),
+    ({"REDIS_URL": "localhost:6379"}, "REDIS_URL"),
+    ({"REDIS_URL": "http://127.0.0.1:6379/0"}, "REDIS_URL"),
+    ({"SECRET_KEY": "short"}, "SECRET_KEY"),
+    ({"ROLLMUX_EMBEDDED": "false"}, "SECRET_KEY"),
+    ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS"),
+]
+GOOD = [
+    ({}, "django.db.backends.sqlite3"),
+    (
+        {"DATABASE_URL": "postgres://u:p%40ss@db.example:5433/rollmux"},
+        "django.db.backends.postgresql",
+    ),
+    (
+        {"DATABASE_URL": "sqlite:////tmp/rollmux-test.sqlite3", "DEBUG": "true"},
+        "django.db.backends.sqlite3",
+    ),
+    (
+        {
+            "REDIS_URL": "redis://127.0.0.1:6379/3",
+            "SECRET_KEY": "x" * 50,
+            "ROLLMUX_EMBEDDED": "false",
+        },
+        "django.db.backends.sqlite3",
+    ),
+]
+
+
+def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(env.items()))
 
 
 def _setup(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import django; django.setup(); from django.conf import settings; print(settings.DATABASES['default']['ENGINE'])",
-        ],
+        [sys.executable, "-c", PROGRAM],
         env={**BASE_ENV, **env},
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
 
 
-@pytest.mark.parametrize(
-    ("env", "mentions"),
-    [
-        ({"DATABASE_URL": "mysql://u@h/db"}, "DATABASE_URL"),
-        ({"DATABASE_URL": "postgres://u@h:5432/"}, "DATABASE_URL"),
-        ({"DATABASE_URL": "postgres://u@h:notaport/db"}, "DATABASE_URL"),
-        ({"DATABASE_URL": "sqlite://relative.db"}, "DATABASE_URL"),
-        ({"DEBUG": "maybe"}, "DEBUG"),
-        ({"ROLLMUX_MAX_GROUP_SIZE": "five"}, "ROLLMUX_MAX_GROUP_SIZE"),
-        ({"ROLLMUX_MAX_GROUP_SIZE": "0"}, "ROLLMUX_MAX_GROUP_SIZE"),
-        ({"ROLLMUX_SPEC_FILE_MAX_BYTES": "1e6"}, "ROLLMUX_SPEC_FILE_MAX_BYTES"),
-        ({"ROLLMUX_TIME_SCALE": "fast"}, "ROLLMUX_TIME_SCALE"),
-        ({"REDIS_URL": "localhost:6379"}, "REDIS_URL"),
-        ({"REDIS_URL": "http://127.0.0.1:6379/0"}, "REDIS_URL"),
-        ({"SECRET_KEY": "short"}, "SECRET_KEY"),
-        ({"ROLLMUX_EMBEDDED": "false"}, "SECRET_KEY"),
-        ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS"),
-    ],
-    ids=lambda v: "-".join(f"{k}={val}" for k, val in v.items()) if isinstance(v, dict) else None,
-)
-def test_bad_value_stops_startup_naming_the_variable(env, mentions):
-    result = _setup(env)
+@pytest.fixture(scope="module")
+def outcomes() -> dict[tuple[tuple[str, str], ...], subprocess.CompletedProcess[str]]:
+    envs = [env for env, _ in BAD + GOOD]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return {_key(env): result for env, result in zip(envs, pool.map(_setup, envs), strict=True)}
+
+
+def _ids(value: object) -> str | None:
+    if isinstance(value, dict):
+        return "-".join(f"{k}={v}" for k, v in value.items()) or "nothing-set"
+    return None
+
+
+@pytest.mark.parametrize(("env", "mentions"), BAD, ids=_ids)
+def test_bad_value_stops_startup_naming_the_variable(outcomes, env, mentions):
+    result = outcomes[_key(env)]
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert "ImproperlyConfigured" in last, result.stderr[-2000:]
     assert mentions in last
 
 
-@pytest.mark.parametrize(
-    ("env", "engine"),
-    [
-        ({}, "django.db.backends.sqlite3"),
-        (
-            {"DATABASE_URL": "postgres://u:p%40ss@db.example:5433/rollmux"},
-            "django.db.backends.postgresql",
-        ),
-        (
-            {"DATABASE_URL": "sqlite:////tmp/rollmux-test.sqlite3", "DEBUG": "true"},
-            "django.db.backends.sqlite3",
-        ),
-        (
-            {
-                "REDIS_URL": "redis://127.0.0.1:6379/3",
-                "SECRET_KEY": "x" * 50,
-                "ROLLMUX_EMBEDDED": "false",
-            },
-            "django.db.backends.sqlite3",
-        ),
-    ],
-)
-def test_good_values_start(env, engine):
-    result = _setup(env)
+@pytest.mark.parametrize(("env", "engine"), GOOD, ids=_ids)
+def test_good_values_start(outcomes, env, engine):
+    result = outcomes[_key(env)]
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == engine
 
