@@ -102,45 +102,55 @@ def day_range(start: date, end: date) -> tuple[datetime, datetime]:
 class PriceBook:
     """Price history of every GPU type, loaded once; integrates price x time exactly.
 
-    Times are Decimal epoch seconds (exact to the microsecond) so that a report over
-    many thousands of phases does no datetime arithmetic in its inner loop.
+    Times are integer epoch microseconds so that a report over many thousands of
+    phases does no datetime or Decimal arithmetic in its inner loop.
     """
 
     def __init__(self) -> None:
-        self._since: dict[int, list[Decimal]] = defaultdict(list)
+        self._since_us: dict[int, list[int]] = defaultdict(list)
         self._price: dict[int, list[Decimal]] = defaultdict(list)
         for type_id, price, since in GpuPrice.objects.order_by(
             "gpu_type_id", "effective_from"
         ).values_list("gpu_type_id", "price_per_gpu_hour", "effective_from"):
-            self._since[type_id].append(_epoch(since, exact=True))
+            self._since_us[type_id].append(_us(since))
             self._price[type_id].append(Decimal(price))
 
     def price_at(self, type_id: int, t: datetime) -> Decimal:
         """Return the price per GPU-hour in force at `t` (0 before the first price)."""
-        i = bisect_right(self._since.get(type_id, []), _epoch(t, exact=True)) - 1
+        i = bisect_right(self._since_us.get(type_id, []), _us(t)) - 1
         return self._price[type_id][i] if i >= 0 else Decimal(0)
 
-    def cost(self, type_id: int, gpus: int, a: Decimal, b: Decimal) -> Decimal:
-        """Return gpus x price x hours over [a, b) (epoch seconds), across price changes."""
-        if b <= a:
-            return Decimal(0)
-        since = self._since.get(type_id)
-        if not since:
-            return Decimal(0)
-        prices = self._price[type_id]
+    def split_us(self, type_id: int, a: int, b: int) -> list[tuple[int, int]]:
+        """Cut [a, b) (epoch microseconds) at price changes: (price index, microseconds)."""
+        since = self._since_us.get(type_id)
+        if not since or b <= a:
+            return []
         i = bisect_right(since, a) - 1
         n = len(since)
         if i >= 0 and (i + 1 == n or since[i + 1] >= b):
-            return prices[i] * (b - a) * gpus / HOUR  # the common case: one price throughout
-        total = Decimal(0)
+            return [(i, b - a)]  # the common case: one price throughout
+        out = []
         for k in range(max(i, 0), n):
             seg_lo = max(a, since[k])
             seg_hi = b if k + 1 == n else min(b, since[k + 1])
             if seg_hi > seg_lo:
-                total += prices[k] * (seg_hi - seg_lo)
+                out.append((k, seg_hi - seg_lo))
             if seg_hi >= b:
                 break
-        return total * gpus / HOUR
+        return out
+
+    def amount(self, type_id: int, index: int, us: int, gpus: int) -> Decimal:
+        """Return gpus x the index-th price x `us` microseconds, exactly."""
+        return self._price[type_id][index] * us * gpus / US_PER_HOUR
+
+
+US_PER_HOUR = Decimal(3_600_000_000)
+MICRO = Decimal(1_000_000)
+
+
+def _us(dt: datetime) -> int:
+    """Return a datetime as integer microseconds since the epoch (exact)."""
+    return (dt - EPOCH_DT) // timedelta(microseconds=1)
 
 
 def apportion(total: Decimal, parts: Sequence[Decimal]) -> list[Decimal]:
@@ -508,21 +518,23 @@ def job_window(job: Job, *, now: datetime | None = None) -> tuple[datetime, date
 
 
 def _epoch_fields(*, exact: bool) -> tuple[dict[str, Any], tuple[str, str]]:
-    """Return annotations giving started_at/finished_at as epoch seconds, and their names.
+    """Return annotations giving started_at/finished_at as epoch numbers, and their names.
 
     Parsing tens of thousands of timestamps into aware datetimes dominates a large
-    report, so on PostgreSQL the database hands out epoch seconds (numeric: exact to
-    the microsecond for money; float8 for chart geometry). Other databases fall back
-    to datetimes, converted by `_epoch`.
+    report, so on PostgreSQL the database hands out epoch time: integer microseconds
+    (exact, for money) or float8 seconds (for chart geometry). Other databases fall
+    back to datetimes, converted by `_us` / `_epoch`.
     """
     if connection.vendor != "postgresql":
         return {}, ("started_at", "finished_at")
-    cast = "" if exact else "::float8"
+
+    def expr(col: str) -> RawSQL:
+        if exact:
+            return RawSQL(f"(EXTRACT(EPOCH FROM {col}) * 1000000)::bigint", ())
+        return RawSQL(f"EXTRACT(EPOCH FROM {col})::float8", ())
+
     return (
-        {
-            "s_ep": RawSQL(f"EXTRACT(EPOCH FROM started_at){cast}", ()),
-            "f_ep": RawSQL(f"EXTRACT(EPOCH FROM finished_at){cast}", ()),
-        },
+        {"s_ep": expr("started_at"), "f_ep": expr("finished_at")},
         ("s_ep", "f_ep"),
     )
 
@@ -1111,8 +1123,9 @@ def _cost_engine(
     hi_dt = min(t1, now)
     if hi_dt <= t0:
         return [], {}, {}
-    lo, hi, now_e = _epoch(t0, exact=True), _epoch(hi_dt, exact=True), _epoch(now, exact=True)
-    buckets_e = [_epoch(b, exact=True) for b in buckets]
+    # integer microseconds since the epoch: exact, and much cheaper than Decimal per phase
+    lo, hi, now_us = _us(t0), _us(hi_dt), _us(now)
+    buckets_us = [_us(b) for b in buckets]
     # 1. groups in scope: allocated in the range and (for a researcher) with a visible member
     alloc_qs = NodeAllocation.objects.filter(start__lt=hi_dt).filter(
         Q(end__gt=t0) | Q(end__isnull=True)
@@ -1148,35 +1161,29 @@ def _cost_engine(
             "id", "name", "tenant_id", "tenant__name", "rollout_gpus", "train_gpus"
         )
     }
-    # 3. allocated node-seconds and cost per (group, node)
+    # 3. allocated time per (group, node), cut at price changes (and buckets)
     node_info: dict[tuple[int, str], tuple[int, int, int]] = {}  # (group, name) -> id, gpus, type
-    alloc_spans: dict[tuple[int, int], list[tuple[Decimal, Decimal]]] = defaultdict(list)
-    alloc_cost: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
+    alloc_spans: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     node_meta: dict[int, tuple[int, int]] = {}  # node id -> gpus, type
-    group_exact: dict[int, Decimal] = defaultdict(Decimal)
-    bucket_alloc: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
+    alloc_us: dict[tuple[int, int, int], int] = defaultdict(int)  # (group, node, price) -> us
+    bucket_alloc_us: dict[tuple[int, int, int, int], int] = defaultdict(int)
     for gid, nid, name, gpus, tid, a, b in allocs:
-        c = _clip(_epoch(a, exact=True), _epoch(b, exact=True), lo, hi)
+        c = _clip(_us(a), None if b is None else _us(b), lo, hi)
         if not c:
             continue
         node_info[(gid, name)] = (nid, gpus, tid)
         node_meta[nid] = (gpus, tid)
         alloc_spans[(gid, nid)].append(c)
-        piece = prices.cost(tid, gpus, *c)
-        alloc_cost[(gid, nid)] += piece
-        group_exact[gid] += piece
-        pieces = _split(c, buckets_e)
-        for bi, (ba, bb) in pieces:
-            # one bucket holds the whole span: its cost is already known
-            bucket_alloc[(bi, gid, nid)] += (
-                piece if len(pieces) == 1 else prices.cost(tid, gpus, ba, bb)
-            )
+        for seg, us in prices.split_us(tid, *c):
+            alloc_us[(gid, nid, seg)] += us
+        for bi, piece in _split(c, buckets_us):
+            for seg, us in prices.split_us(tid, *piece):
+                bucket_alloc_us[(bi, gid, nid, seg)] += us
     # 4. busy time per (group, node, job) from the phase records
-    busy_s: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
-    busy_cost: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
-    bucket_busy: dict[tuple[int, int, int, int], Decimal] = defaultdict(Decimal)
-    cf_solo: dict[tuple[int, int], Decimal] = defaultdict(Decimal)  # (job, type) -> cost
-    cf_coloc: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
+    busy_us: dict[tuple[int, int, int, int], int] = defaultdict(int)  # (g, node, job, price)
+    bucket_busy_us: dict[tuple[int, int, int, int, int], int] = defaultdict(int)
+    cf_roll_us: dict[tuple[int, int], int] = defaultdict(int)  # (job, price) -> us
+    cf_train_us: dict[tuple[int, int], int] = defaultdict(int)
     annotations, (s_col, f_col) = _epoch_fields(exact=True)
     phases = (
         PhaseRecord.objects.filter(group_id__in=group_ids, started_at__isnull=False)
@@ -1185,40 +1192,70 @@ def _cost_engine(
         .annotate(nodes_txt=NODES_TXT, **annotations)
         .values_list("group_id", "job_id", "nodes_txt", s_col, f_col)
     )
+    native = bool(annotations)
     for gid, jid, nodes_raw, s, f in phases.iterator(chunk_size=5000):
-        names = _nodes(nodes_raw)
-        c = _clip(_epoch(s, exact=True), _epoch(f, exact=True), lo, hi)
-        if not c:
+        a = max(s if native else _us(s), lo)
+        b = hi if f is None else min(f if native else _us(f), hi)
+        if b <= a:
             continue
-        for name in names:
+        for name in _nodes(nodes_raw):
             info = node_info.get((gid, name))
             if info is None:
                 continue  # not allocated to this group in the range: costs nothing here
             nid, gpus, tid = info
-            busy_s[(gid, nid, jid)] += c[1] - c[0]
-            busy = prices.cost(tid, gpus, *c)
-            busy_cost[(gid, nid, jid)] += busy
-            pieces = _split(c, buckets_e)
-            for bi, (ba, bb) in pieces:
-                bucket_busy[(bi, gid, nid, jid)] += (
-                    busy if len(pieces) == 1 else prices.cost(tid, gpus, ba, bb)
-                )
+            for seg, us in prices.split_us(tid, a, b):
+                busy_us[(gid, nid, jid, seg)] += us
+            for bi, piece in _split((a, b), buckets_us):
+                for seg, us in prices.split_us(tid, *piece):
+                    bucket_busy_us[(bi, gid, nid, jid, seg)] += us
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
-        job = jobs.get(jid)
-        if job is not None and not buckets:  # a burn-down needs no counterfactual
-            roll_gpus, train_gpus = job[4], job[5]
+        if not buckets:  # a burn-down needs no counterfactual
             if rollout_type is not None:
-                cf_solo[(jid, rollout_type)] += prices.cost(rollout_type, roll_gpus, *c)
+                for seg, us in prices.split_us(rollout_type, a, b):
+                    cf_roll_us[(jid, seg)] += us
             if train_type is not None:
-                train_part = prices.cost(train_type, train_gpus, *c)
-                cf_solo[(jid, train_type)] += train_part
-                cf_coloc[(jid, train_type)] += train_part
+                for seg, us in prices.split_us(train_type, a, b):
+                    cf_train_us[(jid, seg)] += us
+    # 4b. microseconds x price, once per key (Decimal: exact to the cent and beyond)
+    alloc_cost: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
+    group_exact: dict[int, Decimal] = defaultdict(Decimal)
+    for (gid, nid, seg), us in alloc_us.items():
+        gpus, tid = node_meta[nid]
+        amount = prices.amount(tid, seg, us, gpus)
+        alloc_cost[(gid, nid)] += amount
+        group_exact[gid] += amount
+    busy_s: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
+    busy_cost: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
+    for (gid, nid, jid, seg), us in busy_us.items():
+        gpus, tid = node_meta[nid]
+        busy_cost[(gid, nid, jid)] += prices.amount(tid, seg, us, gpus)
+        busy_s[(gid, nid, jid)] += us / MICRO
+    bucket_alloc: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
+    for (bi, gid, nid, seg), us in bucket_alloc_us.items():
+        gpus, tid = node_meta[nid]
+        bucket_alloc[(bi, gid, nid)] += prices.amount(tid, seg, us, gpus)
+    bucket_busy: dict[tuple[int, int, int, int], Decimal] = defaultdict(Decimal)
+    for (bi, gid, nid, jid, seg), us in bucket_busy_us.items():
+        gpus, tid = node_meta[nid]
+        bucket_busy[(bi, gid, nid, jid)] += prices.amount(tid, seg, us, gpus)
+    cf_solo: dict[tuple[int, int], Decimal] = defaultdict(Decimal)  # (job, type) -> cost
+    cf_coloc: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
+    for (jid, seg), us in cf_roll_us.items():
+        job = jobs.get(jid)
+        if job is not None and rollout_type is not None:
+            cf_solo[(jid, rollout_type)] += prices.amount(rollout_type, seg, us, job[4])
+    for (jid, seg), us in cf_train_us.items():
+        job = jobs.get(jid)
+        if job is not None and train_type is not None:
+            part = prices.amount(train_type, seg, us, job[5])
+            cf_solo[(jid, train_type)] += part
+            cf_coloc[(jid, train_type)] += part
     # 5. split each node's idle cost among the members pinned to it
-    pl_by_group: dict[int, list[tuple[int, int, Decimal, Decimal]]] = defaultdict(list)
+    pl_by_group: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
     for pl_id, gid, jid, created, ended in placements:
-        end_e = now_e if ended is None else _epoch(ended, exact=True)
-        pl_by_group[gid].append((pl_id, jid, _epoch(created, exact=True), end_e))
+        end_us = now_us if ended is None else _us(ended)
+        pl_by_group[gid].append((pl_id, jid, _us(created), end_us))
     parts: dict[int, dict[tuple[int, int, str], Decimal]] = defaultdict(
         lambda: defaultdict(Decimal)
     )  # group -> (job, type, busy|idle) -> exact cost
@@ -1230,7 +1267,7 @@ def _cost_engine(
     for (gid, nid), spans in alloc_spans.items():
         gpus, tid = node_meta[nid]
         total_alloc = alloc_cost[(gid, nid)]
-        alloc_sec = sum((b - a for a, b in spans), Decimal(0))
+        alloc_sec = sum(b - a for a, b in spans) / MICRO
         jobs_busy = busy_by_node.get((gid, nid), [])
         busy_sum = sum((busy_cost[(gid, nid, j)] for j in jobs_busy), Decimal(0))
         busy_sec_sum = sum((busy_s[(gid, nid, j)] for j in jobs_busy), Decimal(0))
@@ -1245,8 +1282,8 @@ def _cost_engine(
         idle_sec = alloc_sec - min(busy_sec_sum, alloc_sec)
         weights = _idle_weights(pl_by_group.get(gid, []), pinned.get(nid, set()), spans)
         if not weights and jobs_busy:
-            weights = {j: Decimal(1) for j in jobs_busy}
-        wsum = sum(weights.values(), Decimal(0))
+            weights = {j: 1 for j in jobs_busy}
+        wsum = sum(weights.values())
         for j, w in weights.items():
             parts[gid][(j, tid, "idle")] += idle_cost * w / wsum
             hours[(j, tid, "idle")] += _hours(idle_sec * w / wsum, gpus)
@@ -1313,9 +1350,7 @@ def _cost_engine(
     return ordered, group_costs, dict(by_bucket_tenant)
 
 
-def _split(
-    span: tuple[Decimal, Decimal], buckets: Sequence[Decimal]
-) -> list[tuple[int, tuple[Decimal, Decimal]]]:
+def _split(span: tuple[int, int], buckets: Sequence[int]) -> list[tuple[int, tuple[int, int]]]:
     """Cut a span at bucket boundaries: (bucket index, sub-span) pairs."""
     if not buckets:
         return []
@@ -1331,13 +1366,13 @@ def _split(
 
 
 def _idle_weights(
-    members: list[tuple[int, int, Decimal, Decimal]],
+    members: list[tuple[int, int, int, int]],
     pinned_placements: set[int],
-    spans: list[tuple[Decimal, Decimal]],
-) -> dict[int, Decimal]:
-    """Weight each job by its membership time overlapping the node's allocation."""
+    spans: list[tuple[int, int]],
+) -> dict[int, int]:
+    """Weight each job by its membership time (microseconds) overlapping the node's allocation."""
     candidates = [m for m in members if m[0] in pinned_placements] or members
-    weights: dict[int, Decimal] = defaultdict(Decimal)
+    weights: dict[int, int] = defaultdict(int)
     for _pl, jid, joined, left in candidates:
         for a, b in spans:
             overlap = min(left, b) - max(joined, a)
