@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> None:
             ROLLMUX_CHECKPOINT_DIR=str(ckpt),
         )
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "rollmux_web", "worker", "-P", "threads",
+            [sys.executable, "-m", "celery", "-A", "rollmux_web", "worker", "-P", args.pool,
              "-c", str(args.concurrency), "-Q", "rollmux", "-l", args.worker_log_level,
              "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=env,
@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> None:
         )
         print("control plane: actor -> Redis -> Celery worker (PostgreSQL) -> Ray actor")
         print(
-            f"  worker: threads pool x{args.concurrency}; {args.jobs} jobs x {args.iterations} iterations; {groups} co-execution groups"
+            f"  worker: {args.pool} pool x{args.concurrency}; {args.jobs} jobs x {args.iterations} iterations; {groups} co-execution groups"
         )
         print(f"  run 1 ({args.phase_ms:.0f} ms rollouts): {n_phases} phases in {wall:.1f} s")
         print(
@@ -313,6 +313,7 @@ def main() -> None:
     parser.add_argument("--rollout-nodes", type=int, default=6)
     parser.add_argument("--train-nodes", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
     parser.add_argument("--worker-log-level", default="WARNING")
     run(parser.parse_args())
 

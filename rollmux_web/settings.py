@@ -263,6 +263,8 @@ ROLLMUX_EXTERNAL_TIMEOUT_S = env_float("ROLLMUX_EXTERNAL_TIMEOUT_S", 3600.0, min
 ROLLMUX_PHASE_GRACE_S = env_float("ROLLMUX_PHASE_GRACE_S", 60.0, minimum=0.0)
 # reconcile: how long after dispatch a phase's host may still be starting up
 ROLLMUX_DISPATCH_GRACE_S = env_float("ROLLMUX_DISPATCH_GRACE_S", 20.0, minimum=0.0)
+# phase events commit without waiting for the WAL flush (reconcile re-applies a lost one)
+ROLLMUX_ASYNC_COMMIT_PHASE_EVENTS = env_bool("ROLLMUX_ASYNC_COMMIT_PHASE_EVENTS", True)
 # Empty: /metrics is open (serve it on an internal network); set: scrapers send it as a Bearer token.
 ROLLMUX_METRICS_TOKEN = env_str("ROLLMUX_METRICS_TOKEN", "")
 
