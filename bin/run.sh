@@ -12,7 +12,8 @@ pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
-  .venv/bin/celery -A rollmux_web worker -l INFO -c 2 -Q rollmux & pids+=($!)
+  # threads pool: one Ray driver per worker process (prefork would start one per child)
+  .venv/bin/celery -A rollmux_web worker -l INFO -P threads -c 4 -Q rollmux & pids+=($!)
   .venv/bin/celery -A rollmux_web beat -l INFO -s "${TMPDIR:-/tmp}/rollmux-celerybeat" & pids+=($!)
 fi
 echo "RollMux on http://127.0.0.1:8000  (log in as alice / demo-alice, admin / demo-admin)"
