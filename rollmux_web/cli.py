@@ -6,7 +6,8 @@
     rollmux cancel ID                          cancel a job
 
 The token comes from $ROLLMUX_TOKEN or the file written by `login`
-(~/.config/rollmux/token, or $ROLLMUX_CONFIG); the server from --url or $ROLLMUX_URL.
+(~/.config/rollmux/token, or $ROLLMUX_CONFIG); the server from --url, $ROLLMUX_URL or
+the URL of the last login (stored beside the token), default http://127.0.0.1:8000.
 """
 
 from __future__ import annotations
@@ -36,8 +37,19 @@ def config_path() -> Path:
     return Path(env) if env else Path.home() / ".config" / "rollmux" / "token"
 
 
+def _url_path() -> Path:
+    return config_path().with_name("url")
+
+
 def _base_url(args: argparse.Namespace) -> str:
-    return (getattr(args, "url", None) or os.environ.get("ROLLMUX_URL") or DEFAULT_URL).rstrip("/")
+    """Return --url, else $ROLLMUX_URL, else the URL of the last login, else the default."""
+    url = getattr(args, "url", None) or os.environ.get("ROLLMUX_URL")
+    if not url:
+        try:
+            url = _url_path().read_text().strip()
+        except OSError:
+            url = ""
+    return (url or DEFAULT_URL).rstrip("/")
 
 
 def _token() -> str:
@@ -106,6 +118,7 @@ def cmd_login(args: argparse.Namespace, out: IO[str]) -> int:
     if not token:
         raise CliError("The server answered without a token")
     path = _store_token(token)
+    _url_path().write_text(base + "\n")  # later commands talk to the server we logged in to
     print(f"Logged in to {base} as {username}; token stored in {path}", file=out)
     return 0
 

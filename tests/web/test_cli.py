@@ -66,6 +66,8 @@ def test_login_submit_list_cancel(
     token_file = Path(env["config"])
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert token_file.read_text().strip().startswith("rmx_")
+    assert token_file.with_name("url").read_text().strip() == env["url"]
+    monkeypatch.delenv("ROLLMUX_URL")  # from now on the URL of the login is used
 
     code, out, err = run(["submit", write_spec(tmp_path, "a.yaml", name="cli-yaml")])
     assert code == 0, err
