@@ -177,6 +177,8 @@ def _check_quotas(*, tenant: Tenant, spec: dict[str, Any], now: datetime) -> Non
             )
             raise JobRejected("budget_exceeded", msg, {"non_field_errors": [msg]}, 403)
         if quota.monthly_budget_usd is not None:
+            # Priced at today's rate: an admission estimate, not the cost report (which
+            # applies the price history to node allocations).
             used_usd = used_hours * float(ask["price"])
             limit = float(quota.monthly_budget_usd)
             if used_usd + ask["usd"] > limit:
