@@ -8,11 +8,12 @@ from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 
 from rollmux_web.accounts.selectors import is_admin, user_role
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def role_required(*, admin: bool = False) -> Callable[[View], View]:
@@ -20,7 +21,7 @@ def role_required(*, admin: bool = False) -> Callable[[View], View]:
 
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if user_role(request.user) is None or (admin and not is_admin(request.user)):
