@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, TextField
+from django.db.models import F, Q, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404
@@ -620,7 +620,7 @@ def group_timeline(
     for name, kind, a, b in allocs:
         pools[name] = kind
         alloc_by_node[name].append((a, b))
-    rows = _phase_rows(Q(group_id=group.pk), t0, t1)
+    rows, pre = _group_phase_rows(group.pk, t0, t1, width)
     tenant_ids = _visible_tenant_ids(user)
     job_info = {
         jid: (name, tid)
@@ -635,6 +635,7 @@ def group_timeline(
     return _build_timeline(
         title=f"Group {group.pk}",
         rows=rows,
+        pre_aggregated=pre,
         pools=pools,
         alloc_by_node=alloc_by_node,
         labels=labels,
@@ -678,10 +679,60 @@ def job_timeline(
     )
 
 
+def _group_phase_rows(
+    group_id: int, t0: datetime, t1: datetime, width: int
+) -> tuple[list[Any], list[tuple[int, str, tuple[str, ...], int, float, int]]]:
+    """Return a group's phases in the window: rows to draw, and pre-aggregated short ones.
+
+    With many phases in the window (PostgreSQL), phases shorter than a pixel are
+    summed per node, job, kind and pixel column in the database, so a group with
+    10,000 phases sends back a few thousand sums instead of every row; the others
+    come back one row per phase as usual.
+    """
+    flt = Q(group_id=group_id)
+    if connection.vendor != "postgresql":
+        return _phase_rows(flt, t0, t1), []
+    count = (
+        PhaseRecord.objects.filter(flt, started_at__isnull=False, started_at__lt=t1)
+        .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
+        .count()
+    )
+    if count <= BAR_LIMIT:
+        return _phase_rows(flt, t0, t1), []
+    plot_w = max(400, min(int(width), 4000)) - LEFT - RIGHT
+    px = (t1 - t0).total_seconds() / plot_w
+    pixel = timedelta(seconds=px)
+    rows = _phase_rows(
+        flt & (Q(finished_at__isnull=True) | Q(finished_at__gte=F("started_at") + pixel)), t0, t1
+    )
+    table = PhaseRecord._meta.db_table
+    params: list[Any] = [t0, t0.timestamp(), px, t1, t0, group_id, t1, t0, pixel]
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT node_names::text, job_id, kind,
+                   floor((EXTRACT(EPOCH FROM GREATEST(started_at, %s)) - %s) / %s)::int,
+                   sum(EXTRACT(EPOCH FROM LEAST(finished_at, %s) - GREATEST(started_at, %s))),
+                   count(*)
+            FROM {table}
+            WHERE group_id = %s AND started_at IS NOT NULL AND started_at < %s
+              AND finished_at > %s AND finished_at < started_at + %s
+            GROUP BY 1, 2, 3, 4
+            """,  # noqa: S608 - the table name is the model's own, every value a parameter
+            params,
+        )
+        pre = [
+            (jid, kind, _nodes(nodes), int(col), float(busy), int(n))
+            for nodes, jid, kind, col, busy, n in cur.fetchall()
+        ]
+    return rows, pre
+
+
 def _build_timeline(
     *,
     title: str,
     rows: list[Any],
+    pre_aggregated: Sequence[tuple[int, str, tuple[str, ...], int, float, int]] = (),
     pools: dict[str, str],
     alloc_by_node: dict[str, list[tuple[datetime, datetime | None]]],
     labels: dict[int, str],
@@ -696,6 +747,9 @@ def _build_timeline(
     for r in rows:
         for n in r[4]:
             pools.setdefault(n, PoolKind.ROLLOUT if r[3] == "rollout" else PoolKind.TRAIN)
+    for _jid, kind, nodes, _col, _busy, _n in pre_aggregated:
+        for n in nodes:
+            pools.setdefault(n, PoolKind.ROLLOUT if kind == "rollout" else PoolKind.TRAIN)
     order = {PoolKind.ROLLOUT: 0, PoolKind.TRAIN: 1}
     lane_names = sorted(pools, key=lambda n: (order.get(pools[n], 2), n))  # type: ignore[call-overload]
     lanes = tuple(
@@ -707,16 +761,24 @@ def _build_timeline(
     w0 = t0.timestamp()
     span = (t1 - t0).total_seconds()
     scale = plot_w / span
-    colours = job_colours(labels.keys() | {r[1] for r in rows})
-    aggregate = len(rows) > BAR_LIMIT
+    colours = job_colours(labels.keys() | {r[1] for r in rows} | {p[0] for p in pre_aggregated})
+    pre_count = sum(p[5] for p in pre_aggregated)
+    aggregate = len(rows) + pre_count > BAR_LIMIT
     bars: list[PhaseBar] = []
     busy: dict[str, list[tuple[float, float]]] = defaultdict(list)
     # lane -> column -> job -> (kind, busy seconds)
     agg_cols: dict[str, dict[int, dict[tuple[int, str], float]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(float))
     )
-    aggregated_count = 0
+    aggregated_count = pre_count
     now_ts = now.timestamp()
+    pseudo_rows = []  # the pre-aggregated sums as busy spans, for bubbles and the headline
+    for jid, kind, nodes, col, secs, _n in pre_aggregated:
+        cs = w0 + col / scale
+        pseudo_rows.append((0, jid, 0, kind, nodes, None, cs, cs + secs, PhaseState.SUCCEEDED))
+        for n in nodes:
+            agg_cols[n][col][(jid, kind)] += secs
+            busy[n].append((cs, cs + secs))
     for pid, jid, it, kind, nodes, warm, s, f, state in rows:
         a = max(s, w0)
         b_raw = f if f is not None else max(now_ts, s)
@@ -808,7 +870,7 @@ def _build_timeline(
     )
     headline: tuple[PoolBubbles, ...] = ()
     if with_headline:
-        headline = _bubble_headline(rows, pools, alloc_by_node, t0, t1, now)
+        headline = _bubble_headline(rows + pseudo_rows, pools, alloc_by_node, t0, t1, now)
     return Timeline(
         title=title,
         t0=t0,
@@ -822,12 +884,12 @@ def _build_timeline(
         aggregates=tuple(aggregates),
         bubbles=tuple(bubbles),
         ticks=_ticks(t0, t1, LEFT, plot_w),
-        phase_count=len(rows),
+        phase_count=len(rows) + pre_count,
         aggregated_count=aggregated_count,
         legend=legend,
         headline=headline,
         live=live,
-        empty_message="" if rows else "No phase ran in this window.",
+        empty_message="" if rows or pre_aggregated else "No phase ran in this window.",
     )
 
 
