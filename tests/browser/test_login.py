@@ -75,3 +75,28 @@ def test_wrong_password_shows_an_error(page: Any, live_server: Any, world: Any) 
     page.click("button[type=submit]")
     assert page.locator(".errorlist").is_visible()
     assert "/accounts/login/" in page.url
+
+
+def test_researcher_creates_and_revokes_a_token(page: Any, live_server: Any, world: Any) -> None:
+    from rest_framework.test import APIClient
+
+    from rollmux_web.accounts.models import ApiToken
+
+    browser_login(page, live_server, "alice")
+    page.click(".topbar .user >> text=alice")
+    page.fill("#id_token_name", "laptop")
+    page.click("#token-panel button[type=submit]")
+    key = page.locator("#new-token").inner_text().strip()
+    assert key.startswith("rmx_")
+    token = ApiToken.objects.get(user=world.alice, name="laptop")
+    assert token.digest == ApiToken.hash_key(key)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert api.get("/api/v1/me/").status_code == 200
+
+    page.screenshot(path=str(ARTIFACTS / "login-token-created.png"), full_page=True)
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#token-panel tr", has_text="laptop").locator("button", has_text="Revoke").click()
+    page.wait_for_selector("#token-panel tr:has-text('laptop') >> text=revoked")
+    assert page.locator("#new-token").count() == 0  # the key is not shown again
+    assert api.get("/api/v1/me/").status_code == 401
