@@ -216,17 +216,15 @@ class _FreePool:
         self,
         spec: ClusterSpec,
         pool: Pool,
-        candidates: list[Node],
-        taken: set[str],
+        size: int,
+        free: list[Node],
         in_use: Callable[[str], bool],
         mem: float,
     ) -> None:
         self.spec = spec
         self.pool = pool
         self.unbounded = spec.gpu_type(pool).nodes is None
-        self._candidates = candidates  # every node of the pool, in state order
-        self._taken = taken
-        free = [n for n in candidates if n.name not in taken]
+        self.size = size  # nodes of the pool in the state: minted numbering starts there
         self.free_total = len(free)
         self.fit = [n for n in free if n.host_mem_gb + _EPS >= mem]  # free with room
         self.in_use = in_use  # is a name taken: minted names must differ
@@ -240,7 +238,7 @@ class _FreePool:
             if not self.unbounded:
                 return None
             gt = self.spec.gpu_type(self.pool)
-            i = len(self._candidates) + len(self._minted)
+            i = self.size + len(self._minted)
             while len(self._minted) < count - len(names):
                 name = node_name(self.spec, self.pool, i)
                 i += 1
@@ -262,6 +260,7 @@ class _NodeIndex:
     nodes: dict[str, Node]
     by_pool: dict[Pool, list[Node]]
     biggest_mem: dict[Pool, float]
+    position: dict[str, int]  # index of each node in state.nodes
 
 
 # One-entry memo of _node_index: consecutive decisions share `state.nodes` (it changes
@@ -277,14 +276,69 @@ def _node_index(nodes: tuple[Node, ...]) -> _NodeIndex:
     by_name: dict[str, Node] = {}
     by_pool: dict[Pool, list[Node]] = {Pool.ROLLOUT: [], Pool.TRAIN: []}
     biggest = {Pool.ROLLOUT: 0.0, Pool.TRAIN: 0.0}
-    for n in nodes:
+    position: dict[str, int] = {}
+    for i, n in enumerate(nodes):
         by_name[n.name] = n
+        position[n.name] = i
         by_pool[n.pool].append(n)
         if n.host_mem_gb > biggest[n.pool]:
             biggest[n.pool] = n.host_mem_gb
-    index = _NodeIndex(by_name, by_pool, biggest)
+    index = _NodeIndex(by_name, by_pool, biggest, position)
     memo[:] = [(nodes, index)]
     return index
+
+
+@dataclass
+class _Derived:
+    """What every decision needs of a state, beyond its groups' summaries."""
+
+    summaries: list[_Summary]  # aligned with state.groups
+    taken: set[str]  # nodes some group holds
+    job_ids: set[str]  # jobs placed in some group
+    free: dict[Pool, list[Node]]  # nodes no group holds, in state order
+
+
+# Memo of _derive keyed by the identity of the (frozen) state, filled incrementally by
+# apply_placement and remove_job from their input state's entry, so a decision on a
+# state they built skips the passes over every group and node. Entries die with
+# their state (weak reference). Pure cache: results never depend on it.
+_DERIVED: dict[int, tuple[weakref.ref[ClusterState], _Derived]] = {}
+
+
+def _remember(state: ClusterState, derived: _Derived) -> None:
+    key = id(state)
+
+    def forget(
+        ref: weakref.ref[ClusterState],
+        key: int = key,
+        memo: dict[int, tuple[weakref.ref[ClusterState], _Derived]] = _DERIVED,
+    ) -> None:
+        entry = memo.get(key)
+        if entry is not None and entry[0] is ref:
+            del memo[key]
+
+    _DERIVED[key] = (weakref.ref(state, forget), derived)
+
+
+def _derive(state: ClusterState) -> _Derived:
+    """Return the derived view of `state` (memoised)."""
+    hit = _DERIVED.get(id(state))
+    if hit is not None and hit[0]() is state:
+        return hit[1]
+    summaries = [_summary(g) for g in state.groups]
+    taken: set[str] = set()
+    job_ids: set[str] = set()
+    for summary in summaries:
+        taken.update(summary.load)  # every node of the group
+        job_ids.update(summary.job_ids)
+    index = _node_index(state.nodes)
+    free = {
+        pool: [n for n in index.by_pool[pool] if n.name not in taken]
+        for pool in (Pool.ROLLOUT, Pool.TRAIN)
+    }
+    derived = _Derived(summaries, taken, job_ids, free)
+    _remember(state, derived)
+    return derived
 
 
 # ---------------------------------------------------------------------------
@@ -379,18 +433,19 @@ def place(
     reason = _infeasible_reason(job, spec, index)
     if reason is not None:
         return PlacementResult(PlacementStatus.INFEASIBLE, reason)
-    summaries = [_summary(g) for g in state.groups]
-    taken: set[str] = set()
-    for summary in summaries:
-        if job.id in summary.job_ids:
-            raise ValueError(f"job {job.id!r} is already placed in group {summary.group.id!r}")
-        taken.update(summary.load)  # every node of the group
+    derived = _derive(state)
+    if job.id in derived.job_ids:
+        raise ValueError(f"job {job.id!r} is already placed in a co-execution group")
+    summaries = derived.summaries
+    taken = derived.taken
 
     def in_use(name: str) -> bool:
         return name in index.nodes or name in taken
 
     pools = {
-        pool: _FreePool(spec, pool, index.by_pool[pool], taken, in_use, job.host_mem_gb)
+        pool: _FreePool(
+            spec, pool, len(index.by_pool[pool]), derived.free[pool], in_use, job.host_mem_gb
+        )
         for pool in (Pool.ROLLOUT, Pool.TRAIN)
     }
     n_roll = nodes_needed(job, spec, Pool.ROLLOUT)
@@ -685,53 +740,64 @@ def apply_placement(
     unknown group, or breaks residency on a node.
     """
     spec = state.spec
-    known = {n.name: n for n in state.nodes}
+    derived = _derive(state)
+    known = _node_index(state.nodes).nodes
     added: list[Node] = []
     for name in placement.new_nodes:
         if name not in known:
             pool = Pool.ROLLOUT if name in placement.rollout_nodes else Pool.TRAIN
-            node = make_node(spec, pool, name)
-            known[name] = node
-            added.append(node)
-    for name in placement.rollout_nodes + placement.train_nodes:
-        if name not in known:
+            added.append(make_node(spec, pool, name))
+    extra = {n.name: n for n in added}
+
+    def node(name: str) -> Node:
+        n = known.get(name) or extra.get(name)
+        if n is None:
             raise ValueError(f"placement of {job.id!r} uses unknown node {name!r}")
+        return n
+
+    wanted = placement.rollout_nodes + placement.train_nodes
+    for name in wanted:
+        node(name)
+    if job.id in derived.job_ids:
+        raise ValueError(f"job {job.id!r} is already placed in a co-execution group")
     target = placement.group_id
-    holder: dict[str, str] = {}
-    for g in state.groups:
-        for x in g.all_nodes:
-            holder[x] = g.id
-        if any(m.job.id == job.id for m in g.members):
-            raise ValueError(f"job {job.id!r} is already placed in group {g.id!r}")
-    for name in placement.rollout_nodes + placement.train_nodes:
-        h = holder.get(name)
-        if h is not None and h != target:
-            raise ValueError(f"node {name!r} belongs to group {h!r}, not to {target!r}")
-    member = Member(job, tuple(placement.rollout_nodes), tuple(placement.train_nodes))
-    if target is None:
-        if any(g.id == group_id for g in state.groups):
-            raise ValueError(f"group id {group_id!r} is already in use")
-        group = Group(group_id, member.rollout_nodes, member.train_nodes, (member,))
-        _check_residency(group, known)
-        groups = state.groups + (group,)
-    else:
-        groups_l = list(state.groups)
-        for i, g in enumerate(groups_l):
-            if g.id == target:
-                rollout = g.rollout_nodes + tuple(
-                    x for x in member.rollout_nodes if x not in g.rollout_nodes
-                )
-                train = g.train_nodes + tuple(
-                    x for x in member.train_nodes if x not in g.train_nodes
-                )
-                group = Group(g.id, rollout, train, g.members + (member,))
-                _check_residency(group, known)
-                groups_l[i] = group
+    position = -1
+    own: set[str] = set()
+    if target is not None:
+        for i, summary in enumerate(derived.summaries):
+            if summary.group.id == target:
+                position, own = i, set(summary.load)
                 break
         else:
             raise ValueError(f"unknown group {target!r}")
-        groups = tuple(groups_l)
-    return replace(state, nodes=state.nodes + tuple(added), groups=groups)
+    for name in wanted:
+        if name in derived.taken and name not in own:
+            holder = next(x.group.id for x in derived.summaries if name in x.load)
+            raise ValueError(f"node {name!r} belongs to group {holder!r}, not to {target!r}")
+    member = Member(job, tuple(placement.rollout_nodes), tuple(placement.train_nodes))
+    summaries = list(derived.summaries)
+    if target is None:
+        if any(x.group.id == group_id for x in derived.summaries):
+            raise ValueError(f"group id {group_id!r} is already in use")
+        group = Group(group_id, member.rollout_nodes, member.train_nodes, (member,))
+        _check_residency(group, {x: node(x) for x in group.all_nodes})
+        groups = state.groups + (group,)
+        summaries.append(_summary(group))
+    else:
+        g = state.groups[position]
+        rollout = g.rollout_nodes + tuple(
+            x for x in member.rollout_nodes if x not in g.rollout_nodes
+        )
+        train = g.train_nodes + tuple(x for x in member.train_nodes if x not in g.train_nodes)
+        group = Group(g.id, rollout, train, g.members + (member,))
+        _check_residency(group, {x: node(x) for x in group.all_nodes})
+        groups = state.groups[:position] + (group,) + state.groups[position + 1 :]
+        summaries[position] = _summary(group)
+    child = replace(state, nodes=state.nodes + tuple(added), groups=groups)
+    newly = set(wanted)
+    free = {p: [n for n in v if n.name not in newly] for p, v in derived.free.items()}
+    _remember(child, _Derived(summaries, derived.taken | newly, derived.job_ids | {job.id}, free))
+    return child
 
 
 def _check_residency(group: Group, nodes: dict[str, Node]) -> None:
@@ -752,27 +818,42 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
 
     A group left without members releases all its nodes and disappears.
     """
-    for i, g in enumerate(state.groups):
-        if not any(m.job.id == job_id for m in g.members):
-            continue
-        members = tuple(m for m in g.members if m.job.id != job_id)
-        used: set[str] = set()
-        for m in members:
-            used.update(m.rollout_nodes)
-            used.update(m.train_nodes)
-        released = tuple(x for x in g.all_nodes if x not in used)
-        groups = list(state.groups)
-        if members:
-            groups[i] = Group(
-                g.id,
-                tuple(x for x in g.rollout_nodes if x in used),
-                tuple(x for x in g.train_nodes if x in used),
-                members,
-            )
-        else:
-            del groups[i]
-        return replace(state, groups=tuple(groups)), released
-    raise KeyError(f"job {job_id!r} is in no co-execution group")
+    derived = _derive(state)
+    if job_id not in derived.job_ids:
+        raise KeyError(f"job {job_id!r} is in no co-execution group")
+    i = next(k for k, x in enumerate(derived.summaries) if job_id in x.job_ids)
+    g = state.groups[i]
+    members = tuple(m for m in g.members if m.job.id != job_id)
+    used: set[str] = set()
+    for m in members:
+        used.update(m.rollout_nodes)
+        used.update(m.train_nodes)
+    released = tuple(x for x in g.all_nodes if x not in used)
+    summaries = list(derived.summaries)
+    if members:
+        group = Group(
+            g.id,
+            tuple(x for x in g.rollout_nodes if x in used),
+            tuple(x for x in g.train_nodes if x in used),
+            members,
+        )
+        groups = state.groups[:i] + (group,) + state.groups[i + 1 :]
+        summaries[i] = _summary(group)
+    else:
+        groups = state.groups[:i] + state.groups[i + 1 :]
+        del summaries[i]
+    child = replace(state, groups=groups)
+    index = _node_index(state.nodes)
+    free = {p: list(v) for p, v in derived.free.items()}
+    for x in released:
+        n = index.nodes[x]
+        free[n.pool].append(n)
+    if released:
+        for nodes in free.values():
+            nodes.sort(key=lambda n: index.position[n.name])
+    gone = set(released)
+    _remember(child, _Derived(summaries, derived.taken - gone, derived.job_ids - {job_id}, free))
+    return child, released
 
 
 def group_cost_per_hour(group: Group, nodes: dict[str, Node]) -> float:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from scheduler import planner
 from scheduler.costs import (
     allocations_cost,
     colocated_cost,
@@ -159,6 +160,19 @@ def run_sequence(
             price = sum(n.price_per_hour for n in state.nodes if n.name in res.placement.new_nodes)
             assert res.marginal_cost_per_hour == pytest.approx(price)
         assert_structure(state)
+        assert_memo_matches_a_fresh_view(state)
+
+
+def assert_memo_matches_a_fresh_view(state: ClusterState) -> None:
+    """The planner's incremental per-state memo equals what a fresh pass computes."""
+    memo = planner._derive(state)
+    del planner._DERIVED[id(state)]
+    fresh = planner._derive(state)
+    assert [s.group for s in memo.summaries] == list(state.groups)
+    assert memo.taken == fresh.taken and memo.job_ids == fresh.job_ids
+    assert {p: [n.name for n in v] for p, v in memo.free.items()} == {
+        p: [n.name for n in v] for p, v in fresh.free.items()
+    }
 
 
 @FAST
