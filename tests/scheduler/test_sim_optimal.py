@@ -50,8 +50,10 @@ def test_rollmux_cost_is_close_to_optimal() -> None:
     # online without knowing later arrivals; the bound 1.20 leaves room for that.
     assert float(np.mean(ratios)) <= 1.12, ratios
     assert max(ratios) <= 1.20, ratios
-    # the search is exhaustive over the plans rollmux can build on these traces
-    assert min(ratios) >= 0.999, ratios
+    # Measured: never below 1.00. The search covers the plans rollmux builds on these
+    # traces; its plan space lacks partially overlapping rollout pinning, so an online
+    # plan could in principle beat it slightly (hence 0.98, not 1.0).
+    assert min(ratios) >= 0.98, ratios
 
 
 def test_rollmux_plans_every_slo_and_random_and_greedy_miss() -> None:
