@@ -196,6 +196,8 @@ def run(args: argparse.Namespace) -> None:
     setup_test_environment()
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     old_name = connection.settings_dict["NAME"]
+    # its own scratch database, so a test run on the same DATABASE_URL is not disturbed
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"bench_control_plane_{old_name}"
     db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     ckpt = Path(os.environ.get("TMPDIR", "/tmp")) / "rollmux-bench-ckpt"
     settings.ROLLMUX_CHECKPOINT_DIR = str(ckpt)

@@ -735,7 +735,15 @@ def reconcile(*, now: datetime | None = None, grace_s: float | None = None) -> R
             if phase_finished(probe.report):
                 summary.recovered.append(phase.pk)
         elif probe.state == "dead" and phase.queued_at < now - grace:
-            if phase_finished(PhaseReport(phase.pk, "lost: its host (actor) died")):
+            held_state = PhaseRecord.objects.filter(
+                placement_id=phase.placement_id, state=PhaseState.SUCCEEDED
+            ).exists()
+            if not held_state:
+                # The host never ran a phase of this placement (its first dispatch was lost
+                # before the actor existed): nothing resident was lost, start it again.
+                dispatcher.dispatch(order)
+                summary.redispatched.append(phase.pk)
+            elif phase_finished(PhaseReport(phase.pk, "lost: its host (actor) died")):
                 summary.lost.append(phase.pk)
         elif probe.state == "unknown" and phase.queued_at < now - grace:
             dispatcher.dispatch(order)

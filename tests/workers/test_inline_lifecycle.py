@@ -191,3 +191,21 @@ def test_runner_names_are_validated() -> None:
     )
     with pytest.raises(RunnerLoadError):
         runner_class("tests.workers.user_runners:Missing")
+
+
+def test_reconcile_redispatches_a_phase_whose_dispatch_was_lost(
+    world: Any, inline_workflow: Any
+) -> None:
+    from tests.workers.test_faults import RecordingDispatcher
+    from workers.dispatch import set_dispatcher
+
+    job = make_job(world, iterations=2)
+    set_dispatcher(RecordingDispatcher())  # the process "dies" right after the commit
+    services.plan_pass()
+    assert PhaseRecord.objects.get(job=job).state == PhaseState.RUNNING
+    set_dispatcher(inline_workflow)
+    summary = services.reconcile(grace_s=0.0)
+    assert summary.redispatched == [PhaseRecord.objects.get(job=job).pk]
+    wait_for(all_done([job.pk]))
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED and job.attempts == 1
