@@ -100,12 +100,14 @@ class ClusterSerializer(serializers.ModelSerializer):
         return value
 
     def create(self, validated_data: dict[str, Any]) -> Cluster:
-        return services.cluster_create(actor=self.context["request"].user, **validated_data)
+        cluster = services.cluster_create(actor=self.context["request"].user, **validated_data)
+        return selectors.cluster_list().get(pk=cluster.pk)  # with its node counts
 
     def update(self, instance: Cluster, validated_data: dict[str, Any]) -> Cluster:
-        return services.cluster_update(
+        cluster = services.cluster_update(
             actor=self.context["request"].user, cluster_id=instance.pk, data=validated_data
         )
+        return selectors.cluster_list().get(pk=cluster.pk)
 
 
 class NodeSerializer(serializers.ModelSerializer):

@@ -421,3 +421,37 @@ def test_node_state_via_htmx_returns_the_row(
     assert 'value="drained" selected' in html
     node.refresh_from_db()
     assert node.state == "drained" and calls == [node.pk]
+
+
+@pytest.mark.django_db
+def test_pool_gpu_type_cannot_change_under_its_nodes(api_as, world):
+    resp = api_as("admin").patch(
+        f"/api/v1/clusters/{world.rollout_pool.pk}/", {"gpu_type": "H800"}, format="json"
+    )
+    assert resp.status_code == 400
+    assert "gpu_type" in resp.json()["error"]["fields"]
+    world.rollout_pool.refresh_from_db()
+    assert world.rollout_pool.gpu_type == world.h20
+
+
+@pytest.mark.django_db
+def test_admin_moves_a_pool_to_a_new_ray_address_with_audit(api_as, world):
+    resp = api_as("admin").patch(
+        f"/api/v1/clusters/{world.train_pool.pk}/", {"ray_address": "ray-head:6379"}, format="json"
+    )
+    assert resp.status_code == 200
+    assert resp.json()["node_count"] == 4
+    entry = AuditEntry.objects.get(action="cluster.update")
+    assert (entry.before["ray_address"], entry.after["ray_address"]) == ("local", "ray-head:6379")
+
+
+@pytest.mark.django_db
+def test_unknown_node_state_via_htmx_shows_the_error_in_the_row(client_as, world):
+    node = Node.objects.get(name="h20-0")
+    resp = client_as("admin").post(
+        f"/inventory/nodes/{node.pk}/state/", {"state": "melted"}, HTTP_HX_REQUEST="true"
+    )
+    assert resp.status_code == 200
+    assert "Unknown state" in resp.content.decode()
+    node.refresh_from_db()
+    assert node.state == "up"
