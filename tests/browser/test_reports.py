@@ -183,7 +183,8 @@ def test_the_submit_form_shows_the_planners_preview(
     page.locator("main form [name=host_mem_gb]").dispatch_event("change")
     page.wait_for_selector("#whatif .whatif-preview")
     page.wait_for_function(
-        "document.querySelector('#whatif').innerText.includes('new co-execution group')", timeout=15000
+        "document.querySelector('#whatif').innerText.includes('new co-execution group')",
+        timeout=15000,
     )
     text = page.inner_text("#whatif")
     assert "starts a new co-execution group" in text and "$57.04/h" in text
