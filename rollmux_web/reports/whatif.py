@@ -83,11 +83,9 @@ def current_spec() -> ClusterSpec:
 
 
 def live_snapshot() -> Any:
-    """Return the planner's snapshot of the live cluster (the workflow's converter)."""
-    try:
-        from rollmux_web.workflow.selectors import cluster_snapshot  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from rollmux_web.workflow.converters import cluster_state as cluster_snapshot
+    """Return the planner's snapshot of the live cluster (the workflow's selector)."""
+    from rollmux_web.workflow.selectors import cluster_snapshot
+
     return cluster_snapshot()
 
 
