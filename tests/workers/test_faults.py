@@ -35,10 +35,16 @@ def test_killing_a_jobs_actor_mid_phase_resumes_from_its_last_completed_iteratio
     job = make_job(world, runner="toy-rl", iterations=10, time_scale=300.0)
     triggers.request_planning()
     wait_for(lambda: Job.objects.get(pk=job.pk).iterations_done >= 3, timeout=60)
-    wait_for(
-        lambda: PhaseRecord.objects.filter(job=job, state=PhaseState.RUNNING).exists(), timeout=10
-    )
     first = Placement.objects.get(job=job)
+
+    def mid_phase() -> bool:
+        # the actor itself says a phase is under way (not between two phases)
+        phase = PhaseRecord.objects.filter(job=job, state=PhaseState.RUNNING).first()
+        return phase is not None and ray_workflow.probe(services.order_for(phase.pk)).state == (
+            "running"
+        )
+
+    wait_for(mid_phase, timeout=20, interval=0.01)
     done_at_kill = Job.objects.get(pk=job.pk).iterations_done
     ray_workflow.kill(job.pk, first.pk)
     wait_for(all_done([job.pk]), timeout=90)
