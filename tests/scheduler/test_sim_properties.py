@@ -73,10 +73,20 @@ def test_every_run_completes_without_overlap_and_cost_adds_up(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=jobs(), seed=st.integers(0, 10_000))
-def test_rollmux_meets_every_slo_against_the_profile(trace: list[JobProfile], seed: int) -> None:
-    # Admission plans with worst-case durations, and actual phases never exceed them,
-    # so every job's measured mean iteration time (transients, first-phase waits and
-    # switch overheads included) stays within slo x its worst-case solo time.
-    # (Held on 300 random traces when written; 40 here to keep the file fast.)
+def test_rollmux_plans_every_slo_and_meets_it_up_to_the_join_transient(
+    trace: list[JobProfile], seed: int
+) -> None:
     result = simulate(trace, default_cluster(), make_policy("rollmux", seed=seed), seed=seed)
-    assert summarise(result)["slo_attainment_vs_profile"] == 1.0
+    for record in result.jobs.values():
+        job = record.profile
+        # 1. What admission planned (worst-case steady state) is within every SLO.
+        assert record.predicted_slowdown is not None
+        assert record.predicted_slowdown <= job.slo + 1e-9
+        # 2. Measured against the profile: actual phases never exceed the worst case,
+        #    so only the join transient can add to the steady state. The core measured
+        #    it at most 1.2 x T_meta in total (scheduler/roundrobin.py), which matters
+        #    only for jobs with very few iterations (here 1-6); hence the allowance.
+        mean_iter = record.mean_iteration_s
+        assert mean_iter is not None
+        bound = job.slo * job.t_solo_max_s * (1 + 1.2 / job.iterations)
+        assert mean_iter <= bound + 1e-6, (job.id, mean_iter, bound)
