@@ -620,7 +620,7 @@ def group_timeline(
     for name, kind, a, b in allocs:
         pools[name] = kind
         alloc_by_node[name].append((a, b))
-    rows, pre = _group_phase_rows(group.pk, t0, t1, width)
+    rows, pre, sums = _group_phase_rows(group.pk, t0, t1, width)
     tenant_ids = _visible_tenant_ids(user)
     job_info = {
         jid: (name, tid)
@@ -636,6 +636,7 @@ def group_timeline(
         title=f"Group {group.pk}",
         rows=rows,
         pre_aggregated=pre,
+        pre_job_sums=sums,
         pools=pools,
         alloc_by_node=alloc_by_node,
         labels=labels,
@@ -681,24 +682,29 @@ def job_timeline(
 
 def _group_phase_rows(
     group_id: int, t0: datetime, t1: datetime, width: int
-) -> tuple[list[Any], list[tuple[int, str, tuple[str, ...], int, float, int]]]:
+) -> tuple[
+    list[Any],
+    list[tuple[int, str, tuple[str, ...], int, float, int]],
+    list[tuple[int, tuple[str, ...], float]],
+]:
     """Return a group's phases in the window: rows to draw, and pre-aggregated short ones.
 
     With many phases in the window (PostgreSQL), phases shorter than a pixel are
-    summed per node, job, kind and pixel column in the database, so a group with
-    10,000 phases sends back a few thousand sums instead of every row; the others
+    summed per lane and pixel column in the database (coloured by the column's
+    longest phase), and per job and lane for the headline, so a group with 10,000
+    phases sends back at most lanes x columns sums instead of every row; the others
     come back one row per phase as usual.
     """
     flt = Q(group_id=group_id)
     if connection.vendor != "postgresql":
-        return _phase_rows(flt, t0, t1), []
+        return _phase_rows(flt, t0, t1), [], []
     count = (
         PhaseRecord.objects.filter(flt, started_at__isnull=False, started_at__lt=t1)
         .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
         .count()
     )
     if count <= BAR_LIMIT:
-        return _phase_rows(flt, t0, t1), []
+        return _phase_rows(flt, t0, t1), [], []
     plot_w = max(400, min(int(width), 4000)) - LEFT - RIGHT
     px = (t1 - t0).total_seconds() / plot_w
     pixel = timedelta(seconds=px)
@@ -706,26 +712,37 @@ def _group_phase_rows(
         flt & (Q(finished_at__isnull=True) | Q(finished_at__gte=F("started_at") + pixel)), t0, t1
     )
     table = PhaseRecord._meta.db_table
-    params: list[Any] = [t0, t0.timestamp(), px, t1, t0, group_id, t1, t0, pixel]
+    clipped = "EXTRACT(EPOCH FROM LEAST(finished_at, %s) - GREATEST(started_at, %s))"
+    where = f"""
+        FROM {table}
+        WHERE group_id = %s AND started_at IS NOT NULL AND started_at < %s
+          AND finished_at > %s AND finished_at < started_at + %s"""
+    where_params: list[Any] = [group_id, t1, t0, pixel]
     with connection.cursor() as cur:
+        # one sum per lane and pixel column, coloured by its longest phase
         cur.execute(
             f"""
-            SELECT node_names::text, job_id, kind,
+            SELECT node_names::text,
                    floor((EXTRACT(EPOCH FROM GREATEST(started_at, %s)) - %s) / %s)::int,
-                   sum(EXTRACT(EPOCH FROM LEAST(finished_at, %s) - GREATEST(started_at, %s))),
-                   count(*)
-            FROM {table}
-            WHERE group_id = %s AND started_at IS NOT NULL AND started_at < %s
-              AND finished_at > %s AND finished_at < started_at + %s
-            GROUP BY 1, 2, 3, 4
+                   sum({clipped}), count(*),
+                   (array_agg(job_id ORDER BY finished_at - started_at DESC))[1],
+                   (array_agg(kind ORDER BY finished_at - started_at DESC))[1]
+            {where}
+            GROUP BY 1, 2
             """,  # noqa: S608 - the table name is the model's own, every value a parameter
-            params,
+            [t0, t0.timestamp(), px, t1, t0, *where_params],
         )
         pre = [
             (jid, kind, _nodes(nodes), int(col), float(busy), int(n))
-            for nodes, jid, kind, col, busy, n in cur.fetchall()
+            for nodes, col, busy, n, jid, kind in cur.fetchall()
         ]
-    return rows, pre
+        # busy time per job and node list, for the bubble headline
+        cur.execute(
+            f"SELECT node_names::text, job_id, sum({clipped}) {where} GROUP BY 1, 2",  # noqa: S608
+            [t1, t0, *where_params],
+        )
+        sums = [(jid, _nodes(nodes), float(busy)) for nodes, jid, busy in cur.fetchall()]
+    return rows, pre, sums
 
 
 def _build_timeline(
@@ -733,6 +750,7 @@ def _build_timeline(
     title: str,
     rows: list[Any],
     pre_aggregated: Sequence[tuple[int, str, tuple[str, ...], int, float, int]] = (),
+    pre_job_sums: Sequence[tuple[int, tuple[str, ...], float]] = (),
     pools: dict[str, str],
     alloc_by_node: dict[str, list[tuple[datetime, datetime | None]]],
     labels: dict[int, str],
@@ -761,7 +779,12 @@ def _build_timeline(
     w0 = t0.timestamp()
     span = (t1 - t0).total_seconds()
     scale = plot_w / span
-    colours = job_colours(labels.keys() | {r[1] for r in rows} | {p[0] for p in pre_aggregated})
+    colours = job_colours(
+        labels.keys()
+        | {r[1] for r in rows}
+        | {p[0] for p in pre_aggregated}
+        | {p[0] for p in pre_job_sums}
+    )
     pre_count = sum(p[5] for p in pre_aggregated)
     aggregate = len(rows) + pre_count > BAR_LIMIT
     bars: list[PhaseBar] = []
@@ -772,10 +795,13 @@ def _build_timeline(
     )
     aggregated_count = pre_count
     now_ts = now.timestamp()
-    pseudo_rows = []  # the pre-aggregated sums as busy spans, for bubbles and the headline
+    # the database's per-job sums stand in for the short phases in the headline
+    pseudo_rows = [
+        (0, jid, 0, "", nodes, None, w0, w0 + secs, PhaseState.SUCCEEDED)
+        for jid, nodes, secs in pre_job_sums
+    ]
     for jid, kind, nodes, col, secs, _n in pre_aggregated:
         cs = w0 + col / scale
-        pseudo_rows.append((0, jid, 0, kind, nodes, None, cs, cs + secs, PhaseState.SUCCEEDED))
         for n in nodes:
             agg_cols[n][col][(jid, kind)] += secs
             busy[n].append((cs, cs + secs))

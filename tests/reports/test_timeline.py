@@ -153,6 +153,9 @@ def test_a_long_window_with_many_short_phases_aggregates_but_stays_complete(worl
     assert tl.phase_count == n
     assert tl.aggregated_count == n  # every 5 s phase is narrower than a pixel over a day
     assert 0 < len(tl.aggregates) < 1000
+    # the headline still counts every phase: n x 5 s busy of one day allocated
+    assert tl.headline[0].bubble_fraction == pytest.approx(1 - n * 5 / 86400)
+    assert tl.headline[0].solo_bubble_fraction == pytest.approx(0.0)
     # zoomed into 10 minutes the same phases are bars again, one per record
     tl = group_timeline(
         user=world.alice, group_id=g.pk, start="2026-03-10T00:00:00", end="2026-03-10T00:10:00"
