@@ -47,7 +47,8 @@ once if its nodes are idle) and its training the last training of that
 meta-iteration. The planner's guarantee is on the steady-state iteration time (the paper's
 T_co-exec); the joiner's first meta-iteration can wait for its turn (measured worst
 case over 3,000 random joins with worst-case durations: 1.2 x T_meta in total),
-which only shows in the mean of jobs with very few iterations.
+which only shows in the mean of jobs with very few iterations; the planner adds
+that allowance to the joiner's SLO check (planner.JOIN_ALLOWANCE_META_ITERATIONS).
 
 `plan_meta_iteration` computes the same schedule with the max-plus recursion
 ``start = max(job's previous phase finished, its nodes free, previous phase of the

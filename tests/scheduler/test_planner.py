@@ -43,11 +43,12 @@ def job(
     mem: float = 400,
     rollout_gpus: int = 8,
     train_gpus: int = 8,
+    iterations: int = 200,
 ) -> JobProfile:
     return JobProfile(
         id=job_id,
         arrival_s=0.0,
-        iterations=10,
+        iterations=iterations,
         rollout_gpus=rollout_gpus,
         train_gpus=train_gpus,
         t_roll_max_s=roll,
@@ -454,3 +455,15 @@ def test_too_few_big_enough_nodes_is_infeasible_when_every_node_is_up() -> None:
     # With a node down (missing from the state) it may come back bigger: not now only.
     down = replace(state, nodes=state.nodes[1:])
     assert place(job("A", 100, 100, mem=1500, rollout_gpus=16), down).status is RETRY
+
+
+def test_a_job_with_few_iterations_must_also_absorb_its_join_wait() -> None:
+    # Steady state, B runs at A's 800 s cycle (1.1x its worst-case solo 727 s): fine
+    # for a long job. A 2-iteration job would also pay its wait for a turn in the
+    # meta-iteration in progress over only two iterations, so it gets its own group.
+    state = build(spec(), [job("A", 700, 100, slo=2.0)])
+    long_b = place(job("B", 600, 127, slo=1.2, iterations=200), state)
+    short_b = place(job("B", 600, 127, slo=1.2, iterations=2), state)
+    assert long_b.strategy in (DIRECT, SCALING) and long_b.placement is not None
+    assert long_b.placement.group_id == group_of(state, "A")
+    assert short_b.strategy is NEW
