@@ -17,8 +17,9 @@ rows stay, so the per-tenant quota lock is still taken) so that every job is acc
     .venv/bin/python bench/api_submit.py --clients 8 --jobs-per-client 20 --workers 2
     .venv/bin/python bench/api_submit.py --url http://127.0.0.1:8000 --token KEY   # existing server
 
-Set DATABASE_URL's server with --admin-url; REDIS_URL (if set) receives the planning tasks
-each submission enqueues (nothing consumes them here; use a Redis db of your own).
+Set DATABASE_URL's server with --admin-url. Set REDIS_URL (a Redis db of your own): each
+submission enqueues a planning task there (nothing consumes them here). Without it Celery
+runs eagerly and every submission would also run a planning pass inside the request.
 """
 
 from __future__ import annotations
@@ -276,7 +277,6 @@ def main(argv: list[str] | None = None) -> int:
                 **os.environ,
                 "DATABASE_URL": db_url,
                 "DEBUG": "false",
-                "ROLLMUX_EMBEDDED_BEAT": "false",
             }
             print(f"scratch database {args.db_name}: create, migrate, seed_demo ...", flush=True)
             create_scratch_db(args.admin_url, args.db_name)
