@@ -47,7 +47,8 @@ def assert_round_robin(job_ids: list[int]) -> None:
 def test_three_rollout_heavy_jobs_share_one_group_and_complete(
     world: Any, inline_workflow: Any
 ) -> None:
-    jobs = [make_job(world, name=f"j{i}") for i in range(3)]
+    # silver SLO, 4 iterations: the planner packs them by rollout scaling (one group)
+    jobs = [make_job(world, name=f"j{i}", iterations=4) for i in range(3)]
     triggers.request_planning()
     ids = [j.pk for j in jobs]
     wait_for(all_done(ids), timeout=60)
