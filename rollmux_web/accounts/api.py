@@ -9,7 +9,7 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -83,3 +83,9 @@ class TenantDetailView(generics.RetrieveAPIView):
 
     def get_queryset(self) -> Any:
         return visible_tenants(self.request.user)
+
+    def get_object(self) -> Any:
+        # A NUL byte cannot be in a tenant name, and PostgreSQL refuses it in a lookup.
+        if "\x00" in self.kwargs.get("name", ""):
+            raise NotFound()
+        return super().get_object()

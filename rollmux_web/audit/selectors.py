@@ -45,7 +45,11 @@ def _parse_moment(field: str, raw: str, *, end_of_day: bool) -> datetime | None:
 
 
 def parse_filters(params: Any) -> AuditFilters:
-    """Turn query parameters into filters; a malformed date raises ValidationError naming it."""
+    """Turn query parameters into filters; a malformed value raises ValidationError naming it."""
+    for name in ("action", "actor", "object_type", "tenant", "since", "until"):
+        # PostgreSQL text cannot hold NUL: a lookup with one would be a server error.
+        if "\x00" in (params.get(name) or ""):
+            raise ValidationError({name: ["Null characters are not allowed."]})
     return AuditFilters(
         action=(params.get("action") or "").strip(),
         actor=(params.get("actor") or "").strip(),

@@ -8,6 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
 
+from rollmux_web.api.fields import query_text
 from rollmux_web.api.permissions import AdminWritesOthersRead
 from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 from rollmux_web.inventory import selectors
@@ -67,7 +68,7 @@ class NodeViewSet(viewsets.ModelViewSet):
     def get_queryset(self) -> Any:
         params = self.request.query_params
         return selectors.node_list(
-            cluster=params.get("cluster") or None,
-            gpu_type=params.get("gpu_type") or None,
-            state=params.get("state") or None,
+            cluster=query_text(params, "cluster"),
+            gpu_type=query_text(params, "gpu_type"),
+            state=query_text(params, "state"),
         ).order_by("cluster__kind", "name")

@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from rollmux_web.api.fields import NameRelatedField
 from rollmux_web.inventory import selectors, services
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
 
@@ -79,7 +80,7 @@ class GpuTypeSerializer(serializers.ModelSerializer):
 class ClusterSerializer(serializers.ModelSerializer):
     name = serializers.CharField(max_length=64)
     kind = serializers.ChoiceField(choices=PoolKind.choices, help_text="rollout or train")
-    gpu_type = serializers.SlugRelatedField(slug_field="name", queryset=GpuType.objects.all())
+    gpu_type = NameRelatedField(queryset=GpuType.objects.all())
     ray_address = serializers.CharField(
         max_length=255, help_text="Ray address of the pool, or 'local'"
     )
@@ -112,11 +113,8 @@ class ClusterSerializer(serializers.ModelSerializer):
 
 class NodeSerializer(serializers.ModelSerializer):
     name = serializers.CharField(max_length=64)
-    cluster = serializers.SlugRelatedField(
-        slug_field="name", queryset=Cluster.objects.all(), help_text="pool name"
-    )
-    gpu_type = serializers.SlugRelatedField(
-        slug_field="name",
+    cluster = NameRelatedField(queryset=Cluster.objects.all(), help_text="pool name")
+    gpu_type = NameRelatedField(
         queryset=GpuType.objects.all(),
         required=False,
         help_text="defaults to the pool's",

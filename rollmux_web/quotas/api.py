@@ -8,6 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
 
+from rollmux_web.api.fields import query_text
 from rollmux_web.api.permissions import AdminWritesOthersRead
 from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 from rollmux_web.quotas import selectors, services
@@ -56,8 +57,8 @@ class QuotaViewSet(viewsets.ModelViewSet):
         params = self.request.query_params
         return selectors.quota_list(
             user=self.request.user,
-            tenant=params.get("tenant") or None,
-            gpu_type=params.get("gpu_type") or None,
+            tenant=query_text(params, "tenant"),
+            gpu_type=query_text(params, "gpu_type"),
         )
 
     def perform_destroy(self, instance: Quota) -> None:

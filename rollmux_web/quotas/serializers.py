@@ -6,6 +6,7 @@ from typing import Any
 from rest_framework import serializers
 
 from rollmux_web.accounts.models import Tenant
+from rollmux_web.api.fields import NameRelatedField
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.quotas import services
 from rollmux_web.quotas.models import Quota, SloClass
@@ -43,8 +44,8 @@ class SloClassSerializer(serializers.ModelSerializer):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="name", queryset=Tenant.objects.all())
-    gpu_type = serializers.SlugRelatedField(slug_field="name", queryset=GpuType.objects.all())
+    tenant = NameRelatedField(queryset=Tenant.objects.all())
+    gpu_type = NameRelatedField(queryset=GpuType.objects.all())
     max_gpus = serializers.IntegerField(
         min_value=0,
         max_value=1_000_000,

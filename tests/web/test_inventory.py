@@ -455,3 +455,29 @@ def test_unknown_node_state_via_htmx_shows_the_error_in_the_row(client_as, world
     assert "Unknown state" in resp.content.decode()
     node.refresh_from_db()
     assert node.state == "up"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "path", "payload", "field"),
+    [
+        ("post", "/api/v1/nodes/", {"name": "n1", "cluster": "rollout\x00pool"}, "cluster"),
+        ("post", "/api/v1/nodes/", {"name": "n1", "cluster": 7}, "cluster"),
+        ("get", "/api/v1/nodes/?cluster=a%00b", None, "cluster"),
+        ("get", "/api/v1/quotas/?tenant=a%00b", None, "tenant"),
+        ("get", "/api/v1/audit/?actor=a%00b", None, "actor"),
+        ("post", "/api/v1/quotas/", {"tenant": "vi\x00sion", "gpu_type": "H20"}, "tenant"),
+    ],
+)
+def test_nul_bytes_and_wrong_types_are_field_errors_not_500(
+    api_as, world, method, path, payload, field
+):
+    api = api_as("admin")
+    resp = api.post(path, payload, format="json") if method == "post" else api.get(path)
+    assert resp.status_code == 400, resp.content
+    assert field in resp.json()["error"]["fields"]
+
+
+@pytest.mark.django_db
+def test_nul_in_tenant_name_is_404(api_as):
+    assert api_as("admin").get("/api/v1/tenants/vi%00sion/").status_code == 404
