@@ -1,10 +1,22 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django import forms
 
 from rollmux_web.inventory.models import Cluster, GpuType, NodeState, PoolKind
+
+
+class NameChoiceField(forms.ModelChoiceField):
+    """A row chosen by name; a NUL byte (which PostgreSQL refuses in a lookup) is invalid."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            raise forms.ValidationError(
+                self.error_messages["invalid_choice"], code="invalid_choice"
+            )
+        return super().to_python(value)
 
 
 class GpuTypeForm(forms.Form):
@@ -23,15 +35,13 @@ class GpuTypeForm(forms.Form):
 class ClusterForm(forms.Form):
     name = forms.CharField(max_length=64)
     kind = forms.ChoiceField(choices=PoolKind.choices)
-    gpu_type = forms.ModelChoiceField(queryset=GpuType.objects.all(), to_field_name="name")
+    gpu_type = NameChoiceField(queryset=GpuType.objects.all(), to_field_name="name")
     ray_address = forms.CharField(max_length=255, initial="local")
 
 
 class NodeForm(forms.Form):
     name = forms.CharField(max_length=64)
-    cluster = forms.ModelChoiceField(
-        queryset=Cluster.objects.all(), to_field_name="name", label="Pool"
-    )
+    cluster = NameChoiceField(queryset=Cluster.objects.all(), to_field_name="name", label="Pool")
     gpus = forms.IntegerField(min_value=1, max_value=1024, label="GPUs")
     host_mem_gb = forms.FloatField(min_value=0.001, label="Host memory (GB)")
     state = forms.ChoiceField(choices=NodeState.choices, initial=NodeState.UP)

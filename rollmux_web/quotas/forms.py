@@ -5,6 +5,7 @@ from decimal import Decimal
 from django import forms
 
 from rollmux_web.accounts.models import Tenant
+from rollmux_web.inventory.forms import NameChoiceField
 from rollmux_web.inventory.models import GpuType
 
 
@@ -20,8 +21,8 @@ class SloClassForm(forms.Form):
 
 
 class QuotaForm(forms.Form):
-    tenant = forms.ModelChoiceField(queryset=Tenant.objects.all(), to_field_name="name")
-    gpu_type = forms.ModelChoiceField(
+    tenant = NameChoiceField(queryset=Tenant.objects.all(), to_field_name="name")
+    gpu_type = NameChoiceField(
         queryset=GpuType.objects.all(), to_field_name="name", label="GPU type"
     )
     max_gpus = forms.IntegerField(

@@ -303,3 +303,9 @@ def test_finance_reads_every_quota_on_the_page_but_cannot_edit(client_as, world,
     )
     q.refresh_from_db()
     assert q.max_gpus == 32 and not SloClass.objects.filter(name="x").exists()
+
+
+def test_quota_form_with_a_nul_byte_is_a_field_error(client_as, world):
+    resp = client_as("admin").post("/quotas/new/", {"tenant": "vi\x00sion", "gpu_type": "H20"})
+    assert resp.status_code == 400
+    assert 'id="error-tenant"' in resp.content.decode()
