@@ -20,7 +20,7 @@ RANGE_PARAMS = [
 MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
 
 
-class CostTotalsSerializer(serializers.Serializer):  # type: ignore[misc]
+class CostTotalsSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
     key = serializers.CharField()
     gpu_hours = serializers.CharField()
     busy_gpu_hours = serializers.CharField()
@@ -43,14 +43,14 @@ class CostLineSerializer(CostTotalsSerializer):
     groups = serializers.ListField(child=serializers.IntegerField())
 
 
-class BurnDownSerializer(serializers.Serializer):  # type: ignore[misc]
+class BurnDownSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
     tenant = serializers.CharField()
     month = serializers.DateField()
     budget = serializers.CharField(allow_null=True)
     spent = serializers.CharField(**MONEY)
 
 
-class CostReportSerializer(serializers.Serializer):  # type: ignore[misc]
+class CostReportSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
     start = serializers.DateField()
     end = serializers.DateField()
     currency = serializers.CharField()
@@ -61,7 +61,7 @@ class CostReportSerializer(serializers.Serializer):  # type: ignore[misc]
     burn_down = BurnDownSerializer(many=True)
 
 
-class SloAttainmentSerializer(serializers.Serializer):  # type: ignore[misc]
+class SloAttainmentSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
     tenant = serializers.CharField()
     slo_class = serializers.CharField()
     finished = serializers.IntegerField()
@@ -71,7 +71,7 @@ class SloAttainmentSerializer(serializers.Serializer):  # type: ignore[misc]
     in_progress = serializers.IntegerField()
 
 
-class JobSloSerializer(serializers.Serializer):  # type: ignore[misc]
+class JobSloSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
     job_id = serializers.IntegerField()
     job = serializers.CharField()
     tenant = serializers.CharField()
@@ -88,7 +88,7 @@ class JobSloSerializer(serializers.Serializer):  # type: ignore[misc]
     groups = serializers.ListField(child=serializers.IntegerField())
 
 
-class SloReportSerializer(serializers.Serializer):  # type: ignore[misc]
+class SloReportSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
     start = serializers.DateField()
     end = serializers.DateField()
     overall = SloAttainmentSerializer()
@@ -106,7 +106,7 @@ def _range(request: Request) -> tuple[Any, Any]:
     return form.cleaned_data["start"], form.cleaned_data["end"]
 
 
-class CostReportApi(APIView):  # type: ignore[misc]
+class CostReportApi(APIView):  # type: ignore[misc,unused-ignore]
     """Cost per tenant, job and GPU type over a date range (money as strings, USD)."""
 
     @extend_schema(parameters=RANGE_PARAMS, responses={200: CostReportSerializer, 400: BAD_RANGE})
@@ -116,7 +116,7 @@ class CostReportApi(APIView):  # type: ignore[misc]
         return Response(selectors.cost_report_json(report))
 
 
-class SloReportApi(APIView):  # type: ignore[misc]
+class SloReportApi(APIView):  # type: ignore[misc,unused-ignore]
     """SLO attainment per tenant and class, and each job's measured slowdown."""
 
     @extend_schema(parameters=RANGE_PARAMS, responses={200: SloReportSerializer, 400: BAD_RANGE})

@@ -1203,6 +1203,7 @@ def _cost_engine(
     now: datetime,
     prices: PriceBook,
     buckets: Sequence[datetime] = (),
+    counterfactuals: bool | None = None,
 ) -> tuple[list[CostLine], dict[int, Decimal], dict[tuple[int, int], Decimal]]:
     """Compute cost lines over [t0, t1); also per (bucket, tenant) costs when buckets are given.
 
@@ -1211,6 +1212,7 @@ def _cost_engine(
     hi_dt = min(t1, now)
     if hi_dt <= t0:
         return [], {}, {}
+    with_cf = not buckets if counterfactuals is None else counterfactuals  # none for burn-down
     # integer microseconds since the epoch: exact, and much cheaper than Decimal per phase
     lo, hi, now_us = _us(t0), _us(hi_dt), _us(now)
     buckets_us = [_us(b) for b in buckets]
@@ -1282,28 +1284,28 @@ def _cost_engine(
     )
     native = bool(annotations)
     for gid, jid, nodes_raw, s, f in phases.iterator(chunk_size=5000):
-        a = max(s if native else _us(s), lo)
-        b = hi if f is None else min(f if native else _us(f), hi)
-        if b <= a:
+        pa = max(s if native else _us(s), lo)
+        pb = hi if f is None else min(f if native else _us(f), hi)
+        if pb <= pa:
             continue
         for name in _nodes(nodes_raw):
             info = node_info.get((gid, name))
             if info is None:
                 continue  # not allocated to this group in the range: costs nothing here
             nid, gpus, tid = info
-            for seg, us in prices.split_us(tid, a, b):
+            for seg, us in prices.split_us(tid, pa, pb):
                 busy_us[(gid, nid, jid, seg)] += us
-            for bi, piece in _split((a, b), buckets_us):
+            for bi, piece in _split((pa, pb), buckets_us):
                 for seg, us in prices.split_us(tid, *piece):
                     bucket_busy_us[(bi, gid, nid, jid, seg)] += us
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
-        if not buckets:  # a burn-down needs no counterfactual
+        if with_cf:
             if rollout_type is not None:
-                for seg, us in prices.split_us(rollout_type, a, b):
+                for seg, us in prices.split_us(rollout_type, pa, pb):
                     cf_roll_us[(jid, seg)] += us
             if train_type is not None:
-                for seg, us in prices.split_us(train_type, a, b):
+                for seg, us in prices.split_us(train_type, pa, pb):
                     cf_train_us[(jid, seg)] += us
     # 4b. microseconds x price, once per key (Decimal: exact to the cent and beyond)
     alloc_cost: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
@@ -1498,8 +1500,17 @@ def cost_report(
     now_ = _now(now)
     tenant_ids = _visible_tenant_ids(user)
     prices = PriceBook()
-    lines, group_costs, _ = _cost_engine(
-        tenant_ids=tenant_ids, t0=t0, t1=t1, now=now_, prices=prices
+    # the default range (this month to date) is the burn-down's range too: one pass
+    month_start, next_month, days = _month(min(end, now_.date()))
+    shared = with_burn_down and start == month_start and t1 >= now_ and end < next_month
+    lines, group_costs, per_bucket = _cost_engine(
+        tenant_ids=tenant_ids,
+        t0=t0,
+        t1=t1,
+        now=now_,
+        prices=prices,
+        buckets=days if shared else (),
+        counterfactuals=True,
     )
     total = CostTotals(key="total", label="Total")
     for ln in lines:
@@ -1517,32 +1528,55 @@ def cost_report(
     )
     if with_burn_down:
         report.burn_down = burn_down(
-            user=user, month_of=min(end, now_.date()), now=now_, prices=prices
+            user=user,
+            month_of=min(end, now_.date()),
+            now=now_,
+            prices=prices,
+            per_bucket=per_bucket if shared else None,
         )
     return report
 
 
-def burn_down(
-    *, user: Any, month_of: date, now: datetime | None = None, prices: PriceBook | None = None
-) -> list[BurnDown]:
-    """Return month-to-date spend per tenant, day by day, against its monthly budgets."""
-    now_ = _now(now)
+def _month(month_of: date) -> tuple[date, date, list[datetime]]:
+    """Return the month's first day, the next month's first day and its day boundaries."""
     month_start = month_of.replace(day=1)
     next_month = (month_start + timedelta(days=32)).replace(day=1)
     t0 = datetime.combine(month_start, time.min, tzinfo=UTC)
-    t1 = datetime.combine(next_month, time.min, tzinfo=UTC)
     days = [t0 + timedelta(days=i) for i in range((next_month - month_start).days + 1)]
-    tenant_ids = _visible_tenant_ids(user)
-    _, _, per_bucket = _cost_engine(
-        tenant_ids=tenant_ids, t0=t0, t1=t1, now=now_, prices=prices or PriceBook(), buckets=days
-    )
+    return month_start, next_month, days
+
+
+def burn_down(
+    *,
+    user: Any,
+    month_of: date,
+    now: datetime | None = None,
+    prices: PriceBook | None = None,
+    per_bucket: dict[tuple[int, int], Decimal] | None = None,
+) -> list[BurnDown]:
+    """Return month-to-date spend per tenant, day by day, against its monthly budgets.
+
+    `per_bucket` ((day index, tenant) -> cost) is reused when the caller already
+    computed the month to date with daily buckets.
+    """
+    now_ = _now(now)
+    month_start, next_month, days = _month(month_of)
+    if per_bucket is None:
+        _, _, per_bucket = _cost_engine(
+            tenant_ids=_visible_tenant_ids(user),
+            t0=days[0],
+            t1=days[-1],
+            now=now_,
+            prices=prices or PriceBook(),
+            buckets=days,
+        )
     tenants = visible_tenants(user).order_by("name")
     budgets: dict[int, Decimal] = defaultdict(Decimal)
     has_budget: set[int] = set()
     for tid, b in Quota.objects.filter(monthly_budget_usd__isnull=False).values_list(
         "tenant_id", "monthly_budget_usd"
     ):
-        budgets[tid] += b
+        budgets[tid] += b or Decimal(0)
         has_budget.add(tid)
     out = []
     last_day = min(len(days) - 1, max(0, (now_.date() - month_start).days + 1))
@@ -1817,7 +1851,8 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
         started_at__isnull=False,
         finished_at__isnull=False,
     ).values_list("job_id", "placement_id", "iteration", "kind", "started_at", "finished_at"):
-        phases[jid][(pl, it)][kind] = (s, f)
+        if s is not None and f is not None:
+            phases[jid][(pl, it)][kind] = (s, f)
     groups: dict[int, set[int]] = defaultdict(set)
     for jid, gid in Placement.objects.filter(job_id__in=list(jobs)).values_list(
         "job_id", "group_id"

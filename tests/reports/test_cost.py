@@ -260,3 +260,21 @@ def test_a_range_with_no_data_says_so(world: Any, client_as: Any) -> None:
     page = client_as("finance").get("/reports/cost/?start=2025-01-01&end=2025-01-31")
     assert page.status_code == 200
     assert "nothing to report" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_month_to_date_report_and_burn_down_from_one_pass_agree_with_separate_ones(
+    world: Any,
+) -> None:
+    from rollmux_web.reports.selectors import burn_down
+
+    solo_group(world)
+    now = datetime(2026, 3, 12, 12, tzinfo=UTC)
+    shared = cost_report(user=world.alice, start=date(2026, 3, 1), end=date(2026, 3, 12), now=now)
+    alone = burn_down(user=world.alice, month_of=date(2026, 3, 12), now=now)
+    assert shared.total.cost == Decimal("57.04")
+    assert shared.total.solo_disagg_cost == Decimal("28.52")  # counterfactuals still computed
+    assert [(b.tenant, b.spent, b.daily_cumulative) for b in shared.burn_down] == [
+        (b.tenant, b.spent, b.daily_cumulative) for b in alone
+    ]
+    assert shared.burn_down[0].spent == Decimal("57.04")
