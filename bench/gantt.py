@@ -276,6 +276,11 @@ def bench_cost(world: Any) -> None:
         lambda: cost_report(user=world.finance, start=start, end=end, now=now), repeat=3
     )
     print(f"  with the daily burn-down (31 buckets):        {ms_bd:8.0f} ms")
+    mtd = datetime(2026, 3, 31, 12, tzinfo=UTC)  # month to date: report and burn-down in one pass
+    ms_mtd, _ = timed(
+        lambda: cost_report(user=world.finance, start=start, end=end, now=mtd), repeat=3
+    )
+    print(f"  month to date, report + burn-down in one pass: {ms_mtd:8.0f} ms")
     ms_r, rep_r = timed(
         lambda: cost_report(user=world.alice, start=start, end=end, now=now, with_burn_down=False),
         repeat=3,
