@@ -520,7 +520,9 @@ class GroupRuntime:
                 if head is None or head.running or head.kind is not kind:
                     break  # nothing left, or the head's phase is not ready: the pool waits
                 busy = self._busy
-                if any(x in busy for x in head.member.nodes(kind.pool)):
+                m = head.member
+                nodes = m.rollout_nodes if kind is PhaseKind.ROLLOUT else m.train_nodes
+                if any(x in busy for x in nodes):
                     break
                 started.append(self._start(head))
         return started
@@ -659,24 +661,34 @@ class GroupRuntime:
     # -- internals --------------------------------------------------------------
 
     def _pool_head(self, kind: PhaseKind) -> _MemberState | None:
-        """Return the member whose next `kind` phase is first in the pool order."""
-        best: tuple[int, int] | None = None
+        """Return the member whose next `kind` phase is first in the pool order.
+
+        Same order as `_MemberState.key`, inlined: this runs on every phase event.
+        Members iterate in admission order, so the first of equal rounds wins.
+        """
+        is_roll = kind is PhaseKind.ROLLOUT
+        best = 0
         head: _MemberState | None = None
         for s in self._members.values():
-            k = s.key(kind)
-            if k is not None and (best is None or k < best):
-                best, head = k, s
+            if s.iteration + 1 >= s.iterations and (
+                (s.kind is kind and s.running) or (s.kind is not kind and is_roll)
+            ):
+                continue  # no phase of this kind left to start
+            r = s.next_round[kind]
+            if head is None or r < best:
+                best, head = r, s
         return head
 
     def _start(self, s: _MemberState) -> PhaseStart:
         kind = s.kind
-        nodes = s.member.nodes(kind.pool)
+        m = s.member
+        nodes = m.rollout_nodes if kind is PhaseKind.ROLLOUT else m.train_nodes
         rnd = s.next_round[kind]
         switch = any(self._last.get(x, s.job_id) != s.job_id for x in nodes)
         cold = not s.started
-        first_on_pool = kind.pool.value not in s.started_pools
+        first_on_pool = kind.value not in s.started_pools  # pool and phase share values
         s.started = True
-        s.started_pools.add(kind.pool.value)
+        s.started_pools.add(kind.value)
         s.running = True
         s.next_round[kind] = rnd + 1
         if kind is PhaseKind.ROLLOUT and (self._round is None or rnd > self._round):
