@@ -435,10 +435,10 @@ class _MemberState:
     next_round: dict[PhaseKind, int]  # meta-iteration of the next phase to START per pool
     started: bool = False  # has any phase started since admission
     started_pools: set[str] = field(default_factory=set)  # pools it has run on
+    job_id: str = field(init=False)
 
-    @property
-    def job_id(self) -> str:
-        return self.member.job.id
+    def __post_init__(self) -> None:
+        self.job_id = self.member.job.id
 
     def key(self, kind: PhaseKind) -> tuple[int, int] | None:
         """Return the pool-order key of this member's next phase of `kind` to start."""
@@ -681,24 +681,30 @@ class GroupRuntime:
 
     def _start(self, s: _MemberState) -> PhaseStart:
         kind = s.kind
+        is_roll = kind is PhaseKind.ROLLOUT
         m = s.member
-        nodes = m.rollout_nodes if kind is PhaseKind.ROLLOUT else m.train_nodes
+        nodes = m.rollout_nodes if is_roll else m.train_nodes
+        job_id = s.job_id
         rnd = s.next_round[kind]
-        switch = any(self._last.get(x, s.job_id) != s.job_id for x in nodes)
+        last, busy = self._last, self._busy
+        switch = False
+        for x in nodes:
+            prev = last.get(x)
+            if prev is not None and prev != job_id:
+                switch = True
+            last[x] = job_id
+            busy[x] = job_id
         cold = not s.started
-        first_on_pool = kind.value not in s.started_pools  # pool and phase share values
+        pool = "rollout" if is_roll else "train"  # Pool values, as in to_dict
+        first_on_pool = pool not in s.started_pools
         s.started = True
-        s.started_pools.add(kind.value)
+        s.started_pools.add(pool)
         s.running = True
         s.next_round[kind] = rnd + 1
-        if kind is PhaseKind.ROLLOUT and (self._round is None or rnd > self._round):
+        if is_roll and (self._round is None or rnd > self._round):
             self._round = rnd
-        run = RunningPhase(s.job_id, kind, s.iteration, nodes, rnd)
-        self._running[s.job_id] = run
-        for x in nodes:
-            self._busy[x] = s.job_id
-            self._last[x] = s.job_id
-        return PhaseStart(s.job_id, kind, s.iteration, nodes, switch, cold, rnd, first_on_pool)
+        self._running[job_id] = RunningPhase(job_id, kind, s.iteration, nodes, rnd)
+        return PhaseStart(job_id, kind, s.iteration, nodes, switch, cold, rnd, first_on_pool)
 
 
 # ---------------------------------------------------------------------------
