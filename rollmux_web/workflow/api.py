@@ -124,7 +124,7 @@ class JobPhasesView(GenericAPIView):
         parameters=[OpenApiParameter("job_id", OpenApiTypes.INT, OpenApiParameter.PATH)],
         responses={
             200: PhaseSerializer(many=True),
-            404: _err("no such job (or another tenant's)"),
+            404: _err("no such job (or another tenant's), or page out of range"),
             **AUTH_ERRORS,
         },
     )
@@ -146,7 +146,12 @@ class GroupListView(GenericAPIView):
         parameters=[
             OpenApiParameter("active", OpenApiTypes.BOOL, description="only active/released")
         ],
-        responses={200: GroupSerializer(many=True), 400: _err("bad filter"), **AUTH_ERRORS},
+        responses={
+            200: GroupSerializer(many=True),
+            400: _err("bad filter"),
+            404: _err("page out of range"),
+            **AUTH_ERRORS,
+        },
     )
     def get(self, request: Request) -> Response:
         filters = _GroupFilter(data=request.query_params)
