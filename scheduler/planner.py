@@ -168,7 +168,23 @@ def _summarise(group: Group) -> _Summary:
 # two groups instead of all of them. Entries die with their Group (weak reference),
 # so the memo never outlives the states that hold the groups. It is a pure cache of
 # a pure function: results never depend on it.
-_SUMMARIES: dict[int, tuple[weakref.ref[Group], _Summary]] = {}
+class _KeyedRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference that knows its memo key (no closure per entry)."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+_SUMMARIES: dict[int, tuple[_KeyedRef, _Summary]] = {}
+
+
+# The memo is bound as a default so the callback still works at interpreter exit.
+def _forget_summary(
+    ref: _KeyedRef, memo: dict[int, tuple[_KeyedRef, _Summary]] = _SUMMARIES
+) -> None:
+    entry = memo.get(ref.key)
+    if entry is not None and entry[0] is ref:
+        del memo[ref.key]
 
 
 def _summary(group: Group) -> _Summary:
@@ -177,18 +193,9 @@ def _summary(group: Group) -> _Summary:
     if hit is not None and hit[0]() is group:
         return hit[1]
     summary = _summarise(group)
-
-    # The memo is bound as a default so the callback still works at interpreter exit.
-    def forget(
-        ref: weakref.ref[Group],
-        key: int = key,
-        memo: dict[int, tuple[weakref.ref[Group], _Summary]] = _SUMMARIES,
-    ) -> None:
-        entry = memo.get(key)
-        if entry is not None and entry[0] is ref:
-            del memo[key]
-
-    _SUMMARIES[key] = (weakref.ref(group, forget), summary)
+    ref = _KeyedRef(group, _forget_summary)
+    ref.key = key
+    _SUMMARIES[key] = (ref, summary)
     return summary
 
 
