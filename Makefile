@@ -38,7 +38,7 @@ fmt: install
 	$(VENV)/bin/ruff check --fix .
 
 types: install
-	$(VENV)/bin/mypy scheduler workers rollmux_web
+	$(VENV)/bin/mypy scheduler workers rollmux_web rollmux
 
 contracts: install
 	$(VENV)/bin/lint-imports
