@@ -100,6 +100,32 @@ def wait_done(ids: list[int], timeout: float) -> float:
     raise SystemExit(f"jobs did not finish within {timeout} s")
 
 
+def node_switch_delays(ids: list[int]) -> list[float]:
+    """Return, per node, end of a phase -> start of the next phase on that node, for the
+    pairs where that end is the event that started the next phase (no other phase ended
+    in between: the delay is the control plane's alone, no round-robin order wait)."""
+    import bisect
+
+    from rollmux_web.workflow.models import PhaseRecord
+
+    phases = list(
+        PhaseRecord.objects.filter(job_id__in=ids, state="succeeded").order_by("started_at")
+    )
+    ends = sorted(p.finished_at for p in phases)
+    last_on: dict[str, Any] = {}
+    out = []
+    for p in phases:
+        prev = [last_on[n] for n in p.node_names if n in last_on]
+        if prev:
+            q = max(prev, key=lambda x: x.finished_at)
+            i = bisect.bisect_right(ends, p.queued_at) - 1
+            if i >= 0 and ends[i] == q.finished_at and p.queued_at >= q.finished_at:
+                out.append((p.started_at - q.finished_at).total_seconds())
+        for n in p.node_names:
+            last_on[n] = p
+    return out
+
+
 def switch_delays(ids: list[int]) -> list[float]:
     """Return, per phase, start - max(node free, own previous phase end), in seconds."""
     from rollmux_web.workflow.models import PhaseRecord
@@ -238,6 +264,7 @@ def run(args: argparse.Namespace) -> None:
         triggers.request_planning()
         wall = wait_done(ids, timeout=600)
         delays = switch_delays(ids)
+        node_delays = node_switch_delays(ids)
         pickup, handle = split_delays(ids)
         from rollmux_web.workflow.models import PhaseRecord, Placement
 
@@ -256,6 +283,7 @@ def run(args: argparse.Namespace) -> None:
         last = PhaseRecord.objects.filter(job_id__in=ids2).order_by("-finished_at").first()
         span = (last.finished_at - first.started_at).total_seconds() if first and last else wall2
         delays2 = switch_delays(ids2)
+        node_delays2 = node_switch_delays(ids2)
         _ = t0
 
         ms = 1000.0
@@ -269,7 +297,10 @@ def run(args: argparse.Namespace) -> None:
         )
         print(f"  run 1 ({args.phase_ms:.0f} ms rollouts): {n_phases} phases in {wall:.1f} s")
         print(
-            f"    switch delay p50 {pct(delays, 50) * ms:.1f} ms  p99 {pct(delays, 99) * ms:.1f} ms  max {max(delays) * ms:.1f} ms  (n={len(delays)})"
+            f"    phase end -> next phase start on the same node (that end started it): p50 {pct(node_delays, 50) * ms:.1f} ms  p99 {pct(node_delays, 99) * ms:.1f} ms  max {max(node_delays) * ms:.1f} ms  (n={len(node_delays)})"
+        )
+        print(
+            f"    ready -> start, any phase (includes round-robin order waits): p50 {pct(delays, 50) * ms:.1f} ms  p99 {pct(delays, 99) * ms:.1f} ms  max {max(delays) * ms:.1f} ms  (n={len(delays)})"
         )
         print(
             f"      of which report -> controller p50 {pct(pickup, 50) * ms:.1f} ms"
@@ -280,7 +311,7 @@ def run(args: argparse.Namespace) -> None:
             f"  run 2 (1 ms phases): {n2} phases in {span:.2f} s = {n2 / span:.0f} phases/s sustained"
         )
         print(
-            f"    switch delay p50 {pct(delays2, 50) * ms:.1f} ms  p99 {pct(delays2, 99) * ms:.1f} ms  (n={len(delays2)})"
+            f"    same-node switch p50 {pct(node_delays2, 50) * ms:.1f} ms  p99 {pct(node_delays2, 99) * ms:.1f} ms (n={len(node_delays2)});  ready -> start p50 {pct(delays2, 50) * ms:.1f} ms  p99 {pct(delays2, 99) * ms:.1f} ms"
         )
         print("  baselines measured in this run:")
         print(
@@ -290,11 +321,12 @@ def run(args: argparse.Namespace) -> None:
             f"    Celery task round trip      p50 {pct(celery_rt, 50) * ms:.2f} ms  p99 {pct(celery_rt, 99) * ms:.2f} ms"
         )
         print(
-            f"    switch delay p50 / Celery round trip p50 = {pct(delays, 50) / pct(celery_rt, 50):.1f}x"
+            f"    same-node switch p50 / Celery round trip p50 = {pct(node_delays, 50) / pct(celery_rt, 50):.1f}x"
         )
-        verdict = "meets" if pct(delays, 99) < 0.100 else "MISSES"
-        print(f"  target p99 < 100 ms: {verdict} (p99 {pct(delays, 99) * ms:.1f} ms)")
-        print(f"  vs the paper's ~2 s warm switch: p99 is {pct(delays, 99) / 2.0 * 100:.1f}% of it")
+        p99 = pct(node_delays, 99)
+        verdict = "meets" if p99 < 0.100 else "MISSES"
+        print(f"  target p99 < 100 ms (same-node switch): {verdict} (p99 {p99 * ms:.1f} ms)")
+        print(f"  vs the paper's ~2 s warm switch: p99 is {p99 / 2.0 * 100:.1f}% of it")
     finally:
         if worker is not None:
             worker.send_signal(signal.SIGTERM)
