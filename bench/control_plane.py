@@ -2,13 +2,15 @@
 
 What it measures, from the phase records (start/end stamped by the Ray actors themselves):
 
-- switch delay: for every phase after a job's first, the time from the moment it could
-  start (its node freed by the previous phase AND its own previous phase ended) to its
-  actual start. That is the whole control-plane path of the paper's runtime hook: the actor
-  publishes `phase_finished` to Redis -> a Celery worker claims the phase record, advances
-  the group's GroupRuntime under the group row lock, records the next phases, commits ->
-  dispatches them -> the next actor call starts. p50/p99/max are printed; target p99 < 100 ms
-  (the paper's warm switch is ~2 s, the control plane must be a small part of it).
+- same-node switch (the headline): a phase's end -> the next phase's start on the same
+  node, for the pairs where that end is the event that started the next phase. That is
+  the whole control-plane path of the paper's runtime hook: the actor publishes
+  `phase_finished` to Redis -> a Celery worker claims the phase record, advances the
+  group's GroupRuntime under the group row lock, records the next phases, commits ->
+  dispatches them -> the next actor call starts. Target p99 < 100 ms (the paper's warm
+  switch is ~2 s, the control plane must be a small part of it).
+- ready -> start, for every phase after a job's first: start - max(its node freed, its own
+  previous phase ended); this one also counts waits the round-robin order imposes.
 - throughput: phases per second the controller sustains with near-zero phase durations.
 - baselines measured in the same run: one Ray actor call round trip and one Celery task
   round trip through Redis (no DB), so the ratios show what the controller itself adds.
