@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -245,7 +246,7 @@ def run(args: argparse.Namespace) -> None:
         db = connection.settings_dict
         env = dict(os.environ)
         env.update(
-            DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db_name}",
+            DATABASE_URL=f"postgres://{quote(db['USER'] or '')}:{quote(db['PASSWORD'] or '')}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db_name}",
             REDIS_URL=settings.REDIS_URL,
             ROLLMUX_RAY_ADDRESS=address,
             ROLLMUX_CHECKPOINT_DIR=str(ckpt),

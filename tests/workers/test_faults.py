@@ -12,6 +12,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -67,7 +68,7 @@ def _worker_env(ray_address: str, settings: Any) -> dict[str, str]:
     db = connection.settings_dict
     env = dict(os.environ)
     env.update(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        DATABASE_URL=f"postgres://{quote(db['USER'] or '')}:{quote(db['PASSWORD'] or '')}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         REDIS_URL=settings.REDIS_URL,
         ROLLMUX_RAY_ADDRESS=ray_address,
         ROLLMUX_CHECKPOINT_DIR=settings.ROLLMUX_CHECKPOINT_DIR,
