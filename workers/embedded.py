@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from django.conf import settings
 
@@ -51,7 +52,8 @@ def _beat() -> None:
 
     from workers.tasks import reconcile
 
-    interval = float(settings.CELERY_BEAT_SCHEDULE["reconcile"]["schedule"])
+    schedule: dict[str, dict[str, Any]] = settings.CELERY_BEAT_SCHEDULE
+    interval = float(schedule["reconcile"]["schedule"])
     time.sleep(2.0)  # let the server finish starting, then catch up at once
     while True:
         try:

@@ -18,8 +18,8 @@ from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.quotas.models import SloClass
+from workers.runners import BUILTIN_RUNNERS
 
-BUILTIN_RUNNERS = ("emulated", "toy-rl")
 # "package.module:ClassName": dotted module path, a colon, a class name
 RUNNER_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
@@ -193,7 +193,7 @@ class JobSpecSerializer(serializers.Serializer):
         if value in BUILTIN_RUNNERS or RUNNER_IMPORT_PATH.match(value):
             return value
         raise serializers.ValidationError(
-            f"Unknown runner {value!r}: use 'emulated', 'toy-rl' or an import path "
+            f"Unknown runner {value!r}: use one of {', '.join(BUILTIN_RUNNERS)} or an import path "
             "'package.module:ClassName'."
         )
 

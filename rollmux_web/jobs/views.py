@@ -60,7 +60,7 @@ FORM_FIELDS = (
     FormField("name", "Name", "text", "a human name for the job"),
     FormField("tenant", "Tenant", "select", "owning team"),
     FormField("slo_class", "SLO class", "select", "tolerated slowdown under sharing"),
-    FormField("runner", "Runner", "text", "emulated, toy-rl or package.module:ClassName"),
+    FormField("runner", "Runner", "text", "emulated, toy-rl, external or package.module:ClassName"),
     FormField("model", "Model", "text", "free text, shown in reports", required=False),
     FormField("iterations", "Iterations", "number", "on-policy iterations", step="1"),
     FormField("rollout_gpus", "Rollout GPUs", "number", "multiple of the node size", step="1"),

@@ -116,6 +116,12 @@ def test_user_runner_import_path_is_accepted(world: Any) -> None:
     assert job.runner == "my_lab.rl.runners:GrpoRunner"
 
 
+@pytest.mark.parametrize("runner", ["emulated", "toy-rl", "external"])
+def test_every_builtin_runner_is_accepted(world: Any, runner: str) -> None:
+    job = job_submit(user=world.alice, spec=job_spec(runner=runner), channel="t")
+    assert job.runner == runner
+
+
 def test_tenant_is_required_when_the_user_has_several(world: Any) -> None:
     world.alice.profile.tenants.add(world.speech)
     err = rejected(world)
