@@ -11,6 +11,7 @@ from celery import shared_task
 from django.conf import settings
 
 from rollmux_web.workflow import services
+from workers import triggers
 from workers.dispatch import PhaseReport
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,7 @@ _replan = threading.Event()
 @shared_task(name="workers.tasks.plan", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def plan(self: Any) -> dict[str, Any]:
     """Run a planning pass; if another pass holds the lock, make sure one runs after it."""
+    triggers.planning_started()
     summary = services.plan_pass()
     if not summary.ran:
         if settings.CELERY_TASK_ALWAYS_EAGER:

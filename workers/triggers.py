@@ -28,11 +28,47 @@ def _send(fn: Callable[[], Any], what: str) -> None:
         log.exception("could not enqueue %s; the beat safety net will retry", what)
 
 
+# A planning pass reads every queued job, so one pending pass serves any number of requests:
+# the first request sets this marker and enqueues `plan`; the pass clears it before it takes
+# its snapshot, so a job committed after that moment enqueues the next pass. The TTL bounds
+# the damage of a pass that never ran (lost message): requests enqueue again after it.
+PLAN_PENDING_KEY = "rollmux:plan-pending"
+PLAN_PENDING_TTL_S = 10
+
+
+def _redis() -> Any:
+    from django.conf import settings
+
+    if settings.CELERY_TASK_ALWAYS_EAGER or not settings.REDIS_URL:
+        return None
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0)
+
+
 def request_planning() -> None:
     """Ask for a planning pass (after a submission, departure, failure or node change)."""
     from workers.tasks import plan
 
-    _send(plan.delay, "planning")
+    def enqueue() -> None:
+        client = _redis()
+        if client is not None and not client.set(
+            PLAN_PENDING_KEY, 1, nx=True, ex=PLAN_PENDING_TTL_S
+        ):
+            return  # a pass is already queued and has not taken its snapshot yet
+        plan.delay()
+
+    _send(enqueue, "planning")
+
+
+def planning_started() -> None:
+    """Clear the pending marker: requests from now on need a pass after this one."""
+    try:
+        client = _redis()
+        if client is not None:
+            client.delete(PLAN_PENDING_KEY)
+    except Exception:
+        log.warning("could not clear the planning marker; it expires by itself", exc_info=True)
 
 
 def request_cancel(job_id: int) -> None:
