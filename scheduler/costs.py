@@ -1,4 +1,4 @@
-"""Cost definitions of the trace-format spec (shared/spec/trace-format.md), as numbers.
+"""Cost definitions of the trace-format spec (docs/spec/trace-format.md), as numbers.
 
 The simulator and the web reports both compute cost through these helpers so their
 figures agree:

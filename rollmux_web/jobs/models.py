@@ -34,7 +34,7 @@ class Job(models.Model):
     model = models.CharField(max_length=128, blank=True)
     priority = models.IntegerField(default=0)
 
-    # trace-format fields (../shared/spec/trace-format.md)
+    # trace-format fields (docs/spec/trace-format.md)
     iterations = models.PositiveIntegerField()
     rollout_gpus = models.PositiveIntegerField()
     train_gpus = models.PositiveIntegerField()

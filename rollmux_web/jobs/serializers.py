@@ -1,7 +1,7 @@
 """Job spec validation shared by the submit form, the API and spec-file upload.
 
 One serializer checks every field so the three channels give the same messages.
-Field names are those of the trace format (../shared/spec/trace-format.md) plus
+Field names are those of the trace format (docs/spec/trace-format.md) plus
 name, slo_class, runner, tenant, priority and time_scale.
 """
 

@@ -2,7 +2,7 @@
 
 `python -m scheduler.sim.gen --kind paper|philly --seed N --out FILE` writes a
 trace in the v1 format (trace-format.md). Every parameter below is either a fact
-the paper states ([S], see ../shared/docs/paper-notes.md section 7.2) or a choice
+the paper states ([S], see docs/paper-notes.md section 7.2) or a choice
 we had to make because the paper does not publish it ([I]); the choice is named
 so that anyone can change it. Nothing here was tuned to reproduce the paper's
 cost ratios: the parameters were fixed from the paper's workload description

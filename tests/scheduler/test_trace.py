@@ -23,9 +23,9 @@ from scheduler.trace import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-EXAMPLE_TRACE = SHARED / "traces" / "example.jsonl"
-EXAMPLE_CLUSTER = SHARED / "spec" / "cluster-example.json"
+SPEC = REPO / "docs" / "spec"  # a copy of the shared trace-format spec and its examples
+EXAMPLE_TRACE = SPEC / "example.jsonl"
+EXAMPLE_CLUSTER = SPEC / "cluster-example.json"
 
 GOOD = {
     "id": "job-1",
