@@ -1082,8 +1082,36 @@ def job_trace(*, user: Any, job_id: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- cost
 
 
-@dataclass
-class CostLine:
+@dataclass(kw_only=True)
+class CostFigures:
+    """The money and GPU-hour columns every cost row and total carries."""
+
+    busy_gpu_hours: Decimal = Decimal(0)
+    idle_gpu_hours: Decimal = Decimal(0)
+    busy_cost: Decimal = Decimal(0)
+    idle_cost: Decimal = Decimal(0)
+    solo_disagg_cost: Decimal = Decimal(0)
+    colocated_cost: Decimal = Decimal(0)
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return self.busy_gpu_hours + self.idle_gpu_hours
+
+    @property
+    def cost(self) -> Decimal:
+        return self.busy_cost + self.idle_cost
+
+    @property
+    def saving_vs_solo(self) -> Decimal:
+        return self.solo_disagg_cost - self.cost
+
+    @property
+    def saving_vs_colocated(self) -> Decimal:
+        return self.colocated_cost - self.cost
+
+
+@dataclass(kw_only=True)
+class CostLine(CostFigures):
     """One job on one GPU type over the range (money already rounded to cents)."""
 
     tenant_id: int
@@ -1092,42 +1120,14 @@ class CostLine:
     job_name: str
     gpu_type: str
     group_ids: list[int]
-    busy_gpu_hours: Decimal = Decimal(0)
-    idle_gpu_hours: Decimal = Decimal(0)
-    busy_cost: Decimal = Decimal(0)
-    idle_cost: Decimal = Decimal(0)
-    solo_disagg_cost: Decimal = Decimal(0)
-    colocated_cost: Decimal = Decimal(0)
-
-    @property
-    def gpu_hours(self) -> Decimal:
-        return self.busy_gpu_hours + self.idle_gpu_hours
-
-    @property
-    def cost(self) -> Decimal:
-        return self.busy_cost + self.idle_cost
-
-    @property
-    def saving_vs_solo(self) -> Decimal:
-        return self.solo_disagg_cost - self.cost
-
-    @property
-    def saving_vs_colocated(self) -> Decimal:
-        return self.colocated_cost - self.cost
 
 
-@dataclass
-class CostTotals:
+@dataclass(kw_only=True)
+class CostTotals(CostFigures):
     """Sums of rounded lines (so every rendering of them agrees to the cent)."""
 
     key: str
     label: str
-    busy_gpu_hours: Decimal = Decimal(0)
-    idle_gpu_hours: Decimal = Decimal(0)
-    busy_cost: Decimal = Decimal(0)
-    idle_cost: Decimal = Decimal(0)
-    solo_disagg_cost: Decimal = Decimal(0)
-    colocated_cost: Decimal = Decimal(0)
 
     def add(self, line: CostLine) -> None:
         self.busy_gpu_hours += line.busy_gpu_hours
@@ -1136,22 +1136,6 @@ class CostTotals:
         self.idle_cost += line.idle_cost
         self.solo_disagg_cost += line.solo_disagg_cost
         self.colocated_cost += line.colocated_cost
-
-    @property
-    def gpu_hours(self) -> Decimal:
-        return self.busy_gpu_hours + self.idle_gpu_hours
-
-    @property
-    def cost(self) -> Decimal:
-        return self.busy_cost + self.idle_cost
-
-    @property
-    def saving_vs_solo(self) -> Decimal:
-        return self.solo_disagg_cost - self.cost
-
-    @property
-    def saving_vs_colocated(self) -> Decimal:
-        return self.colocated_cost - self.cost
 
 
 @dataclass
