@@ -8,6 +8,7 @@ to a real Celery broker. Bad values stop the process with ImproperlyConfigured.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -93,11 +94,27 @@ def database_from_url(url: str) -> dict[str, object]:
 
 DEBUG = env_bool("DEBUG", False)
 
+
+def embedded_secret_key(path: Path) -> str:
+    """Return this checkout's own random key, created on first use (never in the repo)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # a concurrent first start wrote it
+        else:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
 _secret = os.environ.get("SECRET_KEY", "")
 if not _secret:
     if DEBUG or env_bool("ROLLMUX_EMBEDDED", True):
-        # Embedded/dev default only; production sets SECRET_KEY (docker-compose refuses to start without it).
-        _secret = "insecure-embedded-default-not-for-production"
+        # Embedded default (make run, tests): a per-checkout key under var/ (git-ignored).
+        # Production sets SECRET_KEY; docker-compose refuses to start without it.
+        _secret = embedded_secret_key(BASE_DIR / "var" / "secret_key")
     else:
         raise ImproperlyConfigured("SECRET_KEY must be set when ROLLMUX_EMBEDDED=false")
 elif len(_secret) < 16:

@@ -118,3 +118,14 @@ def test_postgres_url_is_parsed_into_parts():
         "5433",
         "roll-mux",
     )
+
+
+def test_embedded_secret_key_is_random_per_checkout_and_stable(tmp_path: Path) -> None:
+    from rollmux_web.settings import embedded_secret_key
+
+    first = embedded_secret_key(tmp_path / "var" / "secret_key")
+    again = embedded_secret_key(tmp_path / "var" / "secret_key")
+    other = embedded_secret_key(tmp_path / "elsewhere" / "secret_key")
+    assert first == again and len(first) >= 50
+    assert other != first
+    assert (tmp_path / "var" / "secret_key").stat().st_mode & 0o777 == 0o600
