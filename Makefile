@@ -48,6 +48,11 @@ templates: install
 
 check: lint types contracts templates test
 
+# Benchmarks print their figures; the last three need PostgreSQL and Redis (and Ray).
 bench: install
-	$(RAY_ENV) $(PY) bench/planner_latency.py
-	$(RAY_ENV) $(PY) bench/sim_speed.py
+	$(PY) bench/planner_latency.py
+	$(PY) bench/sim_speed.py
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) bench/gantt.py
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	DJANGO_ALLOW_ASYNC_UNSAFE=true $(RAY_ENV) $(PY) bench/control_plane.py
+	$(PY) bench/api_submit.py
