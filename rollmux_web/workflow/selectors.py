@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
@@ -23,6 +24,21 @@ from rollmux_web.workflow import converters
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
 from scheduler.model import ClusterState
 from scheduler.roundrobin import plan_meta_iteration
+
+EMULATING_RUNNERS = ("emulated", "toy-rl")  # runners whose durations are scaled by time_scale
+
+
+def time_scale_of(runner: str, time_scale: float | None) -> float:
+    """Return the speed-up applied to a job's profile durations.
+
+    The job's own `time_scale` when set; otherwise the settings default for the emulating
+    runners and 1 for real ones (a user's runner takes the time it takes).
+    """
+    if time_scale:
+        return float(time_scale)
+    if runner not in EMULATING_RUNNERS:
+        return 1.0
+    return float(settings.ROLLMUX_TIME_SCALE)
 
 
 def cluster_snapshot() -> ClusterState:

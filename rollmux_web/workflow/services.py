@@ -42,6 +42,7 @@ from rollmux_web.workflow.models import (
     PhaseState,
     Placement,
 )
+from rollmux_web.workflow.selectors import time_scale_of
 from scheduler.model import ClusterState, PhaseKind, PlacementStatus
 from scheduler.roundrobin import GroupRuntime
 from workers.dispatch import PhaseOrder, PhaseReport, get_dispatcher
@@ -51,7 +52,6 @@ log = logging.getLogger(__name__)
 
 PLAN_LOCK_KEY = 0x524F4C4C  # "ROLL": the advisory lock id of the planner
 ACTIVE_PHASE_STATES = (PhaseState.QUEUED, PhaseState.DISPATCHED, PhaseState.RUNNING)
-EMULATING_RUNNERS = ("emulated", "toy-rl")  # runners whose durations are scaled by time_scale
 
 _sqlite_plan_lock = threading.Lock()
 _sqlite_controller_lock = threading.RLock()
@@ -116,16 +116,8 @@ def _save_runtime(group: ExecutionGroup, runtime: GroupRuntime) -> None:
 
 
 def job_time_scale(job: Job) -> float:
-    """Return the speed-up applied to the job's profile durations.
-
-    The job's own `time_scale` when set; otherwise the settings default for the emulating
-    runners and 1 for real ones (a user's runner takes the time it takes).
-    """
-    if job.time_scale:
-        return float(job.time_scale)
-    if job.runner not in EMULATING_RUNNERS:
-        return 1.0
-    return float(settings.ROLLMUX_TIME_SCALE)
+    """Return the speed-up applied to the job's profile durations (see `time_scale_of`)."""
+    return time_scale_of(job.runner, job.time_scale)
 
 
 def runner_context(job: Job) -> RunnerContext:

@@ -37,6 +37,7 @@ def make_job(world: Any, *, name: str = "job", tenant: str = "vision", **kw: Any
         "t_train_min_s": 600.0,
         "host_mem_gb": 400.0,
         "status": JobStatus.RUNNING,
+        "time_scale": 1.0,  # phases in these tests take their profile's real time
     }
     fields.update(kw)
     return Job.objects.create(**fields)

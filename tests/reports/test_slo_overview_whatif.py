@@ -56,6 +56,24 @@ def test_slowdown_is_measured_against_solo_time_and_profile(world: Any) -> None:
 
 
 @pytest.mark.django_db
+def test_an_emulated_job_is_compared_with_its_profile_at_its_time_scale(world: Any) -> None:
+    # profile 600 + 600 s at time scale 100: 12 s per iteration; it ran 6 s + 6 s back to back
+    job = make_job(world, name="emu", status=JobStatus.COMPLETED, time_scale=100.0)
+    g = make_group(created=T0)
+    allocate(g, "h20-0", T0, T0 + M)
+    pl = place(g, job, rollout=[], train=[], joined=T0)
+    sec = timedelta(seconds=1)
+    for i in range(2):
+        start = T0 + i * 12 * sec
+        phase(pl, iteration=i, kind="rollout", nodes=[], start=start, minutes=0.1)
+        phase(pl, iteration=i, kind="train", nodes=[], start=start + 6 * sec, minutes=0.1)
+    (row,) = slo_report(user=world.alice, start=DAY, end=DAY).jobs
+    assert row.profile_iteration_s == pytest.approx(12.0)
+    assert row.slowdown_vs_profile == pytest.approx(1.0)
+    assert row.met_vs_profile
+
+
+@pytest.mark.django_db
 def test_the_slo_report_is_scoped_to_the_researchers_tenant(
     world: Any, client_as: Any, api_as: Any
 ) -> None:
