@@ -40,8 +40,8 @@ SLO_CLASSES = [
 # tenant -> gpu type -> (max GPUs at once, monthly GPU-hours, monthly $)
 QUOTAS: dict[str, dict[str, tuple[int | None, float | None, Decimal | None]]] = {
     "vision": {
-        "H20": (48, 25_000.0, Decimal("40000")),
-        "H800": (32, 15_000.0, Decimal("75000")),
+        "H20": (64, 25_000.0, Decimal("40000")),
+        "H800": (48, 15_000.0, Decimal("75000")),
     },
     "speech": {
         "H20": (16, 8_000.0, Decimal("12000")),
@@ -54,6 +54,28 @@ JOBS: list[tuple[Any, ...]] = [
     ("alice", "grpo-qwen2.5-7b-math", "qwen2.5-7b", "silver", 8, 8, 90, 120, 80, 100, 400, 20),
     ("alice", "ppo-qwen2.5-14b-code", "qwen2.5-14b", "gold", 16, 8, 150, 210, 120, 150, 700, 12),
     ("bob", "grpo-qwen2.5-3b-gsm8k", "qwen2.5-3b", "bronze", 8, 8, 40, 60, 30, 45, 200, 30),
+    # Two balanced jobs (the paper's Temporal Mux, A x2): the planner packs the second into
+    # the first one's bubbles, so the demo shows one job's training overlapping the other's
+    # rollout on shared nodes.
+    ("bob", "grpo-qwen2.5-7b-mux-a", "qwen2.5-7b", "silver", 8, 8, 170, 200, 170, 200, 400, 25),
+    ("charlie", "grpo-qwen2.5-7b-mux-b", "qwen2.5-7b", "silver", 8, 8, 170, 200, 170, 200, 400, 25),
+    # Two rollout-heavy jobs (Train Mux, D x2): the gold one may not share a rollout node
+    # (1.48x slower), so it gets its own by rollout scaling and shares the training node.
+    (
+        "alice",
+        "agentic-qwen2.5-7b-swe-d1",
+        "qwen2.5-7b",
+        "bronze",
+        8,
+        8,
+        300,
+        330,
+        100,
+        120,
+        500,
+        20,
+    ),
+    ("bob", "agentic-qwen2.5-7b-swe-d2", "qwen2.5-7b", "gold", 8, 8, 300, 330, 100, 120, 500, 20),
     (
         "charlie",
         "dapo-qwen2.5-32b-asr",
