@@ -44,8 +44,8 @@ QUOTAS: dict[str, dict[str, tuple[int | None, float | None, Decimal | None]]] = 
         "H800": (48, 15_000.0, Decimal("75000")),
     },
     "speech": {
-        "H20": (16, 8_000.0, Decimal("12000")),
-        "H800": (16, 5_000.0, Decimal("25000")),
+        "H20": (32, 8_000.0, Decimal("12000")),
+        "H800": (32, 5_000.0, Decimal("25000")),
     },
 }
 # (submitter, name, model, slo class, rollout GPUs, train GPUs, t_roll min/max, t_train min/max,
