@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -50,3 +51,26 @@ def snapshot(obj: Any, fields: list[str]) -> dict[str, Any]:
             value = str(value)
         out[name] = value
     return out
+
+
+def save_changes(
+    obj: Any,
+    fields: list[str],
+    data: Mapping[str, Any],
+    *,
+    validate: Callable[[Any], None],
+    snap: Callable[[Any], dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Set the named fields present in `data`, validate, save; return (before, after) snapshots.
+
+    Call inside the caller's transaction, with `obj` locked; the caller audits the change
+    (its action name and tenant differ) when before != after.
+    """
+    take = snap or (lambda o: snapshot(o, fields))
+    before = take(obj)
+    for field in fields:
+        if field in data:
+            setattr(obj, field, data[field])
+    validate(obj)
+    obj.save()
+    return before, take(obj)

@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from rollmux_web.audit.services import audit_record, snapshot
+from rollmux_web.audit.services import audit_record, save_changes, snapshot
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState
 
 GPU_TYPE_FIELDS = ["name", "gpus_per_node", "host_mem_gb"]
@@ -175,13 +175,7 @@ def cluster_create(
 @transaction.atomic
 def cluster_update(*, actor: Any, cluster_id: int, data: Mapping[str, Any]) -> Cluster:
     cluster = Cluster.objects.select_for_update().select_related("gpu_type").get(pk=cluster_id)
-    before = snapshot(cluster, CLUSTER_FIELDS)
-    for field in CLUSTER_FIELDS:
-        if field in data:
-            setattr(cluster, field, data[field])
-    _validate_cluster(cluster)
-    cluster.save()
-    after = snapshot(cluster, CLUSTER_FIELDS)
+    before, after = save_changes(cluster, CLUSTER_FIELDS, data, validate=_validate_cluster)
     if after != before:
         audit_record(actor=actor, action="cluster.update", obj=cluster, before=before, after=after)
     return cluster
@@ -244,13 +238,7 @@ def node_create(
 def node_update(*, actor: Any, node_id: int, data: Mapping[str, Any]) -> Node:
     """Change a node; a state change (up/drained/down) wakes the workflow after commit."""
     node = Node.objects.select_for_update().select_related("cluster", "gpu_type").get(pk=node_id)
-    before = snapshot(node, NODE_FIELDS)
-    for field in NODE_FIELDS:
-        if field in data:
-            setattr(node, field, data[field])
-    _validate_node(node)
-    node.save()
-    after = snapshot(node, NODE_FIELDS)
+    before, after = save_changes(node, NODE_FIELDS, data, validate=_validate_node)
     if after != before:
         action = "node.state" if set(_changed(before, after)) == {"state"} else "node.update"
         audit_record(actor=actor, action=action, obj=node, before=before, after=after)

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from rollmux_web.accounts.models import Tenant
-from rollmux_web.audit.services import audit_record, snapshot
+from rollmux_web.audit.services import audit_record, save_changes, snapshot
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.quotas.models import Quota, SloClass
 
@@ -50,13 +50,7 @@ def slo_class_create(*, actor: Any, name: str, slowdown: float, description: str
 def slo_class_update(*, actor: Any, slo_class_id: int, data: Mapping[str, Any]) -> SloClass:
     """Change an SLO class; jobs already placed keep the plan made under the old value."""
     slo = SloClass.objects.select_for_update().get(pk=slo_class_id)
-    before = snapshot(slo, SLO_FIELDS)
-    for field in SLO_FIELDS:
-        if field in data:
-            setattr(slo, field, data[field])
-    _validate_slo(slo)
-    slo.save()
-    after = snapshot(slo, SLO_FIELDS)
+    before, after = save_changes(slo, SLO_FIELDS, data, validate=_validate_slo)
     if after != before:
         audit_record(actor=actor, action="slo_class.update", obj=slo, before=before, after=after)
     return slo
@@ -154,13 +148,9 @@ def quota_create(
 @transaction.atomic
 def quota_update(*, actor: Any, quota_id: int, data: Mapping[str, Any]) -> Quota:
     quota = Quota.objects.select_for_update().select_related("tenant", "gpu_type").get(pk=quota_id)
-    before = _quota_snapshot(quota)
-    for field in QUOTA_FIELDS:
-        if field in data:
-            setattr(quota, field, data[field])
-    _validate_quota(quota)
-    quota.save()
-    after = _quota_snapshot(quota)
+    before, after = save_changes(
+        quota, QUOTA_FIELDS, data, validate=_validate_quota, snap=_quota_snapshot
+    )
     if after != before:
         audit_record(
             actor=actor,
