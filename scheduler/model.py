@@ -57,7 +57,10 @@ class GpuType:
     price_per_gpu_hour: float
     gpus_per_node: int
     host_mem_gb: float
-    nodes: int | None = None  # pool capacity in nodes; None = unbounded
+    # pool capacity in nodes (None = unbounded): the nodes that can ever take work, cordoned
+    # (drained) ones included, down ones not
+    nodes: int | None = None
+    nodes_down: int = 0  # nodes of the pool out of service, not in `nodes` (named in reasons)
 
     @property
     def node_price_per_hour(self) -> float:
@@ -78,7 +81,13 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class Node:
-    """One node of a pool. `host_mem_gb` is what residency may use on it."""
+    """One node of a pool. `host_mem_gb` is what residency may use on it.
+
+    A cordoned node (the inventory's "drained") keeps running the members already pinned
+    to it but takes no new member: the planner never hands it out free, never packs a new
+    job onto it and never shares it with a joining job. It still counts in the pool's
+    capacity (the operator will bring it back up or take it down).
+    """
 
     name: str
     pool: Pool
@@ -86,6 +95,7 @@ class Node:
     gpus: int
     host_mem_gb: float
     price_per_hour: float  # gpus x price per GPU-hour of its type
+    cordoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,7 +203,8 @@ class PlacementResult:
 class ClusterState:
     """A snapshot the planner works on: the usable nodes and the live groups.
 
-    Nodes not in any group are free. Only nodes that are up belong in `nodes`.
+    Nodes not in any group and not cordoned are free. Only nodes that are up or cordoned
+    belong in `nodes` (a down node is out of the pool).
     """
 
     spec: ClusterSpec

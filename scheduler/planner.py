@@ -38,6 +38,13 @@ Decisions where the paper is silent (see also the module functions):
   its iterations (negligible for long jobs, decisive for a job of 2 iterations).
 * Residency: the summed host_mem_gb of the members pinned to a node plus the job's
   must not exceed the node's host_mem_gb (equality fits).
+* Cordoned (drained) nodes: their members keep running, but no new member is pinned to
+  one: they are never free, never a direct-packing or rollout-scaling target, and a
+  joining job shares only the group's training nodes that are not cordoned (a group whose
+  training nodes are all cordoned admits no one). They still count in the pool's
+  capacity, so a job that fits only with them waits (RETRY, the reason says how many are
+  drained); a job larger than the capacity (`GpuType.nodes`: up and cordoned nodes, down
+  ones not) is INFEASIBLE.
 """
 
 from __future__ import annotations
@@ -276,6 +283,7 @@ class _NodeIndex:
     by_pool: dict[Pool, list[Node]]
     biggest_mem: dict[Pool, float]
     position: dict[str, int]  # index of each node in state.nodes
+    cordoned: dict[Pool, int]  # cordoned nodes per pool
 
 
 # One-entry memo of _node_index: consecutive decisions share `state.nodes` (it changes
@@ -292,13 +300,16 @@ def _node_index(nodes: tuple[Node, ...]) -> _NodeIndex:
     by_pool: dict[Pool, list[Node]] = {Pool.ROLLOUT: [], Pool.TRAIN: []}
     biggest = {Pool.ROLLOUT: 0.0, Pool.TRAIN: 0.0}
     position: dict[str, int] = {}
+    cordoned = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
     for i, n in enumerate(nodes):
         by_name[n.name] = n
         position[n.name] = i
         by_pool[n.pool].append(n)
         if n.host_mem_gb > biggest[n.pool]:
             biggest[n.pool] = n.host_mem_gb
-    index = _NodeIndex(by_name, by_pool, biggest, position)
+        if n.cordoned:
+            cordoned[n.pool] += 1
+    index = _NodeIndex(by_name, by_pool, biggest, position, cordoned)
     memo[:] = [(nodes, index)]
     return index
 
@@ -310,7 +321,7 @@ class _Derived:
     summaries: list[_Summary]  # aligned with state.groups
     taken: set[str]  # nodes some group holds
     job_ids: set[str]  # jobs placed in some group
-    free: dict[Pool, list[Node]]  # nodes no group holds, in state order
+    free: dict[Pool, list[Node]]  # nodes no group holds and not cordoned, in state order
 
 
 # Memo of _derive keyed by the identity of the (frozen) state, filled incrementally by
@@ -348,7 +359,7 @@ def _derive(state: ClusterState) -> _Derived:
         job_ids.update(summary.job_ids)
     index = _node_index(state.nodes)
     free = {
-        pool: [n for n in index.by_pool[pool] if n.name not in taken]
+        pool: [n for n in index.by_pool[pool] if n.name not in taken and not n.cordoned]
         for pool in (Pool.ROLLOUT, Pool.TRAIN)
     }
     derived = _Derived(summaries, taken, job_ids, free)
@@ -382,10 +393,7 @@ def _infeasible_reason(job: JobProfile, spec: ClusterSpec, index: _NodeIndex) ->
             )
         need = gpus // gt.gpus_per_node
         if gt.nodes is not None and need > gt.nodes:
-            return (
-                f"{field}={gpus} needs {need} {gt.name} nodes; the {pool.value} pool has "
-                f"{gt.nodes} nodes ({gt.nodes * gt.gpus_per_node} GPUs) in total"
-            )
+            return f"{field}={gpus} needs {need} {gt.name} nodes; " + pool_capacity(spec, pool)
         biggest = max(index.biggest_mem[pool], gt.host_mem_gb)
         if job.host_mem_gb > biggest + _EPS:
             return (
@@ -394,7 +402,8 @@ def _infeasible_reason(job: JobProfile, spec: ClusterSpec, index: _NodeIndex) ->
             )
         pool_nodes = index.by_pool[pool]
         if gt.nodes is not None and len(pool_nodes) >= gt.nodes:
-            # Every node of the pool is up: count those big enough for residency.
+            # Every node the pool's capacity counts is in the state (cordoned ones too):
+            # count those big enough for residency.
             big = sum(1 for n in pool_nodes if n.host_mem_gb + _EPS >= job.host_mem_gb)
             if big < need:
                 return (
@@ -404,7 +413,20 @@ def _infeasible_reason(job: JobProfile, spec: ClusterSpec, index: _NodeIndex) ->
     return None
 
 
-def _retry_reason(job: JobProfile, spec: ClusterSpec, pools: dict[Pool, _FreePool]) -> str:
+def pool_capacity(spec: ClusterSpec, pool: Pool) -> str:
+    """Return what a bounded pool can ever hold, in words, for reasons and field errors."""
+    gt = spec.gpu_type(pool)
+    nodes = gt.nodes or 0
+    text = f"the {pool.value} pool has {nodes} nodes ({nodes * gt.gpus_per_node} GPUs)"
+    if gt.nodes_down:
+        noun = "node" if gt.nodes_down == 1 else "nodes"
+        return f"{text}, not counting {gt.nodes_down} down {noun}"
+    return f"{text} in total"
+
+
+def _retry_reason(
+    job: JobProfile, spec: ClusterSpec, pools: dict[Pool, _FreePool], index: _NodeIndex
+) -> str:
     parts = []
     for pool in (Pool.ROLLOUT, Pool.TRAIN):
         need = nodes_needed(job, spec, pool)
@@ -417,6 +439,10 @@ def _retry_reason(job: JobProfile, spec: ClusterSpec, pools: dict[Pool, _FreePoo
             extra = ""
             if free > fit:
                 extra = f" ({free} free in all, {fit} with {job.host_mem_gb:g} GB host memory room)"
+            cordoned = index.cordoned[pool]
+            if cordoned:
+                verb = "is" if cordoned == 1 else "are"
+                extra += f"; {cordoned} {verb} drained and take no new work"
             noun = "node" if need == 1 else "nodes"
             parts.append(f"needs {need} free {gt.name} {noun}, {fit} free{extra}")
     detail = "; ".join(parts) or "no capacity"
@@ -493,7 +519,7 @@ def place(
             spec.switch_overhead_s,
         )
     if best is None:
-        return PlacementResult(PlacementStatus.RETRY, _retry_reason(job, spec, pools))
+        return PlacementResult(PlacementStatus.RETRY, _retry_reason(job, spec, pools, index))
     cand, slowdown = best
     group = cand.summary.group if cand.summary else None
     placement = Placement(
@@ -544,7 +570,14 @@ def _new_group_candidate(
 def _least_loaded(
     names: Iterable[str], s: _Summary, job: JobProfile, nodes: dict[str, Node]
 ) -> list[str]:
-    room = [x for x in names if s.mem.get(x, 0.0) + job.host_mem_gb <= nodes[x].host_mem_gb + _EPS]
+    """Return the group's nodes among `names` that may take the job: not cordoned and
+    with residency room, least loaded first."""
+    mem = job.host_mem_gb
+    room = [
+        x
+        for x in names
+        if not (n := nodes[x]).cordoned and s.mem.get(x, 0.0) + mem <= n.host_mem_gb + _EPS
+    ]
     room.sort(key=lambda x: (s.load.get(x, 0.0), x))
     return room
 
@@ -757,8 +790,8 @@ def apply_placement(
 ) -> ClusterState:
     """Return `state` with `job` placed; `group_id` names a new group (ignored when joining).
 
-    Raises ValueError when the placement uses a node another group holds, names an
-    unknown group, or breaks residency on a node.
+    Raises ValueError when the placement uses a node another group holds or a cordoned
+    node, names an unknown group, or breaks residency on a node.
     """
     spec = state.spec
     derived = _derive(state)
@@ -778,7 +811,8 @@ def apply_placement(
 
     wanted = placement.rollout_nodes + placement.train_nodes
     for name in wanted:
-        node(name)
+        if node(name).cordoned:
+            raise ValueError(f"placement of {job.id!r} uses cordoned (drained) node {name!r}")
     if job.id in derived.job_ids:
         raise ValueError(f"job {job.id!r} is already placed in a co-execution group")
     target = placement.group_id
@@ -866,10 +900,13 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
     child = replace(state, groups=groups)
     index = _node_index(state.nodes)
     free = {p: list(v) for p, v in derived.free.items()}
+    back = False
     for x in released:
         n = index.nodes[x]
-        free[n.pool].append(n)
-    if released:
+        if not n.cordoned:  # a released cordoned node stays out of the free pool
+            free[n.pool].append(n)
+            back = True
+    if back:
         for nodes in free.values():
             nodes.sort(key=lambda n: index.position[n.name])
     gone = set(released)

@@ -50,12 +50,13 @@ def nodes_needed(job: JobProfile, spec: ClusterSpec, pool: Pool) -> int:
 
 
 def free_nodes(state: ClusterState, pool: Pool) -> list[str]:
-    """Return the names of the nodes of `pool` that belong to no group, in order."""
+    """Return the names of the nodes of `pool` that belong to no group and are not
+    cordoned, in order."""
     used: set[str] = set()
     for group in state.groups:
         used.update(group.rollout_nodes)
         used.update(group.train_nodes)
-    return [n.name for n in state.nodes if n.pool is pool and n.name not in used]
+    return [n.name for n in state.nodes if n.pool is pool and n.name not in used and not n.cordoned]
 
 
 # --- colocated (veRL) -----------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -16,6 +16,7 @@ from scheduler.model import (
     Placement,
     PlacementResult,
     PlacementStatus,
+    Pool,
     Strategy,
 )
 from scheduler.planner import apply_placement, empty_state, place, remove_job
@@ -25,11 +26,16 @@ DIRECT, SCALING, NEW = Strategy.DIRECT_PACKING, Strategy.ROLLOUT_SCALING, Strate
 
 
 def spec(
-    roll_nodes: int | None = 8, train_nodes: int | None = 8, overhead: float = 2.0
+    roll_nodes: int | None = 8,
+    train_nodes: int | None = 8,
+    overhead: float = 2.0,
+    *,
+    roll_down: int = 0,
+    train_down: int = 0,
 ) -> ClusterSpec:
     return ClusterSpec(
-        GpuType("H20", 1.85, 8, 2048, roll_nodes),
-        GpuType("H800", 5.28, 8, 2048, train_nodes),
+        GpuType("H20", 1.85, 8, 2048, roll_nodes, roll_down),
+        GpuType("H800", 5.28, 8, 2048, train_nodes, train_down),
         overhead,
     )
 
@@ -73,6 +79,43 @@ def group_of(state: ClusterState, job_id: str) -> str:
     return next(g.id for g in state.groups for m in g.members if m.job.id == job_id)
 
 
+def cordon(state: ClusterState, names: Iterable[str]) -> ClusterState:
+    """Return `state` with the named nodes cordoned (the inventory's "drained")."""
+    names = set(names)
+    return replace(
+        state,
+        nodes=tuple(replace(n, cordoned=True) if n.name in names else n for n in state.nodes),
+    )
+
+
+def cordoned_names(state: ClusterState) -> set[str]:
+    return {n.name for n in state.nodes if n.cordoned}
+
+
+# What a case cordons after the existing jobs are placed: a function of the built state.
+def _rollout_of(job_id: str) -> Callable[[ClusterState], Iterable[str]]:
+    def pick(state: ClusterState) -> Iterable[str]:
+        return next(m.rollout_nodes for g in state.groups for m in g.members if m.job.id == job_id)
+
+    return pick
+
+
+def _train_of(job_id: str, first_only: bool = False) -> Callable[[ClusterState], Iterable[str]]:
+    def pick(state: ClusterState) -> Iterable[str]:
+        nodes = next(m.train_nodes for g in state.groups for m in g.members if m.job.id == job_id)
+        return nodes[:1] if first_only else nodes
+
+    return pick
+
+
+def _free(pool: Pool, count: int) -> Callable[[ClusterState], Iterable[str]]:
+    def pick(state: ClusterState) -> Iterable[str]:
+        held = {x for g in state.groups for x in g.all_nodes}
+        return [n.name for n in state.nodes if n.pool is pool and n.name not in held][:count]
+
+    return pick
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -86,6 +129,7 @@ class Case:
     policy: str = "rollmux"
     max_group_size: int = 5
     check: Callable[[ClusterState, PlacementResult], None] | None = None
+    cordon: Callable[[ClusterState], Iterable[str]] | None = None  # nodes drained after building
 
 
 def _shares_training_node_with_a(state: ClusterState, res: PlacementResult) -> None:
@@ -136,6 +180,25 @@ def _lower_slowdown_wins_tie(state: ClusterState, res: PlacementResult) -> None:
     assert res.predicted_slowdown["N"] == pytest.approx(min(res.predicted_slowdown.values()))
 
 
+def _scales_beside_the_drained_rollout_nodes(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    a = next(m for g in state.groups for m in g.members if m.job.id == "A")
+    assert res.placement.train_nodes == a.train_nodes  # the training node is not drained
+    assert len(res.placement.new_nodes) == 1
+
+
+def _own_training_node(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    assert res.placement.group_id is None
+    assert not set(res.placement.train_nodes) & {x for g in state.groups for x in g.train_nodes}
+
+
+def _pinned_to_the_training_node_still_up(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    c = next(m for g in state.groups for m in g.members if m.job.id == "C")
+    assert res.placement.train_nodes == c.train_nodes[1:]
+
+
 CASES = [
     Case(
         "two rollout-heavy jobs share one training node",
@@ -184,6 +247,43 @@ CASES = [
         job("A", 100, 100, rollout_gpus=80),
         INFEASIBLE,
         reason="the rollout pool has 8 nodes (64 GPUs) in total",
+    ),
+    Case(
+        "job larger than the rollout pool is INFEASIBLE",
+        [job("A", 100, 100)],
+        job("B", 100, 100, rollout_gpus=128),
+        INFEASIBLE,
+        reason="rollout_gpus=128 needs 16 H20 nodes; the rollout pool has 8 nodes (64 GPUs)",
+    ),
+    Case(
+        "training demand above the training pool is INFEASIBLE",
+        [job("A", 100, 100)],
+        job("B", 100, 100, train_gpus=72),
+        INFEASIBLE,
+        reason="train_gpus=72 needs 9 H800 nodes; the train pool has 8 nodes (64 GPUs)",
+    ),
+    Case(
+        "a job as large as the whole pool is not INFEASIBLE",
+        [],
+        job("A", 100, 100, rollout_gpus=64, train_gpus=64),
+        FIT,
+        NEW,
+    ),
+    Case(
+        "a pool with down nodes names them in the INFEASIBLE reason",
+        [],
+        job("A", 100, 100, rollout_gpus=64),
+        INFEASIBLE,
+        reason="the rollout pool has 6 nodes (48 GPUs), not counting 2 down nodes",
+        cluster=spec(6, 8, roll_down=2),
+    ),
+    Case(
+        "the baselines refuse a job larger than the pool too",
+        [job("A", 100, 100)],
+        job("B", 100, 100, train_gpus=72),
+        INFEASIBLE,
+        reason="the train pool has 8 nodes",
+        policy="greedy-most-idle",
     ),
     Case(
         "an slo below 1 is INFEASIBLE",
@@ -310,6 +410,72 @@ CASES = [
         policy="greedy-most-idle",
     ),
     Case(
+        "no direct packing onto a drained rollout node",
+        [job("A", 100, 100)],
+        job("B", 100, 100),
+        FIT,
+        SCALING,
+        joins="A",
+        cordon=_rollout_of("A"),
+        check=_scales_beside_the_drained_rollout_nodes,
+    ),
+    Case(
+        "no sharing of drained training nodes",
+        [job("A", 330, 120, slo=1.2)],
+        job("B", 330, 120, slo=1.2),
+        FIT,
+        NEW,
+        cordon=_train_of("A"),
+        check=_own_training_node,
+    ),
+    Case(
+        "a group with one drained training node pins a joiner to the other",
+        [job("C", 400, 200, rollout_gpus=16, train_gpus=16, slo=1.5)],
+        job("D", 200, 100, slo=2.2),
+        FIT,
+        DIRECT,
+        joins="C",
+        cordon=_train_of("C", first_only=True),
+        check=_pinned_to_the_training_node_still_up,
+    ),
+    Case(
+        "a drained free node is never given to a new group",
+        [],
+        job("A", 100, 100),
+        FIT,
+        NEW,
+        cluster=spec(2, 2),
+        cordon=_free(Pool.ROLLOUT, 1),
+    ),
+    Case(
+        "a job that fits only on drained nodes waits and says so",
+        [job("A", 100, 100, slo=1.0)],
+        job("B", 100, 100, rollout_gpus=16),
+        RETRY,
+        reason="needs 2 free H20 nodes, 1 free; 1 is drained and take no new work",
+        cluster=spec(3, 2),
+        cordon=_free(Pool.ROLLOUT, 1),
+    ),
+    Case(
+        "random never packs onto a drained rollout node",
+        [job("A", 100, 100, slo=1.0)],
+        job("B", 100, 100),
+        FIT,
+        SCALING,
+        joins="A",
+        policy="random",
+        cordon=_rollout_of("A"),
+    ),
+    Case(
+        "greedy-most-idle opens a new group rather than share drained training nodes",
+        [job("A", 100, 100)],
+        job("B", 100, 100),
+        FIT,
+        NEW,
+        policy="greedy-most-idle",
+        cordon=_train_of("A"),
+    ),
+    Case(
         "among free placements the lower predicted slowdown wins",
         [job("X", 100, 100, slo=3.0), job("Y", 300, 300, slo=3.0), job("Z", 301, 300, slo=3.0)],
         job("N", 100, 100, slo=3.0),
@@ -324,12 +490,17 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_planner_case(case: Case) -> None:
     state = build(case.cluster, case.existing, max_group_size=max(case.max_group_size, 1))
+    if case.cordon is not None:
+        state = cordon(state, case.cordon(state))
+        assert cordoned_names(state), "the case cordons nothing"
     rng = random.Random(7)
     res = place(case.job, state, policy=case.policy, max_group_size=case.max_group_size, rng=rng)
     assert res.status is case.status, res.reason
     assert case.reason in res.reason
     if case.status is FIT:
         assert res.placement is not None
+        placed_on = set(res.placement.rollout_nodes) | set(res.placement.train_nodes)
+        assert not placed_on & cordoned_names(state), "a new job was placed on a drained node"
         if case.strategy is not None:
             assert res.strategy is case.strategy, res.reason
         if case.joins is not None:
@@ -434,6 +605,29 @@ def test_apply_rejects_a_broken_residency() -> None:
     bad = Placement("B", DIRECT, g.id, g.rollout_nodes, g.train_nodes)
     with pytest.raises(ValueError, match="residency broken"):
         apply_placement(state, job("B", 100, 100, mem=1000), bad, group_id=g.id)
+
+
+def test_apply_rejects_a_cordoned_node() -> None:
+    state = cordon(empty_state(spec(2, 2)), ["H20-000"])
+    bad = Placement("A", NEW, None, ("H20-000",), ("H800-000",), ("H20-000", "H800-000"))
+    with pytest.raises(ValueError, match="cordoned"):
+        apply_placement(state, job("A", 100, 100), bad, group_id="g")
+
+
+def test_a_drained_node_keeps_its_members_and_is_not_free_once_released() -> None:
+    cluster = spec(1, 1)
+    state = build(cluster, [job("A", 100, 100, slo=1.0)])
+    state = cordon(state, state.groups[0].all_nodes)
+    # A keeps its nodes while they are drained; nothing else gets them.
+    assert state.groups[0].members[0].job.id == "A"
+    waiting = place(job("B", 100, 100, slo=1.0), state)
+    assert waiting.status is RETRY and "drained" in waiting.reason
+    state, released = remove_job(state, "A")
+    assert set(released) == {"H20-000", "H800-000"}
+    assert place(job("B", 100, 100, slo=1.0), state).status is RETRY
+    # Brought back up, the nodes are free again.
+    up = replace(state, nodes=tuple(replace(n, cordoned=False) for n in state.nodes))
+    assert place(job("B", 100, 100, slo=1.0), up).status is FIT
 
 
 def test_released_nodes_are_free_for_the_next_job() -> None:

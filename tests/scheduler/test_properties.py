@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -194,6 +194,63 @@ def test_baselines_keep_groups_disjoint_and_resident(
     state: ClusterState, sequence: list[tuple[str, int]], data: st.DataObject, policy: str
 ) -> None:
     run_sequence(state, sequence, lambda k: data.draw(jobs(f"j{k}")), policy)
+
+
+cordon_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["arrive", "arrive", "arrive", "depart", "cordon", "uncordon"]),
+        st.integers(0, 10**6),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def set_cordoned(state: ClusterState, name: str, cordoned: bool) -> ClusterState:
+    nodes = tuple(replace(n, cordoned=cordoned) if n.name == name else n for n in state.nodes)
+    return replace(state, nodes=nodes)
+
+
+@FAST
+@given(
+    state=clusters(),
+    sequence=cordon_ops,
+    data=st.data(),
+    policy=st.sampled_from(list(planner.POLICIES)),
+)
+def test_no_policy_places_a_new_job_on_a_cordoned_node(
+    state: ClusterState, sequence: list[tuple[str, int]], data: st.DataObject, policy: str
+) -> None:
+    rng = random.Random(0)
+    live: list[str] = []
+    for k, (op, pick) in enumerate(sequence):
+        node = state.nodes[pick % len(state.nodes)]
+        if op in ("cordon", "uncordon"):
+            state = set_cordoned(state, node.name, op == "cordon")
+        elif op == "depart" and live:
+            state, _ = remove_job(state, live.pop(pick % len(live)))
+        else:
+            job = data.draw(jobs(f"j{k}"))
+            res = place(job, state, policy=policy, max_group_size=3, rng=rng)
+            cordoned = {n.name for n in state.nodes if n.cordoned}
+            if res.status is PlacementStatus.INFEASIBLE:
+                # Cordoning never makes a job "never": the same job on the same state
+                # with every node up is INFEASIBLE too.
+                up = replace(state, nodes=tuple(replace(n, cordoned=False) for n in state.nodes))
+                assert place(job, up, policy="solo-disagg").status is PlacementStatus.INFEASIBLE
+            if res.placement is None:
+                continue
+            event(f"{policy}: {res.placement.strategy.value}, {len(cordoned)} cordoned")
+            placed_on = set(res.placement.rollout_nodes) | set(res.placement.train_nodes)
+            assert not placed_on & cordoned, f"{policy} placed {job.id} on {placed_on & cordoned}"
+            before = {m.job.id: m for g in state.groups for m in g.members}
+            state = apply_placement(state, job, res.placement, group_id=f"g{k}")
+            after = {m.job.id: m for g in state.groups for m in g.members}
+            # Members on cordoned nodes keep running where they are.
+            assert all(after[j] == m for j, m in before.items())
+            live.append(job.id)
+        assert_structure(state)
+        assert_memo_matches_a_fresh_view(state)
 
 
 @FAST

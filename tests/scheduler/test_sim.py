@@ -289,3 +289,69 @@ def test_cli_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     assert "rollmux" in text and "solo-disagg/rollmux" in text
     report = json.loads(out.read_text())
     assert set(report["ratios"]) == {"solo-disagg/rollmux", "colocated/rollmux"}
+
+
+def test_a_trace_job_larger_than_a_bounded_pool_is_infeasible_not_simulated(
+    tmp_path: Path,
+) -> None:
+    # The cluster file bounds the pools at 8 H20 and 4 H800 nodes: a job asking for 16
+    # rollout nodes or 5 training nodes can never start, so every policy reports it
+    # INFEASIBLE with the pool's size and the run ends with the other jobs completed.
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(
+        json.dumps(
+            {
+                "rollout_gpu_type": "H20",
+                "train_gpu_type": "H800",
+                "gpu_types": {
+                    "H20": {
+                        "price_per_gpu_hour": 1.85,
+                        "gpus_per_node": 8,
+                        "host_mem_gb": 2048,
+                        "nodes": 8,
+                    },
+                    "H800": {
+                        "price_per_gpu_hour": 5.28,
+                        "gpus_per_node": 8,
+                        "host_mem_gb": 2048,
+                        "nodes": 4,
+                    },
+                },
+            }
+        )  # fmt: skip
+    )
+    line = {"arrival_s": 0, "iterations": 3, "t_roll_max_s": 100, "t_train_max_s": 50,
+            "host_mem_gb": 100, "slo": 1.5}  # fmt: skip
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "\n".join(
+            json.dumps({**line, **extra})
+            for extra in (
+                {"id": "big-roll", "rollout_gpus": 128, "train_gpus": 8},
+                {"id": "big-train", "rollout_gpus": 8, "train_gpus": 40},
+                {"id": "ok", "rollout_gpus": 8, "train_gpus": 8},
+            )
+        )
+    )
+    out = tmp_path / "r.json"
+    import io
+
+    code = cli_main(
+        ["--trace", str(trace), "--cluster", str(cluster), "--policy", "all", "--seed", "1",
+         "--json", str(out)], out=io.StringIO(),
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads(out.read_text())["policies"]
+    assert set(report) == {*ONLINE, "optimal"}
+    for policy, figures in report.items():
+        infeasible = {j["id"]: j["reason"] for j in figures["infeasible"]}
+        assert figures["never_started"] == []
+        if policy == "colocated":
+            # colocated runs rollouts on the job's training GPUs: only big-train is too big
+            assert set(infeasible) == {"big-train"} and figures["completed"] == 2
+            continue
+        assert set(infeasible) == {"big-roll", "big-train"}, policy
+        assert figures["completed"] == 1
+        if policy != "optimal":
+            assert "needs 16 H20 nodes; the rollout pool has 8 nodes" in infeasible["big-roll"]
+            assert "needs 5 H800 nodes; the train pool has 4 nodes" in infeasible["big-train"]
