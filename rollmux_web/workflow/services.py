@@ -25,11 +25,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Field, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from rollmux_web.inventory.models import Node, NodeState
@@ -83,20 +84,70 @@ def _try_plan_lock() -> bool:
         return bool(cur.fetchone()[0])
 
 
-def _async_commit() -> None:
-    """Let this transaction's commit return before its WAL is flushed (PostgreSQL).
+def _lock_group(group_id: int, *, phase_event: bool = False) -> ExecutionGroup:
+    """Lock the group row for this transaction and return it.
 
-    Used for phase events only, where it takes the disk flush off the switch path. A
-    database crash can lose the last few milliseconds of such commits; what they recorded
-    is still on the job's host (its stored reports) and `reconcile` re-applies it.
+    For a phase event (`phase_event=True`) the same statement also lets the transaction's
+    commit return before its WAL is flushed on PostgreSQL (`set_config(...)`, i.e. SET LOCAL
+    synchronous_commit = off, folded into the SELECT to save a round trip on the switch
+    path). A database crash can lose the last few milliseconds of such commits; what they
+    recorded is still on the job's host (its stored reports) and `reconcile` re-applies it.
     """
-    if _is_postgres() and settings.ROLLMUX_ASYNC_COMMIT_PHASE_EVENTS:
-        with connection.cursor() as cur:
-            cur.execute("SET LOCAL synchronous_commit TO OFF")
+    qs = ExecutionGroup.objects.select_for_update()
+    if phase_event and _is_postgres() and settings.ROLLMUX_ASYNC_COMMIT_PHASE_EVENTS:
+        qs = qs.annotate(_async_commit=RawSQL("set_config('synchronous_commit', 'off', true)", ()))
+    return qs.get(pk=group_id)
 
 
-def _lock_group(group_id: int) -> ExecutionGroup:
-    return ExecutionGroup.objects.select_for_update().get(pk=group_id)
+def _claim_phase(phase_id: int, group_id: int, fields: dict[str, Any]) -> _Claimed | None:
+    """Apply a phase's end to its record if it is still active; None if it is not.
+
+    One round trip: `UPDATE ... WHERE state IN (active) RETURNING ...` (PostgreSQL and
+    SQLite >= 3.35). The conditional UPDATE is what makes a report apply at most once; a
+    record without a start stamp gets the end stamp as its start.
+    """
+    meta = PhaseRecord._meta
+    qn = connection.ops.quote_name
+
+    def column(name: str) -> Field[Any, Any]:
+        return cast("Field[Any, Any]", meta.get_field(name))
+
+    sets = [f"{qn(str(column(name).column))} = %s" for name in fields]
+    params = [column(name).get_db_prep_save(value, connection) for name, value in fields.items()]
+    if "started_at" not in fields:  # (the right-hand side of SET sees the old row)
+        sets.append(f"{qn('started_at')} = COALESCE({qn('started_at')}, %s)")
+        params.append(column("finished_at").get_db_prep_save(fields["finished_at"], connection))
+    states = ", ".join(["%s"] * len(ACTIVE_PHASE_STATES))
+    sql = (
+        f"UPDATE {qn(meta.db_table)} SET {', '.join(sets)}"
+        f" WHERE {qn('id')} = %s AND {qn('group_id')} = %s AND {qn('state')} IN ({states})"
+        f" RETURNING {qn('job_id')}, {qn('placement_id')}, {qn('kind')}, {qn('iteration')}"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [*params, phase_id, group_id, *ACTIVE_PHASE_STATES])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return _Claimed(phase_id, int(row[0]), int(row[1]), str(row[2]), int(row[3]))
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    """The fields of a claimed phase record the controller needs."""
+
+    pk: int
+    job_id: int
+    placement_id: int
+    kind: str
+    iteration: int
+
+
+def _open_placements(group: ExecutionGroup) -> dict[int, Placement]:
+    """Return the group's open placements with their jobs, by job id (one query)."""
+    return {
+        p.job_id: p
+        for p in Placement.objects.filter(group=group, ended_at__isnull=True).select_related("job")
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -219,7 +270,12 @@ def _pinned_nodes(runtime: GroupRuntime) -> dict[int, tuple[str, ...]]:
 
 
 def _start_phases(
-    group: ExecutionGroup, runtime: GroupRuntime, now: datetime, effects: _Effects
+    group: ExecutionGroup,
+    runtime: GroupRuntime,
+    now: datetime,
+    effects: _Effects,
+    *,
+    placements: dict[int, Placement] | None = None,
 ) -> list[PhaseRecord]:
     """Ask the runtime which phases start now; record and queue them for dispatch.
 
@@ -232,11 +288,10 @@ def _start_phases(
     if not starts:
         return []
     job_ids = {int(s.job_id) for s in starts}
+    if placements is None:
+        placements = _open_placements(group)
     placements = {
-        p.job_id: p
-        for p in Placement.objects.filter(
-            group=group, job_id__in=job_ids, ended_at__isnull=True
-        ).select_related("job")
+        job_id: p for job_id, p in placements.items() if job_id in job_ids and p.ended_at is None
     }
     jobs = {job_id: p.job for job_id, p in placements.items()}
     pinned = _pinned_nodes(runtime)
@@ -520,8 +575,7 @@ def phase_finished(report: PhaseReport, *, now: datetime | None = None) -> bool:
             log.warning("report for unknown phase %s", report.phase_id)
             return False
     with _controller_serial(), transaction.atomic():
-        _async_commit()
-        group = _lock_group(group_id)
+        group = _lock_group(group_id, phase_event=True)
         state = (
             PhaseState.SUCCEEDED
             if report.ok
@@ -537,34 +591,33 @@ def phase_finished(report: PhaseReport, *, now: datetime | None = None) -> bool:
             fields["started_at"] = _ts(report.started_at)
         if report.warm is not None:
             fields["warm_start"] = report.warm
-        claimed = PhaseRecord.objects.filter(
-            pk=report.phase_id, group_id=group_id, state__in=ACTIVE_PHASE_STATES
-        ).update(**fields)
-        if not claimed:
+        phase = _claim_phase(report.phase_id, group_id, fields)
+        if phase is None:
             return False
-        # The job row is read, not locked: the group lock serialises the controller, and the
-        # jobs app only flips cancel_requested, which the saves below never overwrite.
-        phase = PhaseRecord.objects.select_related("placement", "job").get(pk=report.phase_id)
-        if phase.started_at is None:
-            PhaseRecord.objects.filter(pk=phase.pk).update(started_at=fields["finished_at"])
-        job = phase.job
-        placement = phase.placement
+        # The job rows are read, not locked: the group lock serialises the controller, and
+        # the jobs app only flips cancel_requested, which the saves below never overwrite.
+        # The same read serves the phases started below.
+        placements = _open_placements(group)
         runtime = _load_runtime(group)
         effects = _Effects()
-        kind = PhaseKind(phase.kind)
         try:
-            finish = runtime.finish(str(job.pk), kind)
+            finish = runtime.finish(str(job_id), PhaseKind(phase.kind))
         except ValueError:
             finish = None  # the runtime already let go of this phase (job removed)
-        if placement.ended_at is None and job.status not in TERMINAL_STATUSES:
-            if report.ok:
-                _after_success(job, phase, placement, runtime, finish, now, effects)
-            else:
-                _remove_member(runtime, job.pk)
-                _depart(placement, "failed", now, effects, kill=report.outcome.startswith("lost"))
-                _fail_or_resubmit(job, report.outcome, now)
+        placement = placements.get(phase.job_id)
+        if placement is not None and placement.pk == phase.placement_id:
+            job = placement.job
+            if job.status not in TERMINAL_STATUSES:
+                if report.ok:
+                    _after_success(job, phase, placement, runtime, finish, now, effects)
+                else:
+                    _remove_member(runtime, job.pk)
+                    _depart(
+                        placement, "failed", now, effects, kill=report.outcome.startswith("lost")
+                    )
+                    _fail_or_resubmit(job, report.outcome, now)
         if not effects.group_released:
-            _start_phases(group, runtime, now, effects)
+            _start_phases(group, runtime, now, effects, placements=placements)
             _save_runtime(group, runtime)
         effects.schedule()
     return True
@@ -577,7 +630,7 @@ def _remove_member(runtime: GroupRuntime, job_id: int) -> None:
 
 def _after_success(
     job: Job,
-    phase: PhaseRecord,
+    phase: _Claimed,
     placement: Placement,
     runtime: GroupRuntime,
     finish: Any,

@@ -134,6 +134,14 @@ def set_dispatcher(dispatcher: Dispatcher | None) -> None:
         _dispatcher = dispatcher
 
 
+def warm_up() -> None:
+    """Build this process's dispatcher and let it connect (a Celery worker calls this when it
+    starts, so the first phase it dispatches does not wait for `ray.init`)."""
+    warm = getattr(get_dispatcher(), "warm", None)
+    if warm is not None:
+        warm()
+
+
 def _build() -> Dispatcher:
     from django.conf import settings
 

@@ -172,6 +172,10 @@ class RayDispatcher:
         return missing
 
     # --- Dispatcher ---------------------------------------------------------------------
+    def warm(self) -> None:
+        """Connect to Ray now rather than on the first dispatch."""
+        ensure_ray(self.address)
+
     def dispatch(self, order: PhaseOrder) -> None:
         self._submit(lambda: self._dispatch(order))
 

@@ -1,0 +1,174 @@
+"""The group controller's phase-end path: what it writes, and its cost in database round
+trips (every round trip is on the switch path between one phase's end and the next's start,
+see bench/control_plane.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.workflow import services
+from rollmux_web.workflow.models import PhaseRecord, PhaseState
+from tests.workers.conftest import make_job
+from workers.dispatch import PhaseOrder, PhaseReport, Probe, set_dispatcher
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# BEGIN, lock the group (+ async commit), claim the record (UPDATE ... RETURNING), read the
+# open placements and jobs, insert the next phases, save the runtime, COMMIT.
+PHASE_END_QUERIES = 7
+
+
+class Recorder:
+    """A dispatcher that records what it was asked to run (nothing runs)."""
+
+    def __init__(self) -> None:
+        self.orders: list[PhaseOrder] = []
+
+    def dispatch(self, order: PhaseOrder) -> None:
+        self.orders.append(order)
+
+    def probe(self, order: PhaseOrder) -> Probe:
+        return Probe("running")
+
+    def release(self, job_id: int, placement_id: int) -> None:
+        pass
+
+    def kill(self, job_id: int, placement_id: int) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder(settings: Any) -> Iterator[Recorder]:
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    rec = Recorder()
+    set_dispatcher(rec)
+    yield rec
+    set_dispatcher(None)
+
+
+def end_of(order: PhaseOrder, *, outcome: str = "ok", started: bool = True) -> PhaseReport:
+    now = time.time()
+    return PhaseReport(
+        order.phase_id,
+        outcome,
+        started_at=now - 1.0 if started else None,
+        finished_at=now,
+        warm=True,
+        metrics={"load_s": 0.25},
+        group_id=order.group_id,
+        job_id=order.job_id,
+    )
+
+
+def placed_pair(world: Any, recorder: Recorder) -> list[PhaseOrder]:
+    """Two jobs the planner packs into one group; return the first phases it dispatched."""
+    for i in range(2):
+        make_job(world, name=f"j{i}", iterations=2)
+    services.plan_pass()
+    assert recorder.orders, "the planner started no phase"
+    first = list(recorder.orders)
+    recorder.orders.clear()
+    return first
+
+
+def test_a_rollout_end_starts_the_training_in_a_bounded_number_of_round_trips(
+    world: Any, recorder: Recorder
+) -> None:
+    order = placed_pair(world, recorder)[0]
+    assert order.kind == "rollout"
+    report = end_of(order)
+    with CaptureQueriesContext(connection) as ctx:
+        assert services.phase_finished(report) is True
+    assert len(ctx.captured_queries) <= PHASE_END_QUERIES, [
+        q["sql"][:80] for q in ctx.captured_queries
+    ]
+    # the record holds the host's stamps and metrics, the job's training was dispatched
+    rec = PhaseRecord.objects.get(pk=order.phase_id)
+    assert rec.state == PhaseState.SUCCEEDED
+    assert rec.outcome == "ok"
+    assert rec.metrics == {"load_s": 0.25}
+    assert rec.warm_start is True
+    assert abs(rec.finished_at.timestamp() - report.finished_at) < 1e-3  # type: ignore[operator]
+    assert abs(rec.started_at.timestamp() - report.started_at) < 1e-3  # type: ignore[operator, union-attr]
+    nxt = [o for o in recorder.orders if o.job_id == order.job_id]
+    assert [(o.kind, o.iteration) for o in nxt] == [("train", 0)]
+    assert PhaseRecord.objects.get(pk=nxt[0].phase_id).state == PhaseState.RUNNING
+    assert Job.objects.get(pk=order.job_id).status == JobStatus.RUNNING
+
+
+def test_a_report_is_applied_once(world: Any, recorder: Recorder) -> None:
+    order = placed_pair(world, recorder)[0]
+    report = end_of(order)
+    assert services.phase_finished(report) is True
+    dispatched = len(recorder.orders)
+    with CaptureQueriesContext(connection) as ctx:
+        assert services.phase_finished(report) is False  # replayed: nothing happens
+    assert len(recorder.orders) == dispatched
+    assert not any(q["sql"].startswith("INSERT") for q in ctx.captured_queries)
+    assert PhaseRecord.objects.filter(job_id=order.job_id, kind="train").count() == 1
+
+
+def test_an_end_without_a_start_stamp_keeps_the_dispatch_stamp(
+    world: Any, recorder: Recorder
+) -> None:
+    order = placed_pair(world, recorder)[0]
+    dispatched_at = PhaseRecord.objects.get(pk=order.phase_id).started_at
+    assert dispatched_at is not None
+    services.phase_finished(end_of(order, started=False))
+    rec = PhaseRecord.objects.get(pk=order.phase_id)
+    assert rec.started_at == dispatched_at
+    assert rec.finished_at is not None and rec.finished_at >= dispatched_at
+
+
+def test_an_end_without_any_start_gets_its_end_as_start(world: Any, recorder: Recorder) -> None:
+    order = placed_pair(world, recorder)[0]
+    PhaseRecord.objects.filter(pk=order.phase_id).update(started_at=None)
+    report = end_of(order, started=False)
+    services.phase_finished(report)
+    rec = PhaseRecord.objects.get(pk=order.phase_id)
+    assert rec.started_at == rec.finished_at
+
+
+def test_a_training_end_advances_the_job_and_the_last_one_completes_it(
+    world: Any, recorder: Recorder
+) -> None:
+    order = placed_pair(world, recorder)[0]
+    job_id = order.job_id
+    for _ in range(4):  # 2 iterations x (rollout, train)
+        services.phase_finished(end_of(order))
+        mine = [o for o in recorder.orders if o.job_id == job_id]
+        recorder.orders.clear()
+        if not mine:
+            break
+        order = mine[0]
+    job = Job.objects.get(pk=job_id)
+    assert job.iterations_done == 2
+    assert job.status == JobStatus.COMPLETED
+    kinds = list(
+        PhaseRecord.objects.filter(job_id=job_id)
+        .order_by("iteration", "kind")
+        .values_list("iteration", "kind", "state")
+    )
+    assert kinds == [
+        (0, "rollout", "succeeded"),
+        (0, "train", "succeeded"),
+        (1, "rollout", "succeeded"),
+        (1, "train", "succeeded"),
+    ]
+
+
+def test_a_failed_phase_resubmits_its_job(world: Any, recorder: Recorder, settings: Any) -> None:
+    settings.ROLLMUX_MAX_ATTEMPTS = 3
+    order = placed_pair(world, recorder)[0]
+    assert services.phase_finished(end_of(order, outcome="error: RuntimeError: boom")) is True
+    assert PhaseRecord.objects.get(pk=order.phase_id).state == PhaseState.FAILED
+    job = Job.objects.get(pk=order.job_id)
+    assert job.status == JobStatus.QUEUED
+    assert "boom" in job.reason
