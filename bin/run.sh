@@ -12,8 +12,13 @@ pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
-  # threads pool: one Ray driver per worker process (prefork would start one per child)
-  .venv/bin/celery -A rollmux_web worker -l INFO -P threads -c 4 -Q rollmux & pids+=($!)
+  # the controller: threads pool (one Ray driver per worker process; prefork would start one
+  # per child), as many threads as cores (bench/control_plane.py: more threads only add GIL
+  # and lock waits to the switch path)
+  .venv/bin/celery -A rollmux_web worker -n controller@%h -l INFO -P threads \
+    -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux & pids+=($!)
+  # what-if simulations: their own process, so they never slow the controller down
+  .venv/bin/celery -A rollmux_web worker -n sim@%h -l INFO -P solo -Q rollmux-sim & pids+=($!)
   .venv/bin/celery -A rollmux_web beat -l INFO -s "${TMPDIR:-/tmp}/rollmux-celerybeat" & pids+=($!)
 fi
 echo "RollMux on http://127.0.0.1:8000  (log in as alice / demo-alice, admin / demo-admin)"

@@ -260,6 +260,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_TASK_DEFAULT_QUEUE = "rollmux"
+# What-if simulations are CPU-heavy and long: they get their own queue and worker, so a
+# simulation never holds up the group controller's phase events (the switch path).
+ROLLMUX_SIM_QUEUE = "rollmux-sim"
+CELERY_TASK_ROUTES = {"reports.run_whatif": {"queue": ROLLMUX_SIM_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     "plan-safety-net": {"task": "workers.tasks.plan", "schedule": 30.0},
     "reconcile": {"task": "workers.tasks.reconcile", "schedule": 15.0},

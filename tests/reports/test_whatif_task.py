@@ -66,7 +66,10 @@ def worker(settings: Any) -> Iterator[Any]:
     from rollmux_web.celery import app
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=20) as w:
+    queues = [settings.CELERY_TASK_DEFAULT_QUEUE, settings.ROLLMUX_SIM_QUEUE]
+    with start_worker(
+        app, pool="solo", perform_ping_check=False, shutdown_timeout=20, queues=queues
+    ) as w:
         yield w
 
 

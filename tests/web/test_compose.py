@@ -45,7 +45,7 @@ def _ray_workers() -> dict[str, dict[str, float]]:
 
 
 def test_every_production_service_is_there():
-    assert {"postgres", "redis", "web", "worker", "beat", "ray-head"} <= set(SERVICES)
+    assert {"postgres", "redis", "web", "worker", "sim-worker", "beat", "ray-head"} <= set(SERVICES)
     assert SERVICES["postgres"]["image"].startswith("postgres:")
     assert SERVICES["redis"]["image"].startswith("redis:")
     assert {"web", "worker", "beat", "ray-head", "migrate"} <= OUR_IMAGE
@@ -71,18 +71,31 @@ def test_web_runs_gunicorn_on_the_wsgi_app_with_an_importable_config():
     assert callable(wsgi.application)
 
 
-@pytest.mark.parametrize(("name", "sub"), [("worker", "worker"), ("beat", "beat")])
-def test_celery_services_use_the_project_app_and_queue(name, sub, settings):
+@pytest.mark.parametrize(
+    ("name", "sub"), [("worker", "worker"), ("sim-worker", "worker"), ("beat", "beat")]
+)
+def test_celery_services_use_the_project_app(name, sub, settings):
     cmd = _command(name)
     assert cmd[0] == "celery" and sub in cmd
     module = _option(cmd, "-A", "--app")
     app = importlib.import_module(f"{module}.celery").app
     assert app.main == "rollmux"
-    if sub == "worker":
-        assert _option(cmd, "-Q", "--queues") == settings.CELERY_TASK_DEFAULT_QUEUE
     for entry in settings.CELERY_BEAT_SCHEDULE.values():
         mod, _, func = entry["task"].rpartition(".")
         assert hasattr(importlib.import_module(mod), func), entry["task"]
+
+
+def test_every_queue_has_a_worker_and_simulations_stay_off_the_controller(settings):
+    consumed = {
+        name: set((_option(_command(name), "-Q", "--queues") or "").split(","))
+        for name in OUR_IMAGE
+        if "worker" in _command(name)
+    }
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    for queue in {settings.CELERY_TASK_DEFAULT_QUEUE} | routed:
+        assert any(queue in qs for qs in consumed.values()), f"no worker consumes {queue}"
+    assert consumed["worker"] == {settings.CELERY_TASK_DEFAULT_QUEUE}
+    assert settings.CELERY_TASK_ROUTES["reports.run_whatif"]["queue"] not in consumed["worker"]
 
 
 def test_migrate_runs_before_web_worker_and_beat():
