@@ -440,9 +440,10 @@ def _retry_reason(
             if free > fit:
                 extra = f" ({free} free in all, {fit} with {job.host_mem_gb:g} GB host memory room)"
             cordoned = index.cordoned[pool]
-            if cordoned:
-                verb = "is" if cordoned == 1 else "are"
-                extra += f"; {cordoned} {verb} drained and take no new work"
+            if cordoned == 1:
+                extra += "; 1 drained node takes no new work"
+            elif cordoned:
+                extra += f"; {cordoned} drained nodes take no new work"
             noun = "node" if need == 1 else "nodes"
             parts.append(f"needs {need} free {gt.name} {noun}, {fit} free{extra}")
     detail = "; ".join(parts) or "no capacity"

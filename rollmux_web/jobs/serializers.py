@@ -8,7 +8,7 @@ name, slo_class, runner, tenant, priority and time_scale.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Max
 from drf_spectacular.utils import extend_schema_field
@@ -18,6 +18,7 @@ from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.quotas.models import SloClass
+from rollmux_web.workflow.converters import pool_node_counts
 from workers.runners import BUILTIN_RUNNERS
 
 # "package.module:ClassName": dotted module path, a colon, a class name
@@ -82,12 +83,25 @@ class StrictFloatField(_Strict, serializers.FloatField):
     pass
 
 
-def pool_limits() -> dict[str, tuple[str, int, float]]:
-    """Return per pool kind: (GPU type name, GPUs per node, largest node host memory, GB).
+class PoolLimits(NamedTuple):
+    """What a submission is checked against, per pool kind."""
 
-    One query for both pools; a pool without nodes falls back to its GPU type's memory.
+    gpu_type: str
+    gpus_per_node: int
+    host_mem_gb: float  # the largest node's host memory
+    nodes: int  # capacity: nodes up or drained (what the planner counts; down ones not)
+    nodes_down: int
+
+
+def pool_limits() -> dict[str, PoolLimits]:
+    """Return the limits of each pool kind.
+
+    Two queries for both pools; a pool without nodes falls back to its GPU type's memory.
+    The capacity is the live planner's (workflow.converters.pool_node_counts), so a job
+    refused here is one the planner would call INFEASIBLE.
     """
-    out: dict[str, tuple[str, int, float]] = {}
+    counts = pool_node_counts()
+    out: dict[str, PoolLimits] = {}
     rows = (
         Cluster.objects.annotate(max_mem=Max("nodes__host_mem_gb"))
         .order_by("kind", "name")
@@ -98,7 +112,10 @@ def pool_limits() -> dict[str, tuple[str, int, float]]:
     for r in rows:
         if r["kind"] not in out:  # the first pool of each kind (by name) sets the shape
             mem = r["max_mem"] if r["max_mem"] is not None else r["gpu_type__host_mem_gb"]
-            out[r["kind"]] = (r["gpu_type__name"], r["gpu_type__gpus_per_node"], float(mem))
+            nodes, down = counts.get(r["kind"], (0, 0))
+            out[r["kind"]] = PoolLimits(
+                r["gpu_type__name"], r["gpu_type__gpus_per_node"], float(mem), nodes, down
+            )
     return out
 
 
@@ -150,7 +167,7 @@ class JobSpecSerializer(serializers.Serializer):
 
     # --- single fields -------------------------------------------------------
 
-    def _pool(self, kind: str) -> tuple[str, int, float] | None:
+    def _pool(self, kind: str) -> PoolLimits | None:
         if not hasattr(self, "_pools"):
             self._pools = pool_limits()
         return self._pools.get(kind)
@@ -203,11 +220,23 @@ class JobSpecSerializer(serializers.Serializer):
         limits = self._pool(kind)
         if limits is None:
             raise serializers.ValidationError(f"No {label} is configured.")
-        gpu_type, per_node, _ = limits
+        gpu_type, per_node = limits.gpu_type, limits.gpus_per_node
         if value % per_node:
             raise serializers.ValidationError(
                 f"Must be a multiple of {per_node} (GPUs per {gpu_type} node in the "
                 f"{label}), got {value}."
+            )
+        need = value // per_node
+        if need > limits.nodes:
+            # The planner would fail it as INFEASIBLE: refuse it now, with the numbers.
+            have = (
+                f"the {label} has {limits.nodes} {gpu_type} nodes ({limits.nodes * per_node} GPUs)"
+            )
+            if limits.nodes_down:
+                noun = "node" if limits.nodes_down == 1 else "nodes"
+                have += f", not counting {limits.nodes_down} down {noun}"
+            raise serializers.ValidationError(
+                f"{value} GPUs need {need} {gpu_type} nodes; {have}: this job can never run here."
             )
         return value
 
@@ -221,9 +250,9 @@ class JobSpecSerializer(serializers.Serializer):
         self._positive(value, "GB")
         for kind, label in ((PoolKind.ROLLOUT, "rollout pool"), (PoolKind.TRAIN, "training pool")):
             limits = self._pool(kind)
-            if limits is not None and value > limits[2]:
+            if limits is not None and value > limits.host_mem_gb:
                 raise serializers.ValidationError(
-                    f"{value:g} GB is more than any {label} node has ({limits[2]:g} GB)."
+                    f"{value:g} GB is more than any {label} node has ({limits.host_mem_gb:g} GB)."
                 )
         return value
 

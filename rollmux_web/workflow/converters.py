@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import OuterRef, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState, PoolKind
@@ -78,23 +78,46 @@ def _pool(kind: str) -> Pool:
     return Pool.ROLLOUT if kind == PoolKind.ROLLOUT else Pool.TRAIN
 
 
+# The states a node of a pool's capacity is in: what the pool can ever hold. A drained
+# node counts (the operator takes it back up, or down: either way the planner decides
+# again then), so a job that fits only with it waits with a reason; a down node does not
+# (nodes are never deleted, down is also how one leaves service), so a job that fits only
+# with down nodes is INFEASIBLE instead of waiting forever on a repair nobody promised.
+CAPACITY_STATES = (NodeState.UP, NodeState.DRAINED)
+
+
+def pool_node_counts() -> dict[str, tuple[int, int]]:
+    """Return per pool kind: (nodes in the pool's capacity, nodes down)."""
+    rows = (
+        NodeRow.objects.order_by()
+        .values("cluster__kind")
+        .annotate(
+            capacity=Count("pk", filter=Q(state__in=CAPACITY_STATES)),
+            down=Count("pk", filter=Q(state=NodeState.DOWN)),
+        )
+    )
+    return {r["cluster__kind"]: (r["capacity"], r["down"]) for r in rows}
+
+
 def cluster_spec(prices: dict[int, Decimal] | None = None) -> ClusterSpec:
-    """Return the core cluster spec: the GPU types of the rollout and the training pool."""
+    """Return the core cluster spec: the GPU types of the rollout and the training pool,
+    each with its capacity (nodes up or drained) and its down nodes."""
     prices = prices if prices is not None else current_prices()
+    counts = pool_node_counts()
     types: dict[Pool, GpuType] = {}
     for cluster in Cluster.objects.select_related("gpu_type").order_by("pk"):
         pool = _pool(cluster.kind)
         if pool in types:
             continue
         gt = cluster.gpu_type
+        capacity, down = counts.get(cluster.kind, (0, 0))
         types[pool] = GpuType(
             name=gt.name,
             price_per_gpu_hour=float(prices.get(gt.pk, Decimal("0"))),
             gpus_per_node=gt.gpus_per_node,
             host_mem_gb=gt.host_mem_gb,
-            # every node of the pool, down ones included: a job too big for the nodes up now
-            # must wait (RETRY), not fail as if it could never run here
-            nodes=NodeRow.objects.filter(cluster__kind=cluster.kind).count(),
+            nodes=capacity,
+            nodes_down=down,
         )
     missing = [p.value for p in Pool if p not in types]
     if missing:
@@ -114,6 +137,7 @@ def core_node(node: NodeRow, prices: dict[int, Decimal]) -> Node:
         gpus=node.gpus,
         host_mem_gb=node.host_mem_gb,
         price_per_hour=float(prices.get(node.gpu_type.pk, Decimal("0"))) * node.gpus,
+        cordoned=node.state == NodeState.DRAINED,
     )
 
 
@@ -152,11 +176,12 @@ def core_group(
 
 
 def cluster_state() -> ClusterState:
-    """Return the planner's snapshot: usable nodes and active groups with their members.
+    """Return the planner's snapshot: the pools' nodes and active groups with their members.
 
-    Nodes that are up are usable; a drained node stays in the snapshot only while a group
-    holds it (it keeps running what it has, and is never handed out free); down nodes are
-    left out (their jobs are resubmitted by `node_state_changed`).
+    Nodes that are up are usable; drained nodes are in the snapshot cordoned (the members a
+    group has on one keep running; the planner never pins a new member to it, and it still
+    counts in the pool's capacity); down nodes are left out (their jobs are resubmitted by
+    `node_state_changed`).
     """
     prices = current_prices()
     spec = cluster_spec(prices)
@@ -166,11 +191,11 @@ def cluster_state() -> ClusterState:
         "node", "node__cluster"
     ):
         allocations[alloc.group_id].append(alloc)
-    held = {a.node_id for allocs in allocations.values() for a in allocs}
     nodes = [
         core_node(n, prices)
-        for n in NodeRow.objects.select_related("cluster", "gpu_type").order_by("name")
-        if n.state == NodeState.UP or (n.state == NodeState.DRAINED and n.pk in held)
+        for n in NodeRow.objects.select_related("cluster", "gpu_type")
+        .filter(state__in=CAPACITY_STATES)
+        .order_by("name")
     ]
     usable = {n.name for n in nodes}
     by_group: dict[int, list[PlacementRow]] = defaultdict(list)

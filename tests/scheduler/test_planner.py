@@ -452,7 +452,7 @@ CASES = [
         [job("A", 100, 100, slo=1.0)],
         job("B", 100, 100, rollout_gpus=16),
         RETRY,
-        reason="needs 2 free H20 nodes, 1 free; 1 is drained and take no new work",
+        reason="needs 2 free H20 nodes, 1 free; 1 drained node takes no new work",
         cluster=spec(3, 2),
         cordon=_free(Pool.ROLLOUT, 1),
     ),
