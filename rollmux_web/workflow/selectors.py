@@ -42,8 +42,9 @@ def time_scale_of(runner: str, time_scale: float | None) -> float:
 
 
 def cluster_snapshot() -> ClusterState:
-    """Return the core ClusterState of the live cluster: nodes up and the active groups
-    with their members (what the planner sees; the what-if preview calls this)."""
+    """Return the core ClusterState of the live cluster: nodes up, drained nodes cordoned
+    (no new member), and the active groups with their members (what the planner sees; the
+    what-if preview calls this)."""
     return converters.cluster_state()
 
 
