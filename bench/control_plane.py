@@ -349,7 +349,9 @@ def main() -> None:
     parser.add_argument("--phase-ms", type=float, default=100.0, help="rollout ms (train: half)")
     parser.add_argument("--rollout-nodes", type=int, default=6)
     parser.add_argument("--train-nodes", type=int, default=4)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument(
+        "--concurrency", type=int, default=2, help="worker threads (bin/run.sh and compose: 2)"
+    )
     parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
     parser.add_argument("--worker-log-level", default="WARNING")
     run(parser.parse_args())
