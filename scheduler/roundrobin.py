@@ -557,6 +557,10 @@ class GroupRuntime:
         """Return the ids of the active members in round-robin order."""
         return tuple(s.job_id for s in sorted(self._members.values(), key=lambda s: s.idx))
 
+    def member(self, job_id: str) -> Member:
+        """Return an active member (KeyError if the job is not one)."""
+        return self._members[job_id].member
+
     def running(self) -> tuple[RunningPhase, ...]:
         """Return the phases running now."""
         return tuple(self._running.values())

@@ -259,14 +259,10 @@ def _safely(fn: Callable[[], None], what: str) -> None:
         log.exception("%s failed; reconcile will recover", what)
 
 
-def _pinned_nodes(runtime: GroupRuntime) -> dict[int, tuple[str, ...]]:
-    """Return each member's pinned nodes from the runtime snapshot (saves m2m queries)."""
-    out = {}
-    for entry in runtime.to_dict()["members"]:
-        member = entry["member"]
-        nodes = tuple(sorted(set(member["rollout_nodes"]) | set(member["train_nodes"])))
-        out[int(member["job"]["id"])] = nodes
-    return out
+def _pinned_nodes(runtime: GroupRuntime, job_id: int) -> tuple[str, ...]:
+    """Return every node a member is pinned to (its host's Ray resources)."""
+    member = runtime.member(str(job_id))
+    return tuple(sorted(set(member.rollout_nodes) | set(member.train_nodes)))
 
 
 def _start_phases(
@@ -294,7 +290,6 @@ def _start_phases(
         job_id: p for job_id, p in placements.items() if job_id in job_ids and p.ended_at is None
     }
     jobs = {job_id: p.job for job_id, p in placements.items()}
-    pinned = _pinned_nodes(runtime)
     rows = []
     for start in starts:
         job_id = int(start.job_id)
@@ -323,9 +318,7 @@ def _start_phases(
     created = PhaseRecord.objects.bulk_create(rows)
     for phase in created:
         effects.orders.append(
-            phase_order(
-                phase, jobs[phase.job_id], pinned.get(phase.job_id, tuple(phase.node_names))
-            )
+            phase_order(phase, jobs[phase.job_id], _pinned_nodes(runtime, phase.job_id))
         )
     job_ids = set(jobs)
     started_jobs = [j for j in job_ids if jobs[j].status == JobStatus.PLACED]

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import services
-from rollmux_web.workflow.models import PhaseRecord, PhaseState
+from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
 from tests.workers.conftest import make_job
 from workers.dispatch import PhaseOrder, PhaseReport, Probe, set_dispatcher
 
@@ -100,6 +100,11 @@ def test_a_rollout_end_starts_the_training_in_a_bounded_number_of_round_trips(
     nxt = [o for o in recorder.orders if o.job_id == order.job_id]
     assert [(o.kind, o.iteration) for o in nxt] == [("train", 0)]
     assert PhaseRecord.objects.get(pk=nxt[0].phase_id).state == PhaseState.RUNNING
+    placement = Placement.objects.get(pk=nxt[0].placement_id)
+    pinned = {n.name for n in placement.rollout_nodes.all()} | {
+        n.name for n in placement.train_nodes.all()
+    }
+    assert set(nxt[0].pinned_nodes) == pinned and set(nxt[0].nodes) <= pinned
     assert Job.objects.get(pk=order.job_id).status == JobStatus.RUNNING
 
 
