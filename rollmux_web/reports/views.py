@@ -285,11 +285,12 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
                     form.add_error("source", "No job is queued or running: nothing to simulate.")
             if not form.errors:
                 try:
-                    whatif.validate_trace(text)
+                    jobs = whatif.validate_trace(text)
                 except whatif.TraceInvalid as exc:
                     form.add_error("trace", f"The trace is not in the format: {exc}")
-                except ImportError:
-                    form.add_error(None, "The simulator is not installed yet.")
+                else:
+                    for error in whatif.policy_errors(jobs, list(data["policies"])):
+                        form.add_error("policies", error)
             if not form.errors:
                 run = whatif.whatif_start(
                     user=request.user,

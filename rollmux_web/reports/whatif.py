@@ -10,6 +10,7 @@ broken piece degrades to a message instead of a 500.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -241,8 +242,40 @@ def whatif_start(
             policies=policies,
             seed=seed,
         )
-        transaction.on_commit(lambda: run_whatif.delay(run.pk))
+        if run_whatif.app.conf.task_always_eager:
+            # Embedded mode runs tasks in this process: a simulation can take minutes, so
+            # it gets a thread of its own; the request returns and the run's page polls
+            # its progress, as with a worker.
+            transaction.on_commit(lambda: _simulate_on_a_thread(run.pk))
+        else:
+            transaction.on_commit(lambda: run_whatif.delay(run.pk))
     return run
+
+
+def _simulate_on_a_thread(run_id: int) -> None:
+    from django.db import connection
+
+    from rollmux_web.reports.tasks import run_whatif
+
+    def run() -> None:
+        try:
+            run_whatif(run_id)
+        finally:
+            connection.close()  # this thread's own connection
+
+    threading.Thread(target=run, name=f"rollmux-whatif-{run_id}", daemon=True).start()
+
+
+def policy_errors(jobs: list[JobProfile], policies: list[str]) -> list[str]:
+    """Return why some of the chosen policies cannot run on this trace (empty: all can)."""
+    from scheduler.sim.policies import OPTIMAL_MAX_JOBS
+
+    if "optimal" in policies and len(jobs) > OPTIMAL_MAX_JOBS:
+        return [
+            f"optimal searches at most {OPTIMAL_MAX_JOBS} jobs exhaustively and this trace "
+            f"has {len(jobs)}: untick optimal or simulate a smaller trace."
+        ]
+    return []
 
 
 def whatif_runs(*, user: Any) -> list[WhatIfRun]:

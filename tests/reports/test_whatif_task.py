@@ -212,6 +212,81 @@ def test_the_current_queue_is_simulated_as_a_trace_of_visible_jobs(
     lines = [json.loads(x) for x in run.trace_text.splitlines()]
     # alice's tenant only; a running job brings its remaining iterations
     assert sorted((x["iterations"], x["tenant"]) for x in lines) == [(3, "vision"), (3, "vision")]
-    run.refresh_from_db()
+    run = wait_finished(run.pk)
     assert run.status == WhatIfRun.Status.DONE, run.error
     assert run.result["policies"]["rollmux"]["jobs"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_embedded_mode_answers_the_post_before_the_simulation_ends(
+    world: Any, client_as: Any, eager: None, monkeypatch: Any
+) -> None:
+    import threading
+
+    import scheduler.sim
+
+    release = threading.Event()
+    real = scheduler.sim.run_simulation
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        assert release.wait(30), "the test never released the simulation"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler.sim, "run_simulation", held)
+    resp = client_as("alice").post(
+        "/whatif/",
+        {
+            "source": "upload",
+            "policies": ["rollmux", "solo-disagg"],
+            "seed": "0",
+            "trace": SimpleUploadedFile("t.jsonl", SMALL_TRACE.encode()),
+        },
+    )
+    # the request came back while the simulation was still held: it runs on its own thread
+    assert resp.status_code == 302
+    run = WhatIfRun.objects.get()
+    assert run.status in (WhatIfRun.Status.PENDING, WhatIfRun.Status.RUNNING)
+    release.set()
+    run = wait_finished(run.pk)
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    assert set(run.result["policies"]) == {"rollmux", "solo-disagg"}
+
+
+def _trace_of(n: int) -> str:
+    first = json.loads(SMALL_TRACE.splitlines()[0])
+    return "\n".join(json.dumps({**first, "id": f"j{i}", "arrival_s": i}) for i in range(n))
+
+
+@pytest.mark.django_db
+def test_optimal_on_a_trace_it_cannot_search_is_refused_naming_the_field(
+    world: Any, client_as: Any
+) -> None:
+    resp = client_as("alice").post(
+        "/whatif/",
+        {
+            "source": "upload",
+            "policies": ["rollmux", "optimal"],
+            "seed": "0",
+            "trace": SimpleUploadedFile("t.jsonl", _trace_of(9).encode()),
+        },
+    )
+    assert resp.status_code == 400
+    errors = resp.context["form"].errors
+    assert "policies" in errors and "at most 8 jobs" in errors["policies"][0]
+    assert "has 9" in errors["policies"][0]
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_skipped_policy_is_explained_on_the_run_page(world: Any, client_as: Any) -> None:
+    run = WhatIfRun.objects.create(
+        created_by=world.alice,
+        trace_text=SMALL_TRACE,
+        policies=["optimal"],
+        status=WhatIfRun.Status.DONE,
+        progress=1.0,
+        result={"policies": {}, "ratios": {}, "skipped": {"optimal": "too many jobs"}},
+    )
+    html = client_as("alice").get(f"/whatif/{run.pk}/").content.decode()
+    assert "was not simulated: too many jobs" in html
+    assert "Side by side" not in html  # no empty comparison table
