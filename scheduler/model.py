@@ -7,6 +7,7 @@ values. Nothing in `scheduler/` imports Django, Celery, Ray or Redis.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
@@ -116,6 +117,18 @@ class JobProfile:
     tenant: str = "default"
     model: str = ""
     priority: int = 0  # higher is planned first (live planner); the trace has none
+    # The clock the job's phases run on: wall-clock seconds = profile seconds / time_scale
+    # (the emulating runners speed a profile up; a real runner is 1). The planner works in
+    # profile time, which is only a common clock for jobs of one time_scale, so jobs share
+    # a co-execution group only with jobs of the same time_scale. Not in the trace format:
+    # traces and the simulator are all 1.
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.time_scale) and self.time_scale > 0):
+            raise ValueError(
+                f"job {self.id!r}: time_scale must be a finite number > 0, got {self.time_scale!r}"
+            )
 
     @property
     def roll_min(self) -> float:

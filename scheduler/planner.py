@@ -36,6 +36,12 @@ Decisions where the paper is silent (see also the module functions):
   time of every member; in addition the NEW job must absorb the wait for its turn in
   the meta-iteration in progress, JOIN_ALLOWANCE_META_ITERATIONS x T_meta spread over
   its iterations (negligible for long jobs, decisive for a job of 2 iterations).
+* Clocks (`JobProfile.time_scale`): phase times are profile seconds, and a job's
+  runner takes profile / time_scale wall-clock seconds. Round-robin in one group is
+  only what the planner predicts when every member runs on the same clock, so a job
+  joins (direct packing or rollout scaling, for every policy) only a group whose
+  members all have its time_scale (exactly: scales are set, not computed); a real job
+  (1) never shares with one emulated at 200x. Traces and the simulator are all 1.
 * Residency: the summed host_mem_gb of the members pinned to a node plus the job's
   must not exceed the node's host_mem_gb (equality fits).
 * Cordoned (drained) nodes: their members keep running, but no new member is pinned to
@@ -135,6 +141,9 @@ class _Summary:
     size: int  # members
     n_train: int  # training nodes
     min_train_load: float  # the least-loaded training node's summed phase time
+    # the members' common time_scale; None when they have none (an empty group, or a
+    # group mixed before the clock rule): such a group admits no one
+    time_scale: float | None
 
 
 def _summarise(group: Group) -> _Summary:
@@ -142,6 +151,7 @@ def _summarise(group: Group) -> _Summary:
     mem: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
     t_cycle = 0.0
     tolerance = float("inf")
+    scales = {m.job.time_scale for m in group.members}
     for m in group.members:
         j = m.job
         for x in m.rollout_nodes:
@@ -167,6 +177,7 @@ def _summarise(group: Group) -> _Summary:
         len(group.members),
         len(group.train_nodes),
         min_train,
+        scales.pop() if len(scales) == 1 else None,
     )
 
 
@@ -598,9 +609,11 @@ def _rollmux(
     t_train = job.t_train_max_s
     cands: list[_Candidate] = []
     for order, s in enumerate(summaries):
-        # 1. Skip empty, full and saturated groups (Algorithm 1, line 4), and groups
-        #    with too few training nodes.
+        # 1. Skip empty, full and saturated groups (Algorithm 1, line 4), groups with
+        #    too few training nodes, and groups on another clock (time_scale).
         if not s.size or s.size >= max_group_size or s.n_train < n_train:
+            continue
+        if s.time_scale != job.time_scale:
             continue
         if s.t_load >= s.t_cycle:
             continue
@@ -741,6 +754,8 @@ def _baseline(
         g = s.group
         if not g.members or len(g.members) >= max_group_size or len(g.train_nodes) < n_train:
             continue
+        if s.time_scale != job.time_scale:
+            continue
         trains = _least_loaded(g.train_nodes, s, job, nodes)
         rolls = _least_loaded(g.rollout_nodes, s, job, nodes)
         if len(trains) < n_train:
@@ -792,7 +807,8 @@ def apply_placement(
     """Return `state` with `job` placed; `group_id` names a new group (ignored when joining).
 
     Raises ValueError when the placement uses a node another group holds or a cordoned
-    node, names an unknown group, or breaks residency on a node.
+    node, names an unknown group, joins a group on another clock (time_scale), or breaks
+    residency on a node.
     """
     spec = state.spec
     derived = _derive(state)
@@ -826,6 +842,13 @@ def apply_placement(
                 break
         else:
             raise ValueError(f"unknown group {target!r}")
+        scale = derived.summaries[position].time_scale
+        if scale != job.time_scale:
+            theirs = "mixed time_scales" if scale is None else f"time_scale {scale:g}"
+            raise ValueError(
+                f"job {job.id!r} has time_scale {job.time_scale:g}; group {target!r} runs "
+                f"{theirs} (a group's members share one clock)"
+            )
     for name in wanted:
         if name in derived.taken and name not in own:
             holder = next(x.group.id for x in derived.summaries if name in x.load)

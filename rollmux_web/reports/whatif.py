@@ -92,8 +92,12 @@ def live_snapshot() -> Any:
 
 def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Preview:
     """Return the planner's answer for a job described by cleaned form data, on the live cluster."""
+    from rollmux_web.workflow.selectors import time_scale_of
     from scheduler.planner import place
 
+    # The job's effective time scale, as the live planner will see it once submitted
+    # (rollmux_web.workflow.converters.job_profile): it only shares a group on its clock.
+    runner = data.get("runner") or Job._meta.get_field("runner").get_default()
     profile = JobProfile(
         id=PREVIEW_JOB_ID,
         arrival_s=0.0,
@@ -107,6 +111,7 @@ def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Pre
         host_mem_gb=data["host_mem_gb"],
         slo=slo or 1.0,
         tenant=data.get("tenant") or "default",
+        time_scale=time_scale_of(runner, data.get("time_scale")),
     )
     try:
         state = live_snapshot()

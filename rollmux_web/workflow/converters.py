@@ -41,7 +41,15 @@ def group_id_str(group_id: int) -> str:
 
 
 def job_profile(job: Job, *, slo: float | None = None, tenant: str | None = None) -> JobProfile:
-    """Return the core profile of a job (its remaining iterations: a resubmitted job resumes)."""
+    """Return the core profile of a job (its remaining iterations: a resubmitted job resumes).
+
+    Its `time_scale` is the effective one (`time_scale_of`: the job's own, else the
+    settings default for the emulating runners, else 1): the clock its phases run on,
+    which decides the groups it may share.
+    """
+    # Imported here: the workflow's selectors import this module.
+    from rollmux_web.workflow.selectors import time_scale_of
+
     return JobProfile(
         id=job_id_str(job.pk),
         arrival_s=job.submitted_at.timestamp() if job.submitted_at else 0.0,
@@ -57,6 +65,7 @@ def job_profile(job: Job, *, slo: float | None = None, tenant: str | None = None
         tenant=tenant if tenant is not None else job.tenant.name,
         model=job.model,
         priority=job.priority,
+        time_scale=time_scale_of(job.runner, job.time_scale),
     )
 
 

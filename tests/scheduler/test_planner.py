@@ -50,6 +50,7 @@ def job(
     rollout_gpus: int = 8,
     train_gpus: int = 8,
     iterations: int = 200,
+    time_scale: float = 1.0,
 ) -> JobProfile:
     return JobProfile(
         id=job_id,
@@ -61,6 +62,7 @@ def job(
         t_train_max_s=train,
         host_mem_gb=mem,
         slo=slo,
+        time_scale=time_scale,
     )
 
 
@@ -191,6 +193,14 @@ def _own_training_node(state: ClusterState, res: PlacementResult) -> None:
     assert res.placement is not None
     assert res.placement.group_id is None
     assert not set(res.placement.train_nodes) & {x for g in state.groups for x in g.train_nodes}
+
+
+def _apart_from_every_existing_job(state: ClusterState, res: PlacementResult) -> None:
+    assert res.placement is not None
+    assert res.placement.group_id is None
+    held = {x for g in state.groups for x in g.all_nodes}
+    assert not set(res.placement.rollout_nodes + res.placement.train_nodes) & held
+    assert res.predicted_slowdown == {res.placement.job_id: 1.0}
 
 
 def _pinned_to_the_training_node_still_up(state: ClusterState, res: PlacementResult) -> None:
@@ -484,6 +494,67 @@ CASES = [
         joins="X",
         check=_lower_slowdown_wins_tie,
     ),
+    # Clocks: a job's phases take profile / time_scale wall-clock seconds, so profile
+    # time is a common clock only for jobs of one time_scale. Each case below packs
+    # (for free or by rollout scaling) when the scales are equal; see the controls.
+    Case(
+        "jobs with different time scales never share a group: direct packing",
+        [job("A", 100, 100, time_scale=10)],
+        job("B", 100, 100, time_scale=4),
+        FIT,
+        NEW,
+        check=_apart_from_every_existing_job,
+    ),
+    Case(
+        "jobs with different time scales never share a group: rollout scaling (QA F1)",
+        [job("C", 200, 60, rollout_gpus=16, time_scale=4)],
+        job("B", 200, 100, time_scale=10),
+        FIT,
+        NEW,
+        check=_apart_from_every_existing_job,
+    ),
+    Case(
+        "jobs with different time scales never share a group: a real job beside an emulated one",
+        [job("A", 330, 120, slo=1.2, time_scale=200)],
+        job("B", 330, 120, slo=1.2),
+        FIT,
+        NEW,
+        check=_apart_from_every_existing_job,
+    ),
+    Case(
+        "jobs with different time scales never share a group: the group of the job's scale wins",
+        # Both groups take B for free with the same slowdown; R's is the earlier one.
+        [job("R", 100, 100, slo=3.0), job("A", 100, 100, slo=3.0, time_scale=200)],
+        job("B", 100, 100, slo=3.0, time_scale=200),
+        FIT,
+        DIRECT,
+        joins="A",
+    ),
+    Case(
+        "jobs with different time scales never share a group: baselines too",
+        [job("A", 100, 100, time_scale=10)],
+        job("B", 100, 100, time_scale=4),
+        FIT,
+        NEW,
+        policy="greedy-most-idle",
+        check=_apart_from_every_existing_job,
+    ),
+    Case(
+        "jobs of one time scale still pack: direct packing",
+        [job("A", 100, 100, time_scale=10)],
+        job("B", 100, 100, time_scale=10),
+        FIT,
+        DIRECT,
+        joins="A",
+    ),
+    Case(
+        "jobs of one time scale still pack: rollout scaling",
+        [job("C", 200, 60, rollout_gpus=16, time_scale=4)],
+        job("B", 200, 100, time_scale=4),
+        FIT,
+        SCALING,
+        joins="C",
+    ),
 ]
 
 
@@ -597,6 +668,35 @@ def test_apply_rejects_a_node_held_by_another_group() -> None:
     bad = Placement("B", NEW, None, taken, ("H800-007",), taken + ("H800-007",))
     with pytest.raises(ValueError, match="belongs to group"):
         apply_placement(state, job("B", 100, 100), bad, group_id="g9")
+
+
+def test_apply_rejects_joining_a_group_on_another_clock() -> None:
+    state = build(spec(), [job("A", 100, 100, time_scale=10)])
+    g = state.groups[0]
+    bad = Placement("B", DIRECT, g.id, g.rollout_nodes, g.train_nodes)
+    with pytest.raises(ValueError, match="time_scale 4; group 'g0' runs time_scale 10"):
+        apply_placement(state, job("B", 100, 100, time_scale=4), bad, group_id=g.id)
+
+
+def test_a_group_mixed_before_the_clock_rule_admits_no_one() -> None:
+    # A snapshot may hold a group formed before the rule (the live planner rebuilds
+    # groups from the database): it keeps running, but no scale is its scale.
+    same = build(spec(), [job("A", 330, 120, slo=1.2), job("B", 330, 120, slo=1.2)])
+    newcomer = job("N", 330, 120, slo=1.2)
+    assert place(newcomer, same).strategy is SCALING  # the control: one clock, N joins
+    g = same.groups[0]
+    b = g.members[1]
+    mixed = replace(g, members=(g.members[0], replace(b, job=replace(b.job, time_scale=10.0))))
+    state = replace(same, groups=(mixed,))
+    for scale in (1.0, 10.0):
+        res = place(replace(newcomer, time_scale=scale), state)
+        assert res.strategy is NEW, (scale, res.reason)
+
+
+@pytest.mark.parametrize("bad", [0.0, -4.0, float("nan"), float("inf")])
+def test_a_time_scale_that_is_not_a_positive_number_is_rejected(bad: float) -> None:
+    with pytest.raises(ValueError, match="'A': time_scale must be a finite number > 0"):
+        job("A", 100, 100, time_scale=bad)
 
 
 def test_apply_rejects_a_broken_residency() -> None:
