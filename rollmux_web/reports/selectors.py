@@ -17,20 +17,22 @@ Cost split inside a co-execution group (documented in the cost page too):
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import suppress
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Q, TextField
+from django.db.models import BigIntegerField, F, Func, Lookup, Q, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404
@@ -50,6 +52,8 @@ from rollmux_web.workflow.models import (
 from rollmux_web.workflow.selectors import time_scale_of
 
 CENT = Decimal("0.01")
+HOURS_Q = Decimal("0.0001")  # GPU-hours are shown to four decimals
+ZERO = Decimal(0)
 MAX_RANGE_DAYS = 366
 HOUR = Decimal(3600)
 
@@ -140,6 +144,18 @@ class PriceBook:
                 break
         return out
 
+    def flat_index(self, type_id: int, a: int, b: int) -> int | None:
+        """Return the index of the one price in force throughout [a, b), or None.
+
+        None when the price changes inside [a, b) or [a, b) starts before the first
+        price: then spans must be cut with split_us.
+        """
+        since = self._since_us.get(type_id)
+        if not since:
+            return None
+        i = bisect_right(since, a) - 1
+        return i if i >= 0 and (i + 1 == len(since) or since[i + 1] >= b) else None
+
     def amount(self, type_id: int, index: int, us: int, gpus: int) -> Decimal:
         """Return gpus x the index-th price x `us` microseconds, exactly."""
         return self._price[type_id][index] * us * gpus / US_PER_HOUR
@@ -163,9 +179,11 @@ def apportion(total: Decimal, parts: Sequence[Decimal]) -> list[Decimal]:
     target = total.quantize(CENT, rounding=ROUND_HALF_UP)
     floors = [(p / CENT).to_integral_value(rounding="ROUND_FLOOR") * CENT for p in parts]
     missing = int(((target - sum(floors, Decimal(0))) / CENT).to_integral_value())
-    order = sorted(range(len(parts)), key=lambda i: parts[i] - floors[i], reverse=True)
     out = list(floors)
-    if missing >= 0:
+    if not missing:
+        return out
+    order = sorted(range(len(parts)), key=lambda i: parts[i] - floors[i], reverse=True)
+    if missing > 0:
         for i in order[:missing]:
             out[i] += CENT
     else:
@@ -538,6 +556,49 @@ def _epoch_fields(*, exact: bool) -> tuple[dict[str, Any], tuple[str, str]]:
         {"s_ep": expr("started_at"), "f_ep": expr("finished_at")},
         ("s_ep", "f_ep"),
     )
+
+
+class _AnyOf(Lookup):  # type: ignore[type-arg]
+    """`column = ANY(%s)`: a set of ids as one array parameter (PostgreSQL).
+
+    A cost report filters on thousands of group ids. As `__in` that is a placeholder
+    per id for Django to build and psycopg to parse (longer than the query runs); as a
+    subquery the plan depends on row estimates, which are far off right after a bulk
+    load (nested loops: seconds instead of milliseconds).
+    """
+
+    lookup_name = "any_of"
+    prepare_rhs = False
+
+    def as_sql(self, compiler: Any, connection: Any) -> Any:
+        lhs, params = self.process_lhs(compiler, connection)
+        # the column's own type: psycopg sends small ids as int2[], and bigint = int2 is a
+        # cross-type operator PostgreSQL cannot hash (a linear search of the array per row)
+        array_type = self.lhs.output_field.db_type(connection)
+        return f"{lhs} = ANY(%s::{array_type}[])", [*params, sorted(self.rhs)]
+
+
+def _in_ids(column: str, ids: set[int]) -> Any:
+    """Return a filter `column in ids` (one array parameter on PostgreSQL)."""
+    if connection.vendor == "postgresql":
+        return _AnyOf(F(column), ids)
+    return Q(**{f"{column}__in": ids})
+
+
+def _us_fields(**columns: str) -> tuple[dict[str, Func], bool]:
+    """Return annotations giving datetime columns as integer epoch microseconds, by alias.
+
+    PostgreSQL only (as `_epoch_fields`), and column names qualified by Django, so
+    they can be used on joined querysets. Elsewhere ({}, False): callers read the
+    datetimes and convert them with `_us`.
+    """
+    if connection.vendor != "postgresql":
+        return {}, False
+    template = "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint"
+    return {
+        alias: Func(F(column), template=template, output_field=BigIntegerField())
+        for alias, column in columns.items()
+    }, True
 
 
 def _epoch(value: Any, *, exact: bool) -> Any:
@@ -1111,6 +1172,9 @@ class CostFigures:
         return self.colocated_cost - self.cost
 
 
+FIGURE_COLUMNS = tuple(f.name for f in fields(CostFigures))
+
+
 @dataclass(kw_only=True)
 class CostLine(CostFigures):
     """One job on one GPU type over the range (money already rounded to cents)."""
@@ -1129,14 +1193,6 @@ class CostTotals(CostFigures):
 
     key: str
     label: str
-
-    def add(self, line: CostLine) -> None:
-        self.busy_gpu_hours += line.busy_gpu_hours
-        self.idle_gpu_hours += line.idle_gpu_hours
-        self.busy_cost += line.busy_cost
-        self.idle_cost += line.idle_cost
-        self.solo_disagg_cost += line.solo_disagg_cost
-        self.colocated_cost += line.colocated_cost
 
 
 @dataclass
@@ -1180,6 +1236,25 @@ def _hours(seconds: Decimal, gpus: int) -> Decimal:
     return seconds * gpus / HOUR
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a report builds its many small objects.
+
+    A month of 10,000 jobs makes hundreds of thousands of tuples, dicts and lines, none
+    of them garbage in a cycle, and the collector kept scanning them all: a third of
+    the report's time. Reference counting frees memory as usual; the collector runs
+    again afterwards (if it was on: a caller that turned it off keeps it off).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@_gc_paused()
 def _cost_engine(
     *,
     tenant_ids: set[int] | None,
@@ -1201,14 +1276,20 @@ def _cost_engine(
     # integer microseconds since the epoch: exact, and much cheaper than Decimal per phase
     lo, hi, now_us = _us(t0), _us(hi_dt), _us(now)
     buckets_us = [_us(b) for b in buckets]
+    last_bucket = len(buckets_us) - 1
     # 1. groups in scope: allocated in the range and (for a researcher) with a visible member
     alloc_qs = NodeAllocation.objects.filter(start__lt=hi_dt).filter(
         Q(end__gt=t0) | Q(end__isnull=True)
     )
     if tenant_ids is not None:
         alloc_qs = alloc_qs.filter(group__placements__job__tenant_id__in=tenant_ids).distinct()
+    ann, native = _us_fields(a_us="start", b_us="end")
     allocs = list(
-        alloc_qs.values_list(
+        alloc_qs.annotate(**ann).values_list(
+            "group_id", "node_id", "node__name", "node__gpus", "node__gpu_type_id", *ann
+        )
+        if native
+        else alloc_qs.values_list(
             "group_id", "node_id", "node__name", "node__gpus", "node__gpu_type_id", "start", "end"
         )
     )
@@ -1217,25 +1298,31 @@ def _cost_engine(
         return [], {}, {}
     type_names = dict(GpuType.objects.values_list("id", "name"))
     rollout_type, train_type = _pool_types()
-    # 2. placements (members), the nodes they are pinned to, and their jobs
-    placements = list(
-        Placement.objects.filter(group_id__in=group_ids).values_list(
-            "id", "group_id", "job_id", "created_at", "ended_at"
+    # a GPU type whose price does not change inside the range needs no cutting per phase
+    flat = {tid: prices.flat_index(tid, lo, hi) for tid in type_names}
+    # 2. placements (members) with their jobs, and the nodes they are pinned to
+    ann, _ = _us_fields(c_us="created_at", e_us="ended_at")
+    job_cols = ("job__name", "job__tenant_id", "job__tenant__name")
+    gpu_cols = ("job__rollout_gpus", "job__train_gpus")
+    placements: list[tuple[int, int, int, int, int]] = []  # id, group, job, joined, left (us)
+    jobs: dict[int, tuple[int, str, int, str, int, int]] = {}
+    for pl_id, gid, jid, created, ended, *job in (
+        Placement.objects.filter(_in_ids("group_id", group_ids))
+        .annotate(**ann)
+        .values_list(
+            "id", "group_id", "job_id", *(ann or ("created_at", "ended_at")), *job_cols, *gpu_cols
         )
-    )
+    ):
+        if not native:
+            created, ended = _us(created), None if ended is None else _us(ended)
+        placements.append((pl_id, gid, jid, created, now_us if ended is None else ended))
+        jobs[jid] = (jid, *job)  # type: ignore[assignment]
     pinned: dict[int, set[int]] = defaultdict(set)  # node id -> placement ids
     for through in (Placement.rollout_nodes.through, Placement.train_nodes.through):
-        for pl_id, node_id in through.objects.filter(placement__group_id__in=group_ids).values_list(
-            "placement_id", "node_id"
-        ):
+        for pl_id, node_id in through.objects.filter(
+            _in_ids("placement__group_id", group_ids)
+        ).values_list("placement_id", "node_id"):
             pinned[node_id].add(pl_id)
-    job_ids = {p[2] for p in placements}
-    jobs = {
-        j[0]: j
-        for j in Job.objects.filter(pk__in=job_ids).values_list(
-            "id", "name", "tenant_id", "tenant__name", "rollout_gpus", "train_gpus"
-        )
-    }
     # 3. allocated time per (group, node), cut at price changes (and buckets)
     node_info: dict[tuple[int, str], tuple[int, int, int]] = {}  # (group, name) -> id, gpus, type
     alloc_spans: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
@@ -1243,7 +1330,9 @@ def _cost_engine(
     alloc_us: dict[tuple[int, int, int], int] = defaultdict(int)  # (group, node, price) -> us
     bucket_alloc_us: dict[tuple[int, int, int, int], int] = defaultdict(int)
     for gid, nid, name, gpus, tid, a, b in allocs:
-        c = _clip(_us(a), None if b is None else _us(b), lo, hi)
+        if not native:
+            a, b = _us(a), None if b is None else _us(b)
+        c = _clip(a, b, lo, hi)
         if not c:
             continue
         node_info[(gid, name)] = (nid, gpus, tid)
@@ -1254,42 +1343,64 @@ def _cost_engine(
         for bi, piece in _split(c, buckets_us):
             for seg, us in prices.split_us(tid, *piece):
                 bucket_alloc_us[(bi, gid, nid, seg)] += us
-    # 4. busy time per (group, node, job) from the phase records
+    # 4. busy time per (group, node, job) from the phase records; the common case (one
+    # price over the range, a phase inside one bucket) is written out inline: this loop
+    # runs once per phase record and node
     busy_us: dict[tuple[int, int, int, int], int] = defaultdict(int)  # (g, node, job, price)
     bucket_busy_us: dict[tuple[int, int, int, int, int], int] = defaultdict(int)
     cf_roll_us: dict[tuple[int, int], int] = defaultdict(int)  # (job, price) -> us
     cf_train_us: dict[tuple[int, int], int] = defaultdict(int)
+    roll_flat = None if rollout_type is None else flat.get(rollout_type)
+    train_flat = None if train_type is None else flat.get(train_type)
     annotations, (s_col, f_col) = _epoch_fields(exact=True)
     phases = (
-        PhaseRecord.objects.filter(group_id__in=group_ids, started_at__isnull=False)
+        PhaseRecord.objects.filter(_in_ids("group_id", group_ids), started_at__isnull=False)
         .filter(started_at__lt=hi_dt)
         .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
         .annotate(nodes_txt=NODES_TXT, **annotations)
         .values_list("group_id", "job_id", "nodes_txt", s_col, f_col)
     )
-    native = bool(annotations)
+    pieces: Sequence[tuple[int, tuple[int, int]]] = ()
     for gid, jid, nodes_raw, s, f in phases.iterator(chunk_size=5000):
-        pa = max(s if native else _us(s), lo)
-        pb = hi if f is None else min(f if native else _us(f), hi)
+        if not native:
+            s, f = _us(s), None if f is None else _us(f)
+        pa = s if s > lo else lo
+        pb = hi if f is None or f > hi else f
         if pb <= pa:
             continue
+        if buckets_us:
+            bi = bisect_right(buckets_us, pa) - 1
+            if 0 <= bi < last_bucket and pb <= buckets_us[bi + 1]:
+                pieces = ((bi, (pa, pb)),)
+            else:
+                pieces = _split((pa, pb), buckets_us)
         for name in _nodes(nodes_raw):
             info = node_info.get((gid, name))
             if info is None:
                 continue  # not allocated to this group in the range: costs nothing here
-            nid, gpus, tid = info
+            nid, _gpus, tid = info
+            one_price = flat.get(tid)
+            if one_price is not None:
+                busy_us[(gid, nid, jid, one_price)] += pb - pa
+                for bi, (a, b) in pieces:
+                    bucket_busy_us[(bi, gid, nid, jid, one_price)] += b - a
+                continue
             for seg, us in prices.split_us(tid, pa, pb):
                 busy_us[(gid, nid, jid, seg)] += us
-            for bi, piece in _split((pa, pb), buckets_us):
-                for seg, us in prices.split_us(tid, *piece):
+            for bi, (a, b) in pieces:
+                for seg, us in prices.split_us(tid, a, b):
                     bucket_busy_us[(bi, gid, nid, jid, seg)] += us
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
         if with_cf:
-            if rollout_type is not None:
+            if roll_flat is not None:
+                cf_roll_us[(jid, roll_flat)] += pb - pa
+            elif rollout_type is not None:
                 for seg, us in prices.split_us(rollout_type, pa, pb):
                     cf_roll_us[(jid, seg)] += us
-            if train_type is not None:
+            if train_flat is not None:
+                cf_train_us[(jid, train_flat)] += pb - pa
+            elif train_type is not None:
                 for seg, us in prices.split_us(train_type, pa, pb):
                     cf_train_us[(jid, seg)] += us
     # 4b. microseconds x price, once per key (Decimal: exact to the cent and beyond)
@@ -1306,10 +1417,13 @@ def _cost_engine(
         gpus, tid = node_meta[nid]
         busy_cost[(gid, nid, jid)] += prices.amount(tid, seg, us, gpus)
         busy_s[(gid, nid, jid)] += us / MICRO
-    bucket_alloc: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
+    # (group, node) -> bucket -> allocated cost: only the buckets a node was allocated in
+    bucket_alloc: dict[tuple[int, int], dict[int, Decimal]] = defaultdict(
+        lambda: defaultdict(Decimal)
+    )
     for (bi, gid, nid, seg), us in bucket_alloc_us.items():
         gpus, tid = node_meta[nid]
-        bucket_alloc[(bi, gid, nid)] += prices.amount(tid, seg, us, gpus)
+        bucket_alloc[(gid, nid)][bi] += prices.amount(tid, seg, us, gpus)
     bucket_busy: dict[tuple[int, int, int, int], Decimal] = defaultdict(Decimal)
     for (bi, gid, nid, jid, seg), us in bucket_busy_us.items():
         gpus, tid = node_meta[nid]
@@ -1328,9 +1442,8 @@ def _cost_engine(
             cf_coloc[(jid, train_type)] += part
     # 5. split each node's idle cost among the members pinned to it
     pl_by_group: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
-    for pl_id, gid, jid, created, ended in placements:
-        end_us = now_us if ended is None else _us(ended)
-        pl_by_group[gid].append((pl_id, jid, _us(created), end_us))
+    for pl_id, gid, jid, joined, left in placements:
+        pl_by_group[gid].append((pl_id, jid, joined, left))
     parts: dict[int, dict[tuple[int, int, str], Decimal]] = defaultdict(
         lambda: defaultdict(Decimal)
     )  # group -> (job, type, busy|idle) -> exact cost
@@ -1348,11 +1461,14 @@ def _cost_engine(
         busy_sec_sum = sum((busy_s[(gid, nid, j)] for j in jobs_busy), Decimal(0))
         # phases overlapping on one node (should not happen) must not charge more than
         # the allocation: scale busy down so busy + idle = allocated, always
-        shrink = total_alloc / busy_sum if busy_sum > total_alloc and busy_sum > 0 else Decimal(1)
-        shrink_s = alloc_sec / busy_sec_sum if busy_sec_sum > alloc_sec and busy_sec_sum else 1
+        # (x * 1 is x exactly: the usual case skips the multiplication)
+        shrink = total_alloc / busy_sum if busy_sum > total_alloc and busy_sum > 0 else None
+        shrink_s = alloc_sec / busy_sec_sum if busy_sec_sum > alloc_sec and busy_sec_sum else None
+        gparts = parts[gid]
         for j in jobs_busy:
-            parts[gid][(j, tid, "busy")] += busy_cost[(gid, nid, j)] * shrink
-            hours[(j, tid, "busy")] += _hours(busy_s[(gid, nid, j)] * Decimal(shrink_s), gpus)
+            cost, sec = busy_cost[(gid, nid, j)], busy_s[(gid, nid, j)]
+            gparts[(j, tid, "busy")] += cost if shrink is None else cost * shrink
+            hours[(j, tid, "busy")] += _hours(sec if shrink_s is None else sec * shrink_s, gpus)
         idle_cost = total_alloc - min(busy_sum, total_alloc)
         idle_sec = alloc_sec - min(busy_sec_sum, alloc_sec)
         weights = _idle_weights(pl_by_group.get(gid, []), pinned.get(nid, set()), spans)
@@ -1360,11 +1476,12 @@ def _cost_engine(
             weights = {j: 1 for j in jobs_busy}
         wsum = sum(weights.values())
         for j, w in weights.items():
-            parts[gid][(j, tid, "idle")] += idle_cost * w / wsum
+            gparts[(j, tid, "idle")] += idle_cost * w / wsum
             hours[(j, tid, "idle")] += _hours(idle_sec * w / wsum, gpus)
         if buckets:
-            for bi in range(len(buckets) - 1):
-                b_alloc = bucket_alloc.get((bi, gid, nid), Decimal(0))
+            node_buckets = bucket_alloc.get((gid, nid), {})
+            for bi in sorted(node_buckets):
+                b_alloc = node_buckets[bi]
                 if not b_alloc:
                     continue
                 b_busy = {j: bucket_busy.get((bi, gid, nid, j), Decimal(0)) for j in jobs_busy}
@@ -1402,16 +1519,12 @@ def _cost_engine(
             job_name=job[1],
             gpu_type=type_names.get(tid, str(tid)),
             group_ids=sorted(line_groups.get((jid, tid), ())),
-            busy_gpu_hours=hours.get((jid, tid, "busy"), Decimal(0)).quantize(Decimal("0.0001")),
-            idle_gpu_hours=hours.get((jid, tid, "idle"), Decimal(0)).quantize(Decimal("0.0001")),
-            busy_cost=rounded.get((jid, tid, "busy"), Decimal(0)),
-            idle_cost=rounded.get((jid, tid, "idle"), Decimal(0)),
-            solo_disagg_cost=cf_solo.get((jid, tid), Decimal(0)).quantize(
-                CENT, rounding=ROUND_HALF_UP
-            ),
-            colocated_cost=cf_coloc.get((jid, tid), Decimal(0)).quantize(
-                CENT, rounding=ROUND_HALF_UP
-            ),
+            busy_gpu_hours=hours.get((jid, tid, "busy"), ZERO).quantize(HOURS_Q),
+            idle_gpu_hours=hours.get((jid, tid, "idle"), ZERO).quantize(HOURS_Q),
+            busy_cost=rounded.get((jid, tid, "busy"), ZERO),
+            idle_cost=rounded.get((jid, tid, "idle"), ZERO),
+            solo_disagg_cost=cf_solo.get((jid, tid), ZERO).quantize(CENT, rounding=ROUND_HALF_UP),
+            colocated_cost=cf_coloc.get((jid, tid), ZERO).quantize(CENT, rounding=ROUND_HALF_UP),
         )
         lines[(jid, tid)] = line
     by_bucket_tenant: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
@@ -1462,14 +1575,20 @@ def _pool_types() -> tuple[int | None, int | None]:
     return kinds.get(PoolKind.ROLLOUT), kinds.get(PoolKind.TRAIN)
 
 
+def _sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
+    """Return the column sums of `lines`, each added up in line order."""
+    return CostTotals(
+        key=key,
+        label=label,
+        **{column: sum(map(attrgetter(column), lines), Decimal(0)) for column in FIGURE_COLUMNS},
+    )
+
+
 def _totals(lines: list[CostLine], key: str) -> list[CostTotals]:
-    out: dict[str, CostTotals] = {}
+    grouped: dict[str, list[CostLine]] = defaultdict(list)
     for ln in lines:
-        k = ln.tenant if key == "tenant" else ln.gpu_type
-        if k not in out:
-            out[k] = CostTotals(key=k, label=k)
-        out[k].add(ln)
-    return [out[k] for k in sorted(out)]
+        grouped[ln.tenant if key == "tenant" else ln.gpu_type].append(ln)
+    return [_sum_lines(grouped[k], key=k, label=k) for k in sorted(grouped)]
 
 
 def cost_report(
@@ -1485,9 +1604,11 @@ def cost_report(
     now_ = _now(now)
     tenant_ids = _visible_tenant_ids(user)
     prices = PriceBook()
-    # the default range (this month to date) is the burn-down's range too: one pass
-    month_start, next_month, days = _month(min(end, now_.date()))
-    shared = with_burn_down and start == month_start and t1 >= now_ and end < next_month
+    # when the range starts on the burn-down month's first day and both stop at the same
+    # moment (the default: month to date; or the whole month once it is over), the
+    # burn-down's daily figures come from the report's own pass
+    month_start, _next_month, days = _month(min(end, now_.date()))
+    shared = with_burn_down and start == month_start and min(t1, now_) == min(days[-1], now_)
     lines, group_costs, per_bucket = _cost_engine(
         tenant_ids=tenant_ids,
         t0=t0,
@@ -1497,16 +1618,13 @@ def cost_report(
         buckets=days if shared else (),
         counterfactuals=True,
     )
-    total = CostTotals(key="total", label="Total")
-    for ln in lines:
-        total.add(ln)
     report = CostReport(
         start=start,
         end=end,
         t0=t0,
         t1=t1,
         lines=lines,
-        total=total,
+        total=_sum_lines(lines, key="total", label="Total"),
         by_tenant=_totals(lines, "tenant"),
         by_gpu_type=_totals(lines, "gpu_type"),
         group_costs=group_costs,
@@ -1607,6 +1725,7 @@ FOCUS_COLUMNS = (
 )
 
 
+@_gc_paused()
 def focus_rows(report: CostReport) -> list[dict[str, str]]:
     """Return the report as FinOps FOCUS-style rows: per job and GPU type, busy and idle apart."""
     import json

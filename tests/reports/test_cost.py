@@ -278,3 +278,62 @@ def test_month_to_date_report_and_burn_down_from_one_pass_agree_with_separate_on
         (b.tenant, b.spent, b.daily_cumulative) for b in alone
     ]
     assert shared.burn_down[0].spent == Decimal("57.04")
+
+
+@pytest.mark.django_db
+def test_a_past_months_report_and_burn_down_share_one_pass_that_agrees_with_separate_ones(
+    world: Any,
+) -> None:
+    """The whole month once it is over: one pass serves the report and the daily burn-down.
+
+    A phase crossing midnight with a price change inside it, so the cuts at day and price
+    boundaries are both exercised.
+    """
+    from rollmux_web.reports.selectors import burn_down
+
+    solo_group(world)
+    late = datetime(2026, 3, 20, 23, tzinfo=UTC)
+    job = make_job(world, name="overnight")
+    g = make_group(created=late)
+    allocate(g, "h20-1", late, late + 120 * M)
+    allocate(g, "h800-1", late, late + 120 * M)
+    pl = place(g, job, rollout=["h20-1"], train=["h800-1"], joined=late)
+    phase(pl, iteration=0, kind="rollout", nodes=["h20-1"], start=late + 10 * M, minutes=80)
+    GpuPrice.objects.create(
+        gpu_type=world.h20, price_per_gpu_hour=Decimal("2.50"), effective_from=late + 30 * M
+    )
+    month = (date(2026, 3, 1), date(2026, 3, 31))
+    after = datetime(2026, 4, 2, tzinfo=UTC)
+    shared = cost_report(user=world.alice, start=month[0], end=month[1], now=after)
+    alone = burn_down(user=world.alice, month_of=month[1], now=after)
+    plain = cost_report(
+        user=world.alice, start=month[0], end=month[1], now=after, with_burn_down=False
+    )
+    assert [(b.tenant, b.spent, b.daily_cumulative) for b in shared.burn_down] == [
+        (b.tenant, b.spent, b.daily_cumulative) for b in alone
+    ]
+    assert shared.lines == plain.lines and shared.total == plain.total
+    # 2 h on each node: H20 8 x (1.85 x 0.5 h + 2.50 x 1.5 h) = 37.40, H800 8 x 5.28 x 2 h
+    assert shared.total.cost == Decimal("57.04") + Decimal("37.40") + Decimal("84.48")
+    assert shared.burn_down[0].spent == shared.total.cost
+    daily = dict(shared.burn_down[0].daily_cumulative)
+    # the day boundary cuts the overnight group: 1 h on each node before midnight
+    assert daily[date(2026, 3, 20)] - daily[date(2026, 3, 19)] == Decimal("7.40") + Decimal(
+        "10.00"
+    ) + Decimal("42.24")
+
+
+@pytest.mark.django_db
+def test_a_cost_report_leaves_the_garbage_collector_as_it_found_it(world: Any) -> None:
+    import gc
+
+    solo_group(world)
+    assert gc.isenabled()
+    cost_report(user=world.finance, start=DAY, end=DAY, now=NOW)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        cost_report(user=world.finance, start=DAY, end=DAY, now=NOW)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
