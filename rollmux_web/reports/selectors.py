@@ -2085,6 +2085,7 @@ class Overview:
     cost_last_day: Decimal
     waiting: list[dict[str, Any]]
     meta_note: str = ""
+    cost_is_share: bool = False  # cost_per_hour_now is the viewer's tenants' share
 
     @property
     def cost_per_hour_last_day(self) -> Decimal:
@@ -2165,14 +2166,44 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
         }
         for j in waiting_qs.order_by("-priority", "submitted_at")[:50]
     ]
+    if tenant_ids is None:
+        cost_now = sum((g.cost_per_hour for g in groups), Decimal(0))
+    else:
+        cost_now = _share_per_hour_now(open_allocs, tenant_ids, prices, now_)
     return Overview(
         pools=pools,
         groups=groups,
-        cost_per_hour_now=sum((g.cost_per_hour for g in groups), Decimal(0)),
+        cost_per_hour_now=cost_now,
+        cost_is_share=tenant_ids is not None,
         cost_last_day=sum((ln.cost for ln in last_day_lines), Decimal(0)),
         waiting=waiting,
         meta_note=note,
     )
+
+
+def _share_per_hour_now(
+    open_allocs: list[tuple[int, int, int, int, str]],
+    tenant_ids: set[int],
+    prices: PriceBook,
+    now: datetime,
+) -> Decimal:
+    """Return the $/h the tenants' jobs hold now: each allocated node's $/h split equally among
+    the live members pinned to it (a shared node is not charged in full to every tenant on it;
+    over a period the cost report splits by busy time, with idle time shared the same way)."""
+    pinned: dict[int, list[int]] = defaultdict(list)  # node -> tenant of each member on it
+    for through in (Placement.rollout_nodes.through, Placement.train_nodes.through):
+        for node_id, tenant_id in through.objects.filter(
+            placement__ended_at__isnull=True
+        ).values_list("node_id", "placement__job__tenant_id"):
+            pinned[node_id].append(tenant_id)
+    total = Decimal(0)
+    for node_id, _gid, gpus, type_id, _kind in open_allocs:
+        members = pinned.get(node_id)
+        if not members:
+            continue
+        mine = sum(1 for t in members if t in tenant_ids)
+        total += prices.price_at(type_id, now) * gpus * mine / len(members)
+    return total.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def _fill_meta_iterations(groups: list[GroupStatus]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -115,6 +116,30 @@ def test_overview_counts_busy_idle_and_free_nodes_and_waiting_jobs(
     assert [m["name"] for m in grp.members] == ["runner"]
     html = client_as("alice").get("/").content.decode()
     assert "no free H800 node" in html and "speech-secret" not in html and "T_cycle" in html
+
+
+def test_overview_cost_now_is_each_tenants_share_of_a_shared_group(
+    world: Any, client_as: Any
+) -> None:
+    now = datetime.now(tz=UTC)
+    g = make_group(created=now - 60 * M)
+    for node in ("h20-0", "h20-1", "h800-0"):
+        allocate(g, node, now - 60 * M, None)
+    mine = make_job(world, name="vision-job")
+    theirs = make_job(world, name="speech-job", tenant="speech")
+    # direct packing: both on h20-0; speech alone on h20-1; both share the training node
+    place(g, mine, rollout=["h20-0"], train=["h800-0"], joined=now - 60 * M)
+    place(g, theirs, rollout=["h20-0", "h20-1"], train=["h800-0"], joined=now - 60 * M)
+    h20, h800 = 8 * 1.85, 8 * 5.28
+    vision = cluster_overview(user=world.alice).cost_per_hour_now
+    speech = cluster_overview(user=world.charlie).cost_per_hour_now
+    whole = cluster_overview(user=world.admin).cost_per_hour_now
+    assert float(vision) == pytest.approx(h20 / 2 + h800 / 2, abs=0.01)
+    assert float(speech) == pytest.approx(h20 / 2 + h20 + h800 / 2, abs=0.01)
+    assert float(whole) == pytest.approx(2 * h20 + h800, abs=0.01)
+    assert abs(vision + speech - whole) <= Decimal("0.01")  # the shares add up
+    html = client_as("alice").get("/").content.decode()
+    assert "your share" in html and f"${vision:,.2f}/h" in html
 
 
 PREVIEW = {
