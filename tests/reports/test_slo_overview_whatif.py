@@ -216,10 +216,11 @@ def test_preview_says_why_a_job_would_wait(world: Any, client_as: Any) -> None:
         .get("/whatif/preview/", {**PREVIEW, "host_mem_gb": "99999"})
         .content.decode()
     )
-    assert "Would wait" in html and "can never run" in html
+    # a job that can never run is not one that "would wait"
+    assert "Can never run on this cluster" in html and "Would wait" not in html
     html = (
         client_as("alice")
         .get("/whatif/preview/", {**PREVIEW, "rollout_gpus": "800"})
         .content.decode()
     )
-    assert "Would wait" in html
+    assert "Can never run on this cluster" in html and "Would wait" not in html
