@@ -54,6 +54,9 @@ class PreviewForm(forms.Form):
     host_mem_gb = forms.FloatField(min_value=0.001)
     iterations = forms.IntegerField(required=False, min_value=1)
     tenant = forms.CharField(required=False, max_length=64)
+    # the job's clock: jobs share a group only at one time scale (runner + time_scale)
+    runner = forms.CharField(required=False, max_length=200)
+    time_scale = forms.FloatField(required=False, min_value=1e-6)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -45,6 +45,7 @@ class Preview:
     reason: str = ""
     strategy: str = ""
     group: str = ""
+    group_visible: bool = False  # the viewer may open the group (one of its tenants is in it)
     marginal_cost_per_hour: float = 0.0
     rollout_nodes: list[str] = field(default_factory=list)
     train_nodes: list[str] = field(default_factory=list)
@@ -125,17 +126,25 @@ def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Pre
         return Preview(status=status, reason=result.reason)
     pl = result.placement
     members = _label_members(user, state, result.predicted_slowdown, own_slo=profile.slo)
+    group = str(pl.group_id) if pl.group_id is not None else ""
     return Preview(
         status=status,
         reason=result.reason,
         strategy=str(pl.strategy).replace("_", " "),
-        group=str(pl.group_id) if pl.group_id is not None else "",
+        group=group,
+        group_visible=bool(group) and _group_visible(user, group),
         marginal_cost_per_hour=float(result.marginal_cost_per_hour),
         rollout_nodes=list(pl.rollout_nodes),
         train_nodes=list(pl.train_nodes),
         new_nodes=list(pl.new_nodes),
         members=members,
     )
+
+
+def _group_visible(user: Any, group: str) -> bool:
+    from rollmux_web.workflow.selectors import visible_groups
+
+    return group.isdigit() and visible_groups(user=user).filter(pk=int(group)).exists()
 
 
 def _label_members(
@@ -156,7 +165,7 @@ def _label_members(
         None if sees_all_tenants(user) else set(visible_tenants(user).values_list("id", flat=True))
     )
     names = {
-        str(pk): (name if visible is None or tid in visible else f"job #{pk} (other tenant)")
+        str(pk): (name if visible is None or tid in visible else "another tenant's job")
         for pk, name, tid in Job.objects.filter(pk__in=ids).values_list("id", "name", "tenant_id")
     }
     out = []

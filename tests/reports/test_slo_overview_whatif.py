@@ -184,12 +184,35 @@ def test_preview_packs_into_a_group_with_bubbles_and_names_its_members(
                 "t_train_max_s": "500",
                 "t_roll_min_s": "",
                 "t_train_min_s": "",
+                "time_scale": "1",  # the resident's clock: only then may they share
             },
         )
         .content.decode()
     )
     assert f"group {g.pk}" in html and "direct packing" in html
+    assert f'href="/groups/{g.pk}/"' in html
     assert "resident" in html and "this job" in html and "$0.00/h" in html
+
+
+@pytest.mark.django_db
+def test_preview_into_another_tenants_group_names_neither_group_nor_job(
+    world: Any, client_as: Any
+) -> None:
+    now = datetime.now(tz=UTC)
+    job = make_job(world, name="speech-resident", tenant="speech", t_roll_max_s=600.0)
+    g = make_group(created=now)
+    allocate(g, "h20-0", now, None)
+    allocate(g, "h800-0", now, None)
+    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=now)
+    query = {**PREVIEW, "t_roll_max_s": "500", "t_train_max_s": "500", "time_scale": "1"}
+    html = client_as("alice").get("/whatif/preview/", query).content.decode()
+    assert "another tenant's jobs" in html and "direct packing" in html
+    assert f"/groups/{g.pk}/" not in html  # alice would get a 404 there
+    assert "speech-resident" not in html and f"#{job.pk}" not in html
+    assert "another tenant's job" in html  # its predicted slowdown, anonymously
+    # charlie, whose job it is, gets the link
+    html = client_as("charlie").get("/whatif/preview/", {**query, "tenant": "speech"})
+    assert f'href="/groups/{g.pk}/"' in html.content.decode()
 
 
 @pytest.mark.django_db
