@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from rollmux_web import metrics
@@ -19,4 +20,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("django-admin/", admin.site.urls),
+    path("favicon.ico", RedirectView.as_view(url="/static/favicon.svg")),
 ]
