@@ -50,13 +50,19 @@ def parse_filters(params: Any) -> AuditFilters:
         # PostgreSQL text cannot hold NUL: a lookup with one would be a server error.
         if "\x00" in (params.get(name) or ""):
             raise ValidationError({name: ["Null characters are not allowed."]})
+    since = _parse_moment("since", params.get("since") or "", end_of_day=False)
+    until = _parse_moment("until", params.get("until") or "", end_of_day=True)
+    if since is not None and until is not None and until <= since:
+        raise ValidationError(
+            {"until": [f"{params.get('until')} is before the start ({params.get('since')})."]}
+        )
     return AuditFilters(
         action=(params.get("action") or "").strip(),
         actor=(params.get("actor") or "").strip(),
         object_type=(params.get("object_type") or "").strip(),
         tenant=(params.get("tenant") or "").strip(),
-        since=_parse_moment("since", params.get("since") or "", end_of_day=False),
-        until=_parse_moment("until", params.get("until") or "", end_of_day=True),
+        since=since,
+        until=until,
     )
 
 

@@ -79,6 +79,18 @@ def test_bad_date_filter_names_the_field(client_as, history):
     assert "until" in body["error"]["fields"]
 
 
+def test_a_reversed_range_is_refused_on_until(client_as, history):
+    resp = client_as("admin").get("/audit/?since=2026-11-30&until=2026-11-01")
+    assert resp.status_code == 400
+    assert "is before the start" in resp.content.decode()
+    api = APIClient()
+    api.force_authenticate(history.admin)
+    resp = api.get("/api/v1/audit/?since=2026-11-30&until=2026-11-01")
+    assert resp.status_code == 400 and "until" in resp.json()["error"]["fields"]
+    # one day (a bare until date includes its whole day) is a valid range
+    assert client_as("admin").get("/audit/?since=2026-11-01&until=2026-11-01").status_code == 200
+
+
 def test_page_paginates(client_as, world):
     for i in range(120):
         audit_record(actor=world.admin, action="test.bulk", object_type="x", object_id=str(i))
