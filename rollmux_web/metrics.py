@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 
@@ -40,6 +41,14 @@ API_LATENCY = Histogram(
 )
 
 
+_REGEX_GROUP = re.compile(r"\(\?P<(\w+)>[^)]*\)")
+
+
+def route_label(route: str) -> str:
+    """Return one spelling for path() and regex (DRF router) routes: `api/v1/nodes/<pk>/`."""
+    return _REGEX_GROUP.sub(r"<\1>", route).replace("^", "").replace("$", "").replace("\\", "")
+
+
 class MetricsMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -50,7 +59,7 @@ class MetricsMiddleware:
         if request.path.startswith("/api/"):
             match = getattr(request, "resolver_match", None)
             # The route pattern, not the path: ids in paths would explode the label set.
-            route = match.route if match else "unmatched"
+            route = route_label(match.route) if match else "unmatched"
             API_LATENCY.labels(request.method, route, str(response.status_code)).observe(
                 time.perf_counter() - start
             )

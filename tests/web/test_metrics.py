@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.metrics import route_label
 from tests.factories import job_spec
 
 pytestmark = pytest.mark.django_db
@@ -98,6 +99,22 @@ def test_api_latency_histogram_labels_the_route_not_the_path(api_as, world):
         for s in m.samples
     }
     assert not any(str(node.pk) + "/" in r.split("nodes/")[-1] for r in routes if "nodes/" in r)
+    # router (regex) and path() routes read alike: no ^, $ or regex groups
+    assert "api/v1/nodes/<pk>/" in routes
+    assert not any(set(r) & {"^", "$", "(", "?"} for r in routes)
+
+
+@pytest.mark.parametrize(
+    ("route", "label"),
+    [
+        ("api/v1/jobs/", "api/v1/jobs/"),
+        ("api/v1/quotas/$", "api/v1/quotas/"),
+        ("api/v1/^nodes/(?P<pk>[^/.]+)/$", "api/v1/nodes/<pk>/"),
+        ("api/v1/jobs/<int:pk>/cancel/", "api/v1/jobs/<int:pk>/cancel/"),
+    ],
+)
+def test_route_labels_have_one_spelling(route, label):
+    assert route_label(route) == label
 
 
 def test_metrics_token_when_configured(client, world, settings):
