@@ -272,7 +272,7 @@ CELERY_BEAT_SCHEDULE = {
 # --- Scheduling and execution ------------------------------------------------
 ROLLMUX_MAX_GROUP_SIZE = env_int("ROLLMUX_MAX_GROUP_SIZE", 5, minimum=1)
 ROLLMUX_SWITCH_OVERHEAD_S = env_float("ROLLMUX_SWITCH_OVERHEAD_S", 2.0, minimum=0.0)
-ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 200.0, minimum=1e-6)
+ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 20.0, minimum=1e-6)  # why: see seed_demo
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)
 ROLLMUX_DISPATCHER = env_str("ROLLMUX_DISPATCHER", "ray")  # "ray" or "inline"
 ROLLMUX_RAY_ADDRESS = env_str("ROLLMUX_RAY_ADDRESS", "local")

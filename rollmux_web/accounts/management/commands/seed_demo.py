@@ -1,6 +1,17 @@
 """Load the demo world: tenants, users with tokens, GPU types, pools, SLO classes, quotas, jobs.
 
 Passwords are demo-<username>: this is for a laptop demo and tests, never production.
+
+The demo jobs are `emulated` at the default time scale (settings.ROLLMUX_TIME_SCALE, 20):
+fast enough that the demo shows work at once (measured in embedded mode: seven jobs placed
+4 s after seeding, each one's first iteration done 21-45 s after it; the eighth waits for
+room, about 2.5 minutes; all done in about 8.5 minutes), slow enough that the control
+plane's time between one phase's end and the next one's start (measured 36-42 ms median,
+123-154 ms p95 on a 2-core machine) is a small share of an iteration. The SLO report counts
+those gaps as slowdown, and the time scale magnifies them: at 200x the gold (1.1x) job that
+ran alone read 1.08x (1.11x in QA's run, F2) and a bronze one 1.25x; at 20x the jobs that ran
+alone read 1.002-1.022x.
+tests/web/test_seed_demo.py holds every demo job to it.
 """
 
 from __future__ import annotations
