@@ -70,6 +70,15 @@ def job_get(*, user: Any, job_id: int) -> Job:
     return job
 
 
+def placement_history(job: Job) -> list[Placement]:
+    """Return every placement of the job, newest first, with nodes (one per attempt)."""
+    return list(
+        Placement.objects.filter(job=job)
+        .order_by("-created_at", "-id")
+        .prefetch_related("rollout_nodes", "train_nodes")
+    )
+
+
 def latest_placement(job: Job) -> Placement | None:
     """Return the job's newest placement (uses the prefetch when present)."""
     cached = getattr(job, "placements_newest_first", None)

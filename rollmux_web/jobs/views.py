@@ -26,7 +26,7 @@ from rollmux_web.jobs.selectors import (
     job_get,
     job_list,
     job_phase_summary,
-    latest_placement,
+    placement_history,
     solo_cost_per_iteration,
 )
 from rollmux_web.jobs.serializers import BUILTIN_RUNNERS, SPEC_FIELDS, JobSpecSerializer
@@ -306,7 +306,8 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
 
 def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
     job = job_get(user=request.user, job_id=job_id)
-    placement = latest_placement(job)
+    history = placement_history(job)
+    placement = history[0] if history else None
     cost = solo_cost_per_iteration(
         rollout_gpus=job.rollout_gpus,
         train_gpus=job.train_gpus,
@@ -318,6 +319,7 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
         "placement": placement,
         "rollout_nodes": sorted(n.name for n in placement.rollout_nodes.all()) if placement else [],
         "train_nodes": sorted(n.name for n in placement.train_nodes.all()) if placement else [],
+        "earlier_placements": history[1:],
         "phases": job_phase_summary(job=job),
         "cost": cost,
         "can_cancel": can_submit(request.user)

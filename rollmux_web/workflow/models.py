@@ -61,6 +61,20 @@ class Placement(models.Model):
             models.UniqueConstraint(fields=["job", "attempt"], name="uniq_placement_attempt")
         ]
 
+    @property
+    def strategy_label(self) -> str:
+        """The strategy as people say it: "direct packing", "rollout scaling", "new group"."""
+        return self.strategy.replace("_", " ")
+
+    @property
+    def end_reason_label(self) -> str:
+        return {
+            "completed": "completed",
+            "cancelled": "cancelled",
+            "failed": "a phase failed: the job was resubmitted",
+            "node_down": "a node went down: the job was resubmitted",
+        }.get(self.end_reason, self.end_reason)
+
 
 class NodeAllocation(models.Model):
     """A node allocated to a group from `start` to `end` (null while allocated). Cost = time x price."""

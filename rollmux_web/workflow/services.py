@@ -29,7 +29,8 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Field, Q
+from django.db.models import Field, Q, Value
+from django.db.models.functions import Coalesce
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -323,8 +324,12 @@ def _start_phases(
     job_ids = set(jobs)
     started_jobs = [j for j in job_ids if jobs[j].status == JobStatus.PLACED]
     if started_jobs:
+        # a resubmitted job keeps the start of its first attempt
         Job.objects.filter(pk__in=started_jobs, status=JobStatus.PLACED).update(
-            status=JobStatus.RUNNING, started_at=now, reason="", updated_at=now
+            status=JobStatus.RUNNING,
+            started_at=Coalesce("started_at", Value(now)),
+            reason="",
+            updated_at=now,
         )
     return created
 

@@ -242,7 +242,7 @@ def test_detail_shows_placement_and_phase_summary(client_as: Any, world: Any) ->
     Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
     html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
     assert f'href="/groups/{group.pk}/"' in html
-    assert "rollout_scaling" in html and "h20-0, h20-1" in html and "h800-3" in html
+    assert "rollout scaling" in html and "h20-0, h20-1" in html and "h800-3" in html
     assert "1.310×" in html
     assert "100.0" in html and "80.0" in html  # mean phase durations
     list_html = client_as("alice").get("/jobs/").content.decode()

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from workers.dispatch import PhaseOrder, PhaseReport, Probe, set_dispatcher
+
 
 def make_job(world: Any, **overrides: Any) -> Any:
     """Create a queued job row directly (the jobs app's submission rules are tested there)."""
@@ -139,3 +141,45 @@ def celery_worker_thread(ray_workflow: Any) -> Iterator[Any]:
         app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
     ) as worker:
         yield worker
+
+
+class Recorder:
+    """A dispatcher that records what it was asked to run (nothing runs)."""
+
+    def __init__(self) -> None:
+        self.orders: list[PhaseOrder] = []
+
+    def dispatch(self, order: PhaseOrder) -> None:
+        self.orders.append(order)
+
+    def probe(self, order: PhaseOrder) -> Probe:
+        return Probe("running")
+
+    def release(self, job_id: int, placement_id: int) -> None:
+        pass
+
+    def kill(self, job_id: int, placement_id: int) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder(settings: Any) -> Iterator[Recorder]:
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    rec = Recorder()
+    set_dispatcher(rec)
+    yield rec
+    set_dispatcher(None)
+
+
+def end_of(order: PhaseOrder, *, outcome: str = "ok", started: bool = True) -> PhaseReport:
+    now = time.time()
+    return PhaseReport(
+        order.phase_id,
+        outcome,
+        started_at=now - 1.0 if started else None,
+        finished_at=now,
+        warm=True,
+        metrics={"load_s": 0.25},
+        group_id=order.group_id,
+        job_id=order.job_id,
+    )

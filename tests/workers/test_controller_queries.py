@@ -4,8 +4,6 @@ see bench/control_plane.py)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,56 +13,14 @@ from django.test.utils import CaptureQueriesContext
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import services
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
-from tests.workers.conftest import make_job
-from workers.dispatch import PhaseOrder, PhaseReport, Probe, set_dispatcher
+from tests.workers.conftest import Recorder, end_of, make_job
+from workers.dispatch import PhaseOrder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # BEGIN, lock the group (+ async commit), claim the record (UPDATE ... RETURNING), read the
 # open placements and jobs, insert the next phases, save the runtime, COMMIT.
 PHASE_END_QUERIES = 7
-
-
-class Recorder:
-    """A dispatcher that records what it was asked to run (nothing runs)."""
-
-    def __init__(self) -> None:
-        self.orders: list[PhaseOrder] = []
-
-    def dispatch(self, order: PhaseOrder) -> None:
-        self.orders.append(order)
-
-    def probe(self, order: PhaseOrder) -> Probe:
-        return Probe("running")
-
-    def release(self, job_id: int, placement_id: int) -> None:
-        pass
-
-    def kill(self, job_id: int, placement_id: int) -> None:
-        pass
-
-
-@pytest.fixture
-def recorder(settings: Any) -> Iterator[Recorder]:
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    rec = Recorder()
-    set_dispatcher(rec)
-    yield rec
-    set_dispatcher(None)
-
-
-def end_of(order: PhaseOrder, *, outcome: str = "ok", started: bool = True) -> PhaseReport:
-    now = time.time()
-    return PhaseReport(
-        order.phase_id,
-        outcome,
-        started_at=now - 1.0 if started else None,
-        finished_at=now,
-        warm=True,
-        metrics={"load_s": 0.25},
-        group_id=order.group_id,
-        job_id=order.job_id,
-    )
 
 
 def placed_pair(world: Any, recorder: Recorder) -> list[PhaseOrder]:
