@@ -1728,8 +1728,6 @@ FOCUS_COLUMNS = (
 @_gc_paused()
 def focus_rows(report: CostReport) -> list[dict[str, str]]:
     """Return the report as FinOps FOCUS-style rows: per job and GPU type, busy and idle apart."""
-    import json
-
     rows = []
     iso = "%Y-%m-%dT%H:%M:%SZ"
     period = {
@@ -1739,37 +1737,38 @@ def focus_rows(report: CostReport) -> list[dict[str, str]]:
         "ChargePeriodEnd": report.t1.strftime(iso),
     }
     for ln in report.lines:
+        line = {
+            "ResourceId": f"job-{ln.job_id}/{ln.gpu_type}",
+            "ResourceName": ln.job_name,
+            "ResourceType": f"{ln.gpu_type} GPU",
+            "SubAccountId": str(ln.tenant_id),
+            "SubAccountName": ln.tenant,
+            "ChargeCategory": "Usage",
+        }
+        # Tags is json.dumps({"charge", "gpu_type", "groups", "job_id"}, sort_keys=True):
+        # "charge" sorts first, so the rest is dumped once per line and the charge put before
+        tags_rest = json.dumps(
+            {"gpu_type": ln.gpu_type, "groups": ln.group_ids, "job_id": ln.job_id}, sort_keys=True
+        )[1:]
         for charge, qty, cost, desc in (
             ("busy", ln.busy_gpu_hours, ln.busy_cost, "GPU time running the job's phases"),
             ("idle", ln.idle_gpu_hours, ln.idle_cost, "Idle (bubble) share of allocated nodes"),
         ):
             if not qty and not cost:
                 continue
+            money = f"{cost:.2f}"
             rows.append(
                 {
                     **period,
-                    "BilledCost": f"{cost:.2f}",
-                    "EffectiveCost": f"{cost:.2f}",
-                    "ListCost": f"{cost:.2f}",
+                    "BilledCost": money,
+                    "EffectiveCost": money,
+                    "ListCost": money,
                     "BillingCurrency": "USD",
                     "ConsumedQuantity": f"{qty:.4f}",
                     "ConsumedUnit": "GPU-Hours",
-                    "ResourceId": f"job-{ln.job_id}/{ln.gpu_type}",
-                    "ResourceName": ln.job_name,
-                    "ResourceType": f"{ln.gpu_type} GPU",
-                    "SubAccountId": str(ln.tenant_id),
-                    "SubAccountName": ln.tenant,
-                    "ChargeCategory": "Usage",
+                    **line,
                     "ChargeDescription": desc,
-                    "Tags": json.dumps(
-                        {
-                            "job_id": ln.job_id,
-                            "gpu_type": ln.gpu_type,
-                            "charge": charge,
-                            "groups": ln.group_ids,
-                        },
-                        sort_keys=True,
-                    ),
+                    "Tags": f'{{"charge": "{charge}", {tags_rest}',
                 }
             )
     return rows
