@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rollmux_web.reports import selectors
+from rollmux_web.reports import exports, selectors
 from rollmux_web.reports.forms import DateRangeForm
 
 RANGE_PARAMS = [
@@ -114,6 +116,54 @@ class CostReportApi(APIView):  # type: ignore[misc,unused-ignore]
         start, end = _range(request)
         report = selectors.cost_report(user=request.user, start=start, end=end)
         return Response(selectors.cost_report_json(report))
+
+
+class ParquetRenderer(BaseRenderer):  # type: ignore[misc,unused-ignore]
+    """Send a Parquet file the view has already built (bytes, passed through)."""
+
+    media_type = exports.PARQUET_MEDIA_TYPE
+    format = "parquet"
+    charset = None
+    render_style = "binary"
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> bytes:
+        return data if isinstance(data, bytes) else b""
+
+
+class CostParquetApi(APIView):  # type: ignore[misc,unused-ignore]
+    """The cost report's FinOps FOCUS rows as a Parquet file: the CSV's rows and columns.
+
+    Timestamps in UTC, BilledCost / EffectiveCost / ListCost as decimal(18, 2),
+    ConsumedQuantity as decimal(18, 4), the rest (Tags: a JSON object) as strings.
+    """
+
+    # one renderer: no `format` override to document or to answer 404 for; errors are
+    # still JSON in the API's one shape {"error": ...} (finalize_response)
+    renderer_classes = [ParquetRenderer]
+
+    @extend_schema(
+        parameters=RANGE_PARAMS,
+        responses={(200, exports.PARQUET_MEDIA_TYPE): OpenApiTypes.BINARY, 400: BAD_RANGE},
+    )
+    def get(self, request: Request) -> Response:
+        start, end = _range(request)
+        report = selectors.cost_report(
+            user=request.user, start=start, end=end, with_burn_down=False
+        )
+        filename = exports.focus_filename(report, "parquet")
+        return Response(
+            exports.focus_parquet(report),
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        # the file when there is one, the JSON error otherwise, whatever the client accepted
+        if isinstance(response, Response):
+            renderer = ParquetRenderer() if isinstance(response.data, bytes) else JSONRenderer()
+            request.accepted_renderer, request.accepted_media_type = renderer, renderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
 
 
 class SloReportApi(APIView):  # type: ignore[misc,unused-ignore]

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("reports/cost/", views.cost_report, name="cost"),
     path("reports/cost.csv", views.cost_csv, name="cost-csv"),
+    path("reports/cost.parquet", views.cost_parquet, name="cost-parquet"),
     path("reports/slo/", views.slo_report, name="slo"),
     path("whatif/", views.whatif_page, name="whatif"),
     path("whatif/preview/", views.whatif_preview, name="whatif-preview"),

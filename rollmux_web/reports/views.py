@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import json
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -13,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from rollmux_web.quotas.models import SloClass
-from rollmux_web.reports import selectors, svg, whatif
+from rollmux_web.reports import exports, selectors, svg, whatif
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm
 from rollmux_web.reports.models import WhatIfRun
 
@@ -196,20 +195,42 @@ def _days_in_month(d: Any) -> int:
     return calendar.monthrange(d.year, d.month)[1]
 
 
-@login_required
-@require_GET
-def cost_csv(request: HttpRequest) -> HttpResponse:
+def _cost_export(
+    request: HttpRequest,
+    *,
+    render: Callable[[selectors.CostReport], str | bytes],
+    content_type: str,
+    extension: str,
+) -> HttpResponse:
+    """Answer a FOCUS file download; a bad range is a 400 naming the field, as plain text."""
     form, start, end = _range(request)
     if start is None:
         errors = "; ".join(f"{k}: {' '.join(str(x) for x in v)}" for k, v in form.errors.items())
         return HttpResponse(f"Bad range: {errors}\n", status=400, content_type="text/plain")
     report = selectors.cost_report(user=request.user, start=start, end=end, with_burn_down=False)
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="rollmux-cost-{start}-{end}.csv"'
-    writer = csv.DictWriter(response, fieldnames=selectors.FOCUS_COLUMNS)
-    writer.writeheader()
-    writer.writerows(selectors.focus_rows(report))
+    response = HttpResponse(render(report), content_type=content_type)
+    filename = exports.focus_filename(report, extension)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+@login_required
+@require_GET
+def cost_csv(request: HttpRequest) -> HttpResponse:
+    return _cost_export(
+        request, render=exports.focus_csv, content_type="text/csv; charset=utf-8", extension="csv"
+    )
+
+
+@login_required
+@require_GET
+def cost_parquet(request: HttpRequest) -> HttpResponse:
+    return _cost_export(
+        request,
+        render=exports.focus_parquet,
+        content_type=exports.PARQUET_MEDIA_TYPE,
+        extension="parquet",
+    )
 
 
 @login_required
@@ -320,7 +341,7 @@ def whatif_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             svg.bar_chart_svg(title, items, unit=unit, fmt=fmt)
             for title, items, unit, fmt in cmp.charts
         ]
-        ctx["metric_keys"] = _metric_keys(cmp)
+        ctx["table"] = whatif.table(cmp)
     if _is_htmx(request):
         response = render(request, "reports/whatif_run.html#progress", ctx)
         if run.status in (WhatIfRun.Status.DONE, WhatIfRun.Status.FAILED):
@@ -328,34 +349,3 @@ def whatif_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             response["HX-Refresh"] = "true"  # show the finished comparison in full
         return response
     return render(request, "reports/whatif_run.html", ctx)
-
-
-def _metric_keys(cmp: whatif.WhatIfComparison) -> list[tuple[str, list[str]]]:
-    """Return the scalar metrics as rows (metric, value per policy) for the side-by-side table."""
-    keys: list[str] = []
-    for r in cmp.rows:
-        for k, v in r.metrics.items():
-            if k not in keys and not isinstance(v, dict | list):
-                keys.append(k)
-    out = []
-    for k in keys:
-        vals = []
-        for r in cmp.rows:
-            v = r.metrics.get(k)
-            vals.append(f"{v:,.4g}" if isinstance(v, float) else ("" if v is None else str(v)))
-        out.append((k, vals))
-    for r in cmp.rows:
-        for k, v in r.metrics.items():
-            if isinstance(v, dict) and not any(k == key for key, _ in out):
-                out.append(
-                    (
-                        k,
-                        [
-                            json.dumps(rr.metrics.get(k), sort_keys=True)
-                            if rr.metrics.get(k)
-                            else ""
-                            for rr in cmp.rows
-                        ],
-                    )
-                )
-    return out
