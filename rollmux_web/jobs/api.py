@@ -104,9 +104,12 @@ class JobListCreateView(GenericAPIView):
         description=(
             "Fields are those of the trace format plus name, slo_class (by name), runner, "
             "tenant (by name; defaults to your only tenant), priority and time_scale. "
-            "t_roll_min_s and t_train_min_s default to the max. A refused quota or budget "
-            "answers 403 with code quota_exceeded or budget_exceeded and a message naming "
-            "the limit, its value and what the job asked for."
+            "t_roll_min_s and t_train_min_s default to the max. Any other field is refused "
+            "(400, `fields` names it and suggests the closest real field), except the "
+            "read-only fields of a job record (id, status, ...), which are ignored so a record "
+            "from GET can be submitted again. A refused quota or budget answers 403 with code "
+            "quota_exceeded or budget_exceeded and a message naming the limit, its value, what "
+            "the tenant's live jobs request or its jobs used this month, and what the job asks."
         ),
         request=JobSubmitRequestSerializer,
         examples=[

@@ -7,13 +7,18 @@ name, slo_class, runner, tenant, priority and time_scale.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Max
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import SkipField
 
+from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
@@ -50,6 +55,60 @@ SPEC_FIELDS = (
     "host_mem_gb",
     "time_scale",
 )
+# Fields of a job record (JobSerializer, below) that only the server sets. Sent with a
+# submission they are ignored, not refused: a record read from the API (`GET /jobs/42/`)
+# can be edited and submitted again, as DRF ignores read-only fields on input and
+# `kubectl --validate=strict` refuses only fields the schema does not have. Any other key
+# is refused: a typo ("time_scal") must not silently run the job at the default.
+READ_ONLY_JOB_FIELDS = frozenset(
+    {
+        "id",
+        "submitter",
+        "slo",
+        "status",
+        "reason",
+        "error",
+        "cancel_requested",
+        "iterations_done",
+        "attempts",
+        "submitted_at",
+        "placed_at",
+        "started_at",
+        "finished_at",
+        "updated_at",
+        "group",
+        "placement",
+    }
+)
+# Trace-file fields (docs/spec/trace-format.md) a submission has no use for, with why.
+TRACE_ONLY_FIELDS = {
+    "arrival_s": "arrival_s is a trace-file field (when the simulator submits the job); "
+    "a submitted job arrives now.",
+}
+MAX_REPORTED_KEY = 64  # an unknown key is echoed in the error; a 1 MB key is cut short
+
+
+def unknown_field_errors(keys: Any) -> dict[str, list[str]]:
+    """Return an error per key that is neither a spec field nor a read-only job field.
+
+    Each message suggests the closest spec field when one is close
+    (difflib.get_close_matches), e.g. "time_scal" -> "did you mean time_scale?".
+    """
+    errors: dict[str, list[str]] = {}
+    for key in keys:
+        name = str(key)
+        if name in SPEC_FIELDS or name in READ_ONLY_JOB_FIELDS:
+            continue
+        close = difflib.get_close_matches(name.lower(), SPEC_FIELDS, n=1)
+        if name in TRACE_ONLY_FIELDS:
+            hint = TRACE_ONLY_FIELDS[name]
+        elif close:
+            hint = f"did you mean {close[0]}?"
+        else:
+            hint = f"the fields are {', '.join(SPEC_FIELDS)}."
+        shown = name if 0 < len(name) <= MAX_REPORTED_KEY else repr(name[:MAX_REPORTED_KEY])
+        errors[shown] = [f"Unknown field; {hint}"]
+    return errors
 
 
 def _encodable(value: str) -> None:
@@ -261,36 +320,87 @@ class JobSpecSerializer(serializers.Serializer):
 
     # --- cross-field ----------------------------------------------------------
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+    def _cross_field_errors(
+        self, values: dict[str, Any], invalid: set[str]
+    ) -> tuple[dict[str, str], Tenant | None]:
+        """Return the errors of checks that span fields, and the owning tenant.
+
+        `values` holds the fields that are valid on their own; a check is skipped when
+        one of its fields is in `invalid` (that field already shows its own error).
+        """
         errors: dict[str, str] = {}
         for phase in ("roll", "train"):
-            hi, lo = attrs[f"t_{phase}_max_s"], attrs.get(f"t_{phase}_min_s")
-            if lo is None:
-                attrs[f"t_{phase}_min_s"] = hi
-            elif lo > hi:
-                errors[f"t_{phase}_min_s"] = (
-                    f"Must be at most t_{phase}_max_s ({hi:g} s), got {lo:g} s."
-                )
-        user = self.context.get("user")
-        tenants = visible_tenants(user)
-        name = attrs.get("tenant") or ""
-        if name:
-            tenant = tenants.filter(name=name).first()
-            if tenant is None:
-                errors["tenant"] = f"Unknown tenant {name!r}, or not one you may submit for."
-        else:
-            mine = list(tenants[:2])
-            if len(mine) == 1:
-                tenant = mine[0]
+            hi_name, lo_name = f"t_{phase}_max_s", f"t_{phase}_min_s"
+            hi, lo = values.get(hi_name), values.get(lo_name)
+            if hi is not None and lo is not None and lo > hi:
+                errors[lo_name] = f"Must be at most {hi_name} ({hi:g} s), got {lo:g} s."
+        tenant: Tenant | None = None
+        if "tenant" not in invalid:
+            tenants = visible_tenants(self.context.get("user"))
+            name = values.get("tenant") or ""
+            if name:
+                tenant = tenants.filter(name=name).first()
+                if tenant is None:
+                    errors["tenant"] = f"Unknown tenant {name!r}, or not one you may submit for."
             else:
-                tenant = None
-                errors["tenant"] = (
-                    "This field is required: you belong to several tenants."
-                    if mine
-                    else "This field is required: you belong to no tenant."
-                )
+                mine = list(tenants[:2])
+                if len(mine) == 1:
+                    tenant = mine[0]
+                else:
+                    errors["tenant"] = (
+                        "This field is required: you belong to several tenants."
+                        if mine
+                        else "This field is required: you belong to no tenant."
+                    )
+        return errors, tenant
+
+    def _valid_values(self, data: Mapping[str, Any], invalid: set[str]) -> dict[str, Any]:
+        """Return the cross-checked fields that are valid on their own (the others left out)."""
+        out: dict[str, Any] = {}
+        for name in ("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s", "tenant"):
+            if name in invalid:
+                continue
+            field = self.fields[name]
+            try:
+                value = field.run_validation(field.get_value(data))
+                value = getattr(self, f"validate_{name}")(value)
+            except (serializers.ValidationError, DjangoValidationError, SkipField):
+                continue
+            out[name] = value
+        return out
+
+    def to_internal_value(self, data: Any) -> Any:
+        """Check every field, refuse unknown keys, and run the cross-field checks on the
+        fields that are valid even when others are not.
+
+        DRF stops before `validate()` when a single field fails, so a submission with a
+        bad Training min and Rollout min above its max would report only the first; the
+        form's inline validation reports both, and a submission must too.
+        """
+        if not isinstance(data, Mapping):
+            return super().to_internal_value(data)  # DRF's "expected a dictionary" error
+        try:
+            attrs = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            errors: dict[str, Any] = dict(exc.detail)  # type: ignore[arg-type]
+            values = self._valid_values(data, set(errors))
+        else:
+            errors, values = {}, attrs
+        unknown = unknown_field_errors(data.keys())
+        if not errors and not unknown:
+            return attrs
+        cross, _ = self._cross_field_errors(values, set(errors))
+        for name, message in cross.items():
+            errors.setdefault(name, [message])
+        raise serializers.ValidationError({**errors, **unknown})
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        errors, tenant = self._cross_field_errors(attrs, set())
         if errors:
             raise serializers.ValidationError(errors)
+        for phase in ("roll", "train"):
+            if attrs.get(f"t_{phase}_min_s") is None:
+                attrs[f"t_{phase}_min_s"] = attrs[f"t_{phase}_max_s"]
         attrs["tenant"] = tenant
         return attrs
 

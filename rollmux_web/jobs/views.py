@@ -76,7 +76,6 @@ FORM_FIELDS = (
     ),
 )
 OPTIONAL_NUMBERS = {"t_roll_min_s", "t_train_min_s", "time_scale", "priority"}
-CROSS_FIELD = {"t_roll_min_s", "t_train_min_s", "tenant"}
 
 
 def spec_from_post(data: Any) -> dict[str, Any]:
@@ -94,34 +93,15 @@ def spec_from_post(data: Any) -> dict[str, Any]:
 
 
 def _field_errors(user: Any, spec: dict[str, Any], name: str) -> list[str]:
-    """Return the messages for one field, as a full submission would report them."""
+    """Return the messages for one field, exactly as a full submission reports them.
+
+    The serializer runs its cross-field checks (min above max, tenant) on every field that
+    is valid on its own, so inline validation and "Submit job" show the same errors.
+    """
     ser = JobSpecSerializer(data=spec, context={"user": user})
     if ser.is_valid():
         return []
-    errors = ser.errors
-    if name in errors:
-        return [str(m) for m in errors[name]]
-    # Cross-field checks run only once every single field is valid; repeat them here so
-    # the form can flag them while other fields are still being typed.
-    if name == "tenant":
-        wanted = _db_text(str(spec.get("tenant", "")).strip())
-        tenants = visible_tenants(user)
-        if wanted and not tenants.filter(name=wanted).exists():
-            return [f"Unknown tenant {wanted!r}, or not one you may submit for."]
-        count = tenants.count()
-        if not wanted and count != 1:
-            why = "you belong to several tenants" if count else "you belong to no tenant"
-            return [f"This field is required: {why}."]
-        return []
-    if name in ("t_roll_min_s", "t_train_min_s"):
-        phase = "roll" if name == "t_roll_min_s" else "train"
-        try:
-            lo, hi = float(spec.get(name, "")), float(spec.get(f"t_{phase}_max_s", ""))
-        except ValueError:
-            return []
-        if lo > hi:
-            return [f"Must be at most t_{phase}_max_s ({hi:g} s), got {lo:g} s."]
-    return []
+    return [str(m) for m in ser.errors.get(name, [])]
 
 
 def _form_context(
