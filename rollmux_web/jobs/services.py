@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import DateTimeField, F, Sum, Value
-from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from rollmux_web import metrics
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.audit.services import audit_record
-from rollmux_web.inventory.models import GpuType
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
-from rollmux_web.jobs.selectors import ACTIVE_STATUSES, job_get, pool_prices
+from rollmux_web.jobs.selectors import job_get
 from rollmux_web.jobs.serializers import JobSpecSerializer
-from rollmux_web.quotas.models import Quota
+from rollmux_web.quotas.selectors import quota_usage
 from workers import triggers
 
 
@@ -67,124 +63,49 @@ def validate_spec(*, user: Any, spec: Any) -> dict[str, Any]:
     return dict(ser.validated_data)
 
 
-def _month_start(now: datetime) -> datetime:
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def tenant_usage_this_month(*, tenant: Tenant, now: datetime) -> dict[str, float]:
-    """Return GPU-hours per pool kind ("rollout", "train") the tenant's phases used this month.
-
-    Usage is busy GPU time from phase records (a running phase counts up to `now`), not
-    node allocations: a group's allocation is shared by its members and splitting its idle
-    time among tenants is a reporting choice, while phase time belongs to exactly one job.
-    """
-    from rollmux_web.workflow.models import PhaseRecord
-
-    start = _month_start(now)
-    rows = (
-        PhaseRecord.objects.filter(job__tenant=tenant, started_at__isnull=False)
-        .exclude(finished_at__lt=start)
-        .values("kind", "job__rollout_gpus", "job__train_gpus")
-        .annotate(
-            busy=Sum(
-                Coalesce(F("finished_at"), Value(now, output_field=DateTimeField()))
-                - Greatest(F("started_at"), Value(start, output_field=DateTimeField()))
-            )
-        )
-    )
-    hours: dict[str, float] = defaultdict(float)
-    for row in rows:
-        if row["busy"] is None:
-            continue
-        gpus = row["job__rollout_gpus"] if row["kind"] == "rollout" else row["job__train_gpus"]
-        hours[row["kind"]] += max(row["busy"].total_seconds(), 0.0) * gpus / 3600.0
-    return dict(hours)
-
-
 def _check_quotas(*, tenant: Tenant, spec: dict[str, Any], now: datetime) -> None:
     """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant.
 
-    Locks the tenant's quota rows first, so two concurrent submissions of one tenant
-    cannot both pass the "GPUs in use at once" check.
+    The usage comes from quotas.selectors.quota_usage, the function /quotas/ shows, so a
+    refusal and the page give the same numbers. It locks the tenant's quota rows first,
+    so two concurrent submissions of one tenant cannot both pass the "at once" check.
     """
-    quotas = list(
-        Quota.objects.select_for_update().filter(tenant=tenant).select_related("gpu_type")
-    )
-    if not quotas:
-        return
-    prices = pool_prices()
-    # what this job asks for, per GPU type (both pools may share one type)
-    pools = {
-        "rollout": (prices["rollout"], spec["rollout_gpus"], spec["t_roll_max_s"]),
-        "train": (prices["train"], spec["train_gpus"], spec["t_train_max_s"]),
-    }
-    asks: dict[int, dict[str, Any]] = {}
-    for kind, (pool, gpus, t_max) in pools.items():
-        if pool is None:
+    gpus = {"rollout": spec["rollout_gpus"], "train": spec["train_gpus"]}
+    t_max = {"rollout": spec["t_roll_max_s"], "train": spec["t_train_max_s"]}
+    for usage in quota_usage(tenants=[tenant], now=now, lock=True):
+        kinds = usage.pool_kinds  # the pools of this quota's GPU type
+        if not kinds:
             continue
-        a = asks.setdefault(
-            pool.gpu_type.pk,
-            {
-                "gpus": 0,
-                "gpu_hours": 0.0,
-                "usd": 0.0,
-                "kinds": [],
-                "price": pool.price_per_gpu_hour,
-            },
-        )
-        a["gpus"] += gpus
-        hours = spec["iterations"] * t_max * gpus / 3600.0
-        a["gpu_hours"] += hours
-        a["usd"] += hours * float(pool.price_per_gpu_hour)
-        a["kinds"].append(kind)
-
-    active = list(
-        Job.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES).values_list(
-            "rollout_gpus", "train_gpus"
-        )
-    )
-    usage: dict[str, float] | None = None
-    for quota in quotas:
-        ask = asks.get(quota.gpu_type.pk)
-        if ask is None:
-            continue
-        gt: GpuType = quota.gpu_type
-        if quota.max_gpus is not None:
-            in_use = sum(
-                (r if "rollout" in ask["kinds"] else 0) + (t if "train" in ask["kinds"] else 0)
-                for r, t in active
+        quota, gt = usage.quota, usage.quota.gpu_type
+        # what this job asks for of this GPU type (both pools may share one type)
+        ask_gpus = sum(gpus[k] for k in kinds)
+        ask_hours = sum(spec["iterations"] * t_max[k] * gpus[k] / 3600.0 for k in kinds)
+        ask_usd = ask_hours * float(usage.price_per_gpu_hour)
+        if quota.max_gpus is not None and usage.gpus_requested + ask_gpus > quota.max_gpus:
+            field_name = "rollout_gpus" if kinds == ("rollout",) else "train_gpus"
+            msg = (
+                f"quota: {tenant.name} may use at most {quota.max_gpus} {gt.name} GPUs at "
+                f"once; its live jobs (queued, placed or running) request "
+                f"{usage.gpus_requested}; this job asks for {ask_gpus}"
             )
-            if in_use + ask["gpus"] > quota.max_gpus:
-                field_name = "rollout_gpus" if ask["kinds"] == ["rollout"] else "train_gpus"
-                msg = (
-                    f"quota: {tenant.name} may use at most {quota.max_gpus} {gt.name} GPUs at "
-                    f"once; {in_use} in use, this job asks for {ask['gpus']}"
-                )
-                raise JobRejected("quota_exceeded", msg, {field_name: [msg]}, 403)
-        if quota.monthly_gpu_hours is None and quota.monthly_budget_usd is None:
-            continue
-        if usage is None:
-            usage = tenant_usage_this_month(tenant=tenant, now=now)
-        used_hours = sum(usage.get(k, 0.0) for k in ask["kinds"])
-        if (
-            quota.monthly_gpu_hours is not None
-            and used_hours + ask["gpu_hours"] > quota.monthly_gpu_hours
-        ):
+            raise JobRejected("quota_exceeded", msg, {field_name: [msg]}, 403)
+        used_hours = usage.gpu_hours_month
+        if quota.monthly_gpu_hours is not None and used_hours + ask_hours > quota.monthly_gpu_hours:
             msg = (
                 f"budget: {tenant.name} may use at most {quota.monthly_gpu_hours:g} {gt.name} "
-                f"GPU-hours this month; {used_hours:.1f} used, this job may take up to "
-                f"{ask['gpu_hours']:.1f} (iterations x worst-case phase time x GPUs)"
+                f"GPU-hours this month; its jobs used {usage.gpu_hours_text} so far; this job may "
+                f"take up to {ask_hours:.1f} (iterations x worst-case phase time x GPUs)"
             )
             raise JobRejected("budget_exceeded", msg, {"non_field_errors": [msg]}, 403)
         if quota.monthly_budget_usd is not None:
             # Priced at today's rate: an admission estimate, not the cost report (which
             # applies the price history to node allocations).
-            used_usd = used_hours * float(ask["price"])
             limit = float(quota.monthly_budget_usd)
-            if used_usd + ask["usd"] > limit:
+            if usage.usd_month + ask_usd > limit:
                 msg = (
                     f"budget: {tenant.name} may spend at most ${limit:,.2f} on {gt.name} this "
-                    f"month; ${used_usd:,.2f} spent, this job may cost up to ${ask['usd']:,.2f} "
+                    f"month; its jobs used {usage.usd_text} so far (at today's price); "
+                    f"this job may cost up to ${ask_usd:,.2f} "
                     "(iterations x worst-case phase time x GPUs x price)"
                 )
                 raise JobRejected("budget_exceeded", msg, {"non_field_errors": [msg]}, 403)

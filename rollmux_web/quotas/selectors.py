@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import DateTimeField, F, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, Greatest
 
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import visible_tenants
@@ -37,3 +43,139 @@ def quota_list(
 
 def slo_class_list() -> QuerySet[SloClass]:
     return SloClass.objects.order_by("slowdown", "name")
+
+
+# --- usage against quotas ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """One quota with what its tenant uses of it: the numbers job submission checks.
+
+    `gpus_requested` counts the GPUs *requested* by the tenant's live jobs (queued, placed
+    or running), as Kueue charges quota by the requests of admitted workloads: a queued job
+    counts, or a tenant could queue past its cap, and a job packed onto a node it shares
+    counts its full request. The month's figures are busy GPU time from phase records.
+    """
+
+    quota: Quota
+    pool_kinds: tuple[str, ...]  # the pools ("rollout", "train") whose GPUs are this type
+    price_per_gpu_hour: Decimal  # today's price of the type (what budget checks charge)
+    gpus_requested: int  # by the tenant's live jobs, on the pools of this type
+    gpu_hours_month: float  # busy GPU-hours of the tenant's phases on those pools this month
+    usd_month: float  # gpu_hours_month at today's price
+
+    @property
+    def gpus_left(self) -> int | None:
+        """Return how many more GPUs a job may request now (None: no cap)."""
+        if self.quota.max_gpus is None:
+            return None
+        return max(self.quota.max_gpus - self.gpus_requested, 0)
+
+    # The refusal messages and /quotas/ print these, so they round the same way.
+    @property
+    def gpu_hours_text(self) -> str:
+        return f"{self.gpu_hours_month:.1f}"
+
+    @property
+    def usd_text(self) -> str:
+        return f"${self.usd_month:,.2f}"
+
+
+def month_start(now: datetime) -> datetime:
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def busy_gpu_hours_this_month(
+    *, tenant_ids: Iterable[int], now: datetime
+) -> dict[int, dict[str, float]]:
+    """Return per tenant id the busy GPU-hours per pool kind of its phases this month.
+
+    Usage is busy GPU time from phase records (a running phase counts up to `now`), not
+    node allocations: a group's allocation is shared by its members and splitting its idle
+    time among tenants is a reporting choice, while phase time belongs to exactly one job.
+    """
+    from rollmux_web.workflow.models import PhaseRecord
+
+    start = month_start(now)
+    rows = (
+        PhaseRecord.objects.filter(job__tenant_id__in=list(tenant_ids), started_at__isnull=False)
+        .exclude(finished_at__lt=start)
+        .values("job__tenant_id", "kind", "job__rollout_gpus", "job__train_gpus")
+        .annotate(
+            busy=Sum(
+                Coalesce(F("finished_at"), Value(now, output_field=DateTimeField()))
+                - Greatest(F("started_at"), Value(start, output_field=DateTimeField()))
+            )
+        )
+    )
+    hours: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for row in rows:
+        if row["busy"] is None:
+            continue
+        gpus = row["job__rollout_gpus"] if row["kind"] == "rollout" else row["job__train_gpus"]
+        seconds = max(row["busy"].total_seconds(), 0.0)
+        hours[row["job__tenant_id"]][row["kind"]] += seconds * gpus / 3600.0
+    return {tid: dict(kinds) for tid, kinds in hours.items()}
+
+
+def quota_usage(
+    *, tenants: Iterable[Tenant] | QuerySet[Tenant], now: datetime, lock: bool = False
+) -> list[QuotaUsage]:
+    """Return every quota of the tenants with its usage now and this month.
+
+    The one source of these numbers: job submission refuses with them and /quotas/ shows
+    them, so a page and a refusal never disagree. With `lock`, the quota rows are locked
+    (FOR UPDATE, inside the caller's transaction) so two submissions of one tenant cannot
+    both pass the "at once" check.
+    """
+    from rollmux_web.jobs.models import Job
+    from rollmux_web.jobs.selectors import ACTIVE_STATUSES, pool_prices
+
+    # 1. the quota rows (only they are locked, not the tenant or GPU type they join)
+    qs = Quota.objects.select_related("tenant", "gpu_type").filter(tenant__in=tenants)
+    if lock:
+        qs = qs.select_for_update(of=("self",))
+    quotas = list(qs.order_by("tenant__name", "gpu_type__name"))
+    if not quotas:
+        return []
+    tenant_ids = {q.tenant_id for q in quotas}
+    # 2. which pools each GPU type serves, at what price now (both pools may share a type)
+    kinds: dict[int, list[str]] = defaultdict(list)
+    price: dict[int, Decimal] = {}
+    for kind, pool in pool_prices().items():
+        if pool is not None:
+            kinds[pool.gpu_type.pk].append(kind)
+            price[pool.gpu_type.pk] = pool.price_per_gpu_hour
+    # 3. GPUs requested by live jobs, per tenant and pool kind
+    live = {
+        row["tenant_id"]: {"rollout": row["rollout"] or 0, "train": row["train"] or 0}
+        for row in Job.objects.filter(tenant_id__in=tenant_ids, status__in=ACTIVE_STATUSES)
+        .values("tenant_id")
+        .annotate(rollout=Sum("rollout_gpus"), train=Sum("train_gpus"))
+    }
+    # 4. busy GPU-hours this month, per tenant and pool kind
+    month = busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now)
+    out = []
+    for q in quotas:
+        pool_kinds = tuple(kinds.get(q.gpu_type_id, ()))
+        p = price.get(q.gpu_type_id, Decimal("0"))
+        requested = live.get(q.tenant_id, {})
+        used = month.get(q.tenant_id, {})
+        hours = sum(used.get(k, 0.0) for k in pool_kinds)
+        out.append(
+            QuotaUsage(
+                quota=q,
+                pool_kinds=pool_kinds,
+                price_per_gpu_hour=p,
+                gpus_requested=sum(requested.get(k, 0) for k in pool_kinds),
+                gpu_hours_month=hours,
+                usd_month=hours * float(p),
+            )
+        )
+    return out
+
+
+def quota_usage_list(*, user: Any, now: datetime) -> list[QuotaUsage]:
+    """Return the quotas and usage of the tenants the user may see (researchers: theirs)."""
+    return quota_usage(tenants=visible_tenants(user), now=now)

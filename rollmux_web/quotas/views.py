@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from rollmux_web.accounts.decorators import role_required
@@ -16,9 +17,10 @@ from rollmux_web.quotas.models import Quota, SloClass
 
 @role_required()
 def index(request: HttpRequest) -> HttpResponse:
+    """Show SLO classes and each visible quota with its usage (what submission checks)."""
     context = {
         "slo_classes": selectors.slo_class_list(),
-        "quotas": selectors.quota_list(user=request.user),
+        "usages": selectors.quota_usage_list(user=request.user, now=timezone.now()),
         "can_edit": is_admin(request.user),
     }
     return render(request, "quotas/index.html", context)

@@ -83,7 +83,8 @@ def test_quota_refusal_is_a_403_with_the_limit_in_the_message(api_as: Any, world
     err = resp.json()["error"]
     assert err["code"] == "quota_exceeded"
     assert err["message"] == (
-        "quota: vision may use at most 8 H800 GPUs at once; 8 in use, this job asks for 16"
+        "quota: vision may use at most 8 H800 GPUs at once; its live jobs (queued, placed or "
+        "running) request 8; this job asks for 16"
     )
     assert Job.objects.count() == 1
 

@@ -151,7 +151,8 @@ def test_gpu_cap_refusal_says_which_limit_its_value_and_the_ask(world: Any) -> N
     err = rejected(world, user="bob", train_gpus=16)
     assert err.code == "quota_exceeded"
     assert err.message == (
-        "quota: vision may use at most 32 H800 GPUs at once; 24 in use, this job asks for 16"
+        "quota: vision may use at most 32 H800 GPUs at once; its live jobs (queued, placed or "
+        "running) request 24; this job asks for 16"
     )
     assert err.fields["train_gpus"] == [err.message]
     # 8 more still fit; finished jobs stop counting
@@ -165,7 +166,10 @@ def test_other_tenants_jobs_do_not_count_against_a_quota(world: Any) -> None:
     job_submit(user=world.charlie, spec=job_spec(rollout_gpus=16), channel="t")
     job_submit(user=world.alice, spec=job_spec(rollout_gpus=8), channel="t")
     err = rejected(world, rollout_gpus=8)
-    assert "at most 8 H20 GPUs at once; 8 in use, this job asks for 8" in err.message
+    assert (
+        "at most 8 H20 GPUs at once; its live jobs (queued, placed or running) request 8; "
+        "this job asks for 8"
+    ) in err.message
 
 
 def _phase_history(world: Any, *, hours: float, kind: str = "train", gpus: int = 8) -> Job:
@@ -199,7 +203,7 @@ def test_monthly_gpu_hour_budget_counts_usage_and_the_worst_case_estimate(world:
     # 100 iterations x 100 s x 8 GPUs = 22.2 GPU-hours: 80 + 22.2 > 100
     err = rejected(world, iterations=100)
     assert err.code == "budget_exceeded"
-    assert "at most 100 H800 GPU-hours this month; 80.0 used" in err.message
+    assert "at most 100 H800 GPU-hours this month; its jobs used 80.0 so far" in err.message
     assert "up to 22.2" in err.message
 
 
@@ -211,7 +215,7 @@ def test_monthly_dollar_budget_uses_the_current_price(world: Any) -> None:
     job_submit(user=world.alice, spec=job_spec(iterations=100), channel="t")
     # 120 iterations: $59.20 > $50
     err = rejected(world, iterations=120)
-    assert "may spend at most $50.00 on H20 this month; $0.00 spent" in err.message
+    assert "may spend at most $50.00 on H20 this month; its jobs used $0.00 so far" in err.message
     assert "up to $59.20" in err.message
 
 

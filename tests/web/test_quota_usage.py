@@ -1,0 +1,155 @@
+"""Quota usage: what a refusal counts is what /quotas/ shows, from one selector (QA F8).
+
+The GPU cap counts the GPUs *requested* by the tenant's live jobs (queued, placed,
+running), as Kueue charges quota by the requests of admitted workloads; the refusal says
+so, and the page shows the same figures per tenant and GPU type before anyone is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.jobs.services import JobRejected, job_submit
+from rollmux_web.quotas.models import Quota
+from rollmux_web.quotas.selectors import month_start, quota_usage
+from tests.factories import job_spec
+
+pytestmark = pytest.mark.django_db
+
+
+def _phases(job: Job, *, hours: dict[str, float]) -> None:
+    """Record one finished phase per kind of `hours` each, all ending now (this month)."""
+    from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, Placement
+
+    group = ExecutionGroup.objects.create()
+    placement = Placement.objects.create(job=job, group=group, strategy="new_group")
+    now = timezone.now()
+    # wholly inside this month even in its first hours (a phase may end "later" in a test)
+    end = max(now, month_start(now) + timedelta(hours=max(hours.values()) + 1))
+    for kind, h in hours.items():
+        _record(PhaseRecord, job, group, placement, kind, end - timedelta(hours=h), end)
+
+
+def _record(
+    model: Any, job: Job, group: Any, placement: Any, kind: str, start: Any, end: Any
+) -> None:
+    model.objects.create(
+        job=job,
+        group=group,
+        placement=placement,
+        iteration=0,
+        kind=kind,
+        state="succeeded",
+        queued_at=start,
+        started_at=start,
+        finished_at=end,
+    )
+
+
+@pytest.fixture
+def busy(world: Any) -> dict[str, Job]:
+    """vision: a queued job (8 + 8), a running one (8 + 16), a finished one with 10 h of
+    training on 8 H800 GPUs and 2 h of rollout on 8 H20 GPUs this month; speech: one queued
+    job (8 + 16). Then the quotas."""
+    jobs = {
+        "queued": job_submit(user=world.alice, spec=job_spec(name="queued"), channel="t"),
+        "running": job_submit(user=world.bob, spec=job_spec(train_gpus=16), channel="t"),
+        "done": job_submit(user=world.alice, spec=job_spec(name="done"), channel="t"),
+        "speech": job_submit(user=world.charlie, spec=job_spec(train_gpus=16), channel="t"),
+    }
+    Job.objects.filter(pk=jobs["running"].pk).update(status=JobStatus.RUNNING)
+    Job.objects.filter(pk=jobs["done"].pk).update(status=JobStatus.COMPLETED)
+    # 10 h x 8 H800 GPUs = 80 GPU-hours ($422.40 at $5.28); 2 h x 8 H20 = 16 ($29.60 at $1.85)
+    _phases(jobs["done"], hours={"train": 10, "rollout": 2})
+    Quota.objects.create(
+        tenant=world.vision, gpu_type=world.h800, max_gpus=32, monthly_gpu_hours=100
+    )
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h20, monthly_budget_usd=Decimal(50))
+    Quota.objects.create(tenant=world.speech, gpu_type=world.h800, max_gpus=16)
+    return jobs
+
+
+def _row(html: str, tenant: str, gpu_type: str) -> dict[str, str]:
+    m = re.search(rf'<tr data-tenant="{tenant}" data-gpu-type="{gpu_type}">(.*?)</tr>', html, re.S)
+    assert m is not None, f"no row for {tenant}/{gpu_type}"
+    cells = re.findall(r'data-col="([\w-]+)">([^<]*)', m.group(1))
+    return {col: value.strip() for col, value in cells}
+
+
+def _refusal(world: Any, **overrides: Any) -> JobRejected:
+    with pytest.raises(JobRejected) as info:
+        job_submit(user=world.alice, spec=job_spec(**overrides), channel="t")
+    return info.value
+
+
+def test_the_selector_counts_live_requests_and_this_months_phases(world: Any, busy: Any) -> None:
+    rows = {
+        (u.quota.tenant.name, u.quota.gpu_type.name): u
+        for u in quota_usage(tenants=[world.vision, world.speech], now=timezone.now())
+    }
+    h800 = rows["vision", "H800"]
+    # queued 8 + running 16; the completed job and speech's job do not count
+    assert (h800.pool_kinds, h800.gpus_requested, h800.gpus_left) == (("train",), 24, 8)
+    assert h800.gpu_hours_text == "80.0" and h800.usd_text == "$422.40"
+    h20 = rows["vision", "H20"]
+    assert (h20.pool_kinds, h20.gpus_requested, h20.gpus_left) == (("rollout",), 16, None)
+    assert h20.gpu_hours_text == "16.0" and h20.usd_text == "$29.60"
+    assert rows["speech", "H800"].gpus_requested == 16
+
+
+def test_gpu_cap_refusal_and_the_quota_page_give_the_same_numbers(
+    client_as: Any, world: Any, busy: Any
+) -> None:
+    row = _row(client_as("alice").get("/quotas/").content.decode(), "vision", "H800")
+    assert row["requested"] == "24"
+    err = _refusal(world, train_gpus=16)  # 24 + 16 > 32
+    assert err.code == "quota_exceeded"
+    assert err.message == (
+        "quota: vision may use at most 32 H800 GPUs at once; its live jobs (queued, placed or "
+        f"running) request {row['requested']}; this job asks for 16"
+    )
+    # a job asking for what the page says is left fits; the page then shows the cap full
+    job_submit(user=world.alice, spec=job_spec(train_gpus=8), channel="t")
+    html = client_as("alice").get("/quotas/").content.decode()
+    assert _row(html, "vision", "H800")["requested"] == "32"
+    assert html.count("(full)") == 1
+
+
+def test_budget_refusals_and_the_quota_page_give_the_same_numbers(
+    client_as: Any, world: Any, busy: Any
+) -> None:
+    html = client_as("alice").get("/quotas/").content.decode()
+    h800, h20 = _row(html, "vision", "H800"), _row(html, "vision", "H20")
+    assert (h800["gpu-hours"], h800["usd"]) == ("80.0", "$422.40")
+    assert (h20["gpu-hours"], h20["usd"]) == ("16.0", "$29.60")
+    # 60 iterations x 120 s x 8 H20 GPUs = 16 GPU-hours x $1.85 = $29.60; 29.60 + 29.60 > 50
+    err = _refusal(world, iterations=60, rollout_gpus=8)
+    assert err.code == "budget_exceeded"
+    assert f"its jobs used {h20['usd']} so far (at today's price)" in err.message
+    Quota.objects.filter(gpu_type=world.h20).delete()
+    # 100 iterations x 100 s x 8 H800 GPUs = 22.2 GPU-hours; 80 + 22.2 > 100
+    err = _refusal(world, iterations=100)
+    assert f"its jobs used {h800['gpu-hours']} so far" in err.message
+
+
+def test_a_researcher_sees_only_their_tenants_usage(client_as: Any, world: Any, busy: Any) -> None:
+    html = client_as("charlie").get("/quotas/").content.decode()
+    assert _row(html, "speech", "H800")["requested"] == "16"
+    assert 'data-tenant="vision"' not in html and "vision" not in html
+    assert "$422.40" not in html and "80.0" not in html
+    # alice sees vision's rows, not speech's
+    html = client_as("alice").get("/quotas/").content.decode()
+    assert 'data-tenant="vision"' in html and 'data-tenant="speech"' not in html
+
+
+def test_finance_sees_every_tenants_usage(client_as: Any, world: Any, busy: Any) -> None:
+    html = client_as("finance").get("/quotas/").content.decode()
+    assert _row(html, "speech", "H800")["requested"] == "16"
+    assert _row(html, "vision", "H800")["requested"] == "24"
