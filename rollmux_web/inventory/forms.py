@@ -6,6 +6,7 @@ from typing import Any
 from django import forms
 
 from rollmux_web.inventory.models import Cluster, GpuType, NodeState, PoolKind
+from rollmux_web.inventory.services import check_price
 
 
 class NameChoiceField(forms.ModelChoiceField):
@@ -24,12 +25,14 @@ class GpuTypeForm(forms.Form):
     gpus_per_node = forms.IntegerField(min_value=1, max_value=1024, label="GPUs per node")
     host_mem_gb = forms.FloatField(min_value=0.001, label="Host memory per node (GB)")
     price_per_gpu_hour = forms.DecimalField(
-        min_value=Decimal("0"),
         max_digits=10,
         decimal_places=4,
         label="Price per GPU-hour ($)",
-        help_text="A change applies from now on; past costs keep the old price.",
+        help_text="More than 0. A change applies from now on; past costs keep the old price.",
     )
+
+    def clean_price_per_gpu_hour(self) -> Decimal:
+        return check_price(self.cleaned_data["price_per_gpu_hour"])
 
 
 class ClusterForm(forms.Form):

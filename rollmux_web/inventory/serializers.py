@@ -32,9 +32,13 @@ class GpuTypeSerializer(serializers.ModelSerializer):
     price_per_gpu_hour = serializers.DecimalField(
         max_digits=10,
         decimal_places=4,
-        min_value=Decimal("0"),
+        min_value=Decimal("0.0001"),  # the schema's minimum; 4 decimals, so "more than 0"
         max_value=Decimal("999999"),
-        help_text="current price in $ per GPU-hour; a change is appended to the history, effective now",
+        error_messages={"min_value": services.PRICE_NOT_POSITIVE},
+        help_text=(
+            "current price in $ per GPU-hour, more than 0; a change is appended to the "
+            "history, effective now"
+        ),
     )
     price_history = serializers.SerializerMethodField()
 
@@ -59,6 +63,9 @@ class GpuTypeSerializer(serializers.ModelSerializer):
     def get_price_history(self, instance: GpuType) -> list[dict[str, Any]]:
         rows = sorted(instance.prices.all(), key=lambda p: p.effective_from)
         return list(GpuPriceSerializer(rows, many=True).data)
+
+    def validate_price_per_gpu_hour(self, value: Decimal) -> Decimal:
+        return services.check_price(value)  # the form's and the services' message
 
     def validate_name(self, value: str) -> str:
         qs = GpuType.objects.filter(name=value)

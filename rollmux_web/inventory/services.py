@@ -25,20 +25,37 @@ CLUSTER_FIELDS = ["name", "kind", "gpu_type", "ray_address"]
 NODE_FIELDS = ["name", "cluster", "gpu_type", "gpus", "host_mem_gb", "state"]
 
 
-def _price(value: Any) -> Decimal:
+PRICE_NOT_POSITIVE = (
+    "Must be more than 0 dollars per GPU-hour: at $0 the planner treats the pool as free "
+    "and every cost on it is zero."
+)
+
+
+def check_price(value: Any) -> Decimal:
+    """Return a price per GPU-hour rounded to 4 decimals, or raise a ValidationError.
+
+    A price must be more than 0 after rounding; the form, the API and the services all
+    call this one check, so they refuse the same prices with the same message.
+    """
     try:
         price = Decimal(str(value))
     except (InvalidOperation, ValueError):
-        raise ValidationError({"price_per_gpu_hour": ["Enter a number."]}) from None
+        raise ValidationError("Enter a number.") from None
     if not price.is_finite():
-        raise ValidationError({"price_per_gpu_hour": ["Enter a finite number."]})
-    if price < 0:
-        raise ValidationError(
-            {"price_per_gpu_hour": ["Must be zero or more (dollars per GPU-hour)."]}
-        )
+        raise ValidationError("Enter a finite number.")
     if price >= Decimal("1000000"):
-        raise ValidationError({"price_per_gpu_hour": ["Must be below 1,000,000 per GPU-hour."]})
-    return price.quantize(Decimal("0.0001"))
+        raise ValidationError("Must be below 1,000,000 per GPU-hour.")
+    price = price.quantize(Decimal("0.0001"))
+    if price <= 0:
+        raise ValidationError(PRICE_NOT_POSITIVE)
+    return price
+
+
+def _price(value: Any) -> Decimal:
+    try:
+        return check_price(value)
+    except ValidationError as exc:
+        raise ValidationError({"price_per_gpu_hour": exc.messages}) from None
 
 
 def _gpu_type_snapshot(gpu_type: GpuType, price: Decimal | None) -> dict[str, Any]:

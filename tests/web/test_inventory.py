@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ValidationError
 from rest_framework.test import APIClient
 
 from rollmux_web.audit.models import AuditEntry
@@ -367,6 +368,88 @@ def test_price_form_shows_field_error_and_saves_nothing(client_as, world):
     assert resp.status_code == 400
     assert 'id="error-price_per_gpu_hour"' in resp.content.decode()
     assert GpuPrice.objects.filter(gpu_type=world.h20).count() == 1
+
+
+def _price_state():
+    """Return everything a price change writes: GPU types, the price history, the audit."""
+    return (
+        sorted(GpuType.objects.values_list("name", "gpus_per_node", "host_mem_gb")),
+        sorted(GpuPrice.objects.values_list("gpu_type__name", "price_per_gpu_hour")),
+        AuditEntry.objects.count(),
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("price", ["0", "0.00", "-0"])
+def test_a_zero_price_is_refused_by_the_form_with_nothing_written(client_as, world, price):
+    # QA F10: $0.00 was saved, entered the history and the audit; a host memory change in
+    # the same form must not be saved either
+    before = _price_state()
+    resp = client_as("admin").post(
+        f"/inventory/gpu-types/{world.h800.pk}/edit/",
+        {"name": "H800", "gpus_per_node": 8, "host_mem_gb": 1024, "price_per_gpu_hour": price},
+    )
+    assert resp.status_code == 400
+    html = resp.content.decode()
+    assert 'id="error-price_per_gpu_hour"' in html
+    assert "Must be more than 0 dollars per GPU-hour" in html
+    assert _price_state() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "path", "payload"),
+    [
+        ("patch", "gpu-types/{h800}/", {"price_per_gpu_hour": "0"}),
+        (
+            "put",
+            "gpu-types/{h800}/",
+            {
+                "name": "H800",
+                "gpus_per_node": 8,
+                "host_mem_gb": 1024,
+                "price_per_gpu_hour": "0.0000",
+            },
+        ),
+        (
+            "post",
+            "gpu-types/",
+            {"name": "B200", "gpus_per_node": 8, "host_mem_gb": 2048, "price_per_gpu_hour": 0},
+        ),
+    ],
+)
+def test_a_zero_price_is_refused_by_the_api_with_nothing_written(
+    api_as, world, method, path, payload
+):
+    before = _price_state()
+    resp = getattr(api_as("admin"), method)(
+        "/api/v1/" + path.format(h800=world.h800.pk), payload, format="json"
+    )
+    assert resp.status_code == 400
+    assert resp.json()["error"]["fields"] == {"price_per_gpu_hour": [services.PRICE_NOT_POSITIVE]}
+    assert _price_state() == before
+
+
+@pytest.mark.django_db
+def test_the_services_refuse_a_zero_price_too(world):
+    before = _price_state()
+    with pytest.raises(ValidationError) as info:
+        services.gpu_type_update(
+            actor=world.admin,
+            gpu_type_id=world.h800.pk,
+            data={"host_mem_gb": 1024, "price_per_gpu_hour": Decimal("0.00001")},
+        )
+    assert info.value.message_dict == {"price_per_gpu_hour": [services.PRICE_NOT_POSITIVE]}
+    with pytest.raises(ValidationError):
+        services.gpu_type_create(
+            actor=world.admin, name="B200", gpus_per_node=8, host_mem_gb=2048, price_per_gpu_hour=0
+        )
+    assert _price_state() == before
+    # the smallest price the history can hold is accepted
+    services.gpu_type_update(
+        actor=world.admin, gpu_type_id=world.h800.pk, data={"price_per_gpu_hour": "0.0001"}
+    )
+    assert selectors.current_prices()["H800"] == Decimal("0.0001")
 
 
 @pytest.mark.django_db
