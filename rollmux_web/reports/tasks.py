@@ -46,9 +46,17 @@ def run_whatif(run_id: int) -> str:
             last[0] = now
             WhatIfRun.objects.filter(pk=run_id).update(progress=max(0.0, min(1.0, fraction)))
 
+        spec = current_spec()
         result = run_simulation(
-            jobs, current_spec(), policies=list(run.policies), seed=run.seed, progress=progress
+            jobs, spec, policies=list(run.policies), seed=run.seed, progress=progress
         )
+        result["cluster"] = {
+            pool: (
+                f"{t.name}: {t.nodes if t.nodes is not None else 'unbounded'} nodes x "
+                f"{t.gpus_per_node} GPUs at ${t.price_per_gpu_hour:,.2f}/GPU-h"
+            )
+            for pool, t in (("rollout", spec.rollout), ("training", spec.train))
+        }
     except TraceInvalid as exc:
         finish_run(run_id, result=None, error=f"The trace is not in the format: {exc}")
         return "failed"

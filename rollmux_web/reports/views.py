@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -342,7 +341,7 @@ def whatif_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             svg.bar_chart_svg(title, items, unit=unit, fmt=fmt)
             for title, items, unit, fmt in cmp.charts
         ]
-        ctx["metric_keys"] = _metric_keys(cmp)
+        ctx["table"] = whatif.table(cmp)
     if _is_htmx(request):
         response = render(request, "reports/whatif_run.html#progress", ctx)
         if run.status in (WhatIfRun.Status.DONE, WhatIfRun.Status.FAILED):
@@ -350,34 +349,3 @@ def whatif_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             response["HX-Refresh"] = "true"  # show the finished comparison in full
         return response
     return render(request, "reports/whatif_run.html", ctx)
-
-
-def _metric_keys(cmp: whatif.WhatIfComparison) -> list[tuple[str, list[str]]]:
-    """Return the scalar metrics as rows (metric, value per policy) for the side-by-side table."""
-    keys: list[str] = []
-    for r in cmp.rows:
-        for k, v in r.metrics.items():
-            if k not in keys and not isinstance(v, dict | list):
-                keys.append(k)
-    out = []
-    for k in keys:
-        vals = []
-        for r in cmp.rows:
-            v = r.metrics.get(k)
-            vals.append(f"{v:,.4g}" if isinstance(v, float) else ("" if v is None else str(v)))
-        out.append((k, vals))
-    for r in cmp.rows:
-        for k, v in r.metrics.items():
-            if isinstance(v, dict) and not any(k == key for key, _ in out):
-                out.append(
-                    (
-                        k,
-                        [
-                            json.dumps(rr.metrics.get(k), sort_keys=True)
-                            if rr.metrics.get(k)
-                            else ""
-                            for rr in cmp.rows
-                        ],
-                    )
-                )
-    return out

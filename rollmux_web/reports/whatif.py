@@ -336,12 +336,77 @@ COMPARED = (
 )
 
 
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:,.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:,.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
+def _pairs(value: dict[str, Any], fmt: Any = str) -> str:
+    return " · ".join(f"{str(k).replace('_', ' ')} {fmt(v)}" for k, v in value.items())
+
+
+def _pct(x: Any) -> str:
+    return f"{float(x):.1%}"
+
+
+# (label, how to show a policy's figures); the metric keys are the simulator's (`--json`)
+TABLE: tuple[tuple[str, Any], ...] = (
+    ("Jobs completed", lambda m: f"{m.get('completed', 0):,} of {m.get('jobs', 0):,}"),
+    ("Total cost", lambda m: f"${m['total_cost_usd']:,.0f}"),
+    ("Average cost per hour", lambda m: f"${m['avg_cost_per_hour_usd']:,.2f}/h"),
+    ("Makespan", lambda m: _duration(float(m["makespan_h"]) * 3600)),
+    ("Peak GPUs", lambda m: _pairs(m["peak_gpus"], lambda v: f"{v:,}")),
+    ("SLO attainment (durations as drawn)", lambda m: _pct(m["slo_attainment"])),
+    ("SLO attainment (planned, worst case)", lambda m: _pct(m["slo_attainment_vs_profile"])),
+    ("Mean slowdown", lambda m: f"{m['mean_slowdown']:.2f}×"),
+    ("p99 slowdown", lambda m: f"{m['p99_slowdown']:.2f}×"),
+    ("Bubble fraction", lambda m: _pairs(m["bubble_fraction"], _pct)),
+    ("Admissions", lambda m: _pairs(m["admissions"])),
+    ("Decision latency", lambda m: _pairs(m["decision_latency_ms"], lambda v: f"{v:,.2f} ms")),
+    ("Mean queue delay", lambda m: _duration(float(m["mean_queue_delay_s"]))),
+    ("Jobs that waited", lambda m: f"{m['jobs_that_waited']:,}"),
+    ("Iterations completed", lambda m: f"{m['iterations_completed']:,}"),
+    ("Iterations per dollar", lambda m: f"{m['iterations_per_dollar']:.4f}"),
+    ("Infeasible jobs", lambda m: f"{len(m['infeasible']):,}"),
+    ("Jobs never started", lambda m: f"{len(m['never_started']):,}"),
+)
+
+
+def table(cmp: WhatIfComparison) -> list[tuple[str, list[str]]]:
+    """Return the side-by-side table: a labelled row per figure, one formatted cell per policy
+    (a figure a policy did not report shows as a dash)."""
+    out = []
+    for label, show in TABLE:
+        cells = []
+        for row in cmp.rows:
+            try:
+                cells.append(show(row.metrics))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                cells.append("—")
+        if any(c != "—" for c in cells):
+            out.append((label, cells))
+    return out
+
+
 def compare(result: dict[str, Any]) -> WhatIfComparison:
     """Return the policies side by side and the bar charts to draw from a simulator result."""
     from rollmux_web.reports.svg import policy_colour
+    from scheduler.sim.policies import ordered
 
     policies = result.get("policies") or {}
-    rows = [PolicyRow(name, policy_colour(name), m) for name, m in policies.items()]
+    rows = [
+        PolicyRow(name, policy_colour(name), policies[name]) for name in ordered(list(policies))
+    ]
+    rows += [
+        PolicyRow(name, policy_colour(name), m)
+        for name, m in policies.items()
+        if name not in {r.name for r in rows}
+    ]
     charts = []
     for key, title, unit, fmt in COMPARED:
         items = [

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
 
 from rollmux_web.reports.models import WhatIfRun
 from rollmux_web.reports.whatif import whatif_start
@@ -290,3 +291,34 @@ def test_a_skipped_policy_is_explained_on_the_run_page(world: Any, client_as: An
     html = client_as("alice").get(f"/whatif/{run.pk}/").content.decode()
     assert "was not simulated: too many jobs" in html
     assert "Side by side" not in html  # no empty comparison table
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_comparison_is_labelled_formatted_and_in_policy_order(world: Any, worker: Any) -> None:
+    run = whatif_start(
+        user=world.alice,
+        source="upload",
+        trace_text=SMALL_TRACE,
+        policies=["random", "solo-disagg", "rollmux"],  # not the report order
+        seed=3,
+    )
+    run = wait_finished(run.pk)
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    policies = run.result["policies"]
+    html = Client()
+    html.force_login(world.alice)
+    page = html.get(f"/whatif/{run.pk}/").content.decode()
+    head = page[page.index("<thead><tr><th>Metric</th>") :]
+    head = head[: head.index("</thead>")]
+    assert head.index("rollmux") < head.index("solo-disagg") < head.index("random")
+    cost = policies["rollmux"]["total_cost_usd"]
+    assert f"${cost:,.0f}" in page  # dollars, thousands separated, no scientific notation
+    assert "e+0" not in page and "{&quot;" not in page and "_usd" not in page
+    assert "Mean queue delay" in page and "Bubble fraction" in page
+    rollout = policies["rollmux"]["bubble_fraction"]["rollout"]
+    assert f"rollout {rollout:.1%}" in page
+    assert "direct packing" in page or "new group" in page  # admissions in words
+    from rollmux_web.inventory.models import Node
+
+    h20 = Node.objects.filter(gpu_type__name="H20", state="up").count()
+    assert f"Simulated cluster: rollout pool H20: {h20} nodes x 8 GPUs at $1.85/GPU-h" in page
