@@ -151,9 +151,11 @@ def _summarise(group: Group) -> _Summary:
     mem: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
     t_cycle = 0.0
     tolerance = float("inf")
-    scales = {m.job.time_scale for m in group.members}
+    scale: float | None = group.members[0].job.time_scale if group.members else None
     for m in group.members:
         j = m.job
+        if j.time_scale != scale:
+            scale = None  # mixed (formed before the clock rule); stays None
         for x in m.rollout_nodes:
             load[x] = load.get(x, 0.0) + j.t_roll_max_s
             mem[x] = mem.get(x, 0.0) + j.host_mem_gb
@@ -177,7 +179,7 @@ def _summarise(group: Group) -> _Summary:
         len(group.members),
         len(group.train_nodes),
         min_train,
-        scales.pop() if len(scales) == 1 else None,
+        scale,
     )
 
 
@@ -607,13 +609,12 @@ def _rollmux(
     solo = job.t_solo_max_s
     own_tol = job.slo * solo
     t_train = job.t_train_max_s
+    scale = job.time_scale
     cands: list[_Candidate] = []
     for order, s in enumerate(summaries):
-        # 1. Skip empty, full and saturated groups (Algorithm 1, line 4), groups with
-        #    too few training nodes, and groups on another clock (time_scale).
+        # 1. Skip empty, full and saturated groups (Algorithm 1, line 4), and groups
+        #    with too few training nodes.
         if not s.size or s.size >= max_group_size or s.n_train < n_train:
-            continue
-        if s.time_scale != job.time_scale:
             continue
         if s.t_load >= s.t_cycle:
             continue
@@ -630,6 +631,10 @@ def _rollmux(
             continue
         bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
         if bound > tol:
+            continue
+        # Groups on another clock (time_scale) take no one; checked this late because
+        # the bounds above drop most groups and this loop is the planner's hot path.
+        if s.time_scale != scale:
             continue
         rooms = _least_loaded(g.rollout_nodes, s, job, nodes)
         room_set = set(rooms)
