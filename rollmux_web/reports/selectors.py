@@ -32,7 +32,7 @@ from operator import attrgetter
 from typing import Any
 
 from django.db import connection
-from django.db.models import BigIntegerField, F, Func, Lookup, Q, TextField
+from django.db.models import BigIntegerField, F, Func, Lookup, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404
@@ -241,26 +241,36 @@ def visible_job(*, user: Any, job_id: int) -> Job:
     return job
 
 
-def group_list(*, user: Any) -> list[dict[str, Any]]:
-    """Return the groups the user may see, newest first, with their members."""
+GROUP_STATES = ("all", "active", "released")
+
+
+def visible_group_ids(*, user: Any, state: str = "all") -> QuerySet[ExecutionGroup]:
+    """Return the groups the user may see, newest first (`state`: all, active or released)."""
     tenant_ids = _visible_tenant_ids(user)
     groups = ExecutionGroup.objects.all()
     if tenant_ids is not None:
         groups = groups.filter(placements__job__tenant_id__in=tenant_ids).distinct()
-    groups = groups.order_by("-created_at")[:200]
-    out = []
-    members = _members_by_group([g.pk for g in groups], tenant_ids)
-    for g in groups:
-        out.append(
-            {
-                "id": g.pk,
-                "created_at": g.created_at,
-                "released_at": g.released_at,
-                "active": g.released_at is None,
-                "members": members.get(g.pk, []),
-            }
-        )
-    return out
+    if state == "active":
+        groups = groups.filter(released_at__isnull=True)
+    elif state == "released":
+        groups = groups.filter(released_at__isnull=False)
+    return groups.order_by("-created_at", "-id")
+
+
+def group_rows(*, user: Any, groups: Iterable[ExecutionGroup]) -> list[dict[str, Any]]:
+    """Return one row per group (a page of them) with its members, other tenants' anonymous."""
+    groups = list(groups)
+    members = _members_by_group([g.pk for g in groups], _visible_tenant_ids(user))
+    return [
+        {
+            "id": g.pk,
+            "created_at": g.created_at,
+            "released_at": g.released_at,
+            "active": g.released_at is None,
+            "members": members.get(g.pk, []),
+        }
+        for g in groups
+    ]
 
 
 def _members_by_group(

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
@@ -82,9 +83,26 @@ def _zoom_links(tl: selectors.Timeline) -> dict[str, str]:
 @login_required
 @require_GET
 def group_list(request: HttpRequest) -> HttpResponse:
-    return render(
-        request, "reports/groups.html", {"groups": selectors.group_list(user=request.user)}
-    )
+    errors: list[str] = []
+    state = request.GET.get("state") or "all"
+    if state not in selectors.GROUP_STATES:
+        errors.append(f"state: {state!r} is not one of {', '.join(selectors.GROUP_STATES)}.")
+        state = "all"
+    paginator = Paginator(selectors.visible_group_ids(user=request.user, state=state), 50)
+    raw_page = request.GET.get("page") or "1"
+    try:
+        page = paginator.page(raw_page)
+    except (PageNotAnInteger, EmptyPage):
+        errors.append(f"page: {raw_page!r} is not a page (1 to {paginator.num_pages}).")
+        page = paginator.page(1)
+    ctx = {
+        "groups": selectors.group_rows(user=request.user, groups=page.object_list),
+        "page": page,
+        "state": state,
+        "states": selectors.GROUP_STATES,
+        "errors": errors,
+    }
+    return render(request, "reports/groups.html", ctx, status=400 if errors else 200)
 
 
 @login_required

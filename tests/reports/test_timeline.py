@@ -256,3 +256,29 @@ def test_a_window_with_no_phase_says_so(world: Any, client_as: Any) -> None:
     assert "No phase ran in this window." in html
     tl = job_timeline(user=world.alice, job_id=a.pk)
     assert len(tl.bars) == 4
+
+
+@pytest.mark.django_db
+def test_the_group_list_pages_filters_by_state_and_names_bad_input(
+    world: Any, client_as: Any
+) -> None:
+    t = datetime(2026, 3, 1, tzinfo=UTC)
+    ids = []
+    for i in range(55):
+        g = make_group(created=t + timedelta(minutes=i), released=None if i % 2 else t)
+        job = make_job(world, name=f"job-{i}")
+        place(g, job, rollout=["h20-0"], train=["h800-0"], joined=t)
+        ids.append(g.pk)
+    c = client_as("alice")
+    first = c.get("/groups/").content.decode()
+    assert "page 1 of 2 (55 groups)" in first
+    assert f'href="/groups/{ids[-1]}/"' in first  # newest first
+    assert f'href="/groups/{ids[0]}/"' not in first
+    second = c.get("/groups/?page=2").content.decode()
+    assert f'href="/groups/{ids[0]}/"' in second
+    active = c.get("/groups/?state=active").content.decode()
+    assert f'href="/groups/{ids[1]}/"' in active
+    assert f'href="/groups/{ids[0]}/"' not in active  # released
+    for query, field in (("page=abc", "page:"), ("page=99", "page:"), ("state=bogus", "state:")):
+        resp = c.get(f"/groups/?{query}")
+        assert resp.status_code == 400 and field in resp.content.decode(), query
