@@ -14,7 +14,7 @@ import yaml
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
+from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -256,13 +256,24 @@ SORTS = (("-submitted", "newest"), ("submitted", "oldest"), ("name", "name"), ("
 @require_GET
 def job_list_page(request: HttpRequest) -> HttpResponse:
     """List visible jobs with status/tenant filters, sorting and pages; rows poll via htmx."""
+    errors: list[str] = []  # a bad filter is named, and the list shown without it
     status = request.GET.get("status", "")
-    status = status if status in JobStatus.values else ""
+    if status and status not in JobStatus.values:
+        errors.append(f"status: {status!r} is not one of {', '.join(JobStatus.values)}.")
+        status = ""
     tenant = _db_text(request.GET.get("tenant", "")[:64])
     sort = request.GET.get("sort", DEFAULT_ORDERING)
-    sort = sort if sort in dict(SORTS) else DEFAULT_ORDERING
+    if sort not in dict(SORTS):
+        errors.append(f"sort: {sort!r} is not one of {', '.join(dict(SORTS))}.")
+        sort = DEFAULT_ORDERING
     qs = job_list(user=request.user, status=status, tenant=tenant, ordering=sort)
-    page = Paginator(qs, 25).get_page(request.GET.get("page"))
+    paginator = Paginator(qs, 25)
+    raw_page = request.GET.get("page") or "1"
+    try:
+        page = paginator.page(raw_page)
+    except (PageNotAnInteger, EmptyPage):
+        errors.append(f"page: {raw_page!r} is not a page (1 to {paginator.num_pages}).")
+        page = paginator.page(1)
     query = {k: v for k, v in {"status": status, "tenant": tenant, "sort": sort}.items() if v}
     tenants = list(visible_tenants(request.user).values_list("name", flat=True))
     ctx = {
@@ -278,10 +289,12 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         "query": urlencode(query),
         "page_query": urlencode({**query, "page": page.number}),
         "can_submit": can_submit(request.user),
+        "errors": errors,
     }
+    status_code = 400 if errors else 200
     if _is_htmx(request):
-        return render(request, "jobs/list.html#rows", ctx)
-    return render(request, "jobs/list.html", ctx)
+        return render(request, "jobs/list.html#rows", ctx, status=status_code)
+    return render(request, "jobs/list.html", ctx, status=status_code)
 
 
 def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:

@@ -253,7 +253,9 @@ def test_nul_bytes_in_filters_and_form_values_are_not_server_errors(
     client_as: Any, world: Any
 ) -> None:
     c = client_as("alice")
-    assert c.get("/jobs/", {"tenant": "vi\x00sion", "status": "\x00"}).status_code == 200
+    assert c.get("/jobs/", {"tenant": "vi\x00sion"}).status_code == 200
+    resp = c.get("/jobs/", {"tenant": "vi\x00sion", "status": "\x00"})
+    assert resp.status_code == 400 and "status:" in resp.content.decode()  # named, not a 500
     resp = c.post("/jobs/new/validate/?field=tenant", form_data(tenant="a\x00b"))
     assert resp.status_code == 200
     assert "tenant: Null characters are not allowed." in resp.content.decode()
@@ -263,3 +265,22 @@ def test_nul_bytes_in_filters_and_form_values_are_not_server_errors(
         and "name: Null characters are not allowed." in resp.content.decode()
     )
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("status=bogus", "status:"),
+        ("sort=bogus", "sort:"),
+        ("page=abc", "page:"),
+        ("page=9", "page:"),
+    ],
+)
+def test_a_bad_list_filter_is_named_not_ignored(
+    client_as: Any, world: Any, query: str, field: str
+) -> None:
+    job = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    resp = client_as("alice").get(f"/jobs/?{query}")
+    assert resp.status_code == 400
+    html = resp.content.decode()
+    assert field in html and job.name in html  # the list is still shown, unfiltered
