@@ -91,7 +91,10 @@ class WhatIfForm(forms.Form):
         if data.get("source") == "upload":
             upload = data.get("trace")
             if upload is None:
-                self.add_error("trace", "Choose a trace file to upload (or simulate the queue).")
+                if "trace" not in self.errors:  # (an empty file has its own message)
+                    self.add_error(
+                        "trace", "Choose a trace file to upload (or simulate the queue)."
+                    )
             elif upload.size > MAX_TRACE_BYTES:
                 self.add_error("trace", f"The file is {upload.size} bytes; at most 2 MB.")
             else:

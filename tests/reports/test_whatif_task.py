@@ -322,3 +322,18 @@ def test_the_comparison_is_labelled_formatted_and_in_policy_order(world: Any, wo
 
     h20 = Node.objects.filter(gpu_type__name="H20", state="up").count()
     assert f"Simulated cluster: rollout pool H20: {h20} nodes x 8 GPUs at $1.85/GPU-h" in page
+
+
+@pytest.mark.django_db
+def test_an_empty_upload_gets_one_message(world: Any, client_as: Any) -> None:
+    resp = client_as("alice").post(
+        "/whatif/",
+        {
+            "source": "upload",
+            "policies": ["rollmux"],
+            "seed": "0",
+            "trace": SimpleUploadedFile("t.jsonl", b""),
+        },
+    )
+    assert resp.status_code == 400
+    assert resp.context["form"].errors["trace"] == ["The submitted file is empty."]
