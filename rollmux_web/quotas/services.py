@@ -88,6 +88,13 @@ def _limit_number(errors: dict[str, list[str]], field: str, value: Any, unit: st
 def _validate_quota(quota: Quota) -> None:
     errors: dict[str, list[str]] = {}
     _limit_number(errors, "max_gpus", quota.max_gpus, "GPUs")
+    per_node = quota.gpu_type.gpus_per_node if quota.gpu_type_id else 0
+    if "max_gpus" not in errors and quota.max_gpus and per_node and quota.max_gpus % per_node:
+        # jobs ask for whole nodes: a cap between two multiples acts as the lower one
+        errors["max_gpus"] = [
+            f"Must be a multiple of {per_node} ({quota.gpu_type.name} nodes have {per_node} "
+            f"GPUs and jobs ask for whole nodes); got {quota.max_gpus}."
+        ]
     _limit_number(errors, "monthly_gpu_hours", quota.monthly_gpu_hours, "GPU-hours")
     if quota.monthly_budget_usd is not None:
         try:

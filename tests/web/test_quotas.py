@@ -237,7 +237,8 @@ def test_admin_creates_and_deletes_a_quota(api_as, world):
         ),
         ({"tenant": "nosuch", "gpu_type": "H800"}, "tenant"),
         ({"tenant": "speech", "gpu_type": "B200"}, "gpu_type"),
-        ({"tenant": "vision", "gpu_type": "H20", "max_gpus": 1}, "gpu_type"),  # duplicate
+        ({"tenant": "vision", "gpu_type": "H20", "max_gpus": 8}, "gpu_type"),  # duplicate
+        ({"tenant": "speech", "gpu_type": "H800", "max_gpus": 7}, "max_gpus"),  # part of a node
         ({"tenant": "speech", "gpu_type": "H800", "max_gpus": "many"}, "max_gpus"),
     ],
 )
