@@ -87,11 +87,38 @@ def _format_error(resp: requests.Response) -> str:
     err = body.get("error") if isinstance(body, dict) else None
     if not isinstance(err, dict):
         return f"HTTP {resp.status_code}: {json.dumps(body)[:300]}"
-    lines = [f"error ({err.get('code', resp.status_code)}): {err.get('message', '')}"]
-    for field, messages in (err.get("fields") or {}).items():
-        for message in messages:
-            lines.append(f"  {field}: {message}")
+    details = [
+        f"{field}: {message}"
+        for field, messages in (err.get("fields") or {}).items()
+        for message in messages
+    ]
+    message = str(err.get("message", ""))
+    if message in details:  # the summary repeats the first field's error: say it once
+        message = f"{len(details)} field error{'s' if len(details) != 1 else ''}"
+    lines = [f"error ({err.get('code', resp.status_code)}): {message}"]
+    lines += [f"  {d}" for d in details]
     return "\n".join(lines)
+
+
+def _fit(text: str, width: int) -> str:
+    """Shorten text to width with an ellipsis in the middle (a name's suffix tells jobs apart)."""
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
+
+
+def _utc(stamp: str) -> str:
+    """Return an API timestamp as 'YYYY-MM-DD HH:MM:SSZ' (UTC)."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}Z"
 
 
 def _request(method: str, url: str, *, token: str | None = None, **kwargs: Any) -> Any:
@@ -155,14 +182,18 @@ def cmd_jobs(args: argparse.Namespace, out: IO[str]) -> int:
         params["status"] = args.status
     body = _request("GET", f"{_base_url(args)}/api/v1/jobs/", token=_token(), params=params)
     rows = body.get("results", [])
-    header = f"{'ID':>6}  {'NAME':<24} {'TENANT':<12} {'STATUS':<10} {'ITER':>9}  {'GROUP':>6}  SUBMITTED"
+    width = min(48, max([4, *(len(job["name"]) for job in rows)]))
+    header = (
+        f"{'ID':>6}  {'NAME':<{width}} {'TENANT':<12} {'STATUS':<10} {'ITER':>9}  "
+        f"{'GROUP':>6}  SUBMITTED (UTC)"
+    )
     print(header, file=out)
     for job in rows:
         done = f"{job['iterations_done']}/{job['iterations']}"
         group = job["group"] if job["group"] is not None else "-"
         print(
-            f"{job['id']:>6}  {job['name'][:24]:<24} {job['tenant'][:12]:<12} "
-            f"{job['status']:<10} {done:>9}  {group!s:>6}  {job['submitted_at'][:19]}",
+            f"{job['id']:>6}  {_fit(job['name'], width):<{width}} {_fit(job['tenant'], 12):<12} "
+            f"{job['status']:<10} {done:>9}  {group!s:>6}  {_utc(job['submitted_at'])}",
             file=out,
         )
     if body.get("count", len(rows)) > len(rows):

@@ -78,6 +78,7 @@ def test_login_submit_list_cancel(
 
     code, out, _ = run(["jobs"])
     assert code == 0 and "cli-yaml" in out and "cli-json" in out
+    assert "SUBMITTED (UTC)" in out and f"{job.submitted_at:%Y-%m-%d %H:%M:%S}Z" in out
     code, out, _ = run(["cancel", str(job.pk)])
     assert code == 0 and f"Cancelled job {job.pk}" in out
     assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
@@ -102,8 +103,9 @@ def test_api_errors_are_printed_with_field_messages(
         ["submit", write_spec(tmp_path, "bad.json", rollout_gpus=12, t_train_min_s=999)]
     )
     assert code == 1
-    assert "error (invalid): rollout_gpus: Must be a multiple of 8" in err
-    assert "  rollout_gpus: Must be a multiple of 8" in err
+    assert "error (invalid): 2 field errors" in err
+    assert err.count("rollout_gpus: Must be a multiple of 8") == 1  # said once
+    assert "  t_train_min_s: " in err
     assert Job.objects.count() == 0
     code, _, err = run(["cancel", "999999"])
     assert code == 1 and "not_found" in err
@@ -138,3 +140,11 @@ def test_console_script_runs_as_a_process(world: Any, env: dict[str, str], tmp_p
         [*argv, "jobs"], env=proc_env, capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert proc.returncode == 0 and "speech-cli" in proc.stdout
+
+
+def test_long_names_keep_their_distinguishing_end() -> None:
+    a = cli._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-1", 24)
+    b = cli._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-2", 24)
+    assert len(a) == 24 and a != b and a.endswith("-1") and "…" in a
+    assert cli._fit("short", 24) == "short"
+    assert cli._utc("2026-11-29T23:05:43.123+01:00") == "2026-11-29 22:05:43Z"
