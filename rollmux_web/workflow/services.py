@@ -30,8 +30,8 @@ from typing import Any, cast
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Field, Q, Value
-from django.db.models.functions import Coalesce
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rollmux_web.inventory.models import Node, NodeState
