@@ -11,8 +11,18 @@ Cost split inside a co-execution group (documented in the cost page too):
 3. the node's idle (bubble) time is shared by the members pinned to the node, in
    proportion to how long each was a member while the node was allocated (so at
    any moment the members present share evenly);
-4. the group's exact cost is rounded to cents once and handed out to the lines by
-   largest remainder, so the per-job figures add up exactly to the group cost.
+4. nothing is rounded while computing: every line carries its exact amounts.
+
+Rounding (README "Cost"; the cost page's footnote), once, from exact values:
+- a row (total, per tenant, per GPU type): its cost is its exact sum rounded half-up to
+  the cent; its busy and idle columns are that cost split by largest remainder (so
+  busy + idle = cost in every row); counterfactuals are exact sums rounded once, and a
+  saving is the difference of the two figures shown;
+- the per-job lines are billing lines (page, API, FOCUS CSV and Parquet alike): the
+  total's busy cents and idle cents are each handed out to the lines by largest
+  remainder, so the lines add up exactly to the total in every file; a line can differ
+  by a cent from its own exact amount rounded.
+- the burn-down's "spent" for the report's own month is the tenant row's figure.
 """
 
 from __future__ import annotations
@@ -28,7 +38,6 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
-from operator import attrgetter
 from typing import Any
 
 from django.db import connection
@@ -1185,9 +1194,35 @@ class CostFigures:
 FIGURE_COLUMNS = tuple(f.name for f in fields(CostFigures))
 
 
+def _hq(hours: Decimal) -> Decimal:
+    """Round GPU-hours once, half-up, to the four decimals shown."""
+    return hours.quantize(HOURS_Q, rounding=ROUND_HALF_UP)
+
+
+def _cents(amount: Decimal) -> Decimal:
+    """Round money once, half-up, to the cent."""
+    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
 @dataclass(kw_only=True)
-class CostLine(CostFigures):
-    """One job on one GPU type over the range (money already rounded to cents)."""
+class _Rounded(CostFigures):
+    """Figures shown in cents (and GPU-hours to 4 decimals) with the exact ones they came from."""
+
+    exact: CostFigures = field(default_factory=CostFigures)
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return _hq(self.exact.gpu_hours)
+
+
+@dataclass(kw_only=True)
+class CostLine(_Rounded):
+    """One job on one GPU type over the range: a billing line.
+
+    `exact` holds the unrounded amounts; busy_cost and idle_cost are the billed cents
+    (the total's cents handed out by largest remainder, see bill_lines); the
+    counterfactuals are the exact ones rounded once.
+    """
 
     tenant_id: int
     tenant: str
@@ -1198,8 +1233,8 @@ class CostLine(CostFigures):
 
 
 @dataclass(kw_only=True)
-class CostTotals(CostFigures):
-    """Sums of rounded lines (so every rendering of them agrees to the cent)."""
+class CostTotals(_Rounded):
+    """A row of sums: exact sums of the lines, rounded once (see totals_of)."""
 
     key: str
     label: str
@@ -1501,42 +1536,44 @@ def _cost_engine(
                     bucket_job[(bi, j)] += v
                 for j, w in weights.items():
                     bucket_job[(bi, j)] += b_idle * w / wsum
-    # 6. round once per group (largest remainder) so members add up to the group cost
-    group_costs: dict[int, Decimal] = {}
-    rounded: dict[tuple[int, int, str], Decimal] = defaultdict(Decimal)
+    # 6. exact (unrounded) amounts per (job, GPU type, busy|idle): nothing is rounded here;
+    # rows and totals are rounded once, from exact sums, in cost_report
+    exact_parts: dict[tuple[int, int, str], Decimal] = defaultdict(Decimal)
     line_groups: dict[tuple[int, int], set[int]] = defaultdict(set)
     for gid, gparts in parts.items():
-        keys = sorted(gparts)
-        values = [gparts[k] for k in keys]
-        # the parts add up to the group's exact cost (every idle second has an owner
-        # once the group has a member); round that sum once and hand out the cents
-        for k, v in zip(keys, apportion(sum(values, Decimal(0)), values), strict=True):
-            rounded[k] += v
+        for k, v in gparts.items():
+            exact_parts[k] += v
             line_groups[(k[0], k[1])].add(gid)
-    for gid, exact in group_exact.items():
-        group_costs[gid] = exact.quantize(CENT, rounding=ROUND_HALF_UP)
-    # 7. lines for visible tenants only
+    group_costs = {
+        gid: exact.quantize(CENT, rounding=ROUND_HALF_UP) for gid, exact in group_exact.items()
+    }
+    # 7. lines for visible tenants only (exact figures; cost_report bills them in cents)
     lines: dict[tuple[int, int], CostLine] = {}
     keys_all = set(line_groups) | set(cf_solo)
     for jid, tid in sorted(keys_all):
         job = jobs.get(jid)
         if job is None or (tenant_ids is not None and job[2] not in tenant_ids):
             continue
-        line = CostLine(
+        busy_h = hours.get((jid, tid, "busy"), ZERO)
+        idle_h = hours.get((jid, tid, "idle"), ZERO)
+        lines[(jid, tid)] = CostLine(
             tenant_id=job[2],
             tenant=job[3],
             job_id=jid,
             job_name=job[1],
             gpu_type=type_names.get(tid, str(tid)),
             group_ids=sorted(line_groups.get((jid, tid), ())),
-            busy_gpu_hours=hours.get((jid, tid, "busy"), ZERO).quantize(HOURS_Q),
-            idle_gpu_hours=hours.get((jid, tid, "idle"), ZERO).quantize(HOURS_Q),
-            busy_cost=rounded.get((jid, tid, "busy"), ZERO),
-            idle_cost=rounded.get((jid, tid, "idle"), ZERO),
-            solo_disagg_cost=cf_solo.get((jid, tid), ZERO).quantize(CENT, rounding=ROUND_HALF_UP),
-            colocated_cost=cf_coloc.get((jid, tid), ZERO).quantize(CENT, rounding=ROUND_HALF_UP),
+            busy_gpu_hours=_hq(busy_h),
+            idle_gpu_hours=_hq(idle_h),
+            exact=CostFigures(
+                busy_gpu_hours=busy_h,
+                idle_gpu_hours=idle_h,
+                busy_cost=exact_parts.get((jid, tid, "busy"), ZERO),
+                idle_cost=exact_parts.get((jid, tid, "idle"), ZERO),
+                solo_disagg_cost=cf_solo.get((jid, tid), ZERO),
+                colocated_cost=cf_coloc.get((jid, tid), ZERO),
+            ),
         )
-        lines[(jid, tid)] = line
     by_bucket_tenant: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
     for (bi, jid), v in bucket_job.items():
         job = jobs.get(jid)
@@ -1586,12 +1623,47 @@ def _pool_types() -> tuple[int | None, int | None]:
 
 
 def _sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
-    """Return the column sums of `lines`, each added up in line order."""
+    """Return the row of `lines`: exact column sums, each rounded once.
+
+    cost = the exact sum rounded half-up to the cent; busy and idle are that cost split
+    by largest remainder (busy + idle = cost); GPU-hours to four decimals; the
+    counterfactuals rounded once.
+    """
+    exact = CostFigures(
+        **{
+            column: sum((getattr(ln.exact, column) for ln in lines), Decimal(0))
+            for column in FIGURE_COLUMNS
+        }
+    )
+    busy, idle = apportion(exact.cost, [exact.busy_cost, exact.idle_cost])
     return CostTotals(
         key=key,
         label=label,
-        **{column: sum(map(attrgetter(column), lines), Decimal(0)) for column in FIGURE_COLUMNS},
+        exact=exact,
+        busy_gpu_hours=_hq(exact.busy_gpu_hours),
+        idle_gpu_hours=_hq(exact.idle_gpu_hours),
+        busy_cost=busy,
+        idle_cost=idle,
+        solo_disagg_cost=_cents(exact.solo_disagg_cost),
+        colocated_cost=_cents(exact.colocated_cost),
     )
+
+
+def bill_lines(lines: Sequence[CostLine], total: CostTotals) -> None:
+    """Set every line's busy and idle cents so each column adds up to the total's.
+
+    Largest remainder per column: each line gets its exact amount floored to the cent,
+    and the cents still missing to the total's figure go to the lines that lost the
+    most (ties in line order). A line is never more than a cent from its exact amount.
+    The counterfactuals are each line's exact amount rounded once.
+    """
+    for column, target in (("busy_cost", total.busy_cost), ("idle_cost", total.idle_cost)):
+        exact = [getattr(ln.exact, column) for ln in lines]
+        for ln, cents in zip(lines, apportion(target, exact), strict=True):
+            setattr(ln, column, cents)
+    for ln in lines:
+        ln.solo_disagg_cost = _cents(ln.exact.solo_disagg_cost)
+        ln.colocated_cost = _cents(ln.exact.colocated_cost)
 
 
 def _totals(lines: list[CostLine], key: str) -> list[CostTotals]:
@@ -1628,13 +1700,15 @@ def cost_report(
         buckets=days if shared else (),
         counterfactuals=True,
     )
+    total = _sum_lines(lines, key="total", label="Total")
+    bill_lines(lines, total)
     report = CostReport(
         start=start,
         end=end,
         t0=t0,
         t1=t1,
         lines=lines,
-        total=_sum_lines(lines, key="total", label="Total"),
+        total=total,
         by_tenant=_totals(lines, "tenant"),
         by_gpu_type=_totals(lines, "gpu_type"),
         group_costs=group_costs,
@@ -1646,6 +1720,7 @@ def cost_report(
             now=now_,
             prices=prices,
             per_bucket=per_bucket if shared else None,
+            spent={t.key: t.cost for t in report.by_tenant} if shared else None,
         )
     return report
 
@@ -1666,11 +1741,15 @@ def burn_down(
     now: datetime | None = None,
     prices: PriceBook | None = None,
     per_bucket: dict[tuple[int, int], Decimal] | None = None,
+    spent: dict[str, Decimal] | None = None,
 ) -> list[BurnDown]:
     """Return month-to-date spend per tenant, day by day, against its monthly budgets.
 
-    `per_bucket` ((day index, tenant) -> cost) is reused when the caller already
-    computed the month to date with daily buckets.
+    `per_bucket` ((day index, tenant) -> exact cost) is reused when the caller already
+    computed the month to date with daily buckets; `spent` (tenant name -> the report's
+    tenant row, in cents) is then the figure shown as spent and as the last day's point,
+    so the burn-down and the tenant row on one page are the same number. Otherwise each
+    day's cumulative exact spend is rounded once.
     """
     now_ = _now(now)
     month_start, next_month, days = _month(month_of)
@@ -1698,15 +1777,20 @@ def burn_down(
         series = []
         for i in range(last_day):
             cum += per_bucket.get((i, tenant.pk), Decimal(0))
-            series.append((days[i].date(), cum.quantize(CENT, rounding=ROUND_HALF_UP)))
+            series.append((days[i].date(), _cents(cum)))
         if not cum and tenant.pk not in has_budget:
             continue  # nothing spent and nothing to burn down
+        total = _cents(cum)
+        if spent is not None:
+            total = spent.get(tenant.name, total)
+            if series:
+                series[-1] = (series[-1][0], total)
         out.append(
             BurnDown(
                 tenant=tenant.name,
                 month_start=month_start,
                 budget=budgets[tenant.pk] if tenant.pk in has_budget else None,
-                spent=cum.quantize(CENT, rounding=ROUND_HALF_UP),
+                spent=total,
                 daily_cumulative=series,
             )
         )
