@@ -20,6 +20,15 @@ RANGE_PARAMS = [
     OpenApiParameter("end", str, description="last day, inclusive (YYYY-MM-DD); default: today"),
 ]
 MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
+ROUNDING = (
+    "Rounding: a row of `total`, `by_tenant` or `by_gpu_type` is its exact sum rounded "
+    "half-up to the cent once (`cost` = exact GPU-hours x price, rounded; `busy_cost` + "
+    "`idle_cost` = `cost`, split by largest remainder). `lines` are billing lines: the "
+    "total's busy and idle cents handed out by largest remainder, so the lines add up "
+    "exactly to `total` (as the FOCUS CSV and Parquet rows do); a line can differ by a cent "
+    "from its own exact amount. `burn_down[].spent` for the report's own month is the "
+    "tenant's `by_tenant` cost."
+)
 
 
 class CostTotalsSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
@@ -49,7 +58,9 @@ class BurnDownSerializer(serializers.Serializer):  # type: ignore[misc,unused-ig
     tenant = serializers.CharField()
     month = serializers.DateField()
     budget = serializers.CharField(allow_null=True)
-    spent = serializers.CharField(**MONEY)
+    spent = serializers.CharField(
+        help_text="USD spent this month to date (for the report's own month: the tenant row)"
+    )
 
 
 class CostReportSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
@@ -111,7 +122,11 @@ def _range(request: Request) -> tuple[Any, Any]:
 class CostReportApi(APIView):  # type: ignore[misc,unused-ignore]
     """Cost per tenant, job and GPU type over a date range (money as strings, USD)."""
 
-    @extend_schema(parameters=RANGE_PARAMS, responses={200: CostReportSerializer, 400: BAD_RANGE})
+    @extend_schema(
+        parameters=RANGE_PARAMS,
+        responses={200: CostReportSerializer, 400: BAD_RANGE},
+        description=ROUNDING,
+    )
     def get(self, request: Request) -> Response:
         start, end = _range(request)
         report = selectors.cost_report(user=request.user, start=start, end=end)

@@ -1271,6 +1271,10 @@ class CostReport:
     by_gpu_type: list[CostTotals]
     group_costs: dict[int, Decimal] = field(default_factory=dict)
     burn_down: list[BurnDown] = field(default_factory=list)
+    # the month the burn-down shows (that of the range's last day, or today's if earlier)
+    # and whether it is still running (then the burn-down is month to date)
+    burn_down_month: date | None = None
+    burn_down_to_date: bool = False
 
     @property
     def empty(self) -> bool:
@@ -1714,6 +1718,8 @@ def cost_report(
         group_costs=group_costs,
     )
     if with_burn_down:
+        report.burn_down_month = month_start
+        report.burn_down_to_date = now_ < days[-1]
         report.burn_down = burn_down(
             user=user,
             month_of=min(end, now_.date()),

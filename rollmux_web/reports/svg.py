@@ -135,61 +135,107 @@ def bar_chart_svg(
     return mark_safe("".join(out))  # noqa: S308
 
 
+def _usd(v: Decimal | float) -> str:
+    return f"${v:,.2f}"
+
+
 def burn_down_svg(
     tenant: str,
     series: Sequence[tuple[date, Decimal]],
     budget: Decimal | None,
     *,
     days_in_month: int,
-    width: int = 420,
-    height: int = 160,
+    width: int = 960,
+    height: int = 200,
 ) -> SafeString:
-    """Return a month-to-date cumulative spend line against the budget line."""
-    left, right, top, bottom = 56, 10, 14, 24
+    """Return the month's cumulative spend line against the budget, with a date axis.
+
+    Drawn `width` units wide and scaled to the width of its container (width="100%").
+    The x axis is the month: a tick per week and the first and last days labelled; each
+    point is the spend at the end of its day. When the spend is under a tenth of the
+    budget the y axis is scaled to the spend (else the line would sit on $0) and the
+    budget is written above the chart instead of drawn.
+    """
+    left, right, top, bottom = 70, 24, 22, 30
     plot_w = width - left - right
     plot_h = height - top - bottom
-    peak = max([float(v) for _, v in series] + [float(budget or 0), 1.0])
+    days = max(days_in_month, 1)
+    spent = max([float(v) for _, v in series] + [0.0])
+    budget_f = float(budget) if budget is not None else None
+    off_scale = budget_f is not None and budget_f > 0 and spent < budget_f / 10
+    if off_scale or budget_f is None:
+        peak = max(spent * 1.15, 1.0)
+    else:
+        peak = max(spent, budget_f or 0.0, 1.0)
     label = f"Budget burn-down for {tenant}"
+    month = series[0][0].replace(day=1) if series else None
+    last = series[-1] if series else None
+    desc = (
+        (f"{month:%B %Y}: " if month else "")
+        + (f"{_usd(last[1])} spent by {last[0]:%Y-%m-%d}" if last else "nothing spent")
+        + (f" of a {_usd(budget)} budget" if budget is not None else ", no budget set")
+    )
 
-    def xy(i: int, v: float) -> tuple[float, float]:
-        return (
-            left + (i + 1) / max(days_in_month, 1) * plot_w,
-            top + plot_h - v / peak * plot_h,
-        )
+    def x_of(day_end: int) -> float:
+        """x of the end of the month's `day_end`-th day (0: the month's start)."""
+        return left + day_end / days * plot_w
 
+    def y_of(v: float) -> float:
+        return top + plot_h - v / peak * plot_h
+
+    base = top + plot_h
     out = [
-        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(label)}" '
-        'style="max-width:100%;height:auto">'
-        f"<title>{_a(label)}</title>"
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
-        f'stroke="#98a2b3"/>'
-        f'<text x="{left - 4}" y="{top + 8}" font-size="11" text-anchor="end">'
+        f'<svg class="chart burn-down" xmlns="http://www.w3.org/2000/svg" role="img" '
+        f'width="100%" viewBox="0 0 {width} {height}" aria-label="{_a(label)}: {_a(desc)}" '
+        'style="display:block;height:auto">'
+        f"<title>{_a(label)}</title><desc>{_a(desc)}</desc>"
+        f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#98a2b3"/>'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base}" stroke="#98a2b3"/>'
+        f'<text x="{left - 6}" y="{top + 4}" font-size="12" text-anchor="end" fill="#344054">'
         f"${peak:,.0f}</text>"
-        f'<text x="{left - 4}" y="{top + plot_h}" font-size="11" text-anchor="end">$0</text>'
+        f'<text x="{left - 6}" y="{base + 4}" font-size="12" text-anchor="end" '
+        'fill="#344054">$0</text>'
     ]
-    if budget is not None:
-        _, by = xy(0, float(budget))
+    # the date axis: a tick at the end of every 7th day and the last day, labelled
+    if month is not None:
+        weekly = {n for n in range(1, days + 1) if n % 7 == 1}
+        ticks = [n for n in sorted(weekly | {days}) if n == days or days - n >= 3]
+        for tick in ticks:
+            x = x_of(tick)
+            anchor = "end" if tick == days else "middle"
+            out.append(
+                f'<line class="tick" x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 4}" '
+                f'stroke="#98a2b3"/><text class="date" x="{x:.1f}" y="{base + 18}" font-size="12" '
+                f'text-anchor="{anchor}" fill="#344054">'
+                f"{_a(f'{month:%b} {tick}')}</text>"
+            )
+    if budget is not None and not off_scale:
+        by = y_of(float(budget))
         out.append(
             f'<line class="budget" x1="{left}" y1="{by:.1f}" x2="{left + plot_w}" y2="{by:.1f}" '
-            f'stroke="#c0362c" stroke-dasharray="4 3" data-tip="budget ${budget:,.2f}"/>'
+            f'stroke="#c0362c" stroke-dasharray="4 3" data-tip="budget {_a(_usd(budget))}"/>'
+            f'<text x="{left + plot_w}" y="{by - 4:.1f}" font-size="12" text-anchor="end" '
+            f'fill="#c0362c">budget {_a(_usd(budget))}</text>'
+        )
+    elif budget is not None:
+        out.append(
+            f'<text class="budget" x="{left + plot_w}" y="{top - 8}" font-size="12" '
+            f'text-anchor="end" fill="#c0362c">budget {_a(_usd(budget))} '
+            "(far above this scale)</text>"
         )
     if series:
-        pts = " ".join(
-            f"{x:.1f},{y:.1f}" for x, y in (xy(i, float(v)) for i, (_, v) in enumerate(series))
-        )
+        pts = " ".join(f"{x_of(i + 1):.1f},{y_of(float(v)):.1f}" for i, (_, v) in enumerate(series))
         out.append(
-            f'<polyline points="{left},{top + plot_h} {pts}" fill="none" stroke="#2f5bea" '
+            f'<polyline points="{left},{base} {pts}" fill="none" stroke="#2f5bea" '
             f'stroke-width="2"/>'
         )
         for i, (d, v) in enumerate(series):
-            x, y = xy(i, float(v))
             out.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#2f5bea" '
-                f'data-tip="{d:%Y-%m-%d}: ${v:,.2f} spent"/>'
+                f'<circle cx="{x_of(i + 1):.1f}" cy="{y_of(float(v)):.1f}" r="3" fill="#2f5bea" '
+                f'data-tip="{d:%Y-%m-%d}: {_a(_usd(v))} spent"/>'
             )
     out.append("</svg>")
-    return mark_safe("".join(out))  # noqa: S308
+    return mark_safe("".join(out))  # noqa: S308 - every value above is escaped
 
 
 POLICY_COLOURS = {

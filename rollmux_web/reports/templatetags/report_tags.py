@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django import template
@@ -18,14 +18,34 @@ def pct(value: Any, digits: int = 1) -> str:
     return f"{float(value) * 100:.{int(digits)}f}%"
 
 
+CENT = Decimal("0.01")
+
+
 @register.filter
 def money(value: Any) -> str:
-    """Format a Decimal as dollars with cents (the same digits as the CSV and the API)."""
-    if value is None:
+    """Format an amount as dollars with thousands separators and cents: "$12,000.00".
+
+    Report figures arrive already in cents (the same digits as the CSV and the API); any
+    other amount is rounded half-up to the cent here, once.
+    """
+    if value is None or value == "":
         return "—"
-    v = Decimal(value)
+    v = Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
     sign = "-" if v < 0 else ""
     return f"{sign}${abs(v):,.2f}"
+
+
+@register.filter
+def saving(value: Any) -> str:
+    """Word what RollMux saves: "saves $6.46", "costs $6.46 more" (negative), "costs the same"."""
+    if value is None or value == "":
+        return "—"
+    v = Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
+    if v > 0:
+        return f"saves {money(v)}"
+    if v < 0:
+        return f"costs {money(-v)} more"
+    return "costs the same"
 
 
 @register.filter
