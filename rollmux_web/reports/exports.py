@@ -1,7 +1,11 @@
 """The cost report as FinOps FOCUS-style files: CSV and Parquet, the same rows and columns.
 
 Both are written from `selectors.focus_rows`, so a row, a column name and every
-amount are the same in either file (and add up to the page and the API to the cent).
+amount are the same in either file. A row's BilledCost is its billed cents: the
+report total's busy cents and idle cents handed out to the rows by largest remainder
+(`selectors.bill_lines`), so the rows add up exactly to the total on the page and in
+the API; the per-tenant and per-GPU-type rows there are exact sums rounded once, so the
+rows of one tenant or GPU type can add up to a cent or two off those.
 
 Parquet types, for the finance tools that read it (Spark, Trino/Athena, BigQuery,
 Snowflake, DuckDB, pandas):
