@@ -5,7 +5,8 @@ Prints (no assertions):
   geometry), the SVG, and the whole page through Django's test client; the bare
   phase query is printed beside them as the baseline the rendering adds to;
 - the cost report over 10,000 jobs (40,000 phase records, 5,000 node allocations),
-  with and without the month's daily burn-down.
+  with and without the month's daily burn-down, and its FOCUS rows as CSV rows and
+  as a Parquet file.
 
 Runs on DATABASE_URL (PostgreSQL) or SQLite by default, in a throwaway test database:
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollmux .venv/bin/python bench/gantt.py
@@ -257,6 +258,7 @@ def build_jobs(world: Any, jobs: int) -> None:
 
 
 def bench_cost(world: Any) -> None:
+    from rollmux_web.reports.exports import focus_parquet
     from rollmux_web.reports.selectors import cost_report, focus_rows
 
     build_jobs(world, 10000)
@@ -288,6 +290,11 @@ def bench_cost(world: Any) -> None:
     print(f"  as a researcher (one tenant, {len(rep_r.lines)} lines):    {ms_r:8.0f} ms")
     ms_csv, rows = timed(lambda: focus_rows(rep), repeat=3)
     print(f"  FOCUS rows for the CSV ({len(rows)} rows):         {ms_csv:8.0f} ms")
+    ms_pq, parquet = timed(lambda: focus_parquet(rep), repeat=3)
+    print(
+        f"  the same rows as a Parquet file:               {ms_pq:8.0f} ms "
+        f"({len(parquet) / 1024:.0f} KB, building the rows included)"
+    )
 
 
 def main() -> None:
