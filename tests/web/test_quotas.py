@@ -253,6 +253,13 @@ def test_quota_validation_names_the_field_and_saves_nothing(api_as, quotas, payl
 # --- pages -----------------------------------------------------------------------------------------
 
 
+def test_quota_page_formats_budgets_as_money(client_as, quotas):
+    quotas["vision_h20"].monthly_budget_usd = Decimal("12000")
+    quotas["vision_h20"].save()
+    html = client_as("admin").get("/quotas/").content.decode()
+    assert "$12,000.00" in html and "$12000.00" not in html
+
+
 def test_quota_page_is_scoped_and_read_only_for_researchers(client_as, quotas):
     client = client_as("charlie")
     html = client.get("/quotas/").content.decode()
