@@ -2274,7 +2274,8 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
         groups=groups,
         cost_per_hour_now=cost_now,
         cost_is_share=tenant_ids is not None,
-        cost_last_day=sum((ln.cost for ln in last_day_lines), Decimal(0)),
+        # from the lines' exact amounts, rounded once (the cost report's rule)
+        cost_last_day=_sum_lines(last_day_lines, key="total", label="Total").cost,
         waiting=waiting,
         meta_note=note,
     )

@@ -110,6 +110,8 @@ def test_overview_counts_busy_idle_and_free_nodes_and_waiting_jobs(
     assert (pools["H800"].busy, pools["H800"].idle, pools["H800"].free) == (0, 1, 3)
     # $/h now: 2 H20 nodes x 8 x 1.85 + 1 H800 node x 8 x 5.28
     assert float(o.cost_per_hour_now) == pytest.approx(2 * 8 * 1.85 + 8 * 5.28)
+    # ... held for the last hour: the last 24 h cost is one hour of it
+    assert float(o.cost_last_day) == pytest.approx(2 * 8 * 1.85 + 8 * 5.28, abs=0.02)
     assert [w["name"] for w in o.waiting] == ["patient"]
     (grp,) = o.groups
     assert grp.t_cycle == pytest.approx(1200.0) and grp.saturated is False
