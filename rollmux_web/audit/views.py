@@ -14,6 +14,7 @@ from django.shortcuts import render
 from rollmux_web.accounts.decorators import role_required
 from rollmux_web.audit import selectors
 from rollmux_web.audit.selectors import AuditFilters
+from rollmux_web.spreadsheet import csv_safe
 
 PAGE_SIZE = 50
 CSV_COLUMNS = ["at", "actor", "action", "object_type", "object_id", "tenant", "before", "after"]
@@ -51,11 +52,6 @@ class _Echo:
         return value
 
 
-def _csv_safe(value: str) -> str:
-    # Cells starting with = + - @ run as formulas in spreadsheets (CSV injection).
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
-
-
 @role_required(admin=True)
 def audit_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """Stream the filtered audit log as CSV (before/after as JSON)."""
@@ -74,13 +70,13 @@ def audit_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
             yield writer.writerow(
                 [
                     e.at.isoformat(),
-                    _csv_safe(e.actor_name),
+                    csv_safe(e.actor_name),
                     e.action,
                     e.object_type,
-                    _csv_safe(e.object_id),
-                    _csv_safe(e.tenant),
-                    _csv_safe(json.dumps(e.before, sort_keys=True)) if e.before is not None else "",
-                    _csv_safe(json.dumps(e.after, sort_keys=True)) if e.after is not None else "",
+                    csv_safe(e.object_id),
+                    csv_safe(e.tenant),
+                    csv_safe(json.dumps(e.before, sort_keys=True)) if e.before is not None else "",
+                    csv_safe(json.dumps(e.after, sort_keys=True)) if e.after is not None else "",
                 ]
             )
 

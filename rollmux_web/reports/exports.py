@@ -24,6 +24,7 @@ import io
 from typing import Any
 
 from rollmux_web.reports.selectors import FOCUS_COLUMNS, CostReport, focus_rows
+from rollmux_web.spreadsheet import csv_safe
 
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
 TIMESTAMP_COLUMNS = frozenset(
@@ -44,7 +45,15 @@ def focus_csv(report: CostReport) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=FOCUS_COLUMNS)
     writer.writeheader()
-    writer.writerows(focus_rows(report))
+    numbers = TIMESTAMP_COLUMNS | MONEY_COLUMNS | QUANTITY_COLUMNS
+    for row in focus_rows(report):
+        # job and tenant names are user text: no cell may run as a spreadsheet formula
+        writer.writerow(
+            {
+                k: v if k in numbers or not isinstance(v, str) else csv_safe(v)
+                for k, v in row.items()
+            }
+        )
     return out.getvalue()
 
 

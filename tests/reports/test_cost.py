@@ -337,3 +337,24 @@ def test_a_cost_report_leaves_the_garbage_collector_as_it_found_it(world: Any) -
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.django_db
+def test_csv_cells_with_user_text_never_run_as_formulas(world: Any, client_as: Any) -> None:
+    import pyarrow.parquet as pq
+
+    name = '=HYPERLINK("http://evil.example","click")'
+    job = make_job(world, name=name)
+    g = make_group(created=T0)
+    allocate(g, "h20-0", T0, T0 + 60 * M)
+    allocate(g, "h800-0", T0, T0 + 60 * M)
+    pl = place(g, job, rollout=["h20-0"], train=["h800-0"], joined=T0)
+    phase(pl, iteration=0, kind="rollout", nodes=["h20-0"], start=T0, minutes=10)
+    q = "start=2026-03-10&end=2026-03-10"
+    c = client_as("finance")
+    rows = list(csv.DictReader(io.StringIO(c.get(f"/reports/cost.csv?{q}").content.decode())))
+    assert rows and {r["ResourceName"] for r in rows} == {"'" + name}
+    assert all(Decimal(r["BilledCost"]) >= 0 for r in rows)  # numbers are left as numbers
+    # the typed Parquet file keeps the name as it is (no spreadsheet reads it as text)
+    table = pq.read_table(io.BytesIO(c.get(f"/reports/cost.parquet?{q}").content))
+    assert set(table.column("ResourceName").to_pylist()) == {name}
