@@ -55,31 +55,6 @@ SPEC_FIELDS = (
     "host_mem_gb",
     "time_scale",
 )
-# Fields of a job record (JobSerializer, below) that only the server sets. Sent with a
-# submission they are ignored, not refused: a record read from the API (`GET /jobs/42/`)
-# can be edited and submitted again, as DRF ignores read-only fields on input and
-# `kubectl --validate=strict` refuses only fields the schema does not have. Any other key
-# is refused: a typo ("time_scal") must not silently run the job at the default.
-READ_ONLY_JOB_FIELDS = frozenset(
-    {
-        "id",
-        "submitter",
-        "slo",
-        "status",
-        "reason",
-        "error",
-        "cancel_requested",
-        "iterations_done",
-        "attempts",
-        "submitted_at",
-        "placed_at",
-        "started_at",
-        "finished_at",
-        "updated_at",
-        "group",
-        "placement",
-    }
-)
 # Trace-file fields (docs/spec/trace-format.md) a submission has no use for, with why.
 TRACE_ONLY_FIELDS = {
     "arrival_s": "arrival_s is a trace-file field (when the simulator submits the job); "
@@ -487,3 +462,11 @@ class JobSerializer(serializers.ModelSerializer):
             "predicted_slowdown": p.predicted_slowdown,
             "marginal_cost_per_hour": float(p.marginal_cost_per_hour),
         }
+
+
+# Fields of a job record (JobSerializer, above) that only the server sets. Sent with a
+# submission they are ignored, not refused: a record read from the API (`GET /jobs/42/`)
+# can be edited and submitted again, as DRF ignores read-only fields on input and
+# `kubectl --validate=strict` refuses only fields the schema does not have. Any other key
+# is refused: a typo ("time_scal") must not silently run the job at the default.
+READ_ONLY_JOB_FIELDS = frozenset(JobSerializer.Meta.fields) - frozenset(SPEC_FIELDS)

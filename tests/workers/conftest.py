@@ -36,6 +36,20 @@ def make_job(world: Any, **overrides: Any) -> Any:
     return Job.objects.create(**fields)
 
 
+def twin_job(world: Any, name: str, **overrides: Any) -> Any:
+    """A job that direct-packs with its twin for free (rollout = training, bronze SLO)."""
+    fields: dict[str, Any] = {
+        "t_roll_max_s": 100.0,
+        "t_roll_min_s": 100.0,
+        "t_train_max_s": 100.0,
+        "t_train_min_s": 100.0,
+        "slo_class": world.bronze,
+        "iterations": 50,
+    }
+    fields.update(overrides)
+    return make_job(world, name=name, **fields)
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> None:
     """Poll until predicate() is true; fail the test with a clear message on timeout."""
     deadline = time.monotonic() + timeout

@@ -18,23 +18,9 @@ from rollmux_web.workflow import converters, services
 from rollmux_web.workflow.models import NodeAllocation, Placement
 from scheduler.model import PlacementStatus, Strategy
 from scheduler.planner import place
-from tests.workers.conftest import make_job
+from tests.workers.conftest import make_job, twin_job
 
 pytestmark = pytest.mark.django_db
-
-
-def balanced(world: Any, name: str, **overrides: Any) -> Any:
-    """A job that direct-packs with its twin for free (rollout = training, bronze SLO)."""
-    fields: dict[str, Any] = {
-        "t_roll_max_s": 100.0,
-        "t_roll_min_s": 100.0,
-        "t_train_max_s": 100.0,
-        "t_train_min_s": 100.0,
-        "slo_class": world.bronze,
-        "iterations": 50,
-    }
-    fields.update(overrides)
-    return make_job(world, name=name, **fields)
 
 
 def nodes_of(placement: Placement) -> tuple[set[str], set[str]]:
@@ -49,7 +35,7 @@ def drain(world: Any, name: str) -> None:
 
 
 def place_a(world: Any) -> tuple[Placement, str, str]:
-    a = balanced(world, "a")
+    a = twin_job(world, "a")
     summary = services.plan_pass()
     assert summary.placed == [a.pk]
     pa = Placement.objects.get(job=a)
@@ -63,7 +49,7 @@ def would_place(job: Job) -> Any:
 
 def test_no_direct_packing_onto_a_drained_rollout_node_its_group_holds(world: Any) -> None:
     pa, roll, train = place_a(world)
-    b = balanced(world, "b")
+    b = twin_job(world, "b")
     # Undrained, B would pack onto A's nodes for free: the drain is what changes it.
     before = would_place(b)
     assert before.strategy is Strategy.DIRECT_PACKING
@@ -86,7 +72,7 @@ def test_no_direct_packing_onto_a_drained_rollout_node_its_group_holds(world: An
 
 def test_a_group_whose_training_node_is_drained_admits_no_one(world: Any) -> None:
     pa, roll, train = place_a(world)
-    b = balanced(world, "b")
+    b = twin_job(world, "b")
     assert would_place(b).strategy is Strategy.DIRECT_PACKING
 
     drain(world, train)
@@ -99,7 +85,7 @@ def test_a_group_whose_training_node_is_drained_admits_no_one(world: Any) -> Non
 
 def test_a_job_that_fits_only_with_a_drained_node_waits_and_says_so(world: Any) -> None:
     drain(world, "h20-3")
-    job = balanced(world, "wide", rollout_gpus=32)
+    job = twin_job(world, "wide", rollout_gpus=32)
     summary = services.plan_pass()
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED and job.pk in summary.waiting

@@ -19,23 +19,9 @@ from rollmux_web.reports.whatif import whatif_preview
 from rollmux_web.workflow import converters, services
 from rollmux_web.workflow.models import Placement
 from scheduler.planner import place
-from tests.workers.conftest import make_job
+from tests.workers.conftest import twin_job
 
 pytestmark = pytest.mark.django_db
-
-
-def twin(world: Any, name: str, **overrides: Any) -> Any:
-    """A job that direct-packs with its twin for free (rollout = training, bronze SLO)."""
-    fields: dict[str, Any] = {
-        "t_roll_max_s": 100.0,
-        "t_roll_min_s": 100.0,
-        "t_train_max_s": 100.0,
-        "t_train_min_s": 100.0,
-        "slo_class": world.bronze,
-        "iterations": 50,
-    }
-    fields.update(overrides)
-    return make_job(world, name=name, **fields)
 
 
 def form_data(**overrides: Any) -> dict[str, Any]:
@@ -71,8 +57,8 @@ def test_jobs_of_one_effective_time_scale_pack_together(
     world: Any, settings: Any, a_scale: float | None, b_scale: float | None
 ) -> None:
     settings.ROLLMUX_TIME_SCALE = 200.0
-    a = twin(world, "a", time_scale=a_scale)
-    b = twin(world, "b", time_scale=b_scale)
+    a = twin_job(world, "a", time_scale=a_scale)
+    b = twin_job(world, "b", time_scale=b_scale)
     ga, gb = groups_after_pass(a, b)
     assert ga == gb
     assert Placement.objects.get(job=b).strategy == "direct_packing"
@@ -92,8 +78,8 @@ def test_jobs_of_different_time_scales_are_kept_apart(
     world: Any, settings: Any, a_fields: dict[str, Any], b_fields: dict[str, Any]
 ) -> None:
     settings.ROLLMUX_TIME_SCALE = 200.0
-    a = twin(world, "a", **a_fields)
-    b = twin(world, "b", **b_fields)
+    a = twin_job(world, "a", **a_fields)
+    b = twin_job(world, "b", **b_fields)
     assert converters.job_profile(a).time_scale != converters.job_profile(b).time_scale
     ga, gb = groups_after_pass(a, b)
     assert ga != gb
@@ -103,12 +89,12 @@ def test_jobs_of_different_time_scales_are_kept_apart(
 def test_a_job_waits_rather_than_join_a_group_on_another_clock(world: Any) -> None:
     # One job's worth of nodes left free after A and C: B fits for free into A's group
     # at A's scale; at another scale it may not, and there is no room for a group of its own.
-    a = twin(world, "a", time_scale=10.0)
-    c = twin(world, "c", time_scale=10.0, rollout_gpus=24, train_gpus=24, iterations=5)
+    a = twin_job(world, "a", time_scale=10.0)
+    c = twin_job(world, "c", time_scale=10.0, rollout_gpus=24, train_gpus=24, iterations=5)
     services.plan_pass()
     ga = Placement.objects.get(job=a).group_id
     assert Placement.objects.get(job=c).group_id != ga  # C needs more training nodes
-    b = twin(world, "b", time_scale=4.0)
+    b = twin_job(world, "b", time_scale=4.0)
     at_a_scale = place(
         replace(converters.job_profile(b), time_scale=10.0), converters.cluster_state()
     )
@@ -121,7 +107,7 @@ def test_a_job_waits_rather_than_join_a_group_on_another_clock(world: Any) -> No
 
 def test_the_preview_applies_the_same_rule(world: Any, settings: Any) -> None:
     settings.ROLLMUX_TIME_SCALE = 200.0
-    a = twin(world, "a", time_scale=10.0)
+    a = twin_job(world, "a", time_scale=10.0)
     (ga,) = groups_after_pass(a)
     same = whatif_preview(user=world.alice, data=form_data(time_scale=10.0), slo=3.0)
     assert same.status == "FIT" and same.group == str(ga)
