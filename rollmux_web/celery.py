@@ -10,3 +10,5 @@ app = Celery("rollmux")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
 app.autodiscover_tasks()  # rollmux_web.<app>.tasks
+
+import workers.warmup  # noqa: E402,F401  (connects the dispatcher when a worker starts)

@@ -8,41 +8,15 @@ import threading
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_init, worker_ready
 from django.conf import settings
 
 from rollmux_web.workflow import services
 from workers import triggers
-from workers.dispatch import PhaseReport, warm_up
+from workers.dispatch import PhaseReport
 
 log = logging.getLogger(__name__)
 
 _replan = threading.Event()
-
-
-def _warm_in_background() -> None:
-    def run() -> None:
-        try:
-            warm_up()
-        except Exception:  # the first dispatch retries and reports what fails
-            log.exception("could not connect the dispatcher at worker start")
-
-    threading.Thread(target=run, name="rollmux-warm-up", daemon=True).start()
-
-
-@worker_process_init.connect  # type: ignore[untyped-decorator]
-def _warm_pool_process(**_: Any) -> None:
-    """A prefork child connects to Ray as it starts (each child is its own Ray driver)."""
-    _warm_in_background()
-
-
-@worker_ready.connect  # type: ignore[untyped-decorator]
-def _warm_worker(sender: Any = None, **_: Any) -> None:
-    """A threads/solo worker runs tasks in this process: connect it now. (A prefork parent
-    runs none; its children connect in `_warm_pool_process`.)"""
-    pool = getattr(sender, "pool", None)
-    if "prefork" not in type(pool).__module__:
-        _warm_in_background()
 
 
 @shared_task(name="workers.tasks.plan", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
