@@ -24,6 +24,17 @@ def _mark_cli_worker(**_: Any) -> None:
     _cli_worker.set()
 
 
+def _runs_the_controller() -> bool:
+    """Return whether this worker consumes the controller's queue (the what-if worker, on
+    its own queue, never dispatches a phase and needs no Ray)."""
+    from django.conf import settings
+
+    from rollmux_web.celery import app
+
+    consume_from = app.amqp.queues.consume_from  # set by -Q before the pool forks
+    return not consume_from or settings.CELERY_TASK_DEFAULT_QUEUE in consume_from
+
+
 def _warm() -> None:
     try:
         from workers.dispatch import warm_up
@@ -38,7 +49,7 @@ def _warm() -> None:
 def _warm_pool_process(**_: Any) -> None:
     """A prefork child connects to Ray as it starts (each child is its own Ray driver); on a
     thread, as this signal's handlers must return within seconds."""
-    if _cli_worker.is_set():
+    if _cli_worker.is_set() and _runs_the_controller():
         threading.Thread(target=_warm, name="rollmux-warm-up", daemon=True).start()
 
 
@@ -47,5 +58,5 @@ def _warm_worker(sender: Any = None, **_: Any) -> None:
     """A threads/solo worker runs tasks in this process: connect it now, so the first phase
     it dispatches does not wait for `ray.init`. (A prefork parent runs no task.)"""
     pool = getattr(sender, "pool", None)
-    if _cli_worker.is_set() and "prefork" not in type(pool).__module__:
+    if _cli_worker.is_set() and "prefork" not in type(pool).__module__ and _runs_the_controller():
         _warm()
