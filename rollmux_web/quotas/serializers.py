@@ -3,12 +3,14 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.api.fields import NameRelatedField
 from rollmux_web.inventory.models import GpuType
-from rollmux_web.quotas import services
+from rollmux_web.quotas import selectors, services
 from rollmux_web.quotas.models import Quota, SloClass
 
 
@@ -69,11 +71,53 @@ class QuotaSerializer(serializers.ModelSerializer):
         help_text="dollars per calendar month; null = no limit",
     )
 
+    usage = serializers.SerializerMethodField(
+        help_text=(
+            "what the tenant uses of this quota now (the numbers a submission is checked "
+            "against): gpus_requested by its live jobs, gpu_hours_month and usd_month of busy "
+            "GPU time since the 1st (UTC, at today's price)"
+        )
+    )
+
     class Meta:
         model = Quota
-        fields = ["id", "tenant", "gpu_type", "max_gpus", "monthly_gpu_hours", "monthly_budget_usd"]
-        read_only_fields = ["id"]
+        fields = [
+            "id",
+            "tenant",
+            "gpu_type",
+            "max_gpus",
+            "monthly_gpu_hours",
+            "monthly_budget_usd",
+            "usage",
+        ]
+        read_only_fields = ["id", "usage"]
         validators: list[Any] = []  # the service reports the duplicate on gpu_type
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "properties": {
+                "gpus_requested": {"type": "integer"},
+                "gpus_left": {"type": "integer", "nullable": True},
+                "gpu_hours_month": {"type": "number"},
+                "usd_month": {"type": "string"},
+            },
+        }
+    )
+    def get_usage(self, quota: Quota) -> dict[str, Any]:
+        usages = self.context.setdefault("_usage", {})
+        if quota.tenant_id not in usages:  # one pass per tenant, shared by its quotas
+            found = selectors.quota_usage(tenants=[quota.tenant], now=timezone.now())
+            usages[quota.tenant_id] = {u.quota.pk: u for u in found}
+        u = usages[quota.tenant_id].get(quota.pk)
+        if u is None:
+            return {}
+        return {
+            "gpus_requested": u.gpus_requested,
+            "gpus_left": u.gpus_left,
+            "gpu_hours_month": round(u.gpu_hours_month, 4),
+            "usd_month": f"{u.usd_month:.2f}",  # rounded as /quotas/ and refusals print it
+        }
 
     def create(self, validated_data: dict[str, Any]) -> Quota:
         return services.quota_create(actor=self.context["request"].user, **validated_data)

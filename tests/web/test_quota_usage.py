@@ -153,3 +153,20 @@ def test_finance_sees_every_tenants_usage(client_as: Any, world: Any, busy: Any)
     html = client_as("finance").get("/quotas/").content.decode()
     assert _row(html, "speech", "H800")["requested"] == "16"
     assert _row(html, "vision", "H800")["requested"] == "24"
+
+
+def test_the_api_gives_the_same_usage_as_the_page(
+    client_as: Any, api_as: Any, world: Any, busy: Any
+) -> None:
+    body = api_as("alice").get("/api/v1/quotas/").json()
+    rows = {(q["tenant"], q["gpu_type"]): q["usage"] for q in body["results"]}
+    assert set(rows) == {("vision", "H800"), ("vision", "H20")}  # alice's tenant only
+    page = client_as("alice").get("/quotas/").content.decode()
+    h800 = _row(page, "vision", "H800")
+    assert rows["vision", "H800"] == {
+        "gpus_requested": int(h800["requested"]),
+        "gpus_left": 8,
+        "gpu_hours_month": 80.0,
+        "usd_month": h800["usd"].lstrip("$").replace(",", ""),
+    }
+    assert rows["vision", "H20"]["gpus_left"] is None  # no cap on H20
