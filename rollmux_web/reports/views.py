@@ -274,6 +274,17 @@ def slo_report(request: HttpRequest) -> HttpResponse:
 # --------------------------------------------------------------------------- what-if
 
 
+def _submission_errors(request: HttpRequest) -> dict[str, list[str]]:
+    """Return the job submission's field errors for the preview's query (nothing saved)."""
+    from rollmux_web.jobs.serializers import SPEC_FIELDS, JobSpecSerializer
+
+    spec = {k: v for k in SPEC_FIELDS if (v := request.GET.get(k, "").strip())}
+    ser = JobSpecSerializer(data=spec, context={"user": request.user})
+    if ser.is_valid():
+        return {}
+    return {f: [str(m) for m in msgs] for f, msgs in ser.errors.items()}
+
+
 @login_required
 @require_GET
 def whatif_preview(request: HttpRequest) -> HttpResponse:
@@ -284,8 +295,11 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
         missing = [f for f, errs in form.errors.items() if any("required" in e for e in errs)]
         bad = {f: errs for f, errs in form.errors.items() if f not in missing}
         if bad:
+            # in the submission's own words (what the field shows inline and after Submit)
+            words = _submission_errors(request)
             ctx["hint"] = "; ".join(
-                f"{f.replace('_', ' ')}: {' '.join(str(x) for x in e)}" for f, e in bad.items()
+                f"{f.replace('_', ' ')}: {' '.join(str(x) for x in words.get(f) or e)}"
+                for f, e in bad.items()
             )
         else:
             ctx["hint"] = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -222,8 +223,8 @@ def test_preview_into_another_tenants_group_names_neither_group_nor_job(
     ("change", "text"),
     [
         ({"rollout_gpus": ""}, "Fill in rollout gpus"),
-        ({"train_gpus": "many"}, "train gpus: Enter a whole number"),
-        ({"t_roll_min_s": "900"}, "t roll min s: must be at most"),
+        ({"train_gpus": "many"}, "train gpus: A valid integer is required."),
+        ({"t_roll_min_s": "900"}, "t roll min s: Must be at most t_roll_max_s (300 s), got 900 s."),
         ({"host_mem_gb": "-3"}, "host mem gb"),
     ],
 )
@@ -232,6 +233,19 @@ def test_preview_answers_bad_fields_with_a_hint(
 ) -> None:
     resp = client_as("alice").get("/whatif/preview/", {**PREVIEW, **change})
     assert resp.status_code == 200 and text in resp.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_preview_words_a_bad_field_as_the_form_does(world: Any, client_as: Any) -> None:
+    c = client_as("alice")
+    bad = {**PREVIEW, "t_train_min_s": "-5"}
+    hint = c.get("/whatif/preview/", bad).content.decode()
+    inline = c.post(
+        "/jobs/new/validate/?field=t_train_min_s", {**bad, "slo_class": "silver"}
+    ).content.decode()
+    message = re.search(r"t_train_min_s: ([^<]+)", inline)
+    assert message, inline
+    assert f"t train min s: {message.group(1).strip()}" in hint
 
 
 @pytest.mark.django_db
