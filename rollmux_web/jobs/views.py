@@ -14,7 +14,6 @@ import yaml
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -31,6 +30,7 @@ from rollmux_web.jobs.selectors import (
 )
 from rollmux_web.jobs.serializers import BUILTIN_RUNNERS, SPEC_FIELDS, JobSpecSerializer
 from rollmux_web.jobs.services import JobRejected, job_cancel, job_submit
+from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
 
 STOP_POLLING = 286  # htmx stops a polling trigger on this status
@@ -257,23 +257,11 @@ SORTS = (("-submitted", "newest"), ("submitted", "oldest"), ("name", "name"), ("
 def job_list_page(request: HttpRequest) -> HttpResponse:
     """List visible jobs with status/tenant filters, sorting and pages; rows poll via htmx."""
     errors: list[str] = []  # a bad filter is named, and the list shown without it
-    status = request.GET.get("status", "")
-    if status and status not in JobStatus.values:
-        errors.append(f"status: {status!r} is not one of {', '.join(JobStatus.values)}.")
-        status = ""
+    status = choice(request.GET, "status", ["", *JobStatus.values], "", errors)
     tenant = _db_text(request.GET.get("tenant", "")[:64])
-    sort = request.GET.get("sort", DEFAULT_ORDERING)
-    if sort not in dict(SORTS):
-        errors.append(f"sort: {sort!r} is not one of {', '.join(dict(SORTS))}.")
-        sort = DEFAULT_ORDERING
+    sort = choice(request.GET, "sort", list(dict(SORTS)), DEFAULT_ORDERING, errors)
     qs = job_list(user=request.user, status=status, tenant=tenant, ordering=sort)
-    paginator = Paginator(qs, 25)
-    raw_page = request.GET.get("page") or "1"
-    try:
-        page = paginator.page(raw_page)
-    except (PageNotAnInteger, EmptyPage):
-        errors.append(f"page: {raw_page!r} is not a page (1 to {paginator.num_pages}).")
-        page = paginator.page(1)
+    page = page_of(qs, 25, request.GET, errors)
     query = {k: v for k, v in {"status": status, "tenant": tenant, "sort": sort}.items() if v}
     tenants = list(visible_tenants(request.user).values_list("name", flat=True))
     ctx = {

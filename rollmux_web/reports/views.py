@@ -7,11 +7,11 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
 from rollmux_web.reports import exports, selectors, svg, whatif
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm
@@ -84,17 +84,10 @@ def _zoom_links(tl: selectors.Timeline) -> dict[str, str]:
 @require_GET
 def group_list(request: HttpRequest) -> HttpResponse:
     errors: list[str] = []
-    state = request.GET.get("state") or "all"
-    if state not in selectors.GROUP_STATES:
-        errors.append(f"state: {state!r} is not one of {', '.join(selectors.GROUP_STATES)}.")
-        state = "all"
-    paginator = Paginator(selectors.visible_group_ids(user=request.user, state=state), 50)
-    raw_page = request.GET.get("page") or "1"
-    try:
-        page = paginator.page(raw_page)
-    except (PageNotAnInteger, EmptyPage):
-        errors.append(f"page: {raw_page!r} is not a page (1 to {paginator.num_pages}).")
-        page = paginator.page(1)
+    state = choice(request.GET, "state", selectors.GROUP_STATES, "all", errors)
+    page = page_of(
+        selectors.visible_group_ids(user=request.user, state=state), 50, request.GET, errors
+    )
     ctx = {
         "groups": selectors.group_rows(user=request.user, groups=page.object_list),
         "page": page,
