@@ -326,14 +326,27 @@ class WhatIfComparison:
     charts: list[tuple[str, list[tuple[str, float, str]], str, str]]  # title, items, unit, fmt
 
 
+# the charts: (metric key, title, unit, format, scale applied to the value), in the units the
+# side-by-side table uses
 COMPARED = (
-    ("total_cost_usd", "Total cost", "USD", "{:,.0f}"),
-    ("avg_cost_per_hour_usd", "Average cost per hour", "USD/h", "{:,.1f}"),
-    ("slo_attainment", "SLO attainment (as drawn)", "", "{:.1%}"),
-    ("mean_slowdown", "Mean slowdown", "x", "{:.2f}"),
-    ("makespan_h", "Makespan", "h", "{:,.1f}"),
-    ("mean_queue_delay_s", "Mean queue delay", "s", "{:,.0f}"),
+    ("total_cost_usd", "Total cost", "", "${:,.0f}", 1.0),
+    ("avg_cost_per_hour_usd", "Average cost per hour", "", "${:,.2f}/h", 1.0),
+    ("slo_attainment", "SLO attainment (durations as drawn)", "", "{:.1%}", 1.0),
+    ("mean_slowdown", "Mean slowdown", "", "{:.2f}×", 1.0),
+    ("makespan_h", "Makespan", "", "", 3600.0),  # durations: unit picked from the values
+    ("mean_queue_delay_s", "Mean queue delay", "", "", 1.0),
 )
+
+
+def _duration_unit(longest_s: float) -> tuple[str, float]:
+    """Return (unit, seconds per unit) to chart durations up to `longest_s` (as `_duration`)."""
+    if longest_s < 120:
+        return "s", 1.0
+    if longest_s < 2 * 3600:
+        return "min", 60.0
+    if longest_s < 3 * 86400:
+        return "h", 3600.0
+    return "days", 86400.0
 
 
 def _duration(seconds: float) -> str:
@@ -408,12 +421,16 @@ def compare(result: dict[str, Any]) -> WhatIfComparison:
         if name not in {r.name for r in rows}
     ]
     charts = []
-    for key, title, unit, fmt in COMPARED:
+    for key, title, unit, fmt, scale in COMPARED:
         items = [
-            (r.name, float(r.metrics[key]), r.colour)
+            (r.name, float(r.metrics[key]) * scale, r.colour)
             for r in rows
             if isinstance(r.metrics.get(key), int | float)
         ]
+        if items and not fmt:  # a duration in seconds: the unit that reads best
+            unit, per = _duration_unit(max(v for _, v, _ in items))
+            items = [(name, v / per, colour) for name, v, colour in items]
+            fmt = "{:,.1f}"
         if items:
             charts.append((title, items, unit, fmt))
     return WhatIfComparison(rows=rows, ratios=dict(result.get("ratios") or {}), charts=charts)

@@ -314,6 +314,7 @@ def test_the_comparison_is_labelled_formatted_and_in_policy_order(world: Any, wo
     cost = policies["rollmux"]["total_cost_usd"]
     assert f"${cost:,.0f}" in page  # dollars, thousands separated, no scientific notation
     assert "e+0" not in page and "{&quot;" not in page and "_usd" not in page
+    assert " USD" not in page and " x<" not in page  # charts in the table's units too
     assert "Mean queue delay" in page and "Bubble fraction" in page
     rollout = policies["rollmux"]["bubble_fraction"]["rollout"]
     assert f"rollout {rollout:.1%}" in page
