@@ -14,7 +14,7 @@ from django.utils import timezone
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow.models import Placement
+from rollmux_web.workflow.models import PhaseRecord, Placement
 
 ORDERINGS = {
     "submitted": ("submitted_at", "id"),
@@ -71,12 +71,22 @@ def job_get(*, user: Any, job_id: int) -> Job:
 
 
 def placement_history(job: Job) -> list[Placement]:
-    """Return every placement of the job, newest first, with nodes (one per attempt)."""
-    return list(
+    """Return every placement of the job, newest first, with nodes (one per attempt); an
+    ended one carries `end_outcome`, the outcome of its phase that did not succeed (e.g.
+    "lost: node h800-0 down"), or "" when it ended normally."""
+    placements = list(
         Placement.objects.filter(job=job)
         .order_by("-created_at", "-id")
         .prefetch_related("rollout_nodes", "train_nodes")
     )
+    outcomes = dict(
+        PhaseRecord.objects.filter(placement__job=job, state__in=("failed", "lost"))
+        .order_by("placement_id", "finished_at")
+        .values_list("placement_id", "outcome")
+    )  # the last failed or lost phase of each placement
+    for p in placements:
+        p.end_outcome = outcomes.get(p.pk, "")  # type: ignore[attr-defined]
+    return placements
 
 
 def latest_placement(job: Job) -> Placement | None:

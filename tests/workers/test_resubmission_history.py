@@ -40,6 +40,8 @@ def test_a_job_resubmitted_after_a_node_went_down_keeps_its_first_start(
     assert [p.end_reason for p in attempts] == ["node_down", ""]
     html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
     assert "Earlier attempts" in html and "a node went down" in html
+    assert f"node {train_node} down" in html  # which node, from the lost phase
+    assert "Placed (attempt 2)" in html
     assert f"group {attempts[0].group_id}" in html and f"group {attempts[1].group_id}" in html
     assert "direct_packing" not in html and "new_group" not in html  # labels, not enum values
     assert f"/timeline/jobs/{job.pk}/" in html
