@@ -171,4 +171,4 @@ def test_page_csv_parquet_and_api_agree_with_many_small_groups(
     # the page shows the same tenant rows and the same spent figures
     for t in api["by_tenant"]:
         assert f"${Decimal(t['cost']):,.2f}" in html
-        assert f"spent ${Decimal(t['cost']):,.2f}" in html
+        assert f"billed ${Decimal(t['cost']):,.2f}" in html
