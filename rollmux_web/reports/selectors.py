@@ -49,7 +49,7 @@ from django.utils import timezone
 
 from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
-from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.quotas.models import Quota
 from rollmux_web.workflow.models import (
     ExecutionGroup,
@@ -1981,6 +1981,7 @@ class SloAttainment:
     met: int
     met_vs_profile: int
     in_progress: int
+    ended_early: int = 0  # cancelled or failed: no attainment either way
 
     @property
     def attainment(self) -> float | None:
@@ -2010,6 +2011,7 @@ class SloReport:
             s.met += a.met
             s.met_vs_profile += a.met_vs_profile
             s.in_progress += a.in_progress
+            s.ended_early += a.ended_early
         return s
 
 
@@ -2102,6 +2104,8 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             a.finished += 1
             a.met += int(j.met)
             a.met_vs_profile += int(j.met_vs_profile)
+        elif j.status in TERMINAL_STATUSES:
+            a.ended_early += 1
         else:
             a.in_progress += 1
     return SloReport(
@@ -2119,6 +2123,7 @@ def slo_report_json(report: SloReport) -> dict[str, Any]:
             "attainment": a.attainment,
             "attainment_vs_profile": a.attainment_vs_profile,
             "in_progress": a.in_progress,
+            "cancelled_or_failed": a.ended_early,
         }
 
     return {

@@ -76,6 +76,24 @@ def test_an_emulated_job_is_compared_with_its_profile_at_its_time_scale(world: A
 
 
 @pytest.mark.django_db
+def test_a_cancelled_job_is_not_counted_as_running(world: Any, api_as: Any) -> None:
+    sec = timedelta(seconds=1)
+    for name, status in (("gone", JobStatus.CANCELLED), ("going", JobStatus.RUNNING)):
+        job = make_job(world, name=name, status=status, time_scale=100.0)
+        g = make_group(created=T0)
+        allocate(g, "h20-0", T0, T0 + M)
+        pl = place(g, job, rollout=[], train=[], joined=T0)
+        phase(pl, iteration=0, kind="rollout", nodes=[], start=T0, minutes=0.1)
+        phase(pl, iteration=0, kind="train", nodes=[], start=T0 + 6 * sec, minutes=0.1)
+    report = slo_report(user=world.alice, start=DAY, end=DAY)
+    (a,) = report.attainment
+    assert (a.finished, a.in_progress, a.ended_early) == (0, 1, 1)
+    api = api_as("alice").get("/api/v1/reports/slo/?start=2026-03-10&end=2026-03-10").json()
+    (row,) = api["attainment"]
+    assert row["in_progress"] == 1 and row["cancelled_or_failed"] == 1
+
+
+@pytest.mark.django_db
 def test_the_slo_report_is_scoped_to_the_researchers_tenant(
     world: Any, client_as: Any, api_as: Any
 ) -> None:
