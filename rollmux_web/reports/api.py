@@ -82,6 +82,7 @@ class SloAttainmentSerializer(serializers.Serializer):  # type: ignore[misc,unus
     attainment = serializers.FloatField(allow_null=True)
     attainment_vs_profile = serializers.FloatField(allow_null=True)
     in_progress = serializers.IntegerField()
+    cancelled_or_failed = serializers.IntegerField()
 
 
 class JobSloSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
