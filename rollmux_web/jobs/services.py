@@ -63,7 +63,21 @@ def validate_spec(*, user: Any, spec: Any) -> dict[str, Any]:
     return dict(ser.validated_data)
 
 
-def _check_quotas(*, tenant: Tenant, spec: dict[str, Any], now: datetime) -> None:
+def quota_refusal(*, user: Any, spec: dict[str, Any], now: datetime | None = None) -> str:
+    """Return the quota or budget refusal `job_submit` would give this spec now, or "" (it
+    would pass, or the spec has field errors, which the form shows itself). Nothing is
+    locked or written: the submit form's preview asks this before anyone submits."""
+    try:
+        data = validate_spec(user=user, spec=spec)
+        _check_quotas(tenant=data["tenant"], spec=data, now=now or timezone.now(), lock=False)
+    except JobRejected as exc:
+        return exc.message if exc.code in ("quota_exceeded", "budget_exceeded") else ""
+    return ""
+
+
+def _check_quotas(
+    *, tenant: Tenant, spec: dict[str, Any], now: datetime, lock: bool = True
+) -> None:
     """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant.
 
     The usage comes from quotas.selectors.quota_usage, the function /quotas/ shows, so a
@@ -72,7 +86,7 @@ def _check_quotas(*, tenant: Tenant, spec: dict[str, Any], now: datetime) -> Non
     """
     gpus = {"rollout": spec["rollout_gpus"], "train": spec["train_gpus"]}
     t_max = {"rollout": spec["t_roll_max_s"], "train": spec["t_train_max_s"]}
-    for usage in quota_usage(tenants=[tenant], now=now, lock=True):
+    for usage in quota_usage(tenants=[tenant], now=now, lock=lock):
         kinds = usage.pool_kinds  # the pools of this quota's GPU type
         if not kinds:
             continue

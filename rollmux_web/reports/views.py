@@ -267,12 +267,23 @@ def slo_report(request: HttpRequest) -> HttpResponse:
 # --------------------------------------------------------------------------- what-if
 
 
+def _spec_of(request: HttpRequest) -> dict[str, str]:
+    from rollmux_web.jobs.serializers import SPEC_FIELDS
+
+    return {k: v for k in SPEC_FIELDS if (v := request.GET.get(k, "").strip())}
+
+
+def _quota_refusal(request: HttpRequest) -> str:
+    from rollmux_web.jobs.services import quota_refusal
+
+    return quota_refusal(user=request.user, spec=_spec_of(request))
+
+
 def _submission_errors(request: HttpRequest) -> dict[str, list[str]]:
     """Return the job submission's field errors for the preview's query (nothing saved)."""
-    from rollmux_web.jobs.serializers import SPEC_FIELDS, JobSpecSerializer
+    from rollmux_web.jobs.serializers import JobSpecSerializer
 
-    spec = {k: v for k in SPEC_FIELDS if (v := request.GET.get(k, "").strip())}
-    ser = JobSpecSerializer(data=spec, context={"user": request.user})
+    ser = JobSpecSerializer(data=_spec_of(request), context={"user": request.user})
     if ser.is_valid():
         return {}
     return {f: [str(m) for m in msgs] for f, msgs in ser.errors.items()}
@@ -300,6 +311,10 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
                 + ", ".join(f.replace("_", " ") for f in missing)
                 + " to see where this job would go."
             )
+        return render(request, "reports/whatif_preview.html", ctx)
+    refusal = _quota_refusal(request)
+    if refusal:  # the planner's answer would not matter: the submission would be refused
+        ctx["p"] = whatif.Preview(status="REFUSED", reason=refusal)
         return render(request, "reports/whatif_preview.html", ctx)
     slo_name = form.cleaned_data.get("slo_class") or ""
     slo = SloClass.objects.filter(name=slo_name).values_list("slowdown", flat=True).first()

@@ -267,6 +267,20 @@ def test_the_preview_words_a_bad_field_as_the_form_does(world: Any, client_as: A
 
 
 @pytest.mark.django_db
+def test_the_preview_says_a_job_over_quota_would_be_refused(world: Any, client_as: Any) -> None:
+    from rollmux_web.quotas.models import Quota
+
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=16)
+    c = client_as("alice")
+    html = c.get("/whatif/preview/", {**PREVIEW, "train_gpus": "24"}).content.decode()
+    assert "Would be refused:" in html and "at most 16 H800 GPUs" in html
+    assert "Planner:" not in html
+    ok = c.get("/whatif/preview/", {**PREVIEW, "train_gpus": "16"}).content.decode()
+    assert "Would be refused" not in ok and "Planner:" in ok
+    assert not Quota.objects.filter(max_gpus__isnull=True).exists()  # nothing written
+
+
+@pytest.mark.django_db
 def test_preview_says_why_a_job_would_wait(world: Any, client_as: Any) -> None:
     html = (
         client_as("alice")
