@@ -20,7 +20,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
-from rollmux_web.inventory.models import Cluster, GpuPrice, Node, NodeState, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.reports.models import WhatIfRun
 from scheduler.model import ClusterSpec, GpuType, JobProfile, PlacementStatus
@@ -54,34 +53,19 @@ class Preview:
 
 
 def current_spec() -> ClusterSpec:
-    """Return the cluster spec of the inventory: pool GPU types, current prices, nodes up."""
-    now = timezone.now()
+    """Return the live cluster as the planner sees it (`workflow.selectors.cluster_spec`);
+    without both pools configured, the trace format's example cluster (unbounded)."""
+    from rollmux_web.workflow.converters import NoPoolConfigured
+    from rollmux_web.workflow.selectors import cluster_spec
 
-    def gpu_type(kind: str, fallback: GpuType) -> GpuType:
-        cluster = Cluster.objects.filter(kind=kind).select_related("gpu_type").first()
-        if cluster is None:
-            return fallback
-        t = cluster.gpu_type
-        price = (
-            GpuPrice.objects.filter(gpu_type=t, effective_from__lte=now)
-            .order_by("-effective_from")
-            .values_list("price_per_gpu_hour", flat=True)
-            .first()
+    try:
+        return cluster_spec()
+    except NoPoolConfigured:
+        return ClusterSpec(
+            rollout=GpuType("H20", 1.85, 8, 2048),
+            train=GpuType("H800", 5.28, 8, 2048),
+            switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S,
         )
-        nodes = Node.objects.filter(cluster__kind=kind, state=NodeState.UP).count()
-        return GpuType(
-            name=t.name,
-            price_per_gpu_hour=float(price or 0),
-            gpus_per_node=t.gpus_per_node,
-            host_mem_gb=t.host_mem_gb,
-            nodes=nodes,
-        )
-
-    return ClusterSpec(
-        rollout=gpu_type(PoolKind.ROLLOUT, GpuType("H20", 1.85, 8, 2048)),
-        train=gpu_type(PoolKind.TRAIN, GpuType("H800", 5.28, 8, 2048)),
-        switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S,
-    )
 
 
 def live_snapshot() -> Any:

@@ -22,7 +22,7 @@ from rollmux_web.inventory.models import PoolKind
 from rollmux_web.jobs.models import Job
 from rollmux_web.workflow import converters
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
-from scheduler.model import ClusterState
+from scheduler.model import ClusterSpec, ClusterState
 from scheduler.roundrobin import plan_meta_iteration
 
 EMULATING_RUNNERS = ("emulated", "toy-rl")  # runners whose durations are scaled by time_scale
@@ -39,6 +39,12 @@ def time_scale_of(runner: str, time_scale: float | None) -> float:
     if runner not in EMULATING_RUNNERS:
         return 1.0
     return float(settings.ROLLMUX_TIME_SCALE)
+
+
+def cluster_spec() -> ClusterSpec:
+    """Return the planner's cluster spec (pool GPU types, prices now, capacity: nodes up or
+    drained); raises converters.NoPoolConfigured when a pool is missing."""
+    return converters.cluster_spec()
 
 
 def cluster_snapshot() -> ClusterState:

@@ -338,3 +338,17 @@ def test_an_empty_upload_gets_one_message(world: Any, client_as: Any) -> None:
     )
     assert resp.status_code == 400
     assert resp.context["form"].errors["trace"] == ["The submitted file is empty."]
+
+
+@pytest.mark.django_db
+def test_the_whatif_cluster_is_the_planners(world: Any) -> None:
+    from rollmux_web.inventory.models import Node, NodeState
+    from rollmux_web.reports.whatif import current_spec
+    from rollmux_web.workflow.converters import cluster_spec
+
+    # a drained node still counts (it may take work again), a down one does not
+    Node.objects.filter(name="h20-0").update(state=NodeState.DRAINED)
+    Node.objects.filter(name="h20-1").update(state=NodeState.DOWN)
+    spec = current_spec()
+    assert spec == cluster_spec()
+    assert spec.rollout.nodes == Node.objects.filter(gpu_type__name="H20").count() - 1
