@@ -20,37 +20,19 @@ from rollmux_web.jobs.services import JobRejected, job_submit
 from rollmux_web.quotas.models import Quota
 from rollmux_web.quotas.selectors import month_start, quota_usage
 from tests.factories import job_spec
+from tests.reports.builders import make_group, phase, place
 
 pytestmark = pytest.mark.django_db
 
 
 def _phases(job: Job, *, hours: dict[str, float]) -> None:
     """Record one finished phase per kind of `hours` each, all ending now (this month)."""
-    from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, Placement
-
-    group = ExecutionGroup.objects.create()
-    placement = Placement.objects.create(job=job, group=group, strategy="new_group")
     now = timezone.now()
     # wholly inside this month even in its first hours (a phase may end "later" in a test)
     end = max(now, month_start(now) + timedelta(hours=max(hours.values()) + 1))
+    pl = place(make_group(created=end), job, rollout=[], train=[], joined=end)
     for kind, h in hours.items():
-        _record(PhaseRecord, job, group, placement, kind, end - timedelta(hours=h), end)
-
-
-def _record(
-    model: Any, job: Job, group: Any, placement: Any, kind: str, start: Any, end: Any
-) -> None:
-    model.objects.create(
-        job=job,
-        group=group,
-        placement=placement,
-        iteration=0,
-        kind=kind,
-        state="succeeded",
-        queued_at=start,
-        started_at=start,
-        finished_at=end,
-    )
+        phase(pl, iteration=0, kind=kind, nodes=[], start=end - timedelta(hours=h), minutes=h * 60)
 
 
 @pytest.fixture
