@@ -396,14 +396,9 @@ def compare(result: dict[str, Any]) -> WhatIfComparison:
     from scheduler.sim.policies import ordered
 
     policies = result.get("policies") or {}
-    rows = [
-        PolicyRow(name, policy_colour(name), policies[name]) for name in ordered(list(policies))
-    ]
-    rows += [
-        PolicyRow(name, policy_colour(name), m)
-        for name, m in policies.items()
-        if name not in {r.name for r in rows}
-    ]
+    names = ordered(list(policies))  # the report's order; then any name it does not know
+    names += [name for name in policies if name not in names]
+    rows = [PolicyRow(name, policy_colour(name), policies[name]) for name in names]
     charts = []
     for key, title, unit, fmt, scale in COMPARED:
         items = [
