@@ -79,11 +79,16 @@ def placement_history(job: Job) -> list[Placement]:
         .order_by("-created_at", "-id")
         .prefetch_related("rollout_nodes", "train_nodes")
     )
-    outcomes = dict(
-        PhaseRecord.objects.filter(placement__job=job, state__in=("failed", "lost"))
-        .order_by("placement_id", "finished_at")
-        .values_list("placement_id", "outcome")
-    )  # the last failed or lost phase of each placement
+    ended = [p.pk for p in placements if p.end_reason in ("failed", "node_down")]
+    outcomes = (
+        dict(
+            PhaseRecord.objects.filter(placement_id__in=ended, state__in=("failed", "lost"))
+            .order_by("placement_id", "finished_at")
+            .values_list("placement_id", "outcome")
+        )  # the last failed or lost phase of each such placement
+        if ended
+        else {}
+    )  # (no query for a job that never failed: the live page polls this every 2 s)
     for p in placements:
         p.end_outcome = outcomes.get(p.pk, "")  # type: ignore[attr-defined]
     return placements
