@@ -35,7 +35,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -243,10 +242,11 @@ def run(args: argparse.Namespace) -> None:
         set_dispatcher(
             RayDispatcher(address=address, on_report=deliver_report, report=report_config())
         )
-        db = connection.settings_dict
+        from tests.factories import database_url
+
         env = dict(os.environ)
         env.update(
-            DATABASE_URL=f"postgres://{quote(db['USER'] or '')}:{quote(db['PASSWORD'] or '')}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db_name}",
+            DATABASE_URL=database_url(db_name),
             REDIS_URL=settings.REDIS_URL,
             ROLLMUX_RAY_ADDRESS=address,
             ROLLMUX_CHECKPOINT_DIR=str(ckpt),

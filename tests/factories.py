@@ -113,3 +113,17 @@ def job_spec(**overrides: Any) -> dict[str, Any]:
     }
     spec.update(overrides)
     return spec
+
+
+def database_url(name: str | None = None) -> str:
+    """Return the URL of the database this process uses (or of `name` on the same server),
+    for a worker subprocess that must share it."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    db = connection.settings_dict
+    return (
+        f"postgres://{quote(db['USER'] or '')}:{quote(db['PASSWORD'] or '')}"
+        f"@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name or db['NAME']}"
+    )

@@ -12,7 +12,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -20,6 +19,7 @@ from django.db import connection
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import services
 from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement
+from tests.factories import database_url
 from tests.workers.conftest import all_done, make_job, wait_for
 from workers import triggers
 from workers.dispatch import Probe, set_dispatcher
@@ -65,10 +65,9 @@ def test_killing_a_jobs_actor_mid_phase_resumes_from_its_last_completed_iteratio
 
 
 def _worker_env(ray_address: str, settings: Any) -> dict[str, str]:
-    db = connection.settings_dict
     env = dict(os.environ)
     env.update(
-        DATABASE_URL=f"postgres://{quote(db['USER'] or '')}:{quote(db['PASSWORD'] or '')}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        DATABASE_URL=database_url(),
         REDIS_URL=settings.REDIS_URL,
         ROLLMUX_RAY_ADDRESS=ray_address,
         ROLLMUX_CHECKPOINT_DIR=settings.ROLLMUX_CHECKPOINT_DIR,
