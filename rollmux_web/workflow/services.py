@@ -599,7 +599,7 @@ def phase_finished(report: PhaseReport, *, now: datetime | None = None) -> bool:
         runtime = _load_runtime(group)
         effects = _Effects()
         try:
-            finish = runtime.finish(str(job_id), PhaseKind(phase.kind))
+            finish = runtime.finish(str(phase.job_id), PhaseKind(phase.kind))
         except ValueError:
             finish = None  # the runtime already let go of this phase (job removed)
         placement = placements.get(phase.job_id)
