@@ -180,7 +180,10 @@ def _phase_history(world: Any, *, hours: float, kind: str = "train", gpus: int =
     Job.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED)
     group = ExecutionGroup.objects.create()
     placement = Placement.objects.create(job=job, group=group, strategy="new_group")
-    end = timezone.now()
+    now = timezone.now()
+    # wholly inside this month even in its first hours (a phase may end "later" in a test)
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = max(now, month_start + timedelta(hours=hours + 1))
     PhaseRecord.objects.create(
         job=job,
         group=group,
