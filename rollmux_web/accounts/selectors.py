@@ -62,3 +62,20 @@ def user_summary(user: Any) -> dict[str, Any]:
         "can_submit": can_submit(user),
         "is_admin": is_admin(user),
     }
+
+
+def submission_tenant(user: Any, name: str) -> tuple[Tenant | None, str]:
+    """Return the tenant a user submits for (by name, or their only tenant) and "", or
+    None and why not: an unknown name, one they may not submit for, or no single default."""
+    tenants = visible_tenants(user)
+    if name:
+        tenant = tenants.filter(name=name).first()
+        if tenant is None:
+            return None, f"Unknown tenant {name!r}, or not one you may submit for."
+        return tenant, ""
+    mine = list(tenants[:2])
+    if len(mine) == 1:
+        return mine[0], ""
+    if mine:
+        return None, "This field is required: you belong to several tenants."
+    return None, "This field is required: you belong to no tenant."

@@ -36,3 +36,36 @@ def query_text(params: Any, name: str) -> str | None:
     if "\x00" in value:
         raise serializers.ValidationError({name: [NUL_MESSAGE]})
     return str(value)
+
+
+def _encodable(value: str) -> None:
+    # Lone surrogates decode from JSON but cannot be stored (or even sent) as UTF-8.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise serializers.ValidationError("Contains characters that are not valid UTF-8.") from None
+
+
+class Utf8CharField(serializers.CharField):
+    """A text field that refuses what cannot be stored as UTF-8 (lone surrogates)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("validators", []).append(_encodable)
+        super().__init__(**kwargs)
+
+
+class _Strict:
+    """Reject JSON booleans where a number is expected (DRF would coerce True to 1)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class StrictIntegerField(_Strict, serializers.IntegerField):
+    pass
+
+
+class StrictFloatField(_Strict, serializers.FloatField):
+    pass

@@ -5,15 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Max, Prefetch, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.workflow.converters import pool_node_counts
 from rollmux_web.workflow.models import PhaseRecord, Placement
 
 ORDERINGS = {
@@ -109,8 +110,6 @@ def latest_placement(job: Job) -> Placement | None:
 
 def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
     """Return per phase kind: count by state, mean duration and warm-start share."""
-    from rollmux_web.workflow.models import PhaseRecord
-
     rows: dict[str, dict[str, Any]] = {}
     for rec in PhaseRecord.objects.filter(job=job).only(
         "kind", "state", "started_at", "finished_at", "warm_start"
@@ -195,3 +194,39 @@ def solo_cost_per_iteration(
 
 
 ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING)
+
+
+class PoolLimits(NamedTuple):
+    """What a submission is checked against, per pool kind."""
+
+    gpu_type: str
+    gpus_per_node: int
+    host_mem_gb: float  # the largest node's host memory
+    nodes: int  # capacity: nodes up or drained (what the planner counts; down ones not)
+    nodes_down: int
+
+
+def pool_limits() -> dict[str, PoolLimits]:
+    """Return the limits of each pool kind.
+
+    Two queries for both pools; a pool without nodes falls back to its GPU type's memory.
+    The capacity is the live planner's (workflow.converters.pool_node_counts), so a job
+    refused here is one the planner would call INFEASIBLE.
+    """
+    counts = pool_node_counts()
+    out: dict[str, PoolLimits] = {}
+    rows = (
+        Cluster.objects.annotate(max_mem=Max("nodes__host_mem_gb"))
+        .order_by("kind", "name")
+        .values(
+            "kind", "gpu_type__name", "gpu_type__gpus_per_node", "gpu_type__host_mem_gb", "max_mem"
+        )
+    )
+    for r in rows:
+        if r["kind"] not in out:  # the first pool of each kind (by name) sets the shape
+            mem = r["max_mem"] if r["max_mem"] is not None else r["gpu_type__host_mem_gb"]
+            nodes, down = counts.get(r["kind"], (0, 0))
+            out[r["kind"]] = PoolLimits(
+                r["gpu_type__name"], r["gpu_type__gpus_per_node"], float(mem), nodes, down
+            )
+    return out

@@ -17,6 +17,7 @@ from rollmux_web.audit.services import audit_record
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.selectors import job_get
 from rollmux_web.jobs.serializers import JobSpecSerializer
+from rollmux_web.jobs.spec import SPEC_FIELDS, spec_values
 from rollmux_web.quotas.selectors import quota_usage
 from workers import triggers
 
@@ -126,24 +127,7 @@ def _check_quotas(
 
 
 def _audit_view(job: Job) -> dict[str, Any]:
-    return {
-        "name": job.name,
-        "tenant": job.tenant.name,
-        "slo_class": job.slo_class.name,
-        "runner": job.runner,
-        "model": job.model,
-        "priority": job.priority,
-        "iterations": job.iterations,
-        "rollout_gpus": job.rollout_gpus,
-        "train_gpus": job.train_gpus,
-        "t_roll_max_s": job.t_roll_max_s,
-        "t_roll_min_s": job.t_roll_min_s,
-        "t_train_max_s": job.t_train_max_s,
-        "t_train_min_s": job.t_train_min_s,
-        "host_mem_gb": job.host_mem_gb,
-        "time_scale": job.time_scale,
-        "status": job.status,
-    }
+    return {**spec_values(job), "status": job.status}
 
 
 def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = None) -> Job:
@@ -159,22 +143,8 @@ def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = Non
     with transaction.atomic():
         _check_quotas(tenant=data["tenant"], spec=data, now=now)
         job = Job.objects.create(
-            name=data["name"],
-            tenant=data["tenant"],
+            **{name: data.get(name) for name in SPEC_FIELDS},
             submitter=user,
-            slo_class=data["slo_class"],
-            runner=data["runner"],
-            model=data.get("model") or "",
-            priority=data.get("priority") or 0,
-            iterations=data["iterations"],
-            rollout_gpus=data["rollout_gpus"],
-            train_gpus=data["train_gpus"],
-            t_roll_max_s=data["t_roll_max_s"],
-            t_roll_min_s=data["t_roll_min_s"],
-            t_train_max_s=data["t_train_max_s"],
-            t_train_min_s=data["t_train_min_s"],
-            host_mem_gb=data["host_mem_gb"],
-            time_scale=data.get("time_scale"),
             status=JobStatus.QUEUED,
             reason="waiting for the planner",
         )

@@ -28,8 +28,9 @@ from rollmux_web.jobs.selectors import (
     placement_history,
     solo_cost_per_iteration,
 )
-from rollmux_web.jobs.serializers import BUILTIN_RUNNERS, SPEC_FIELDS, JobSpecSerializer
+from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.services import JobRejected, job_cancel, job_submit
+from rollmux_web.jobs.spec import BUILTIN_RUNNERS, EXAMPLE_SPEC, SPEC, SPEC_FIELDS, SpecField
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
 
@@ -48,34 +49,23 @@ def _is_htmx(request: HttpRequest) -> bool:
 
 @dataclass(frozen=True)
 class FormField:
+    """How the submit form shows one spec field (jobs.spec holds the field itself)."""
+
     name: str
     label: str
     kind: str  # text | number | select
-    help: str = ""
-    step: str = "any"
-    required: bool = True
+    help: str
+    step: str
+    required: bool
 
 
-FORM_FIELDS = (
-    FormField("name", "Name", "text", "a human name for the job"),
-    FormField("tenant", "Tenant", "select", "owning team"),
-    FormField("slo_class", "SLO class", "select", "tolerated slowdown under sharing"),
-    FormField("runner", "Runner", "text", "emulated, toy-rl, external or package.module:ClassName"),
-    FormField("model", "Model", "text", "free text, shown in reports", required=False),
-    FormField("iterations", "Iterations", "number", "on-policy iterations", step="1"),
-    FormField("rollout_gpus", "Rollout GPUs", "number", "multiple of the node size", step="1"),
-    FormField("train_gpus", "Training GPUs", "number", "multiple of the node size", step="1"),
-    FormField("t_roll_max_s", "Rollout max (s)", "number", "worst-case solo rollout"),
-    FormField("t_roll_min_s", "Rollout min (s)", "number", "default: the max", required=False),
-    FormField("t_train_max_s", "Training max (s)", "number", "worst-case solo training"),
-    FormField("t_train_min_s", "Training min (s)", "number", "default: the max", required=False),
-    FormField("host_mem_gb", "Host memory (GB)", "number", "resident state on each node"),
-    FormField("priority", "Priority", "number", "higher is planned first", "1", False),
-    FormField(
-        "time_scale", "Time scale", "number", "emulation speed-up; blank = default", required=False
-    ),
-)
-OPTIONAL_NUMBERS = {"t_roll_min_s", "t_train_min_s", "time_scale", "priority"}
+def _form_field(f: SpecField) -> FormField:
+    kind = "select" if f.reference else "number" if f.kind in ("int", "float") else "text"
+    return FormField(f.name, f.label, kind, f.help, "1" if f.kind == "int" else "any", f.required)
+
+
+FORM_FIELDS = tuple(_form_field(f) for f in SPEC)
+OPTIONAL_NUMBERS = {f.name for f in SPEC if not f.required and f.kind != "text"}
 
 
 def spec_from_post(data: Any) -> dict[str, Any]:
@@ -134,17 +124,8 @@ def _require_submitter(request: HttpRequest) -> None:
         raise PermissionDenied("Your role may not submit jobs.")
 
 
-DEFAULTS = {
-    "runner": "emulated",
-    "slo_class": "silver",
-    "iterations": "10",
-    "rollout_gpus": "8",
-    "train_gpus": "8",
-    "t_roll_max_s": "300",
-    "t_train_max_s": "120",
-    "host_mem_gb": "400",
-    "priority": "0",
-}
+# The form starts with the README's example job, without its name.
+DEFAULTS = {k: str(v) for k, v in EXAMPLE_SPEC.items() if k != "name"}
 
 
 @login_required

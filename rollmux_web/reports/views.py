@@ -268,7 +268,7 @@ def slo_report(request: HttpRequest) -> HttpResponse:
 
 
 def _spec_of(request: HttpRequest) -> dict[str, str]:
-    from rollmux_web.jobs.serializers import SPEC_FIELDS
+    from rollmux_web.jobs.spec import SPEC_FIELDS
 
     return {k: v for k in SPEC_FIELDS if (v := request.GET.get(k, "").strip())}
 

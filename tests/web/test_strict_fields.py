@@ -16,7 +16,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from rollmux_web import cli
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.jobs.serializers import READ_ONLY_JOB_FIELDS, SPEC_FIELDS, JobSerializer
+from rollmux_web.jobs.serializers import JobSerializer
+from rollmux_web.jobs.spec import READ_ONLY_JOB_FIELDS, SPEC_FIELDS
 from tests.factories import job_spec
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -1,0 +1,272 @@
+"""The job spec: the one list of a submission's fields, with bounds, help text and defaults.
+
+Field names are those of the trace format (docs/spec/trace-format.md) plus name, tenant,
+slo_class, runner, model, priority and time_scale. The API serializer, the submit form, the
+audit view, the job record and the CLI derive from `SPEC`; add a field here and they all
+follow.
+
+Stdlib only, so a client (the CLI) can import it without Django: `SPEC`, `SPEC_FIELDS`,
+`spec_field(name)`, `PHASE_TIME_FIELDS`, `EXAMPLE_SPEC`, `unknown_field_errors(keys)` and
+`READ_ONLY_JOB_FIELDS` (what a job record carries beside its spec).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+# Upper bounds keep values inside the database column types and catch unit mistakes
+# (a duration in milliseconds, memory in MB); they are far above any real job.
+MAX_ITERATIONS = 1_000_000
+MAX_GPUS = 100_000
+MAX_PHASE_S = 30 * 24 * 3600.0
+MAX_HOST_MEM_GB = 1_000_000.0
+MAX_TIME_SCALE = 1_000_000.0
+MAX_PRIORITY = 1000
+MAX_REPORTED_KEY = 64  # an unknown key is echoed in the error; a 1 MB key is cut short
+
+# "package.module:ClassName": dotted module path, a colon, a class name
+RUNNER_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+# The runners every deployment has (workers/runners implements them; the web app keeps the
+# names so that it never imports workers).
+BUILTIN_RUNNERS = ("emulated", "toy-rl", "external")
+
+
+@dataclass(frozen=True)
+class SpecField:
+    """One field of a job submission.
+
+    `kind` is the JSON type ("text", "int" or "float"); `default` applies when the field is
+    left out (None: no default, or null for an optional field); `min_value`/`max_value` are
+    inclusive bounds and `positive` means strictly above 0 (`unit` words that message).
+    `reference` fields name another row (a tenant, an SLO class) and are stored as that row.
+    `example` is the README's example job's value (None: not in the example).
+    """
+
+    name: str
+    label: str
+    kind: str
+    help: str
+    required: bool = True
+    default: Any = None
+    max_length: int | None = None
+    min_value: float | None = None
+    max_value: float | None = None
+    positive: bool = False
+    unit: str = ""
+    reference: bool = False
+    example: Any = None  # the README's example job; what the submit form starts with
+
+
+SPEC: tuple[SpecField, ...] = (
+    SpecField(
+        "name", "Name", "text", "a human name for the job", max_length=128, example="grpo-7b"
+    ),
+    SpecField(
+        "tenant",
+        "Tenant",
+        "text",
+        "owning tenant by name; defaults to the submitter's only tenant",
+        required=False,
+        max_length=64,
+        reference=True,
+    ),
+    SpecField(
+        "slo_class",
+        "SLO class",
+        "text",
+        'tolerated slowdown under sharing: an SLO class by name, e.g. "silver"',
+        max_length=32,
+        reference=True,
+        example="silver",
+    ),
+    SpecField(
+        "runner",
+        "Runner",
+        "text",
+        f"{', '.join(BUILTIN_RUNNERS)} or an allowed import path package.module:ClassName",
+        required=False,
+        default="emulated",
+        max_length=200,
+        example="emulated",
+    ),
+    SpecField("model", "Model", "text", "free text, shown in reports", required=False, default=""),
+    SpecField(
+        "iterations",
+        "Iterations",
+        "int",
+        "on-policy iterations",
+        min_value=1,
+        max_value=MAX_ITERATIONS,
+        example=20,
+    ),
+    SpecField(
+        "rollout_gpus",
+        "Rollout GPUs",
+        "int",
+        "GPUs of the rollout pool type; a multiple of its node size",
+        max_value=MAX_GPUS,
+        example=8,
+    ),
+    SpecField(
+        "train_gpus",
+        "Training GPUs",
+        "int",
+        "GPUs of the training pool type; a multiple of its node size",
+        max_value=MAX_GPUS,
+        example=8,
+    ),
+    SpecField(
+        "t_roll_max_s",
+        "Rollout max (s)",
+        "float",
+        "worst-case solo rollout, profile seconds",
+        max_value=MAX_PHASE_S,
+        positive=True,
+        unit="seconds",
+        example=300,
+    ),
+    SpecField(
+        "t_roll_min_s",
+        "Rollout min (s)",
+        "float",
+        "default: the max",
+        required=False,
+        max_value=MAX_PHASE_S,
+        positive=True,
+        unit="seconds",
+    ),
+    SpecField(
+        "t_train_max_s",
+        "Training max (s)",
+        "float",
+        "worst-case solo training, profile seconds",
+        max_value=MAX_PHASE_S,
+        positive=True,
+        unit="seconds",
+        example=120,
+    ),
+    SpecField(
+        "t_train_min_s",
+        "Training min (s)",
+        "float",
+        "default: the max",
+        required=False,
+        max_value=MAX_PHASE_S,
+        positive=True,
+        unit="seconds",
+    ),
+    SpecField(
+        "host_mem_gb",
+        "Host memory (GB)",
+        "float",
+        "resident host memory on each node, GB",
+        max_value=MAX_HOST_MEM_GB,
+        positive=True,
+        unit="GB",
+        example=400,
+    ),
+    SpecField(
+        "priority",
+        "Priority",
+        "int",
+        "higher is planned first",
+        required=False,
+        default=0,
+        min_value=-MAX_PRIORITY,
+        max_value=MAX_PRIORITY,
+    ),
+    SpecField(
+        "time_scale",
+        "Time scale",
+        "float",
+        "emulation speed-up (> 0); blank or null = the server default",
+        required=False,
+        max_value=MAX_TIME_SCALE,
+        positive=True,
+        unit="speed-up factor",
+    ),
+)
+SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in SPEC)
+_BY_NAME = {f.name: f for f in SPEC}
+
+# The four phase times, as (max, min) per phase kind: a min left out defaults to its max.
+PHASE_TIME_FIELDS = (("t_roll_max_s", "t_roll_min_s"), ("t_train_max_s", "t_train_min_s"))
+
+# The README's example job (and the API schema's): what a first submission looks like.
+EXAMPLE_SPEC: dict[str, Any] = {f.name: f.example for f in SPEC if f.example is not None}
+
+# Trace-file fields (docs/spec/trace-format.md) a submission has no use for, with why.
+TRACE_ONLY_FIELDS = {
+    "arrival_s": "arrival_s is a trace-file field (when the simulator submits the job); "
+    "a submitted job arrives now.",
+}
+
+# Fields of a job record (jobs.serializers.JobSerializer) that only the server sets. Sent
+# with a submission they are ignored, not refused: a record read from the API
+# (`GET /jobs/42/`) can be edited and submitted again, as DRF ignores read-only fields on
+# input and `kubectl --validate=strict` refuses only fields the schema does not have. Any
+# other key is refused: a typo ("time_scal") must not silently run the job at the default.
+JOB_RECORD_FIELDS: tuple[str, ...] = (
+    "id",
+    "name",
+    "tenant",
+    "submitter",
+    "slo_class",
+    "slo",
+    *(n for n in SPEC_FIELDS if n not in ("name", "tenant", "slo_class")),
+    "status",
+    "reason",
+    "error",
+    "cancel_requested",
+    "iterations_done",
+    "attempts",
+    "submitted_at",
+    "placed_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "group",
+    "placement",
+)
+READ_ONLY_JOB_FIELDS = frozenset(JOB_RECORD_FIELDS) - frozenset(SPEC_FIELDS)
+
+
+def spec_field(name: str) -> SpecField:
+    """Return the field called `name` (KeyError for anything else)."""
+    return _BY_NAME[name]
+
+
+def unknown_field_errors(keys: Iterable[Any]) -> dict[str, list[str]]:
+    """Return an error per key that is neither a spec field nor a read-only job field.
+
+    Each message suggests the closest spec field when one is close
+    (difflib.get_close_matches), e.g. "time_scal" -> "did you mean time_scale?".
+    """
+    errors: dict[str, list[str]] = {}
+    for key in keys:
+        name = str(key)
+        if name in _BY_NAME or name in READ_ONLY_JOB_FIELDS:
+            continue
+        close = difflib.get_close_matches(name.lower(), SPEC_FIELDS, n=1)
+        if name in TRACE_ONLY_FIELDS:
+            hint = TRACE_ONLY_FIELDS[name]
+        elif close:
+            hint = f"did you mean {close[0]}?"
+        else:
+            hint = f"the fields are {', '.join(SPEC_FIELDS)}."
+        shown = name if 0 < len(name) <= MAX_REPORTED_KEY else repr(name[:MAX_REPORTED_KEY])
+        errors[shown] = [f"Unknown field; {hint}"]
+    return errors
+
+
+def spec_values(job: Any) -> dict[str, Any]:
+    """Return a job record's spec as plain values (references by name): the audit view."""
+    out: dict[str, Any] = {}
+    for f in SPEC:
+        value = getattr(job, f.name)
+        out[f.name] = getattr(value, "name", value) if f.reference else value
+    return out
