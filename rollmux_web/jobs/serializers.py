@@ -55,6 +55,10 @@ def spec_serializer_field(f: spec.SpecField) -> serializers.Field:
     return StrictFloatField(**kwargs)
 
 
+# The fields the cross-field checks read: the phase times (min <= max) and the tenant.
+CROSS_CHECKED = (*(n for pair in spec.PHASE_TIME_FIELDS for n in pair), "tenant")
+
+
 class JobSpecSerializer(serializers.Serializer):
     """Validate a job submission; `context["user"]` is the submitter (tenant visibility)."""
 
@@ -156,10 +160,12 @@ class JobSpecSerializer(serializers.Serializer):
                 errors["tenant"] = error
         return errors, tenant
 
-    def _valid_values(self, data: Mapping[str, Any], invalid: set[str]) -> dict[str, Any]:
-        """Return the cross-checked fields that are valid on their own (the others left out)."""
+    def _valid_values(
+        self, data: Mapping[str, Any], invalid: set[str], names: tuple[str, ...] = CROSS_CHECKED
+    ) -> dict[str, Any]:
+        """Return those of `names` that are valid on their own (the others left out)."""
         out: dict[str, Any] = {}
-        for name in (*(n for pair in spec.PHASE_TIME_FIELDS for n in pair), "tenant"):
+        for name in names:
             if name in invalid:
                 continue
             field = self.fields[name]
@@ -171,6 +177,18 @@ class JobSpecSerializer(serializers.Serializer):
                 continue
             out[name] = value
         return out
+
+    def values_valid_alone(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """Return those of `names` that are valid whatever the other fields say, the tenant
+        resolved to its row (left out when it is not one the user may submit for)."""
+        values = self._valid_values(self.initial_data, set(), names)
+        if "tenant" in values:
+            tenant, error = submission_tenant(self.context.get("user"), values["tenant"] or "")
+            if error:
+                del values["tenant"]
+            else:
+                values["tenant"] = tenant
+        return values
 
     def to_internal_value(self, data: Any) -> Any:
         """Check every field, refuse unknown keys, and run the cross-field checks on the

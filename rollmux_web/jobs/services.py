@@ -15,10 +15,10 @@ from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.audit.services import audit_record
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
-from rollmux_web.jobs.selectors import job_get
+from rollmux_web.jobs.selectors import ACTIVE_STATUSES, job_get
 from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.spec import SPEC_FIELDS, spec_values
-from rollmux_web.quotas.selectors import quota_usage
+from rollmux_web.quotas.selectors import QuotaUsage, quota_usage
 from workers import triggers
 
 
@@ -33,6 +33,18 @@ class JobRejected(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+QUOTA_CODES = ("quota_exceeded", "budget_exceeded")  # the refusals of quotas and budgets
+# The fields the quota and budget checks read (the tenant's usage is read from the database).
+QUOTA_FIELDS = (
+    "tenant",
+    "iterations",
+    "rollout_gpus",
+    "train_gpus",
+    "t_roll_max_s",
+    "t_train_max_s",
+)
 
 
 def _flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
@@ -65,15 +77,65 @@ def validate_spec(*, user: Any, spec: Any) -> dict[str, Any]:
 
 
 def quota_refusal(*, user: Any, spec: dict[str, Any], now: datetime | None = None) -> str:
-    """Return the quota or budget refusal `job_submit` would give this spec now, or "" (it
-    would pass, or the spec has field errors, which the form shows itself). Nothing is
-    locked or written: the submit form's preview asks this before anyone submits."""
+    """Return the quota or budget refusal `job_submit` would give this spec now, or "".
+
+    It checks as soon as the fields the checks read (QUOTA_FIELDS) are valid, whatever the
+    other fields say (the form starts without a name; the form shows field errors itself).
+    Nothing is locked or written: the submit form's preview asks this on every render,
+    the first one included.
+    """
+    if not isinstance(spec, dict):
+        return ""
+    data = JobSpecSerializer(data=spec, context={"user": user}).values_valid_alone(QUOTA_FIELDS)
+    if set(QUOTA_FIELDS) - set(data):
+        return ""
     try:
-        data = validate_spec(user=user, spec=spec)
         _check_quotas(tenant=data["tenant"], spec=data, now=now or timezone.now(), lock=False)
     except JobRejected as exc:
-        return exc.message if exc.code in ("quota_exceeded", "budget_exceeded") else ""
+        return exc.message
     return ""
+
+
+QUOTAS_PAGE = "/quotas/"  # where a refusal sends the user: each quota next to its usage
+
+
+def _gpus_would_free(*, tenant: Tenant, usage: QuotaUsage, ask: int) -> str:
+    """Return what would let a job asking for `ask` GPUs past a full GPU cap run."""
+    cap, gt = usage.quota.max_gpus or 0, usage.quota.gpu_type.name
+    if ask > cap:
+        return (
+            f"This job alone asks for more than the quota: it can run only once an admin "
+            f"raises it to at least {ask} (see {QUOTAS_PAGE})."
+        )
+    over = usage.gpus_requested + ask - cap
+    # the smallest live job of the tenant whose end alone frees enough
+    gpus_of = {"rollout": "rollout_gpus", "train": "train_gpus"}
+    live = Job.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES).only(
+        "pk", "name", "rollout_gpus", "train_gpus"
+    )
+    enough = sorted(
+        (n, j.pk, j.name)
+        for j in live
+        if (n := sum(getattr(j, gpus_of[k]) for k in usage.pool_kinds)) >= over
+    )
+    example = f", e.g. #{enough[0][1]} {enough[0][2]} with {enough[0][0]}" if enough else ""
+    return (
+        f"It fits once {tenant.name}'s live jobs release {over} {gt} GPUs (one finishes or is "
+        f"cancelled{example}) or an admin raises the quota to {usage.gpus_requested + ask} "
+        f"(see {QUOTAS_PAGE})."
+    )
+
+
+def _budget_would_free(*, left: float, per_iteration: float, raise_to: str) -> str:
+    """Return what would let a job past a monthly budget run: fewer iterations (when some
+    fit in what is left), the next month, or a raised budget."""
+    # (a hair of slack: 20 GPU-hours at 0.2222 per iteration are 90 iterations, not 89)
+    fit = int((left + 1e-9) // per_iteration) if per_iteration > 0 and left > 0 else 0
+    fewer = f"with at most {fit} iteration{'s' if fit != 1 else ''}, " if fit >= 1 else ""
+    return (
+        f"It fits {fewer}next month, or once an admin raises the budget to {raise_to} "
+        f"(see {QUOTAS_PAGE})."
+    )
 
 
 def _check_quotas(
@@ -82,8 +144,9 @@ def _check_quotas(
     """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant.
 
     The usage comes from quotas.selectors.quota_usage, the function /quotas/ shows, so a
-    refusal and the page give the same numbers. It locks the tenant's quota rows first,
-    so two concurrent submissions of one tenant cannot both pass the "at once" check.
+    refusal and the page give the same numbers; each refusal ends with what would free it.
+    It locks the tenant's quota rows first, so two concurrent submissions of one tenant
+    cannot both pass the "at once" check.
     """
     gpus = {"rollout": spec["rollout_gpus"], "train": spec["train_gpus"]}
     t_max = {"rollout": spec["t_roll_max_s"], "train": spec["t_train_max_s"]}
@@ -94,14 +157,17 @@ def _check_quotas(
         quota, gt = usage.quota, usage.quota.gpu_type
         # what this job asks for of this GPU type (both pools may share one type)
         ask_gpus = sum(gpus[k] for k in kinds)
-        ask_hours = sum(spec["iterations"] * t_max[k] * gpus[k] / 3600.0 for k in kinds)
-        ask_usd = ask_hours * float(usage.price_per_gpu_hour)
+        iter_hours = sum(t_max[k] * gpus[k] / 3600.0 for k in kinds)
+        ask_hours = spec["iterations"] * iter_hours
+        price = float(usage.price_per_gpu_hour)
+        ask_usd = ask_hours * price
         if quota.max_gpus is not None and usage.gpus_requested + ask_gpus > quota.max_gpus:
             field_name = "rollout_gpus" if kinds == ("rollout",) else "train_gpus"
             msg = (
                 f"quota: {tenant.name} may use at most {quota.max_gpus} {gt.name} GPUs at "
                 f"once; its live jobs (queued, placed or running) request "
-                f"{usage.gpus_requested}; this job asks for {ask_gpus}"
+                f"{usage.gpus_requested}; this job asks for {ask_gpus}. "
+                + _gpus_would_free(tenant=tenant, usage=usage, ask=ask_gpus)
             )
             raise JobRejected("quota_exceeded", msg, {field_name: [msg]}, 403)
         used_hours = usage.gpu_hours_month
@@ -109,7 +175,12 @@ def _check_quotas(
             msg = (
                 f"budget: {tenant.name} may use at most {quota.monthly_gpu_hours:g} {gt.name} "
                 f"GPU-hours this month; its jobs used {usage.gpu_hours_text} so far; this job may "
-                f"take up to {ask_hours:.1f} (iterations x worst-case phase time x GPUs)"
+                f"take up to {ask_hours:.1f} (iterations x worst-case phase time x GPUs). "
+                + _budget_would_free(
+                    left=quota.monthly_gpu_hours - used_hours,
+                    per_iteration=iter_hours,
+                    raise_to=f"{used_hours + ask_hours:.1f} GPU-hours",
+                )
             )
             raise JobRejected("budget_exceeded", msg, {"non_field_errors": [msg]}, 403)
         if quota.monthly_budget_usd is not None:
@@ -121,7 +192,12 @@ def _check_quotas(
                     f"budget: {tenant.name} may spend at most ${limit:,.2f} on {gt.name} this "
                     f"month; its jobs used {usage.usd_text} so far (at today's price); "
                     f"this job may cost up to ${ask_usd:,.2f} "
-                    "(iterations x worst-case phase time x GPUs x price)"
+                    "(iterations x worst-case phase time x GPUs x price). "
+                    + _budget_would_free(
+                        left=limit - usage.usd_month,
+                        per_iteration=iter_hours * price,
+                        raise_to=f"${usage.usd_month + ask_usd:,.2f}",
+                    )
                 )
                 raise JobRejected("budget_exceeded", msg, {"non_field_errors": [msg]}, 403)
 

@@ -29,7 +29,7 @@ from rollmux_web.jobs.selectors import (
     solo_cost_per_iteration,
 )
 from rollmux_web.jobs.serializers import JobSpecSerializer
-from rollmux_web.jobs.services import JobRejected, job_cancel, job_submit
+from rollmux_web.jobs.services import QUOTA_CODES, JobRejected, job_cancel, job_submit
 from rollmux_web.jobs.spec import BUILTIN_RUNNERS, EXAMPLE_SPEC, SPEC, SPEC_FIELDS, SpecField
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
@@ -139,6 +139,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             job = job_submit(user=request.user, spec=spec, channel="form")
         except JobRejected as exc:
             ctx = _form_context(request, dict(request.POST.items()), exc.fields)
+            ctx["quota_refused"] = exc.code in QUOTA_CODES
             return render(request, "jobs/new.html", ctx, status=exc.http_status)
         return redirect("jobs:detail", job_id=job.pk)
     values = dict(DEFAULTS)

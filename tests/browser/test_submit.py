@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from typing import Any
 
@@ -39,7 +40,9 @@ def test_alice_fixes_a_field_error_submits_and_finds_her_job(
     # 2. submitting anyway is refused with the same message, and nothing is saved
     page.click("#submit-job")
     page.wait_for_load_state("networkidle")
-    assert "t_roll_min_s: Must be at most t_roll_max_s" in page.inner_text("#err-t_roll_min_s")
+    assert page.inner_text("#err-t_roll_min_s").strip() == (
+        "Must be at most t_roll_max_s (300 s), got 450 s."  # no raw key beside the label
+    )
     assert page.input_value("#id_t_roll_min_s") == "450"
     assert not Job.objects.filter(name="browser-grpo").exists()
     ARTIFACTS.mkdir(exist_ok=True)
@@ -64,3 +67,33 @@ def test_alice_fixes_a_field_error_submits_and_finds_her_job(
     page.wait_for_url(f"{live_server.url}/jobs/{job.pk}/")
     assert page.inner_text("#job-status") == "queued"
     assert "200.0 – 300.0" in page.inner_text("main")
+
+
+def test_after_make_run_alice_submits_the_readme_example_through_the_form(
+    page: Any, live_server: Any
+) -> None:
+    # issue 11 item 5: on the `make run` demo the README's example was refused (the demo
+    # filled vision's H800 quota, 48 of 48). The database here is what `make run` makes:
+    # migrated, then `seed_demo --if-empty`.
+    from django.core.management import call_command
+
+    from rollmux_web.jobs.spec import EXAMPLE_SPEC
+
+    call_command("seed_demo", "--if-empty", stdout=io.StringIO())
+    browser_login(page, live_server, "alice")
+    page.goto(f"{live_server.url}/jobs/new/")
+    # the form starts with the README's example; only the name is left to type
+    for name, value in EXAMPLE_SPEC.items():
+        if name != "name":
+            assert page.input_value(f"#id_{name}") == str(value), name
+    # the preview's first answer already runs the quota checks (item 6): not refused
+    page.wait_for_selector("#whatif .whatif-preview")
+    assert "Would be refused" not in page.inner_text("#whatif")
+    page.fill("#id_name", EXAMPLE_SPEC["name"])
+    page.click("#submit-job")
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    job = Job.objects.get(name=EXAMPLE_SPEC["name"])
+    assert job.submitter.username == "alice" and job.tenant.name == "vision"
+    assert (job.iterations, job.rollout_gpus, job.train_gpus) == (20, 8, 8)
+    assert job.status in (JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING)
+    assert EXAMPLE_SPEC["name"] in page.inner_text("h1")

@@ -261,7 +261,7 @@ def test_the_preview_words_a_bad_field_as_the_form_does(world: Any, client_as: A
     inline = c.post(
         "/jobs/new/validate/?field=t_train_min_s", {**bad, "slo_class": "silver"}
     ).content.decode()
-    message = re.search(r"t_train_min_s: ([^<]+)", inline)
+    message = re.search(r"<li>([^<]+)</li>", inline)
     assert message, inline
     assert f"t train min s: {message.group(1).strip()}" in hint
 

@@ -150,9 +150,15 @@ def test_gpu_cap_refusal_says_which_limit_its_value_and_the_ask(world: Any) -> N
     # 24 H800 GPUs in use by vision; a running job of bob counts too
     err = rejected(world, user="bob", train_gpus=16)
     assert err.code == "quota_exceeded"
-    assert err.message == (
+    assert err.message.startswith(
         "quota: vision may use at most 32 H800 GPUs at once; its live jobs (queued, placed or "
-        "running) request 24; this job asks for 16"
+        "running) request 24; this job asks for 16. "
+    )
+    # what would free it: 8 GPUs (one of alice's 8-GPU jobs ending), or a quota of 40
+    first = Job.objects.filter(tenant=world.vision).order_by("pk").first()
+    assert err.message.endswith(
+        "It fits once vision's live jobs release 8 H800 GPUs (one finishes or is cancelled, "
+        f"e.g. #{first.pk} grpo-7b with 8) or an admin raises the quota to 40 (see /quotas/)."
     )
     assert err.fields["train_gpus"] == [err.message]
     # 8 more still fit; finished jobs stop counting
@@ -208,6 +214,11 @@ def test_monthly_gpu_hour_budget_counts_usage_and_the_worst_case_estimate(world:
     assert err.code == "budget_exceeded"
     assert "at most 100 H800 GPU-hours this month; its jobs used 80.0 so far" in err.message
     assert "up to 22.2" in err.message
+    # 20 GPU-hours left / (100 s x 8 GPUs) per iteration = 90 iterations
+    assert err.message.endswith(
+        "It fits with at most 90 iterations, next month, or once an admin raises the budget to "
+        "102.2 GPU-hours (see /quotas/)."
+    )
 
 
 def test_monthly_dollar_budget_uses_the_current_price(world: Any) -> None:
@@ -220,6 +231,11 @@ def test_monthly_dollar_budget_uses_the_current_price(world: Any) -> None:
     err = rejected(world, iterations=120)
     assert "may spend at most $50.00 on H20 this month; its jobs used $0.00 so far" in err.message
     assert "up to $59.20" in err.message
+    # $50 / (120 s x 8 GPUs x $1.85/h = $0.49) per iteration = 101 iterations
+    assert err.message.endswith(
+        "It fits with at most 101 iterations, next month, or once an admin raises the budget "
+        "to $59.20 (see /quotas/)."
+    )
 
 
 def test_usage_before_this_month_does_not_count(world: Any) -> None:

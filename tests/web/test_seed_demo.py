@@ -144,3 +144,26 @@ def test_demo_jobs_run_where_control_plane_gaps_stay_small_against_their_slo(
         # ... and the demo still shows work within a minute: a first iteration in 30 s.
         slowest = (job.t_roll_max_s + job.t_train_max_s) / scale
         assert slowest <= 30.0, (job.name, scale, slowest)
+
+
+def test_after_the_demo_alice_s_first_submission_of_the_readme_example_is_accepted(
+    django_capture_on_commit_callbacks,
+):
+    # issue 11 item 5: the demo filled vision's H800 quota (48 of 48) and refused it
+    from rollmux_web.jobs.services import job_submit
+    from rollmux_web.jobs.spec import EXAMPLE_SPEC
+
+    with django_capture_on_commit_callbacks(execute=False):
+        _seed()
+        alice = User.objects.get(username="alice")
+        job = job_submit(user=alice, spec=dict(EXAMPLE_SPEC), channel="api")
+        # ... and so is a second one; a third (48 + 24 H800 > 64) says what would free it
+        job_submit(user=alice, spec=dict(EXAMPLE_SPEC), channel="api")
+        from rollmux_web.jobs.services import JobRejected
+
+        with pytest.raises(JobRejected) as refused:
+            job_submit(user=alice, spec=dict(EXAMPLE_SPEC), channel="api")
+    assert job.status == "queued" and job.tenant.name == "vision"
+    assert refused.value.code == "quota_exceeded"
+    assert "release 8 H800 GPUs" in refused.value.message
+    assert refused.value.message.endswith("(see /quotas/).")

@@ -49,10 +49,13 @@ SLO_CLASSES = [
     ("bronze", 2.0, "Best effort: at most twice as slow as running alone"),
 ]
 # tenant -> gpu type -> (max GPUs at once, monthly GPU-hours, monthly $)
+# The demo jobs of vision request 56 H20 and 48 H800 GPUs: its caps leave room for a new
+# user's first job (the README's example, 8 + 8) and one more, so the first submission after
+# `make run` is accepted (issue 11 item 5: at 48 of 48 H800 it was refused).
 QUOTAS: dict[str, dict[str, tuple[int | None, float | None, Decimal | None]]] = {
     "vision": {
-        "H20": (64, 25_000.0, Decimal("40000")),
-        "H800": (48, 15_000.0, Decimal("75000")),
+        "H20": (80, 25_000.0, Decimal("40000")),
+        "H800": (64, 15_000.0, Decimal("75000")),
     },
     "speech": {
         "H20": (32, 8_000.0, Decimal("12000")),
