@@ -11,4 +11,5 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
 app.autodiscover_tasks()  # rollmux_web.<app>.tasks
 
+import workers.metrics_exporter  # noqa: E402,F401  (serves a worker's own /metrics)
 import workers.warmup  # noqa: E402,F401  (connects the dispatcher when a worker starts)

@@ -1,13 +1,17 @@
-"""Prometheus metrics (rollmux_ prefix) and the middleware that times API requests.
+"""Prometheus metrics (rollmux_ prefix, Prometheus naming: base units in the name, `_total`
+for counters, histograms for latencies) and the middleware that times API requests.
 
-Counters and histograms live in the process registry. Under gunicorn with several
-workers set PROMETHEUS_MULTIPROC_DIR so every worker's samples are summed at scrape
-time. Gauges about jobs and the inventory are read from the database on each scrape,
-so they are right whichever process answers.
+Two kinds of series:
+- process metrics (this module): counters and histograms observed where the event happens.
+  The web app counts submissions and API requests; the Celery workers, which run planning
+  passes and the group controller, count admissions, waits, switches and resubmissions and
+  serve them on their own port (`workers/metrics_exporter.py`). Under gunicorn (or a
+  prefork Celery pool) set PROMETHEUS_MULTIPROC_DIR so every process's samples are summed.
+- database gauges (`rollmux_web.metrics_db`): jobs, pools, quotas and cost, read from the
+  database on each scrape of /metrics, so they are right whichever process answers.
 
-Access: /metrics is open unless ROLLMUX_METRICS_TOKEN is set, in which case the
-scraper must send `Authorization: Bearer <token>`. Expose it only on an internal
-network either way (the counts per tenant are not public information).
+Access: /metrics needs `Authorization: Bearer <ROLLMUX_METRICS_TOKEN>` when the token is
+set. Expose it only on an internal network either way (the counts per tenant are not public).
 """
 
 from __future__ import annotations
@@ -16,10 +20,9 @@ import hmac
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from django.conf import settings
-from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -29,16 +32,70 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+
+# Latency buckets in seconds: admission decisions are sub-millisecond to tens of ms
+# (bench/planner_latency.py), switches tens of ms to seconds (bench/control_plane.py).
+FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+SWITCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Waits from submission to admission: seconds (a free cluster) to a day (a full one).
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 
 SUBMISSIONS = Counter("rollmux_job_submissions", "Jobs submitted", ["tenant", "channel"])
 API_LATENCY = Histogram(
-    "rollmux_api_request_seconds",
-    "API request latency",
+    "rollmux_api_request_duration_seconds",
+    "API request duration, by route pattern",
     ["method", "route", "status"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    buckets=API_BUCKETS,
 )
+ADMISSION_ATTEMPTS = Counter(
+    "rollmux_admission_attempts",
+    "Placement decisions the planner made for a queued job, by result (fit, retry, infeasible)",
+    ["result"],
+)
+ADMISSION_DURATION = Histogram(
+    "rollmux_admission_attempt_duration_seconds",
+    "Time the planner took for one placement decision (Algorithm 1), by result",
+    ["result"],
+    buckets=FAST_BUCKETS,
+)
+ADMISSION_WAIT = Histogram(
+    "rollmux_admission_wait_time_seconds",
+    "Time from submission (or resubmission) to placement, by SLO class",
+    ["slo_class"],
+    buckets=WAIT_BUCKETS,
+)
+PHASE_SWITCH = Histogram(
+    "rollmux_phase_switch_latency_seconds",
+    "Time from a phase's end (its host's clock) to the controller dispatching the next phase",
+    buckets=SWITCH_BUCKETS,
+)
+RESUBMISSIONS = Counter(
+    "rollmux_job_resubmissions",
+    "Jobs put back in the queue after a failed phase or a down node, by reason",
+    ["reason"],
+)
+
+
+def observe_admission(result: str, seconds: float) -> None:
+    """Count one placement decision and its duration (result: fit, retry or infeasible)."""
+    ADMISSION_ATTEMPTS.labels(result).inc()
+    ADMISSION_DURATION.labels(result).observe(seconds)
+
+
+def observe_wait(slo_class: str, seconds: float) -> None:
+    """Record how long a job waited for its placement."""
+    ADMISSION_WAIT.labels(slo_class).observe(max(seconds, 0.0))
+
+
+def observe_switch(phase_finished_at: float) -> None:
+    """Record a phase switch: from the reported end (epoch seconds) to now."""
+    PHASE_SWITCH.observe(max(time.time() - phase_finished_at, 0.0))
+
+
+def count_resubmission(reason: str) -> None:
+    """Count a job put back in the queue (reason: failed or node_down)."""
+    RESUBMISSIONS.labels(reason).inc()
 
 
 _REGEX_GROUP = re.compile(r"\(\?P<(\w+)>[^)]*\)")
@@ -66,50 +123,16 @@ class MetricsMiddleware:
         return response
 
 
-class InventoryCollector(Collector):
-    """Report rollmux_nodes{gpu_type, state} and rollmux_gpu_price_dollars{gpu_type}."""
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        from rollmux_web.inventory.models import Node, NodeState
-        from rollmux_web.inventory.selectors import current_prices
-
-        nodes = GaugeMetricFamily(
-            "rollmux_nodes", "Nodes by GPU type and state", labels=["gpu_type", "state"]
-        )
-        counts = {
-            (r["gpu_type__name"], r["state"]): r["n"]
-            for r in Node.objects.values("gpu_type__name", "state").annotate(n=Count("id"))
-        }
-        prices = current_prices()
-        for gpu_type in sorted(set(prices) | {g for g, _ in counts}):
-            for state in NodeState.values:
-                nodes.add_metric([gpu_type, state], counts.get((gpu_type, state), 0))
-        yield nodes
-        price = GaugeMetricFamily(
-            "rollmux_gpu_price_dollars", "Current price per GPU-hour", labels=["gpu_type"]
-        )
-        for name, value in sorted(prices.items()):
-            price.add_metric([name], float(value))
-        yield price
-
-
-def _database_registry() -> CollectorRegistry:
-    from rollmux_web.jobs.metrics import JobCollector
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(JobCollector())
-    registry.register(InventoryCollector())
-    return registry
-
-
-def _process_metrics() -> bytes:
+def process_registry() -> CollectorRegistry:
+    """Return the registry of this process's counters, summed over every process of the
+    server (or worker pool) when PROMETHEUS_MULTIPROC_DIR is set."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry)
-    return generate_latest(REGISTRY)
+        return registry
+    return REGISTRY
 
 
 def _authorized(request: HttpRequest) -> bool:
@@ -123,9 +146,11 @@ def _authorized(request: HttpRequest) -> bool:
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Serve the Prometheus exposition: process counters plus gauges read from the database."""
+    from rollmux_web.metrics_db import database_registry
+
     if not _authorized(request):
         response = HttpResponse("metrics token required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    body = _process_metrics() + generate_latest(_database_registry())
+    body = generate_latest(process_registry()) + generate_latest(database_registry())
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

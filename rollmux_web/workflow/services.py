@@ -21,6 +21,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from rollmux_web import metrics
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.workflow import converters
@@ -377,6 +379,7 @@ def _fail_or_resubmit(job: Job, outcome: str, now: datetime) -> None:
         )[:500]
         job.error = outcome
         job.save(update_fields=["status", "reason", "error", "updated_at"])
+        transaction.on_commit(lambda: metrics.count_resubmission("failed"))
     else:
         job.status = JobStatus.FAILED
         job.reason = f"failed {failures} times (limit {limit}): {outcome}"[:500]
@@ -445,9 +448,11 @@ def plan_pass(*, now: datetime | None = None) -> PlanSummary:
         effects = _Effects()
         for job in queued:
             profile = converters.job_profile(job)
+            decided = time.perf_counter()
             result = place(
                 profile, state, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
             )
+            metrics.observe_admission(result.status.name.lower(), time.perf_counter() - decided)
             if result.status is PlacementStatus.FIT and result.placement is not None:
                 state = _persist_placement(job, profile, result, state, now, effects)
                 summary.placed.append(job.pk)
@@ -521,6 +526,17 @@ def _persist_placement(
         # The partial unique index (one open allocation per node) makes a double allocation
         # impossible even if two planners ever ran at once.
         NodeAllocation.objects.create(node=nodes[name], group=group, start=now)
+    # the wait since submission, or since the resubmission that put it back in the queue
+    queued_since = job.submitted_at
+    if job.attempts:
+        left = (
+            Placement.objects.filter(job=job, attempt=job.attempts)
+            .values_list("ended_at", flat=True)
+            .first()
+        )
+        queued_since = left or queued_since
+    waited, slo_name = (now - queued_since).total_seconds(), job.slo_class.name
+    transaction.on_commit(lambda: metrics.observe_wait(slo_name, waited))
     job.status = JobStatus.PLACED
     job.placed_at = now
     job.attempts += 1
@@ -618,6 +634,9 @@ def phase_finished(report: PhaseReport, *, now: datetime | None = None) -> bool:
             _start_phases(group, runtime, now, effects, placements=placements)
             _save_runtime(group, runtime)
         effects.schedule()
+        if effects.orders and report.finished_at is not None:
+            ended = report.finished_at  # observed after the dispatch (on_commit runs in order)
+            transaction.on_commit(lambda: metrics.observe_switch(ended))
     return True
 
 
@@ -730,6 +749,7 @@ def node_down(*, node_id: int, now: datetime | None = None) -> list[int]:
                     f"{job.iterations_done}"
                 )
                 job.save(update_fields=["status", "reason", "updated_at"])
+                transaction.on_commit(lambda: metrics.count_resubmission("node_down"))
                 resubmitted.append(job.pk)
             if ExecutionGroup.objects.filter(pk=group.pk, released_at__isnull=True).exists():
                 _start_phases(group, runtime, now, effects)

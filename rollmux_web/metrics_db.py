@@ -1,0 +1,292 @@
+"""Gauges and counters read from the database on each scrape of /metrics.
+
+The database is the system of record, so these are right whichever process answers and
+survive restarts: live jobs by state, all-time finished jobs (a counter), pending jobs by
+reason class, nodes, GPUs allocated and busy per pool, the bubble fraction per pool, cost
+per hour per tenant, quota usage against quota, migrations. Every tenant gets every live
+state and reason class, zeros included, so a rate or an alert does not see a series vanish.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from decimal import Decimal
+
+from django.db.models import Count
+from django.utils import timezone
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# Why a queued job waits, as a small closed set of label values (the full reason is on the
+# job page). Checked in order against the reason the planner (or a resubmission) wrote.
+REASON_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("no_pool", ("waiting: ",)),
+    ("resubmitted", ("resubmitted",)),
+    ("drained", ("drained node",)),
+    ("host_memory", ("host memory room",)),
+    ("capacity", ("needs ", "no capacity", "no existing co-execution group")),
+)
+REASON_CLASS_NAMES = ("not_planned", *(name for name, _ in REASON_CLASSES), "other")
+
+
+def reason_class(reason: str) -> str:
+    """Return the label value for why a queued job waits (`not_planned`: no pass saw it yet)."""
+    if not reason:
+        return "not_planned"
+    for name, needles in REASON_CLASSES:
+        if any(n in reason for n in needles):
+            return name
+    return "other"
+
+
+class JobCollector(Collector):
+    """rollmux_jobs (live states), rollmux_jobs_finished_total, rollmux_pending_jobs,
+    rollmux_job_migrations_total."""
+
+    def collect(self) -> Iterator[Metric]:
+        from rollmux_web.accounts.models import Tenant
+        from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
+        from rollmux_web.workflow.models import Placement
+
+        terminal = [str(s) for s in TERMINAL_STATUSES]
+        live = [s for s in JobStatus.values if s not in terminal]
+        counts = {
+            (row["status"], row["tenant__name"]): row["n"]
+            for row in Job.objects.values("status", "tenant__name").annotate(n=Count("id"))
+        }
+        tenants = sorted(
+            set(Tenant.objects.values_list("name", flat=True)) | {t for _, t in counts}
+        )
+        jobs = GaugeMetricFamily(
+            "rollmux_jobs",
+            "Live jobs (queued, placed, running) by state and tenant",
+            labels=["status", "tenant"],
+        )
+        finished = CounterMetricFamily(
+            "rollmux_jobs_finished",
+            "Jobs that reached a final state since the start, by state and tenant",
+            labels=["status", "tenant"],
+        )
+        for tenant in tenants:
+            for status in live:
+                jobs.add_metric([status, tenant], counts.get((status, tenant), 0))
+            for status in terminal:
+                finished.add_metric([status, tenant], counts.get((status, tenant), 0))
+        yield jobs
+        yield finished
+
+        pending: dict[tuple[str, str], int] = defaultdict(int)
+        for tenant, reason in Job.objects.filter(status=JobStatus.QUEUED).values_list(
+            "tenant__name", "reason"
+        ):
+            pending[(reason_class(reason), tenant)] += 1
+        family = GaugeMetricFamily(
+            "rollmux_pending_jobs",
+            "Queued jobs by why they wait and tenant",
+            labels=["reason_class", "tenant"],
+        )
+        for tenant in tenants:
+            for name in REASON_CLASS_NAMES:
+                family.add_metric([name, tenant], pending.get((name, tenant), 0))
+        yield family
+
+        # A migration: a job's placement in a different group than its previous attempt's
+        # (a resubmitted job the planner moved). Counted from the rows, so it is exact.
+        rows = (
+            Placement.objects.filter(job__attempts__gt=1)
+            .order_by("job_id", "attempt")
+            .values_list("job_id", "group_id", "job__tenant__name")
+        )
+        moved: dict[str, int] = defaultdict(int)
+        last: tuple[int, int] | None = None
+        for job_id, group_id, tenant in rows:
+            if last is not None and last[0] == job_id and last[1] != group_id:
+                moved[tenant] += 1
+            last = (job_id, group_id)
+        migrations = CounterMetricFamily(
+            "rollmux_job_migrations",
+            "Placements of a resubmitted job into another co-execution group, by tenant",
+            labels=["tenant"],
+        )
+        for tenant in tenants:
+            migrations.add_metric([tenant], moved.get(tenant, 0))
+        yield migrations
+
+
+class InventoryCollector(Collector):
+    """rollmux_nodes, rollmux_gpu_price_dollars_per_gpu_hour, and per pool: rollmux_pool_gpus,
+    rollmux_pool_gpus_allocated, rollmux_pool_gpus_busy, rollmux_pool_bubble_ratio."""
+
+    def collect(self) -> Iterator[Metric]:
+        from rollmux_web.inventory.models import Cluster, Node, NodeState
+        from rollmux_web.inventory.selectors import current_prices
+        from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState
+
+        nodes = GaugeMetricFamily(
+            "rollmux_nodes", "Nodes by GPU type and state", labels=["gpu_type", "state"]
+        )
+        counts = {
+            (r["gpu_type__name"], r["state"]): r["n"]
+            for r in Node.objects.values("gpu_type__name", "state").annotate(n=Count("id"))
+        }
+        prices = current_prices()
+        for gpu_type in sorted(set(prices) | {g for g, _ in counts}):
+            for state in NodeState.values:
+                nodes.add_metric([gpu_type, state], counts.get((gpu_type, state), 0))
+        yield nodes
+        price = GaugeMetricFamily(
+            "rollmux_gpu_price_dollars_per_gpu_hour",
+            "Price in force now per GPU-hour, by GPU type",
+            labels=["gpu_type"],
+        )
+        for name, value in sorted(prices.items()):
+            price.add_metric([name], float(value))
+        yield price
+
+        # Busy: a node that runs a phase now. Allocated: a node held by a co-execution group
+        # (busy or idle). The bubble fraction is the allocated GPUs that are idle now.
+        busy_names = {
+            name
+            for names in PhaseRecord.objects.filter(
+                state__in=(PhaseState.DISPATCHED, PhaseState.RUNNING)
+            ).values_list("node_names", flat=True)
+            for name in names or ()
+        }
+        allocated_ids = set(
+            NodeAllocation.objects.filter(end__isnull=True).values_list("node_id", flat=True)
+        )
+        pools = {c.pk: c for c in Cluster.objects.select_related("gpu_type")}
+        capacity: dict[int, int] = defaultdict(int)
+        allocated: dict[int, int] = defaultdict(int)
+        busy: dict[int, int] = defaultdict(int)
+        for node in Node.objects.values("pk", "name", "cluster_id", "gpus", "state"):
+            if node["state"] != NodeState.DOWN:
+                capacity[node["cluster_id"]] += node["gpus"]
+            if node["pk"] in allocated_ids:
+                allocated[node["cluster_id"]] += node["gpus"]
+                if node["name"] in busy_names:
+                    busy[node["cluster_id"]] += node["gpus"]
+        labels = ["pool", "kind", "gpu_type"]
+        families = {
+            "cap": GaugeMetricFamily(
+                "rollmux_pool_gpus",
+                "GPUs of the pool's nodes that are up or drained",
+                labels=labels,
+            ),
+            "alloc": GaugeMetricFamily(
+                "rollmux_pool_gpus_allocated",
+                "GPUs of the pool held by co-execution groups (busy or idle)",
+                labels=labels,
+            ),
+            "busy": GaugeMetricFamily(
+                "rollmux_pool_gpus_busy",
+                "Allocated GPUs of the pool running a phase now",
+                labels=labels,
+            ),
+            "bubble": GaugeMetricFamily(
+                "rollmux_pool_bubble_ratio",
+                "Fraction of the pool's allocated GPUs that are idle now (0 when none is allocated)",
+                labels=labels,
+            ),
+        }
+        for pk, pool in sorted(pools.items(), key=lambda kv: kv[1].name):
+            values = [pool.name, pool.kind, pool.gpu_type.name]
+            families["cap"].add_metric(values, capacity[pk])
+            families["alloc"].add_metric(values, allocated[pk])
+            families["busy"].add_metric(values, busy[pk])
+            ratio = (allocated[pk] - busy[pk]) / allocated[pk] if allocated[pk] else 0.0
+            families["bubble"].add_metric(values, ratio)
+        yield from families.values()
+
+
+def cost_per_hour_by_tenant() -> dict[str, Decimal]:
+    """Return what each tenant's open placements cost per hour now.
+
+    Every node held by a group costs GPUs x today's price per hour, busy or idle; the rate
+    of a node is split evenly among the open placements pinned to it (the cost report splits
+    busy time by use and idle time by the members pinned, which averages to this over time).
+    """
+    from rollmux_web.inventory.selectors import current_prices
+    from rollmux_web.workflow.models import NodeAllocation, Placement
+
+    prices = current_prices()
+    rate = {
+        node_id: Decimal(gpus) * prices.get(gpu_type, Decimal("0"))
+        for node_id, gpus, gpu_type in NodeAllocation.objects.filter(end__isnull=True).values_list(
+            "node_id", "node__gpus", "node__gpu_type__name"
+        )
+    }
+    pinned: dict[int, list[str]] = defaultdict(list)
+    open_placements = Placement.objects.filter(ended_at__isnull=True)
+    for relation in ("rollout_nodes", "train_nodes"):
+        for node_id, tenant in (
+            open_placements.filter(**{f"{relation}__isnull": False})
+            .values_list(f"{relation}__id", "job__tenant__name")
+            .distinct()
+        ):
+            pinned[node_id].append(tenant)
+    out: dict[str, Decimal] = defaultdict(Decimal)
+    for node_id, node_rate in rate.items():
+        tenants = pinned.get(node_id)
+        if not tenants:
+            continue  # held by a group whose last member is leaving: released on commit
+        for tenant in tenants:
+            out[tenant] += node_rate / len(tenants)
+    return dict(out)
+
+
+class TenantCollector(Collector):
+    """rollmux_tenant_cost_dollars_per_hour and quota usage against quota per tenant and GPU
+    type (the figures /quotas/ shows and submissions are checked against)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from rollmux_web.accounts.models import Tenant
+        from rollmux_web.quotas.selectors import quota_usage
+
+        tenants = list(Tenant.objects.order_by("name"))
+        costs = cost_per_hour_by_tenant()
+        cost = GaugeMetricFamily(
+            "rollmux_tenant_cost_dollars_per_hour",
+            "What the tenant's placed jobs cost per hour now (their share of allocated nodes)",
+            labels=["tenant"],
+        )
+        for tenant in tenants:
+            cost.add_metric([tenant.name], float(costs.get(tenant.name, Decimal("0"))))
+        yield cost
+
+        labels = ["tenant", "gpu_type"]
+        fam = {
+            name: GaugeMetricFamily(f"rollmux_quota_{name}", text, labels=labels)
+            for name, text in (
+                ("gpus_limit", "GPUs the tenant's live jobs may request at once"),
+                ("gpus_requested", "GPUs requested by the tenant's live jobs"),
+                ("gpu_hours_limit", "Busy GPU-hours the tenant may use this month"),
+                ("gpu_hours_used", "Busy GPU-hours the tenant used this month"),
+                ("budget_dollars_limit", "Dollars the tenant may spend this month"),
+                ("budget_dollars_used", "Dollars of busy GPU time this month at today's price"),
+            )
+        }
+        for usage in quota_usage(tenants=tenants, now=timezone.now()):
+            q = usage.quota
+            values = [q.tenant.name, q.gpu_type.name]
+            fam["gpus_requested"].add_metric(values, usage.gpus_requested)
+            fam["gpu_hours_used"].add_metric(values, usage.gpu_hours_month)
+            fam["budget_dollars_used"].add_metric(values, usage.usd_month)
+            # a limit that is not set has no series: "used / limit" exists only where capped
+            if q.max_gpus is not None:
+                fam["gpus_limit"].add_metric(values, q.max_gpus)
+            if q.monthly_gpu_hours is not None:
+                fam["gpu_hours_limit"].add_metric(values, q.monthly_gpu_hours)
+            if q.monthly_budget_usd is not None:
+                fam["budget_dollars_limit"].add_metric(values, float(q.monthly_budget_usd))
+        yield from fam.values()
+
+
+def database_registry() -> CollectorRegistry:
+    """Return a registry of the database collectors (built per scrape: it holds no state)."""
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in (JobCollector(), InventoryCollector(), TenantCollector()):
+        registry.register(collector)
+    return registry
