@@ -155,6 +155,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "rollmux_web.health.middleware.HealthMiddleware",  # probes: before Host checks/redirects
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
