@@ -5,7 +5,7 @@ paper-like jobs (seeded rng) with the planner itself, then times further placeme
 decisions with time.perf_counter; after each timed decision the job is admitted and
 a random live job departs, so every decision sees a fresh state (no warm caches of
 an unchanged state) with n live jobs. It also times a few decisions on a state rebuilt
-from scratch (no planner memo), as the live planner's first decision of a pass is. The paper reports 591 ms per
+from scratch (no planner index), as the live planner's first decision of a pass is. The paper reports 591 ms per
 decision at 2,000 concurrent jobs for its C++ search (Table 5); our target is a p99
 under 50 ms in pure Python.
 
@@ -25,8 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scheduler.cluster import empty_state  # noqa: E402
 from scheduler.model import ClusterSpec, ClusterState, GpuType, JobProfile  # noqa: E402
-from scheduler.planner import apply_placement, empty_state, place, remove_job  # noqa: E402
+from scheduler.planner import apply_placement, place, remove_job  # noqa: E402
 
 PAPER_MS_AT_2000 = 591.0
 
@@ -132,7 +133,7 @@ def main() -> None:
         )
         print(f"{'':>9} decisions: {', '.join(f'{k} {v}' for k, v in sorted(strategies.items()))}")
         # A state rebuilt from scratch (the live planner's first decision of a pass
-        # reads it from the database) has no memo: every group is summarised anew.
+        # reads it from the database) carries no index: every group is summarised anew.
         cold: list[float] = []
         for k in range(args.cold):
             job = make_job(rng, next_id + args.decisions + k)
@@ -142,7 +143,7 @@ def main() -> None:
             cold.append((time.process_time() - c) * 1000)
         if cold:
             print(
-                f"{'':>9} cold state (no memo): cpu p50 {statistics.median(cold):.2f} ms, "
+                f"{'':>9} cold state (no index): cpu p50 {statistics.median(cold):.2f} ms, "
                 f"p99 {percentile(cold, 99):.2f} ms"
             )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -8,8 +8,10 @@ values. Nothing in `scheduler/` imports Django, Celery, Ray or Redis.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from enum import IntEnum, StrEnum
+from typing import Any
 
 
 class Pool(StrEnum):
@@ -223,3 +225,47 @@ class ClusterState:
     spec: ClusterSpec
     nodes: tuple[Node, ...]
     groups: tuple[Group, ...] = ()
+    # The planner's index of this state (a scheduler.planner.index.PlannerIndex: group
+    # summaries, taken and free nodes), built by `apply_placement` / `remove_job` from
+    # their input's, or once by the planner for a state built by hand. It is derived
+    # from `nodes` and `groups` only and records which tuples it was built for, so a
+    # `dataclasses.replace` that changes either carries a stale index that is never
+    # used. Not compared, not shown.
+    planner_index: object | None = field(default=None, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------------------
+# JSON-safe dicts of the domain types (the live controller's runtime snapshots)
+# ---------------------------------------------------------------------------
+
+
+def profile_to_dict(job: JobProfile) -> dict[str, Any]:
+    """Return every field of `job` as a JSON-serialisable dict (see `profile_from_dict`).
+
+    Unlike `scheduler.trace.job_to_dict`, which writes only the trace format's fields,
+    this keeps everything (priority, time_scale, ...), for a faithful round trip.
+    """
+    return asdict(job)
+
+
+def profile_from_dict(d: Mapping[str, Any]) -> JobProfile:
+    """Rebuild a JobProfile from `profile_to_dict` output (unknown keys are ignored)."""
+    return JobProfile(**{k: d[k] for k in JobProfile.__dataclass_fields__ if k in d})
+
+
+def member_to_dict(m: Member) -> dict[str, Any]:
+    """Return `m` as a JSON-serialisable dict."""
+    return {
+        "job": profile_to_dict(m.job),
+        "rollout_nodes": list(m.rollout_nodes),
+        "train_nodes": list(m.train_nodes),
+    }
+
+
+def member_from_dict(d: Mapping[str, Any]) -> Member:
+    """Rebuild a Member from `member_to_dict` output."""
+    return Member(
+        job=profile_from_dict(d["job"]),
+        rollout_nodes=tuple(str(x) for x in d["rollout_nodes"]),
+        train_nodes=tuple(str(x) for x in d["train_nodes"]),
+    )

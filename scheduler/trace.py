@@ -15,11 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scheduler.model import ClusterSpec, GpuType, JobProfile, Node, Pool
+from scheduler.model import ClusterSpec, GpuType, JobProfile
 
 __all__ = [
     "TraceError",
-    "cluster_nodes",
     "cluster_to_dict",
     "default_cluster",
     "job_to_dict",
@@ -342,40 +341,6 @@ def load_cluster(path: str | Path) -> ClusterSpec:
 def default_cluster() -> ClusterSpec:
     """Return the example cluster of trace-format.md (41 H20 + 41 H800 nodes)."""
     return parse_cluster_json(DEFAULT_CLUSTER_JSON)
-
-
-def node_name(pool: Pool, index: int) -> str:
-    """Name the `index`-th (0-based) node of a pool, e.g. roll-007 / train-012."""
-    return f"{'roll' if pool is Pool.ROLLOUT else 'train'}-{index + 1:03d}"
-
-
-def cluster_nodes(
-    spec: ClusterSpec, *, unbounded: Mapping[Pool, int] | None = None
-) -> tuple[Node, ...]:
-    """Build the node list of a ClusterState from a spec.
-
-    A pool with `nodes: null` (unbounded) gets `unbounded[pool]` nodes: callers pass
-    an upper bound on what can ever be used at once (the simulator uses the sum of
-    every job's needs), so the pool never runs out and cost is what was used.
-    """
-    nodes: list[Node] = []
-    for pool in (Pool.ROLLOUT, Pool.TRAIN):
-        gpu_type = spec.gpu_type(pool)
-        count = gpu_type.nodes
-        if count is None:
-            count = (unbounded or {}).get(pool, 0)
-        for index in range(count):
-            nodes.append(
-                Node(
-                    name=node_name(pool, index),
-                    pool=pool,
-                    gpu_type=gpu_type.name,
-                    gpus=gpu_type.gpus_per_node,
-                    host_mem_gb=gpu_type.host_mem_gb,
-                    price_per_hour=gpu_type.node_price_per_hour,
-                )
-            )
-    return tuple(nodes)
 
 
 def job_to_dict(job: JobProfile) -> dict[str, Any]:

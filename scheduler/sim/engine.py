@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from scheduler.cluster import cluster_nodes
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -38,7 +39,6 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.trace import cluster_nodes
 
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
 # whole job) before an arrival at the same instant is planned.

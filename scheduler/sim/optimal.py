@@ -51,6 +51,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from scheduler.cluster import nodes_needed
+from scheduler.meta_iteration import plan_meta_iteration
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -61,7 +63,6 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.roundrobin import plan_meta_iteration
 from scheduler.sim.engine import RunResult, simulate
 from scheduler.sim.metrics import total_cost_usd
 from scheduler.sim.policies import (
@@ -69,7 +70,6 @@ from scheduler.sim.policies import (
     CorePolicy,
     PlanEntry,
     PlannedPolicy,
-    nodes_needed,
     pick_class_nodes,
 )
 

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from scheduler.cluster import nodes_needed
+from scheduler.group_runtime import GroupRuntime
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -35,18 +37,11 @@ from scheduler.model import (
     Strategy,
 )
 from scheduler.planner import apply_placement, place, remove_job
-from scheduler.roundrobin import GroupRuntime
 from scheduler.sim.engine import Runtime
 
 CORE_POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
 ALL_POLICIES = ("rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle", "optimal")
 OPTIMAL_MAX_JOBS = 8
-
-
-def nodes_needed(job: JobProfile, spec: ClusterSpec, pool: Pool) -> int:
-    """Return how many whole nodes of `pool` the job's phase on that pool takes."""
-    per_node = spec.gpu_type(pool).gpus_per_node
-    return -(-job.gpus(pool) // per_node)
 
 
 def free_nodes(state: ClusterState, pool: Pool) -> list[str]:

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from scheduler.cluster import empty_state
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
-    GpuType,
     JobProfile,
     Placement,
     PlacementResult,
@@ -19,51 +19,12 @@ from scheduler.model import (
     Pool,
     Strategy,
 )
-from scheduler.planner import apply_placement, empty_state, place, remove_job
+from scheduler.planner import apply_placement, place, remove_job
+from tests.scheduler.builders import cluster_spec as spec
+from tests.scheduler.builders import job
 
 FIT, RETRY, INFEASIBLE = PlacementStatus.FIT, PlacementStatus.RETRY, PlacementStatus.INFEASIBLE
 DIRECT, SCALING, NEW = Strategy.DIRECT_PACKING, Strategy.ROLLOUT_SCALING, Strategy.NEW_GROUP
-
-
-def spec(
-    roll_nodes: int | None = 8,
-    train_nodes: int | None = 8,
-    overhead: float = 2.0,
-    *,
-    roll_down: int = 0,
-    train_down: int = 0,
-) -> ClusterSpec:
-    return ClusterSpec(
-        GpuType("H20", 1.85, 8, 2048, roll_nodes, roll_down),
-        GpuType("H800", 5.28, 8, 2048, train_nodes, train_down),
-        overhead,
-    )
-
-
-def job(
-    job_id: str,
-    roll: float,
-    train: float,
-    *,
-    slo: float = 1.5,
-    mem: float = 400,
-    rollout_gpus: int = 8,
-    train_gpus: int = 8,
-    iterations: int = 200,
-    time_scale: float = 1.0,
-) -> JobProfile:
-    return JobProfile(
-        id=job_id,
-        arrival_s=0.0,
-        iterations=iterations,
-        rollout_gpus=rollout_gpus,
-        train_gpus=train_gpus,
-        t_roll_max_s=roll,
-        t_train_max_s=train,
-        host_mem_gb=mem,
-        slo=slo,
-        time_scale=time_scale,
-    )
 
 
 def build(cluster: ClusterSpec, jobs: list[JobProfile], *, max_group_size: int = 5) -> ClusterState:

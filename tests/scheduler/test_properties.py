@@ -19,6 +19,14 @@ from scheduler.costs import (
     interval_cost,
     solo_disagg_cost,
 )
+from scheduler.group_runtime import GroupRuntime, PhaseStart
+from scheduler.meta_iteration import (
+    max_cycle_mean,
+    periodic_meta_length,
+    plan_meta_iteration,
+    round_matrix,
+    steady_iteration_times,
+)
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -32,15 +40,8 @@ from scheduler.model import (
     Pool,
 )
 from scheduler.planner import apply_placement, place, remove_job
-from scheduler.roundrobin import (
-    GroupRuntime,
-    PhaseStart,
-    max_cycle_mean,
-    periodic_meta_length,
-    plan_meta_iteration,
-    round_matrix,
-)
-from tests.scheduler.test_roundrobin import Segment, assert_no_node_overlap, drive, drive_to_end
+from scheduler.planner.index import build_index, planner_index
+from tests.scheduler.builders import Segment, assert_no_node_overlap, drive, drive_to_end, job
 
 R, T = PhaseKind.ROLLOUT, PhaseKind.TRAIN
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -50,17 +51,14 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 @st.composite
 def jobs(draw: st.DrawFn, job_id: str) -> JobProfile:
-    roll = draw(st.integers(20, 900))
-    train = draw(st.integers(20, 400))
-    return JobProfile(
-        id=job_id,
-        arrival_s=0.0,
+    return job(
+        job_id,
+        float(draw(st.integers(20, 900))),
+        float(draw(st.integers(20, 400))),
         iterations=draw(st.integers(1, 50)),
         rollout_gpus=8 * draw(st.sampled_from([1, 1, 1, 2])),
         train_gpus=8 * draw(st.sampled_from([1, 1, 2])),
-        t_roll_max_s=float(roll),
-        t_train_max_s=float(train),
-        host_mem_gb=float(draw(st.sampled_from([200, 400, 600, 900, 1300]))),
+        mem=float(draw(st.sampled_from([200, 400, 600, 900, 1300]))),
         slo=draw(st.sampled_from([1.0, 1.1, 1.2, 1.5, 2.0, 3.0])),
     )
 
@@ -164,13 +162,14 @@ def run_sequence(
 
 
 def assert_memo_matches_a_fresh_view(state: ClusterState) -> None:
-    """The planner's incremental per-state memo equals what a fresh pass computes."""
-    memo = planner._derive(state)
-    del planner._DERIVED[id(state)]
-    fresh = planner._derive(state)
-    assert [s.group for s in memo.summaries] == list(state.groups)
-    assert memo.taken == fresh.taken and memo.job_ids == fresh.job_ids
-    assert {p: [n.name for n in v] for p, v in memo.free.items()} == {
+    """The index a state carries (built incrementally) equals what a fresh pass computes."""
+    carried = planner_index(state)
+    assert carried.is_for(state)
+    fresh = build_index(state)
+    assert [s.group for s in carried.summaries] == list(state.groups)
+    assert carried.summaries == fresh.summaries
+    assert carried.taken == fresh.taken and carried.job_ids == fresh.job_ids
+    assert {p: [n.name for n in v] for p, v in carried.free.items()} == {
         p: [n.name for n in v] for p, v in fresh.free.items()
     }
 
@@ -540,15 +539,31 @@ def test_plan_meta_iteration_predicts_the_runtime_with_worst_case_durations(
         assert mi.iteration_time[m.job.id] >= floor - 1e-9
 
 
-@settings(max_examples=100, deadline=None)
-@given(plan=runtime_plans(), overhead=st.sampled_from([0.0, 2.0]))
-def test_periodic_detection_agrees_with_karp(plan: Plan, overhead: float) -> None:
-    members = [m for m, _ in plan.members]
-    assume(len(members) > 1)
-    fast = periodic_meta_length(members, overhead)
-    exact = max_cycle_mean(round_matrix(members, overhead))
-    if fast is not None:
-        assert fast == pytest.approx(exact, rel=1e-9)
+def test_periodic_detection_agrees_with_karp() -> None:
+    # Both branches of steady_iteration_times are checked against Karp's exact maximum
+    # cycle mean, and the examples must exercise the periodic one (the fast path the
+    # planner takes almost always), so the test cannot pass without comparing.
+    seen = {"periodic": 0, "karp fallback": 0}
+
+    @settings(max_examples=100, deadline=None, database=None)
+    @given(plan=runtime_plans(), overhead=st.sampled_from([0.0, 2.0]))
+    def check(plan: Plan, overhead: float) -> None:
+        members = [m for m, _ in plan.members]
+        assume(len(members) > 1)
+        fast = periodic_meta_length(members, overhead)
+        exact = max_cycle_mean(round_matrix(members, overhead))
+        times = steady_iteration_times(members, switch_overhead_s=overhead)
+        assert times == pytest.approx([exact] * len(members), rel=1e-9)
+        if fast is None:
+            seen["karp fallback"] += 1
+        else:
+            seen["periodic"] += 1
+            assert fast == pytest.approx(exact, rel=1e-9)
+
+    check()
+    # Measured: about 70 of the 100 examples have two or more members, and periodic
+    # detection finds the period in nearly all of them; 30 keeps a wide margin.
+    assert seen["periodic"] >= 30, seen
 
 
 # --- costs ------------------------------------------------------------------------------------

@@ -2,151 +2,29 @@
 
 from __future__ import annotations
 
-import heapq
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 
 import pytest
 
-from scheduler.model import Group, JobProfile, Member, PhaseKind, Pool
-from scheduler.roundrobin import (
-    GroupRuntime,
-    PhaseStart,
-    max_cycle_mean,
-    plan_meta_iteration,
+from scheduler.group_runtime import GroupRuntime
+from scheduler.meta_iteration import max_cycle_mean, plan_meta_iteration, steady_iteration_times
+from scheduler.model import PhaseKind, Pool
+from tests.scheduler import builders
+from tests.scheduler.builders import (
+    Segment,
+    assert_no_node_overlap,
+    drive,
+    group,
+    member,
+    runtime_with,
     simulate_round_robin,
-    steady_iteration_times,
+    worst_case,
 )
 
 R, T = PhaseKind.ROLLOUT, PhaseKind.TRAIN
-
-
-def job(
-    job_id: str,
-    roll: float,
-    train: float,
-    *,
-    iterations: int = 4,
-    slo: float = 2.0,
-    mem: float = 100,
-) -> JobProfile:
-    return JobProfile(
-        id=job_id,
-        arrival_s=0.0,
-        iterations=iterations,
-        rollout_gpus=8,
-        train_gpus=8,
-        t_roll_max_s=roll,
-        t_train_max_s=train,
-        host_mem_gb=mem,
-        slo=slo,
-    )
-
-
-def member(
-    j: JobProfile, rollout: tuple[str, ...] = ("r1",), train: tuple[str, ...] = ("t1",)
-) -> Member:
-    return Member(j, rollout, train)
-
-
-@dataclass(frozen=True)
-class Segment:
-    job_id: str
-    kind: PhaseKind
-    iteration: int
-    nodes: tuple[str, ...]
-    start: float
-    end: float
-    switch: bool
-    cold: bool
-    meta_iteration: int
-
-
-Duration = Callable[[PhaseStart], float]
-
-
-def drive(
-    rt: GroupRuntime,
-    duration: Duration,
-    *,
-    until: float = float("inf"),
-    on_finish: Callable[[float, GroupRuntime], GroupRuntime] | None = None,
-) -> list[Segment]:
-    """Run `rt` as the simulator does (events at phase ends) and return the phases run."""
-    return drive_to_end(rt, duration, until=until, on_finish=on_finish)[0]
-
-
-def drive_to_end(
-    rt: GroupRuntime,
-    duration: Duration,
-    *,
-    until: float = float("inf"),
-    on_finish: Callable[[float, GroupRuntime], GroupRuntime] | None = None,
-    t0: float = 0.0,
-) -> tuple[list[Segment], GroupRuntime]:
-    """Run `rt` from time `t0` as the simulator does; return the phases run and the runtime.
-
-    `duration` gives a phase's length (switch overhead is the caller's business);
-    `on_finish(t, rt)` may replace the runtime (e.g. a to_dict/from_dict round trip)
-    or admit/remove members between events.
-    """
-    t = t0
-    seq = 0
-    heap: list[tuple[float, int, str, PhaseKind]] = []
-    open_: dict[str, tuple[PhaseStart, float]] = {}
-    out: list[Segment] = []
-
-    def launch(now: float) -> None:
-        nonlocal seq
-        for p in rt.start_ready():
-            open_[p.job_id] = (p, now)
-            heapq.heappush(heap, (now + duration(p), seq, p.job_id, p.kind))
-            seq += 1
-
-    launch(t)
-    while heap and t <= until:
-        t, _, job_id, kind = heapq.heappop(heap)
-        p, start = open_.pop(job_id)
-        out.append(
-            Segment(
-                job_id, kind, p.iteration, p.nodes, start, t, p.switch, p.cold, p.meta_iteration
-            )
-        )
-        rt.finish(job_id, kind)
-        if on_finish is not None:
-            rt = on_finish(t, rt)
-        launch(t)
-    return out, rt
-
-
-def worst_case(members: list[Member], overhead: float = 0.0) -> Duration:
-    by_id = {m.job.id: m.job for m in members}
-
-    def d(p: PhaseStart) -> float:
-        return by_id[p.job_id].phase_max_s(p.kind) + (overhead if p.switch else 0.0)
-
-    return d
-
-
-def runtime_with(
-    members: list[Member], *, overhead: float = 0.0, iterations: int | None = None
-) -> GroupRuntime:
-    rt = GroupRuntime("g", switch_overhead_s=overhead)
-    for m in members:
-        rt.admit(m, iterations=iterations or m.job.iterations)
-    return rt
-
-
-def assert_no_node_overlap(segments: list[Segment]) -> None:
-    by_node: dict[str, list[Segment]] = {}
-    for s in segments:
-        for n in s.nodes:
-            by_node.setdefault(n, []).append(s)
-    for n, segs in by_node.items():
-        segs.sort(key=lambda s: s.start)
-        for a, b in zip(segs, segs[1:], strict=False):
-            assert a.end <= b.start + 1e-9, f"node {n} runs {a} and {b} at once"
+# The runtime tests' jobs: a few iterations, a loose SLO, a small footprint.
+job = partial(builders.job, iterations=4, slo=2.0, mem=100)
 
 
 def assert_one_phase_each_per_meta_iteration(segments: list[Segment], ids: list[str]) -> None:
@@ -344,12 +222,6 @@ def test_snapshot_round_trips_through_json_mid_run() -> None:
 
 
 # --- plan_meta_iteration ------------------------------------------------------------
-
-
-def group(*members: Member) -> Group:
-    rollout = tuple(dict.fromkeys(n for m in members for n in m.rollout_nodes))
-    train = tuple(dict.fromkeys(n for m in members for n in m.train_nodes))
-    return Group("g", rollout, train, members)
 
 
 def test_a_job_alone_runs_at_its_solo_time() -> None:

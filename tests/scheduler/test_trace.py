@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.cluster import cluster_nodes
 from scheduler.model import Pool
 from scheduler.trace import (
     TraceError,
-    cluster_nodes,
     cluster_to_dict,
     default_cluster,
     job_to_dict,

@@ -1,0 +1,199 @@
+"""Inter-group planner: Algorithm 1 of the paper (section 4) and the baselines.
+
+`place(job, state)` answers FIT (with a Placement), RETRY (not with the capacity
+free now) or INFEASIBLE (never on this cluster), each with a human reason.
+`apply_placement` and `remove_job` evolve a ClusterState; all three are pure and
+safe to call from several threads (they share no mutable state).
+
+Where the paper's words live:
+
+* `algorithm1`: Algorithm 1 line by line: direct packing, rollout scaling and a new
+  group as named candidate generators, the SLO check, the choice;
+* `baselines`: the `random` and `greedy-most-idle` simulation baselines;
+* `reasons`: the INFEASIBLE and RETRY sentences (and the pool capacity one);
+* `index`: the per-state index (group summaries, free nodes) that travels with the
+  ClusterState, built incrementally by
+* `transitions`: `apply_placement` and `remove_job`;
+* `scheduler.cluster`: node naming, `nodes_needed`, `empty_state`.
+
+Decisions where the paper is silent (see also the module functions):
+
+* Training nodes. A group's training nodes run every member's training (paper
+  section 2). A job that needs FEWER training nodes than the group has is pinned to
+  the least-loaded ones with residency room; a job that needs MORE than the group
+  has is not a candidate for that group (the paper only scales the rollout pool),
+  so it goes to another group or a new one.
+* Direct packing candidates: every existing member's rollout-node set of the right
+  size, plus the job's count of the group's least-loaded rollout nodes with room.
+  Rollout scaling candidates: m = 1..N_R new free rollout nodes plus the N_R - m
+  least-loaded group rollout nodes with room. All share the group's training nodes.
+* Choice: least marginal $/h; ties prefer direct packing, then fewer new nodes,
+  then the lower predicted slowdown of the new job, then the earlier group.
+  Candidates are evaluated in that order with a lower bound on the slowdown
+  (max(T_cycle, T_load) / T_solo), so most are pruned without simulating.
+* Unbounded pools (`GpuType.nodes is None`): when the state has no free node that
+  fits, the planner names fresh nodes (`scheduler.cluster.node_name`) in `Placement.new_nodes`;
+  `apply_placement` adds them to the state. Bounded pools use only `state.nodes`
+  (build them with `cluster_nodes`).
+* Baselines (`random`, `greedy-most-idle`): a group qualifies when it is not full,
+  has the job's training nodes with residency room, and enough rollout nodes with
+  room (or free ones to add); SLOs are ignored. `random` picks a group and nodes with
+  the caller's rng; `greedy-most-idle` the group with the highest idle share
+  (1 - summed phase time / (nodes x max(T_cycle, T_load))), then its least-loaded
+  nodes. Both open a new group when no group qualifies. `solo-disagg` always opens one.
+* Helpers beyond the contract: `POLICIES`; `scheduler.cluster.empty_state(spec)` /
+  `cluster_nodes(spec)` build the nodes of bounded pools.
+* Join wait: the SLO check is the paper's, on the steady-state worst-case iteration
+  time of every member; in addition the NEW job must absorb the wait for its turn in
+  the meta-iteration in progress, JOIN_ALLOWANCE_META_ITERATIONS x T_meta spread over
+  its iterations (negligible for long jobs, decisive for a job of 2 iterations).
+* Clocks (`JobProfile.time_scale`): phase times are profile seconds, and a job's
+  runner takes profile / time_scale wall-clock seconds. Round-robin in one group is
+  only what the planner predicts when every member runs on the same clock, so a job
+  joins (direct packing or rollout scaling, for every policy) only a group whose
+  members all have its time_scale (exactly: scales are set, not computed); a real job
+  (1) never shares with one emulated at 200x. Traces and the simulator are all 1.
+* Residency: the summed host_mem_gb of the members pinned to a node plus the job's
+  must not exceed the node's host_mem_gb (equality fits).
+* Cordoned (drained) nodes: their members keep running, but no new member is pinned to
+  one: they are never free, never a direct-packing or rollout-scaling target, and a
+  joining job shares only the group's training nodes that are not cordoned (a group whose
+  training nodes are all cordoned admits no one). They still count in the pool's
+  capacity, so a job that fits only with them waits (RETRY, the reason says how many are
+  drained); a job larger than the capacity (`GpuType.nodes`: up and cordoned nodes, down
+  ones not) is INFEASIBLE.
+"""
+
+from __future__ import annotations
+
+import random
+
+from scheduler.cluster import nodes_needed
+from scheduler.model import (
+    ClusterState,
+    JobProfile,
+    Placement,
+    PlacementResult,
+    PlacementStatus,
+    Pool,
+    Strategy,
+)
+from scheduler.planner.algorithm1 import (
+    JOIN_ALLOWANCE_META_ITERATIONS,
+    Candidate,
+    Choice,
+    FreePool,
+    Request,
+    choose,
+    new_group_candidate,
+)
+from scheduler.planner.baselines import baseline_choice
+from scheduler.planner.index import PlannerIndex, build_index, planner_index
+from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
+from scheduler.planner.transitions import apply_placement, remove_job
+
+__all__ = [
+    "JOIN_ALLOWANCE_META_ITERATIONS",
+    "POLICIES",
+    "PlannerIndex",
+    "apply_placement",
+    "build_index",
+    "place",
+    "planner_index",
+    "pool_capacity",
+    "remove_job",
+]
+
+POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
+
+
+def place(
+    job: JobProfile,
+    state: ClusterState,
+    *,
+    policy: str = "rollmux",
+    max_group_size: int = 5,
+    rng: random.Random | None = None,
+) -> PlacementResult:
+    """Place `job` on `state` with `policy`; see the module docstring for the rules.
+
+    1. validate the arguments and the job against the cluster (INFEASIBLE: never);
+    2. read the state's index and the free nodes with room for the job;
+    3. choose by the policy (Algorithm 1 for `rollmux`);
+    4. RETRY with what is missing when nothing fits now, else FIT with the placement.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    if policy == "random" and rng is None:
+        raise ValueError("policy 'random' needs an rng (the core never uses global random)")
+    if max_group_size < 1:
+        raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
+    spec = state.spec
+    index = planner_index(state)
+    nodes = index.node_index
+    reason = infeasible_reason(job, spec, nodes)
+    if reason is not None:
+        return PlacementResult(PlacementStatus.INFEASIBLE, reason)
+    if job.id in index.job_ids:
+        raise ValueError(f"job {job.id!r} is already placed in a co-execution group")
+    taken = index.taken
+
+    def in_use(name: str) -> bool:
+        return name in nodes.nodes or name in taken
+
+    pools = {
+        pool: FreePool(
+            spec=spec,
+            pool=pool,
+            size=len(nodes.by_pool[pool]),
+            free=index.free[pool],
+            in_use=in_use,
+            mem=job.host_mem_gb,
+        )
+        for pool in (Pool.ROLLOUT, Pool.TRAIN)
+    }
+    req = Request(
+        job=job,
+        n_roll=nodes_needed(job, spec, Pool.ROLLOUT),
+        n_train=nodes_needed(job, spec, Pool.TRAIN),
+        nodes=nodes.nodes,
+        pools=pools,
+        switch_overhead_s=spec.switch_overhead_s,
+        max_group_size=max_group_size,
+    )
+    best: Choice | None
+    if policy == "solo-disagg":
+        best = new_group_candidate(req)
+    elif policy == "rollmux":
+        best = choose(req, index.summaries)
+    else:
+        best = baseline_choice(req, index.summaries, policy=policy, rng=rng)
+    if best is None:
+        return PlacementResult(PlacementStatus.RETRY, retry_reason(job, spec, pools, nodes))
+    return _fit(job, *best)
+
+
+def _fit(job: JobProfile, cand: Candidate, slowdown: dict[str, float]) -> PlacementResult:
+    """Return the FIT result of a chosen candidate, with its reason in words."""
+    group = cand.summary.group if cand.summary else None
+    placement = Placement(
+        job_id=job.id,
+        strategy=cand.strategy,
+        group_id=group.id if group else None,
+        rollout_nodes=cand.rollout,
+        train_nodes=cand.train,
+        new_nodes=cand.new_nodes,
+    )
+    where = f"group {group.id}" if group else "a new co-execution group"
+    text = {
+        Strategy.DIRECT_PACKING: f"direct packing into {where}",
+        Strategy.ROLLOUT_SCALING: f"rollout scaling of {where} (+{cand.new_count} rollout nodes)",
+        Strategy.NEW_GROUP: f"isolated in {where}",
+    }[cand.strategy]
+    return PlacementResult(
+        PlacementStatus.FIT,
+        f"{text}: +${cand.delta:.2f}/h, predicted slowdown {slowdown[job.id]:.2f}x",
+        placement,
+        cand.delta,
+        slowdown,
+    )

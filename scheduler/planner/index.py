@@ -1,0 +1,203 @@
+"""The planner's index of a ClusterState: what every decision reads, computed once per state.
+
+A decision needs, per co-execution group, the summed worst-case phase time and the
+pinned host memory of each node, T_cycle, T_load and the SLO tolerance
+(`GroupSummary`); and, for the state, its nodes by name and pool, the nodes some
+group holds, the jobs placed and the free nodes (`PlannerIndex`). Computing that is
+a pass over every group and node, which at 2,000 live jobs costs more than the
+decision itself, so the index is an explicit value that travels with the state
+(`ClusterState.planner_index`):
+
+* `apply_placement` and `remove_job` build the child state's index from their input's
+  (`placed` / `removed`), re-summarising only the group they change;
+* `planner_index(state)` returns the state's index when it was built for exactly
+  this state's `nodes` and `groups` (checked by identity: a `dataclasses.replace`
+  that changes either carries a stale index, which is ignored), else builds one and
+  attaches it to the state.
+
+Attaching is the only write: the index is a pure function of the state's own
+immutable fields and is never changed after it is built, so two threads planning on
+one state (gunicorn threads calling `place`) at worst both build an equal index and
+one of them is kept. There is no module-level cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scheduler.model import ClusterState, Group, Node, Pool
+
+__all__ = ["GroupSummary", "NodeIndex", "PlannerIndex", "build_index", "planner_index"]
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """What the planner needs of one (immutable) co-execution group."""
+
+    group: Group
+    load: Mapping[str, float]  # summed worst-case phase time per node
+    mem: Mapping[str, float]  # summed host memory pinned per node
+    t_cycle: float  # max over members of T_j^solo
+    t_load: float  # summed phase time on the bottleneck node
+    tolerance: float  # min over members of slo_k x T_k^solo: longest iteration all accept
+    job_ids: frozenset[str]
+    size: int  # members
+    n_train: int  # training nodes
+    min_train_load: float  # the least-loaded training node's summed phase time
+    # the members' common time_scale; None when they have none (an empty group, or a
+    # group mixed before the clock rule): such a group admits no one
+    time_scale: float | None
+
+
+def summarise(group: Group) -> GroupSummary:
+    """Return the planner's summary of `group` (one pass over its members)."""
+    load: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
+    mem: dict[str, float] = dict.fromkeys(group.all_nodes, 0.0)
+    t_cycle = 0.0
+    tolerance = float("inf")
+    scale: float | None = group.members[0].job.time_scale if group.members else None
+    for m in group.members:
+        j = m.job
+        if j.time_scale != scale:
+            scale = None  # mixed (formed before the clock rule); stays None
+        for x in m.rollout_nodes:
+            load[x] = load.get(x, 0.0) + j.t_roll_max_s
+            mem[x] = mem.get(x, 0.0) + j.host_mem_gb
+        for x in m.train_nodes:
+            load[x] = load.get(x, 0.0) + j.t_train_max_s
+            mem[x] = mem.get(x, 0.0) + j.host_mem_gb
+        solo = j.t_solo_max_s
+        t_cycle = max(t_cycle, solo)
+        tolerance = min(tolerance, j.slo * solo)
+    return GroupSummary(
+        group=group,
+        load=load,
+        mem=mem,
+        t_cycle=t_cycle,
+        t_load=max(load.values(), default=0.0),
+        tolerance=tolerance,
+        job_ids=frozenset(m.job.id for m in group.members),
+        size=len(group.members),
+        n_train=len(group.train_nodes),
+        min_train_load=min((load[x] for x in group.train_nodes), default=0.0),
+        time_scale=scale,
+    )
+
+
+@dataclass(frozen=True)
+class NodeIndex:
+    """The state's nodes by name and by pool, and the largest host memory per pool."""
+
+    nodes: Mapping[str, Node]
+    by_pool: Mapping[Pool, tuple[Node, ...]]
+    biggest_mem: Mapping[Pool, float]
+    position: Mapping[str, int]  # index of each node in state.nodes
+    cordoned: Mapping[Pool, int]  # cordoned nodes per pool
+
+
+def index_nodes(nodes: tuple[Node, ...]) -> NodeIndex:
+    """Return the index of a state's node tuple (one pass)."""
+    by_name: dict[str, Node] = {}
+    by_pool: dict[Pool, list[Node]] = {Pool.ROLLOUT: [], Pool.TRAIN: []}
+    biggest = {Pool.ROLLOUT: 0.0, Pool.TRAIN: 0.0}
+    position: dict[str, int] = {}
+    cordoned = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
+    for i, n in enumerate(nodes):
+        by_name[n.name] = n
+        position[n.name] = i
+        by_pool[n.pool].append(n)
+        if n.host_mem_gb > biggest[n.pool]:
+            biggest[n.pool] = n.host_mem_gb
+        if n.cordoned:
+            cordoned[n.pool] += 1
+    return NodeIndex(
+        nodes=by_name,
+        by_pool={p: tuple(v) for p, v in by_pool.items()},
+        biggest_mem=biggest,
+        position=position,
+        cordoned=cordoned,
+    )
+
+
+@dataclass(frozen=True)
+class PlannerIndex:
+    """Everything a decision reads of one state, built for its `nodes` and `groups`."""
+
+    nodes: tuple[Node, ...]  # the very tuple of the state it was built for
+    groups: tuple[Group, ...]  # likewise
+    node_index: NodeIndex
+    summaries: tuple[GroupSummary, ...]  # aligned with `groups`
+    taken: frozenset[str]  # nodes some group holds
+    job_ids: frozenset[str]  # jobs placed in some group
+    free: Mapping[Pool, tuple[Node, ...]]  # no group holds them, not cordoned; state order
+
+    def is_for(self, state: ClusterState) -> bool:
+        """Return True when this index was built for `state`'s nodes and groups."""
+        return self.nodes is state.nodes and self.groups is state.groups
+
+
+def _assemble(
+    nodes: tuple[Node, ...],
+    groups: tuple[Group, ...],
+    node_index: NodeIndex,
+    summaries: tuple[GroupSummary, ...],
+) -> PlannerIndex:
+    taken: set[str] = set()
+    job_ids: set[str] = set()
+    for s in summaries:
+        taken.update(s.load)  # every node of the group
+        job_ids.update(s.job_ids)
+    free = {
+        pool: tuple(n for n in node_index.by_pool[pool] if n.name not in taken and not n.cordoned)
+        for pool in (Pool.ROLLOUT, Pool.TRAIN)
+    }
+    return PlannerIndex(
+        nodes=nodes,
+        groups=groups,
+        node_index=node_index,
+        summaries=summaries,
+        taken=frozenset(taken),
+        job_ids=frozenset(job_ids),
+        free=free,
+    )
+
+
+def build_index(state: ClusterState) -> PlannerIndex:
+    """Return a fresh index of `state` (a pass over every group and node), ignoring any
+    index it carries."""
+    summaries = tuple(summarise(g) for g in state.groups)
+    return _assemble(state.nodes, state.groups, index_nodes(state.nodes), summaries)
+
+
+def _summaries(groups: tuple[Group, ...], old: PlannerIndex | None) -> tuple[GroupSummary, ...]:
+    """Summarise `groups`, reusing `old`'s summary of every group object it holds."""
+    if old is None:
+        return tuple(summarise(g) for g in groups)
+    known = {id(s.group): s for s in old.summaries}  # `old` keeps its groups alive
+    out = []
+    for g in groups:
+        hit = known.get(id(g))
+        out.append(hit if hit is not None and hit.group is g else summarise(g))
+    return tuple(out)
+
+
+def planner_index(state: ClusterState) -> PlannerIndex:
+    """Return the index of `state`: the one it carries if built for it, else a new one.
+
+    A new one reuses what the carried index still describes (the summaries of the
+    groups it shares with the state, the node index when the nodes are the same) and
+    is attached to the state, so later decisions on it skip the work.
+    """
+    old = state.planner_index
+    if not isinstance(old, PlannerIndex):
+        fresh = build_index(state)
+    elif old.is_for(state):
+        return old
+    else:
+        nodes = old.node_index if old.nodes is state.nodes else index_nodes(state.nodes)
+        fresh = _assemble(state.nodes, state.groups, nodes, _summaries(state.groups, old))
+    # The one write: a frozen ClusterState gets the index derived from its own fields
+    # (see the module docstring for why this is safe across threads).
+    object.__setattr__(state, "planner_index", fresh)
+    return fresh

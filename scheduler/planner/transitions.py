@@ -1,0 +1,166 @@
+"""State transitions: a job joins (`apply_placement`) or leaves (`remove_job`) a group.
+
+Both are pure: they return a new ClusterState, and the new state carries the
+planner's index built from the input's (only the changed group is re-summarised;
+see scheduler.planner.index), so the next decision skips the pass over every group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler.cluster import make_node
+from scheduler.model import ClusterState, Group, JobProfile, Member, Node, Placement, Pool
+from scheduler.planner.algorithm1 import EPS
+from scheduler.planner.index import PlannerIndex, index_nodes, planner_index, summarise
+
+
+def apply_placement(
+    state: ClusterState, job: JobProfile, placement: Placement, *, group_id: str
+) -> ClusterState:
+    """Return `state` with `job` placed; `group_id` names a new group (ignored when joining).
+
+    Raises ValueError when the placement uses a node another group holds or a cordoned
+    node, names an unknown group, joins a group on another clock (time_scale), or breaks
+    residency on a node.
+    """
+    spec = state.spec
+    index = planner_index(state)
+    known = index.node_index.nodes
+    added: list[Node] = []
+    for name in placement.new_nodes:
+        if name not in known:
+            pool = Pool.ROLLOUT if name in placement.rollout_nodes else Pool.TRAIN
+            added.append(make_node(spec, pool, name))
+    extra = {n.name: n for n in added}
+
+    def node(name: str) -> Node:
+        n = known.get(name) or extra.get(name)
+        if n is None:
+            raise ValueError(f"placement of {job.id!r} uses unknown node {name!r}")
+        return n
+
+    wanted = placement.rollout_nodes + placement.train_nodes
+    for name in wanted:
+        if node(name).cordoned:
+            raise ValueError(f"placement of {job.id!r} uses cordoned (drained) node {name!r}")
+    if job.id in index.job_ids:
+        raise ValueError(f"job {job.id!r} is already placed in a co-execution group")
+    target = placement.group_id
+    position = -1
+    own: set[str] = set()
+    if target is not None:
+        for i, summary in enumerate(index.summaries):
+            if summary.group.id == target:
+                position, own = i, set(summary.load)
+                break
+        else:
+            raise ValueError(f"unknown group {target!r}")
+        scale = index.summaries[position].time_scale
+        if scale != job.time_scale:
+            theirs = "mixed time_scales" if scale is None else f"time_scale {scale:g}"
+            raise ValueError(
+                f"job {job.id!r} has time_scale {job.time_scale:g}; group {target!r} runs "
+                f"{theirs} (a group's members share one clock)"
+            )
+    for name in wanted:
+        if name in index.taken and name not in own:
+            holder = next(x.group.id for x in index.summaries if name in x.load)
+            raise ValueError(f"node {name!r} belongs to group {holder!r}, not to {target!r}")
+    member = Member(job, tuple(placement.rollout_nodes), tuple(placement.train_nodes))
+    summaries = list(index.summaries)
+    if target is None:
+        if any(x.group.id == group_id for x in index.summaries):
+            raise ValueError(f"group id {group_id!r} is already in use")
+        group = Group(group_id, member.rollout_nodes, member.train_nodes, (member,))
+        check_residency(group, {x: node(x) for x in group.all_nodes})
+        groups = state.groups + (group,)
+        summaries.append(summarise(group))
+    else:
+        g = state.groups[position]
+        rollout = g.rollout_nodes + tuple(
+            x for x in member.rollout_nodes if x not in g.rollout_nodes
+        )
+        train = g.train_nodes + tuple(x for x in member.train_nodes if x not in g.train_nodes)
+        group = Group(g.id, rollout, train, g.members + (member,))
+        check_residency(group, {x: node(x) for x in group.all_nodes})
+        groups = state.groups[:position] + (group,) + state.groups[position + 1 :]
+        summaries[position] = summarise(group)
+    nodes = state.nodes + tuple(added) if added else state.nodes
+    newly = set(wanted)
+    child_index = PlannerIndex(
+        nodes=nodes,
+        groups=groups,
+        node_index=index_nodes(nodes) if added else index.node_index,
+        summaries=tuple(summaries),
+        taken=index.taken | newly,
+        job_ids=index.job_ids | {job.id},
+        free={p: tuple(n for n in v if n.name not in newly) for p, v in index.free.items()},
+    )
+    return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
+
+
+def check_residency(group: Group, nodes: dict[str, Node]) -> None:
+    """Raise ValueError when the members pinned to a node need more host memory than it has."""
+    mem: dict[str, float] = {}
+    for m in group.members:
+        for x in m.rollout_nodes + m.train_nodes:
+            mem[x] = mem.get(x, 0.0) + m.job.host_mem_gb
+    for x, used in mem.items():
+        if used > nodes[x].host_mem_gb + EPS:
+            raise ValueError(
+                f"residency broken on node {x!r}: {used:g} GB pinned, "
+                f"{nodes[x].host_mem_gb:g} GB host memory"
+            )
+
+
+def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[str, ...]]:
+    """Return `state` without `job_id` and the nodes released (no member uses them any more).
+
+    A group left without members releases all its nodes and disappears.
+    """
+    index = planner_index(state)
+    if job_id not in index.job_ids:
+        raise KeyError(f"job {job_id!r} is in no co-execution group")
+    i = next(k for k, x in enumerate(index.summaries) if job_id in x.job_ids)
+    g = state.groups[i]
+    members = tuple(m for m in g.members if m.job.id != job_id)
+    used: set[str] = set()
+    for m in members:
+        used.update(m.rollout_nodes)
+        used.update(m.train_nodes)
+    released = tuple(x for x in g.all_nodes if x not in used)
+    summaries = list(index.summaries)
+    if members:
+        group = Group(
+            g.id,
+            tuple(x for x in g.rollout_nodes if x in used),
+            tuple(x for x in g.train_nodes if x in used),
+            members,
+        )
+        groups = state.groups[:i] + (group,) + state.groups[i + 1 :]
+        summaries[i] = summarise(group)
+    else:
+        groups = state.groups[:i] + state.groups[i + 1 :]
+        del summaries[i]
+    nodes = index.node_index
+    free = {p: list(v) for p, v in index.free.items()}
+    back = False
+    for x in released:
+        n = nodes.nodes[x]
+        if not n.cordoned:  # a released cordoned node stays out of the free pool
+            free[n.pool].append(n)
+            back = True
+    if back:
+        for pool_nodes in free.values():
+            pool_nodes.sort(key=lambda n: nodes.position[n.name])
+    child_index = PlannerIndex(
+        nodes=state.nodes,
+        groups=groups,
+        node_index=nodes,
+        summaries=tuple(summaries),
+        taken=index.taken - set(released),
+        job_ids=index.job_ids - {job_id},
+        free={p: tuple(v) for p, v in free.items()},
+    )
+    return replace(state, groups=groups, planner_index=child_index), released
