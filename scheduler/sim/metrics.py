@@ -1,6 +1,7 @@
 """Summarise a simulated run with the definitions of trace-format.md.
 
-- Cost: every second a node is allocated to a job or a co-execution group costs
+- Cost (through scheduler.costs, the core's one cost arithmetic): every second a
+  node is allocated to a job or a co-execution group costs
   its GPUs x price per GPU-hour, busy or idle; total cost is the sum.
 - Average cost per hour: total cost / makespan (first arrival to last completion).
 - SLO attainment: share of finished jobs whose mean iteration time under sharing
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.costs import idle_fraction, run_cost
 from scheduler.model import Pool
 from scheduler.sim.engine import RunResult
 
@@ -36,10 +38,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def total_cost_usd(run: RunResult) -> float:
-    """Sum node-allocation time x node price over the run."""
-    return sum(
-        (end - start) / HOUR * run.node_price_per_hour[node] for node, start, end in run.allocations
-    )
+    """Sum node-allocation time x node price over the run (scheduler.costs.run_cost)."""
+    return run_cost(run.allocations, run.node_price_per_hour)
 
 
 def summarise(run: RunResult) -> dict[str, Any]:
@@ -66,10 +66,7 @@ def summarise(run: RunResult) -> dict[str, Any]:
     for node, seconds in run.busy_s.items():
         busy[run.node_pool[node]] += seconds
     bubble = {
-        str(pool): (max(0.0, allocated[pool] - busy[pool]) / allocated[pool])
-        if allocated[pool] > 0
-        else 0.0
-        for pool in (Pool.ROLLOUT, Pool.TRAIN)
+        str(pool): idle_fraction(allocated[pool], busy[pool]) for pool in (Pool.ROLLOUT, Pool.TRAIN)
     }
     peak: dict[str, int] = {}
     for pool in (Pool.ROLLOUT, Pool.TRAIN):
