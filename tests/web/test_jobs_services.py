@@ -247,7 +247,9 @@ def test_usage_before_this_month_does_not_count(world: Any) -> None:
     PhaseRecord.objects.filter(job=job).update(
         started_at=month_start - timedelta(days=10), finished_at=month_start - timedelta(days=1)
     )
-    job_submit(user=world.alice, spec=job_spec(), channel="t")
+    # 100 H800 GPU-hours last month against a 10 GPU-hour quota: admitted all the same.
+    submitted = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    assert submitted.status == JobStatus.QUEUED
 
 
 # --- cancel -----------------------------------------------------------------
