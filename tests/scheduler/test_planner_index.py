@@ -1,0 +1,59 @@
+"""The planner's index travels with the ClusterState: never stale, shared safely by threads."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from scheduler.cluster import empty_state
+from scheduler.model import ClusterState, PlacementStatus, Pool
+from scheduler.planner import apply_placement, build_index, place, planner_index, remove_job
+from tests.scheduler.builders import cluster_spec, job
+
+
+def built(n: int) -> ClusterState:
+    state = empty_state(cluster_spec(12, 12))
+    for i in range(n):
+        j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+        res = place(j, state)
+        assert res.placement is not None, res.reason
+        state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    return state
+
+
+def test_transitions_hand_the_next_state_an_index_equal_to_a_fresh_one() -> None:
+    state = built(8)
+    carried = state.planner_index
+    assert carried is planner_index(state)  # built by apply_placement, not recomputed
+    fresh = build_index(state)
+    assert carried.summaries == fresh.summaries and carried.free == fresh.free
+    after, _ = remove_job(state, "j3")
+    assert planner_index(after).summaries == build_index(after).summaries
+    assert planner_index(after).taken == build_index(after).taken
+
+
+def test_a_state_changed_by_replace_never_uses_the_old_index() -> None:
+    state = built(4)
+    held = {x for g in state.groups for x in g.all_nodes}
+    free_roll = [n.name for n in state.nodes if n.name not in held and n.pool is Pool.ROLLOUT]
+    cordoned = replace(
+        state,
+        nodes=tuple(replace(n, cordoned=n.name in free_roll) for n in state.nodes),
+    )
+    assert cordoned.planner_index is state.planner_index  # replace copied it ...
+    index = planner_index(cordoned)
+    assert index is not state.planner_index  # ... and it was not used
+    assert not {n.name for n in index.free[Pool.ROLLOUT]} & set(free_roll)
+    assert index.summaries == state.planner_index.summaries  # the groups' summaries reused
+
+
+def test_threads_placing_on_one_state_get_the_same_answer() -> None:
+    state = built(10)
+    bare = replace(state, groups=tuple(replace(g) for g in state.groups), planner_index=None)
+    newcomer = job("new", 140, 70, slo=1.8, mem=300)
+    expected = place(newcomer, built(10))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: place(newcomer, bare), range(40)))
+    assert expected.status is PlacementStatus.FIT
+    assert all(r == expected for r in results)
+    assert planner_index(bare).is_for(bare)
