@@ -214,10 +214,11 @@ def run(args: argparse.Namespace) -> None:
     from django.db import connection
     from django.test.utils import setup_test_environment
 
+    from rollmux_web.workflow import ports
     from workers import triggers
-    from workers.dispatch import ray_dispatcher, set_dispatcher
+    from workers.composition import deliver_report, report_config
+    from workers.dispatch import ray_dispatcher
     from workers.dispatch.ray_dispatcher import RayDispatcher
-    from workers.reporting import deliver_report, report_config
 
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
         raise SystemExit("set DATABASE_URL (PostgreSQL) and REDIS_URL")
@@ -230,6 +231,7 @@ def run(args: argparse.Namespace) -> None:
     ckpt = Path(os.environ.get("TMPDIR", "/tmp")) / "rollmux-bench-ckpt"
     settings.ROLLMUX_CHECKPOINT_DIR = str(ckpt)
     worker = None
+    previous_ports = None
     try:
         world = make_world(args.rollout_nodes, args.train_nodes)
         from rollmux_web.inventory.models import Node
@@ -239,8 +241,10 @@ def run(args: argparse.Namespace) -> None:
         ray_dispatcher.ensure_ray("local", resources=lambda: resources)
         print(f"local Ray up in {time.perf_counter() - t:.1f} s")
         address = ray_dispatcher.ray_address()
-        set_dispatcher(
-            RayDispatcher(address=address, on_report=deliver_report, report=report_config())
+        previous_ports = ports.configure(
+            dispatcher=RayDispatcher(
+                address=address, on_report=deliver_report, report=report_config()
+            )
         )
         from tests.factories import database_url
 
@@ -337,7 +341,8 @@ def run(args: argparse.Namespace) -> None:
                 worker.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 worker.kill()
-        set_dispatcher(None)
+        if previous_ports is not None:
+            ports.restore(previous_ports)
         ray_dispatcher.shutdown_ray()
         connection.creation.destroy_test_db(old_name, verbosity=0)
 

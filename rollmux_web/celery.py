@@ -1,4 +1,10 @@
-"""The Celery app. Tasks live in `workers.tasks`; they take ids and are idempotent."""
+"""The Celery app. Tasks live in `workers.tasks`; they take ids and are idempotent.
+
+Nothing here imports `workers` (the web app sits below it): the task modules are found by
+name, and the worker's start-up handlers (warm-up, metrics exporter) are connected by the
+composition root (`workers.composition.install`, run when Django starts, before the
+worker's first signal).
+"""
 
 import os
 
@@ -10,6 +16,3 @@ app = Celery("rollmux")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
 app.autodiscover_tasks()  # rollmux_web.<app>.tasks
-
-import workers.metrics_exporter  # noqa: E402,F401  (serves a worker's own /metrics)
-import workers.warmup  # noqa: E402,F401  (connects the dispatcher when a worker starts)

@@ -152,6 +152,8 @@ INSTALLED_APPS = [
     "rollmux_web.workflow",
     "rollmux_web.audit",
     "rollmux_web.reports",
+    # the composition root: wires the web app's ports to the dispatchers and triggers
+    "workers",
 ]
 
 MIDDLEWARE = [

@@ -1,11 +1,13 @@
 """The embedded default (no REDIS_URL): Celery runs tasks eagerly in this process, so there
-is no beat process either; a daemon thread plays beat's part (plan + reconcile)."""
+is no beat process either; a daemon thread plays beat's part (plan + reconcile). It imports
+nothing of the workflow: what the beat runs is handed in (`ensure_started(tick)`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -34,8 +36,9 @@ def runs_work_here() -> bool:
     return not settings.CELERY_TASK_ALWAYS_EAGER or _serving.is_set()
 
 
-def ensure_started() -> None:
-    """Start the in-process beat thread once, in embedded (eager) mode only."""
+def ensure_started(tick: Callable[[], None]) -> None:
+    """Start the in-process beat thread once, in embedded (eager) mode only; it calls `tick`
+    (the safety net: `triggers.run_reconcile`) every reconcile interval."""
     if _started.is_set() or not settings.CELERY_TASK_ALWAYS_EAGER:
         return
     if not getattr(settings, "ROLLMUX_EMBEDDED_BEAT", True):
@@ -44,20 +47,20 @@ def ensure_started() -> None:
         if _started.is_set():
             return
         _started.set()
-        threading.Thread(target=_beat, name="rollmux-embedded-beat", daemon=True).start()
+        threading.Thread(
+            target=_beat, args=(tick,), name="rollmux-embedded-beat", daemon=True
+        ).start()
 
 
-def _beat() -> None:
+def _beat(tick: Callable[[], None]) -> None:
     from django.db import close_old_connections
-
-    from workers.tasks import reconcile
 
     schedule: dict[str, dict[str, Any]] = settings.CELERY_BEAT_SCHEDULE
     interval = float(schedule["reconcile"]["schedule"])
     time.sleep(2.0)  # let the server finish starting, then catch up at once
     while True:
         try:
-            reconcile.delay()
+            tick()
         except Exception:
             log.exception("embedded beat: reconcile failed")
         finally:

@@ -6,8 +6,8 @@ in the web app's. With ROLLMUX_WORKER_METRICS_PORT set, `celery worker` serves t
 http://<host>:<port>/metrics (Prometheus scrapes each worker; docker-compose gives each
 worker service its port). A prefork pool's children write their samples to
 PROMETHEUS_MULTIPROC_DIR, emptied here when the worker starts, and the exporter sums them.
-Imported by the Celery app (rollmux_web/celery.py) so the handlers connect before the
-worker starts; nothing here imports Django at import time.
+Imported by the composition root (workers/composition.py, when Django starts) so the
+handlers connect before the worker starts; nothing here imports Django at import time.
 """
 
 from __future__ import annotations

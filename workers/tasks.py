@@ -1,5 +1,9 @@
 """Celery tasks of the live workflow. Each takes ids (or a phase report), is acked late and
-is safe to run twice: the services it calls claim rows with conditional UPDATEs."""
+is safe to run twice: the services it calls claim rows with conditional UPDATEs.
+
+Only `workers.triggers` enqueues these (by calling them); they call the services, and the
+services reach the triggers again only through their ports (no import back).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from celery import shared_task
 from django.conf import settings
 
 from rollmux_web.workflow import services
-from workers import triggers
+from workers import plan_marker
 from workers.dispatch import PhaseReport
 
 log = logging.getLogger(__name__)
@@ -22,7 +26,7 @@ _replan = threading.Event()
 @shared_task(name="workers.tasks.plan", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def plan(self: Any) -> dict[str, Any]:
     """Run a planning pass; if another pass holds the lock, make sure one runs after it."""
-    triggers.planning_started()
+    plan_marker.clear()
     summary = services.plan_pass()
     if not summary.ran:
         if settings.CELERY_TASK_ALWAYS_EAGER:
@@ -63,11 +67,7 @@ def cancel_job(job_id: int) -> bool:
 @shared_task(name="workers.tasks.node_changed", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def node_changed(node_id: int) -> list[int]:
     """Resubmit the jobs pinned to a node that went down; replan in any case."""
-    resubmitted = services.node_down(node_id=int(node_id))
-    from workers import triggers
-
-    triggers.request_planning()
-    return resubmitted
+    return services.node_down(node_id=int(node_id))
 
 
 @shared_task(name="workers.tasks.reconcile", acks_late=True)  # type: ignore[untyped-decorator]

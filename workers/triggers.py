@@ -1,4 +1,8 @@
-"""Hooks the web app calls after a commit to wake the workflow.
+"""Hooks that wake the workflow: the one façade over the Celery tasks.
+
+The web app reaches these through its ports (`rollmux_web.workflow.ports`, filled with this
+module by the composition root); the dispatchers' report sink and the embedded beat call
+them too. Nothing else enqueues a task of `workers.tasks`.
 
 Each function is safe to call from `transaction.on_commit` and enqueues a Celery task that
 takes ids; in embedded mode (no REDIS_URL: eager Celery) the task runs in-process. A broker
@@ -12,38 +16,21 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from workers import embedded, plan_marker
+from workers.dispatch import PhaseReport
+
 log = logging.getLogger(__name__)
 
 
 def _send(fn: Callable[[], Any], what: str) -> None:
-    from workers import embedded
-
     if not embedded.runs_work_here():
         log.info("embedded mode, not the server process: %s left to the server's beat", what)
         return
-    embedded.ensure_started()
+    embedded.ensure_started(run_reconcile)
     try:
         fn()
     except Exception:
         log.exception("could not enqueue %s; the beat safety net will retry", what)
-
-
-# A planning pass reads every queued job, so one pending pass serves any number of requests:
-# the first request sets this marker and enqueues `plan`; the pass clears it before it takes
-# its snapshot, so a job committed after that moment enqueues the next pass. The TTL bounds
-# the damage of a pass that never ran (lost message): requests enqueue again after it.
-PLAN_PENDING_KEY = "rollmux:plan-pending"
-PLAN_PENDING_TTL_S = 10
-
-
-def _redis() -> Any:
-    from django.conf import settings
-
-    if settings.CELERY_TASK_ALWAYS_EAGER or not settings.REDIS_URL:
-        return None
-    import redis
-
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0)
 
 
 def request_planning() -> None:
@@ -51,24 +38,10 @@ def request_planning() -> None:
     from workers.tasks import plan
 
     def enqueue() -> None:
-        client = _redis()
-        if client is not None and not client.set(
-            PLAN_PENDING_KEY, 1, nx=True, ex=PLAN_PENDING_TTL_S
-        ):
-            return  # a pass is already queued and has not taken its snapshot yet
-        plan.delay()
+        if plan_marker.claim():  # else a pass is queued and has not taken its snapshot yet
+            plan.delay()
 
     _send(enqueue, "planning")
-
-
-def planning_started() -> None:
-    """Clear the pending marker: requests from now on need a pass after this one."""
-    try:
-        client = _redis()
-        if client is not None:
-            client.delete(PLAN_PENDING_KEY)
-    except Exception:
-        log.warning("could not clear the planning marker; it expires by itself", exc_info=True)
 
 
 def request_cancel(job_id: int) -> None:
@@ -83,3 +56,18 @@ def node_state_changed(node_id: int) -> None:
     from workers.tasks import node_changed
 
     _send(lambda: node_changed.delay(node_id), f"node change {node_id}")
+
+
+def report_phase_end(report: PhaseReport) -> None:
+    """Hand a phase's end to the controller (the dispatchers' report sink). Raises when the
+    broker refuses it: the dispatcher's caller logs it and `reconcile` re-reads the host."""
+    from workers.tasks import phase_finished
+
+    phase_finished.delay(report.to_dict())
+
+
+def run_reconcile() -> None:
+    """Run the safety net once (the embedded beat's tick)."""
+    from workers.tasks import reconcile
+
+    reconcile.delay()

@@ -218,9 +218,9 @@ def _validate_node(node: Node) -> None:
 
 
 def _after_node_state_change(node_id: int) -> None:
-    from workers import triggers
+    from rollmux_web.workflow import ports  # (the workflow's port: a leaf, not its models)
 
-    triggers.node_state_changed(node_id)
+    ports.node_state_changed(node_id)
 
 
 @transaction.atomic

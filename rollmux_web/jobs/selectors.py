@@ -14,7 +14,7 @@ from django.utils import timezone
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow.converters import pool_node_counts
+from rollmux_web.workflow.snapshot import pool_node_counts
 from rollmux_web.workflow.models import PhaseRecord, Placement
 
 ORDERINGS = {
@@ -210,7 +210,7 @@ def pool_limits() -> dict[str, PoolLimits]:
     """Return the limits of each pool kind.
 
     Two queries for both pools; a pool without nodes falls back to its GPU type's memory.
-    The capacity is the live planner's (workflow.converters.pool_node_counts), so a job
+    The capacity is the live planner's (workflow.snapshot.pool_node_counts), so a job
     refused here is one the planner would call INFEASIBLE.
     """
     counts = pool_node_counts()

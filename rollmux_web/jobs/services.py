@@ -19,7 +19,7 @@ from rollmux_web.jobs.selectors import ACTIVE_STATUSES, job_get
 from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.spec import SPEC_FIELDS, spec_values
 from rollmux_web.quotas.selectors import QuotaUsage, quota_usage
-from workers import triggers
+from rollmux_web.workflow import ports
 
 
 @dataclass
@@ -233,7 +233,7 @@ def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = Non
         )
         tenant_name = job.tenant.name
         transaction.on_commit(lambda: metrics.SUBMISSIONS.labels(tenant_name, channel).inc())
-        transaction.on_commit(triggers.request_planning)
+        transaction.on_commit(ports.request_planning)
     return job
 
 
@@ -287,8 +287,8 @@ def job_cancel(*, user: Any, job_id: int, now: datetime | None = None) -> Job:
         )
         if stop_requested:
             job_pk = job.pk
-            transaction.on_commit(lambda: triggers.request_cancel(job_pk))
+            transaction.on_commit(lambda: ports.request_cancel(job_pk))
         else:
             # a queued job leaving may free room in the planner's view of quotas
-            transaction.on_commit(triggers.request_planning)
+            transaction.on_commit(ports.request_planning)
     return job

@@ -13,45 +13,30 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.jobs.models import Job
-from rollmux_web.workflow import converters
+from rollmux_web.jobs.runners import time_scale_of as time_scale_of  # (re-exported)
+from rollmux_web.workflow import converters, snapshot
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
 from scheduler.model import ClusterSpec, ClusterState
 from scheduler.roundrobin import plan_meta_iteration
 
-EMULATING_RUNNERS = ("emulated", "toy-rl")  # runners whose durations are scaled by time_scale
-
-
-def time_scale_of(runner: str, time_scale: float | None) -> float:
-    """Return the speed-up applied to a job's profile durations.
-
-    The job's own `time_scale` when set; otherwise the settings default for the emulating
-    runners and 1 for real ones (a user's runner takes the time it takes).
-    """
-    if time_scale:
-        return float(time_scale)
-    if runner not in EMULATING_RUNNERS:
-        return 1.0
-    return float(settings.ROLLMUX_TIME_SCALE)
-
 
 def cluster_spec() -> ClusterSpec:
     """Return the planner's cluster spec (pool GPU types, prices now, capacity: nodes up or
-    drained); raises converters.NoPoolConfigured when a pool is missing."""
-    return converters.cluster_spec()
+    drained); raises snapshot.NoPoolConfigured when a pool is missing."""
+    return snapshot.cluster_spec()
 
 
 def cluster_snapshot() -> ClusterState:
     """Return the core ClusterState of the live cluster: nodes up, drained nodes cordoned
     (no new member), and the active groups with their members (what the planner sees; the
     what-if preview calls this)."""
-    return converters.cluster_state()
+    return snapshot.cluster_state()
 
 
 def visible_groups(*, user: Any) -> QuerySet[ExecutionGroup]:

@@ -2,8 +2,9 @@
 
 Every function here is one transaction that decides with the core (scheduler/) and then
 persists the decision; side effects outside the database (dispatching phases to Ray,
-killing hosts, asking for another planning pass) run on commit. Celery tasks in
-`workers.tasks` are thin wrappers that call these with ids.
+killing hosts, asking for another planning pass) run on commit, through the ports
+(`rollmux_web.workflow.ports`: the dispatcher and the triggers the composition root
+configured). Celery tasks in `workers.tasks` are thin wrappers that call these with ids.
 
 Serialisation:
 - planning runs one pass at a time: `pg_try_advisory_xact_lock` on PostgreSQL, a process
@@ -38,7 +39,8 @@ from django.utils import timezone
 from rollmux_web import metrics
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
-from rollmux_web.workflow import converters
+from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.workflow import converters, ports, snapshot
 from rollmux_web.workflow.models import (
     ExecutionGroup,
     NodeAllocation,
@@ -46,11 +48,9 @@ from rollmux_web.workflow.models import (
     PhaseState,
     Placement,
 )
-from rollmux_web.workflow.selectors import time_scale_of
+from rollmux_web.workflow.ports import PhaseOrder, PhaseReport
 from scheduler.model import ClusterState, PhaseKind, PlacementStatus
 from scheduler.roundrobin import GroupRuntime
-from workers.dispatch import PhaseOrder, PhaseReport, get_dispatcher
-from workers.runners import RunnerContext
 
 log = logging.getLogger(__name__)
 
@@ -174,18 +174,24 @@ def job_time_scale(job: Job) -> float:
     return time_scale_of(job.runner, job.time_scale)
 
 
-def runner_context(job: Job) -> RunnerContext:
-    return RunnerContext(
-        job_id=job.pk,
-        iterations=job.iterations,
-        t_roll_min_s=job.t_roll_min_s,
-        t_roll_max_s=job.t_roll_max_s,
-        t_train_min_s=job.t_train_min_s,
-        t_train_max_s=job.t_train_max_s,
-        host_mem_gb=job.host_mem_gb,
-        time_scale=job_time_scale(job),
-        channel={"redis_url": settings.REDIS_URL, "timeout_s": settings.ROLLMUX_EXTERNAL_TIMEOUT_S},
-    )
+def runner_context(job: Job) -> dict[str, Any]:
+    """Return what the job's runner knows about it (the fields of `workers.runners.
+    RunnerContext`, as the dict a PhaseOrder carries)."""
+    return {
+        "job_id": job.pk,
+        "iterations": job.iterations,
+        "t_roll_min_s": job.t_roll_min_s,
+        "t_roll_max_s": job.t_roll_max_s,
+        "t_train_min_s": job.t_train_min_s,
+        "t_train_max_s": job.t_train_max_s,
+        "host_mem_gb": job.host_mem_gb,
+        "time_scale": job_time_scale(job),
+        "seed": 0,
+        "channel": {
+            "redis_url": settings.REDIS_URL,
+            "timeout_s": settings.ROLLMUX_EXTERNAL_TIMEOUT_S,
+        },
+    }
 
 
 def phase_order(phase: PhaseRecord, job: Job, pinned: tuple[str, ...]) -> PhaseOrder:
@@ -199,7 +205,7 @@ def phase_order(phase: PhaseRecord, job: Job, pinned: tuple[str, ...]) -> PhaseO
         nodes=tuple(phase.node_names),
         pinned_nodes=pinned,
         runner=job.runner,
-        context=runner_context(job).to_dict(),
+        context=runner_context(job),
         checkpoint_dir=str(settings.ROLLMUX_CHECKPOINT_DIR),
         resume_iteration=phase.iteration,
         group_id=phase.group_id,
@@ -241,7 +247,7 @@ def _run_effects(
     kills: list[tuple[int, int]],
     replan: bool,
 ) -> None:
-    dispatcher = get_dispatcher()
+    dispatcher = ports.dispatcher()
     for job_id, placement_id in kills:
         _safely(functools.partial(dispatcher.kill, job_id, placement_id), "kill host")
     for job_id, placement_id in releases:
@@ -249,9 +255,7 @@ def _run_effects(
     for order in orders:
         _safely(functools.partial(dispatcher.dispatch, order), f"dispatch phase {order.phase_id}")
     if replan:
-        from workers import triggers
-
-        triggers.request_planning()
+        ports.request_planning()
 
 
 def _safely(fn: Callable[[], None], what: str) -> None:
@@ -439,8 +443,8 @@ def plan_pass(*, now: datetime | None = None) -> PlanSummary:
         if not queued:
             return summary
         try:
-            state = converters.cluster_state()
-        except converters.NoPoolConfigured as exc:
+            state = snapshot.cluster_state()
+        except snapshot.NoPoolConfigured as exc:
             for job in queued:
                 _set_reason(job, f"waiting: {exc}")
                 summary.waiting[job.pk] = str(exc)
@@ -709,7 +713,14 @@ def cancel(*, job_id: int, now: datetime | None = None) -> bool:
 
 
 def node_down(*, node_id: int, now: datetime | None = None) -> list[int]:
-    """Resubmit every job pinned to a node that went down; return their ids."""
+    """Resubmit every job pinned to a node that went down; return their ids. Planning is
+    requested in any case (a node that came back up or was drained changes capacity)."""
+    resubmitted = _node_down(node_id=node_id, now=now)
+    ports.request_planning()
+    return resubmitted
+
+
+def _node_down(*, node_id: int, now: datetime | None) -> list[int]:
     now = now or timezone.now()
     node = Node.objects.get(pk=node_id)
     if node.state != NodeState.DOWN:
@@ -783,7 +794,7 @@ def reconcile(*, now: datetime | None = None, grace_s: float | None = None) -> R
     now = now or timezone.now()
     grace = timedelta(seconds=settings.ROLLMUX_DISPATCH_GRACE_S if grace_s is None else grace_s)
     summary = ReconcileSummary()
-    dispatcher = get_dispatcher()
+    dispatcher = ports.dispatcher()
     active = PhaseRecord.objects.filter(state__in=ACTIVE_PHASE_STATES).select_related(
         "job", "placement"
     )

@@ -344,7 +344,7 @@ def test_an_empty_upload_gets_one_message(world: Any, client_as: Any) -> None:
 def test_the_whatif_cluster_is_the_planners(world: Any) -> None:
     from rollmux_web.inventory.models import Node, NodeState
     from rollmux_web.reports.whatif import current_spec
-    from rollmux_web.workflow.converters import cluster_spec
+    from rollmux_web.workflow.snapshot import cluster_spec
 
     # a drained node still counts (it may take work again), a down one does not
     Node.objects.filter(name="h20-0").update(state=NodeState.DRAINED)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from workers.dispatch import PhaseOrder, PhaseReport, Probe, set_dispatcher
+from rollmux_web.workflow import ports
+from workers.dispatch import PhaseOrder, PhaseReport, Probe
 
 
 def make_job(world: Any, **overrides: Any) -> Any:
@@ -90,16 +91,14 @@ def eager_celery(settings: Any) -> Iterator[Any]:
 @pytest.fixture
 def inline_workflow(eager_celery: Any, settings: Any, tmp_path: Any) -> Iterator[Any]:
     """The workflow with the in-process dispatcher: phases on threads, reports in-process."""
-    from workers.dispatch import set_dispatcher
+    from workers.composition import deliver_report
     from workers.dispatch.inline import InlineDispatcher
-    from workers.reporting import deliver_report
 
     settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")
     dispatcher = InlineDispatcher(on_report=deliver_report)
-    set_dispatcher(dispatcher)
-    yield dispatcher
+    with ports.override(dispatcher=dispatcher):
+        yield dispatcher
     dispatcher.shutdown()
-    set_dispatcher(None)
 
 
 @pytest.fixture(scope="session")
@@ -130,18 +129,16 @@ def ray_workflow(
     ray_cluster: str, settings: Any, tmp_path: Any, clean_broker: None
 ) -> Iterator[Any]:
     """The workflow on the shared local Ray: actors publish their phase events to Redis."""
-    from workers.dispatch import set_dispatcher
+    from workers.composition import deliver_report, report_config
     from workers.dispatch.ray_dispatcher import RayDispatcher
-    from workers.reporting import deliver_report, report_config
 
     settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")
     settings.ROLLMUX_EMBEDDED_BEAT = False
     dispatcher = RayDispatcher(
         address=ray_cluster, on_report=deliver_report, report=report_config()
     )
-    set_dispatcher(dispatcher)
-    yield dispatcher
-    set_dispatcher(None)
+    with ports.override(dispatcher=dispatcher):
+        yield dispatcher
 
 
 @pytest.fixture
@@ -180,9 +177,8 @@ class Recorder:
 def recorder(settings: Any) -> Iterator[Recorder]:
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()
-    set_dispatcher(rec)
-    yield rec
-    set_dispatcher(None)
+    with ports.override(dispatcher=rec):
+        yield rec
 
 
 def end_of(order: PhaseOrder, *, outcome: str = "ok", started: bool = True) -> PhaseReport:

@@ -14,7 +14,7 @@ import pytest
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.inventory.services import node_set_state
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow import converters, services
+from rollmux_web.workflow import converters, services, snapshot
 from rollmux_web.workflow.models import NodeAllocation, Placement
 from scheduler.model import PlacementStatus, Strategy
 from scheduler.planner import place
@@ -44,7 +44,7 @@ def place_a(world: Any) -> tuple[Placement, str, str]:
 
 
 def would_place(job: Job) -> Any:
-    return place(converters.job_profile(job), converters.cluster_state())
+    return place(converters.job_profile(job), snapshot.cluster_state())
 
 
 def test_no_direct_packing_onto_a_drained_rollout_node_its_group_holds(world: Any) -> None:
@@ -120,7 +120,7 @@ def test_a_job_that_fits_only_with_down_nodes_fails_instead_of_waiting(world: An
 def test_the_snapshot_holds_drained_nodes_cordoned_and_leaves_down_ones_out(world: Any) -> None:
     Node.objects.filter(name="h20-1").update(state=NodeState.DRAINED)
     Node.objects.filter(name="h20-2").update(state=NodeState.DOWN)
-    state = converters.cluster_state()
+    state = snapshot.cluster_state()
     by_name = {n.name: n for n in state.nodes}
     assert "h20-2" not in by_name
     assert by_name["h20-1"].cordoned and not by_name["h20-0"].cordoned

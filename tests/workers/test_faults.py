@@ -17,12 +17,12 @@ import pytest
 from django.db import connection
 
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow import services
+from rollmux_web.workflow import ports, services
 from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement
 from tests.factories import database_url
 from tests.workers.conftest import all_done, make_job, wait_for
 from workers import triggers
-from workers.dispatch import Probe, set_dispatcher
+from workers.dispatch import Probe
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,8 +158,7 @@ class RecordingDispatcher:
 
 
 def test_two_planners_racing_never_put_two_jobs_on_the_same_capacity(world: Any) -> None:
-    set_dispatcher(RecordingDispatcher())
-    try:
+    with ports.override(dispatcher=RecordingDispatcher()):
         for round_ in range(3):
             for i in range(6):
                 make_job(
@@ -189,8 +188,6 @@ def test_two_planners_racing_never_put_two_jobs_on_the_same_capacity(world: Any)
             placed = [j for r in results for j in r.placed]
             assert len(placed) == len(set(placed)), "a job placed twice"
             _assert_capacity_consistent()
-    finally:
-        set_dispatcher(None)
 
 
 def _assert_capacity_consistent() -> None:

@@ -193,17 +193,29 @@ def test_runner_names_are_validated() -> None:
         runner_class("tests.workers.user_runners:Missing")
 
 
+def test_the_web_app_knows_every_builtin_runner_by_name() -> None:
+    # the web app validates submissions against its own copy of the names (it may not
+    # import workers): the copy must be the registry's, and each name must load
+    from rollmux_web.jobs import runners as web_runners
+    from rollmux_web.jobs import spec
+    from workers.runners import BUILTIN_RUNNERS
+
+    assert spec.BUILTIN_RUNNERS == BUILTIN_RUNNERS
+    for name in spec.BUILTIN_RUNNERS:
+        assert validate_runner_name(name) is None, name
+    assert set(web_runners.EMULATING_RUNNERS) <= set(BUILTIN_RUNNERS)
+
+
 def test_reconcile_redispatches_a_phase_whose_dispatch_was_lost(
     world: Any, inline_workflow: Any
 ) -> None:
+    from rollmux_web.workflow import ports
     from tests.workers.test_faults import RecordingDispatcher
-    from workers.dispatch import set_dispatcher
 
     job = make_job(world, iterations=2)
-    set_dispatcher(RecordingDispatcher())  # the process "dies" right after the commit
-    services.plan_pass()
+    with ports.override(dispatcher=RecordingDispatcher()):  # the process "dies" after commit
+        services.plan_pass()
     assert PhaseRecord.objects.get(job=job).state == PhaseState.RUNNING
-    set_dispatcher(inline_workflow)
     summary = services.reconcile(grace_s=0.0)
     assert summary.redispatched == [PhaseRecord.objects.get(job=job).pk]
     wait_for(all_done([job.pk]))

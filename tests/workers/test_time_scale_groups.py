@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from rollmux_web.reports.whatif import whatif_preview
-from rollmux_web.workflow import converters, services
+from rollmux_web.workflow import converters, services, snapshot
 from rollmux_web.workflow.models import Placement
 from scheduler.planner import place
 from tests.workers.conftest import twin_job
@@ -96,7 +96,7 @@ def test_a_job_waits_rather_than_join_a_group_on_another_clock(world: Any) -> No
     assert Placement.objects.get(job=c).group_id != ga  # C needs more training nodes
     b = twin_job(world, "b", time_scale=4.0)
     at_a_scale = place(
-        replace(converters.job_profile(b), time_scale=10.0), converters.cluster_state()
+        replace(converters.job_profile(b), time_scale=10.0), snapshot.cluster_state()
     )
     assert at_a_scale.placement is not None and at_a_scale.placement.group_id == str(ga)
     summary = services.plan_pass()

@@ -31,12 +31,12 @@ def test_a_burst_of_requests_enqueues_one_planning_pass(broker_mode: Any, monkey
 def test_a_request_after_the_pass_started_enqueues_another(
     broker_mode: Any, monkeypatch: Any
 ) -> None:
-    from workers import tasks, triggers
+    from workers import plan_marker, tasks, triggers
 
     sent: list[int] = []
     monkeypatch.setattr(tasks.plan, "delay", lambda: sent.append(1))
     triggers.request_planning()
-    triggers.planning_started()  # the pass took its snapshot: later jobs need a new pass
+    plan_marker.clear()  # the pass took its snapshot: later jobs need a new pass
     triggers.request_planning()
     triggers.request_planning()
     assert sent == [1, 1]

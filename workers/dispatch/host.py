@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from workers.dispatch import PhaseOrder, PhaseReport
+from workers.dispatch.base import PhaseOrder, PhaseReport
 from workers.runners import Runner, RunnerContext, make_runner
 
 KEEP_CHECKPOINTS = 2

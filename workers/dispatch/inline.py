@@ -10,7 +10,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from workers.dispatch import PhaseOrder, PhaseReport, Probe, ReportSink
+from workers.dispatch.base import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
 from workers.dispatch.host import JobHost
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,6 @@ class InlineDispatcher:
         return Probe(status["state"], report)
 
     def release(self, job_id: int, placement_id: int) -> None:
-        from workers.dispatch import host_name
-
         with self._lock:
             self.hosts.pop(host_name(job_id, placement_id), None)
 

@@ -4,7 +4,8 @@ Every Node row maps to a Ray custom resource `node:<name>` (Node.ray_resource). 
 of a placement asks for a sliver (0.001) of each of its nodes' resources, so Ray places it
 exactly where those nodes are advertised; the controller (the core's per-node FIFO queues)
 keeps a node to one phase at a time. On one machine, `ray.init(address="local")` advertises
-every node's resource (read from the database at start); in production each Ray node
+every node's resource (the `resources` callable it is given: the composition root reads
+the Node rows); in production each Ray node
 advertises its own (`ray start --resources='{"node:h20-0": 1}'`).
 
 Actors are detached and named `job-<id>-p<placement>` in namespace "rollmux": they outlive
@@ -36,7 +37,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError
 
-from workers.dispatch import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
+from workers.dispatch.base import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
 from workers.dispatch.host import JobHost
 
 log = logging.getLogger(__name__)
@@ -48,18 +49,19 @@ PROBE_TIMEOUT_S = 10.0
 JobHostActor = ray.remote(num_cpus=0, max_restarts=0)(JobHost)
 
 
-def node_resources() -> dict[str, float]:
-    """Return the Ray resources a local Ray must advertise: one per Node row."""
-    from rollmux_web.inventory.models import Node
-
-    return {node.ray_resource: 1.0 for node in Node.objects.all()}
-
-
 _init_lock = threading.Lock()
 
 
-def ensure_ray(address: str, resources: Callable[[], dict[str, float]] = node_resources) -> None:
-    """Connect to Ray once per process; start a local one advertising every node if asked."""
+Resources = Callable[[], dict[str, float]]
+
+
+def _no_resources() -> dict[str, float]:
+    return {}
+
+
+def ensure_ray(address: str, resources: Resources = _no_resources) -> None:
+    """Connect to Ray once per process; start a local one advertising `resources()` (the
+    composition root passes one per Node row) if asked."""
     if ray.is_initialized():
         return
     with _init_lock:
@@ -111,8 +113,10 @@ class RayDispatcher:
         on_report: ReportSink,
         report: dict[str, Any] | None = None,
         background: bool = False,
+        resources: Resources = _no_resources,
     ) -> None:
         self.address = address
+        self.resources = resources  # what a local Ray advertises (address="local")
         self.on_report = on_report
         # broker settings handed to actors so they publish their own phase events
         self.report = report if report and report.get("broker_url") else None
@@ -174,14 +178,14 @@ class RayDispatcher:
     # --- Dispatcher ---------------------------------------------------------------------
     def warm(self) -> None:
         """Connect to Ray now rather than on the first dispatch."""
-        ensure_ray(self.address)
+        ensure_ray(self.address, self.resources)
 
     def dispatch(self, order: PhaseOrder) -> None:
         self._submit(lambda: self._dispatch(order))
 
     def _dispatch(self, order: PhaseOrder) -> None:
         try:
-            ensure_ray(self.address)
+            ensure_ray(self.address, self.resources)
             missing = self._missing_resources(order)
             if missing:
                 # Ray would keep the actor pending forever: fail the phase with the reason.
@@ -215,7 +219,7 @@ class RayDispatcher:
             threading.Thread(target=self.on_report, args=(report,), daemon=True).start()
 
     def probe(self, order: PhaseOrder) -> Probe:
-        ensure_ray(self.address)
+        ensure_ray(self.address, self.resources)
         try:
             handle = ray.get_actor(order.host_name, namespace=NAMESPACE)
         except ValueError:
@@ -242,7 +246,7 @@ class RayDispatcher:
         with self._lock:
             self._handles.pop(name, None)
         if not ray.is_initialized():
-            ensure_ray(self.address)
+            ensure_ray(self.address, self.resources)
         with contextlib.suppress(ValueError):  # already gone
             ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
 

@@ -1,0 +1,146 @@
+"""The planner's snapshot of the live cluster, read from the database (selector work).
+
+`cluster_state()` is step 1 of the decision cycle: the pools' nodes, prices in force and
+the active co-execution groups with their members, as the core's `ClusterState`. The
+row -> dataclass mapping is `workflow.converters`; this module runs the queries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.utils import timezone
+
+from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState
+from rollmux_web.inventory.models import GpuType as GpuTypeRow
+from rollmux_web.inventory.models import Node as NodeRow
+from rollmux_web.workflow.converters import NoPoolConfigured, core_group, core_node, pool_of
+from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation
+from rollmux_web.workflow.models import Placement as PlacementRow
+from scheduler.model import ClusterSpec, ClusterState, GpuType, Pool
+
+__all__ = [
+    "CAPACITY_STATES",
+    "NoPoolConfigured",
+    "cluster_spec",
+    "cluster_state",
+    "current_prices",
+    "open_placements",
+    "pool_node_counts",
+]
+
+
+def current_prices() -> dict[int, Decimal]:
+    """Return the price per GPU-hour in force now, per GpuType id."""
+    now = timezone.now()
+    latest = (
+        GpuPrice.objects.filter(gpu_type=OuterRef("pk"), effective_from__lte=now)
+        .order_by("-effective_from")
+        .values("price_per_gpu_hour")[:1]
+    )
+    return {
+        row["pk"]: row["price"] or Decimal("0")
+        for row in GpuTypeRow.objects.annotate(price=Subquery(latest)).values("pk", "price")
+    }
+
+
+# The states a node of a pool's capacity is in: what the pool can ever hold. A drained
+# node counts (the operator takes it back up, or down: either way the planner decides
+# again then), so a job that fits only with it waits with a reason; a down node does not
+# (nodes are never deleted, down is also how one leaves service), so a job that fits only
+# with down nodes is INFEASIBLE instead of waiting forever on a repair nobody promised.
+CAPACITY_STATES = (NodeState.UP, NodeState.DRAINED)
+
+
+def pool_node_counts() -> dict[str, tuple[int, int]]:
+    """Return per pool kind: (nodes in the pool's capacity, nodes down)."""
+    rows = (
+        NodeRow.objects.order_by()
+        .values("cluster__kind")
+        .annotate(
+            capacity=Count("pk", filter=Q(state__in=CAPACITY_STATES)),
+            down=Count("pk", filter=Q(state=NodeState.DOWN)),
+        )
+    )
+    return {r["cluster__kind"]: (r["capacity"], r["down"]) for r in rows}
+
+
+def cluster_spec(prices: dict[int, Decimal] | None = None) -> ClusterSpec:
+    """Return the core cluster spec: the GPU types of the rollout and the training pool,
+    each with its capacity (nodes up or drained) and its down nodes."""
+    prices = prices if prices is not None else current_prices()
+    counts = pool_node_counts()
+    types: dict[Pool, GpuType] = {}
+    for cluster in Cluster.objects.select_related("gpu_type").order_by("pk"):
+        pool = pool_of(cluster.kind)
+        if pool in types:
+            continue
+        gt = cluster.gpu_type
+        capacity, down = counts.get(cluster.kind, (0, 0))
+        types[pool] = GpuType(
+            name=gt.name,
+            price_per_gpu_hour=float(prices.get(gt.pk, Decimal("0"))),
+            gpus_per_node=gt.gpus_per_node,
+            host_mem_gb=gt.host_mem_gb,
+            nodes=capacity,
+            nodes_down=down,
+        )
+    missing = [p.value for p in Pool if p not in types]
+    if missing:
+        raise NoPoolConfigured(f"no {' and no '.join(missing)} pool is configured")
+    return ClusterSpec(
+        rollout=types[Pool.ROLLOUT],
+        train=types[Pool.TRAIN],
+        switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S,
+    )
+
+
+def open_placements(group_ids: Iterable[int] | None = None) -> list[PlacementRow]:
+    qs = (
+        PlacementRow.objects.filter(ended_at__isnull=True)
+        .select_related("job", "job__slo_class", "job__tenant")
+        .prefetch_related("rollout_nodes", "train_nodes")
+        .order_by("created_at", "pk")
+    )
+    if group_ids is not None:
+        qs = qs.filter(group_id__in=list(group_ids))
+    return list(qs)
+
+
+def cluster_state() -> ClusterState:
+    """Return the planner's snapshot: the pools' nodes and active groups with their members.
+
+    Nodes that are up are usable; drained nodes are in the snapshot cordoned (the members a
+    group has on one keep running; the planner never pins a new member to it, and it still
+    counts in the pool's capacity); down nodes are left out (their jobs are resubmitted by
+    `node_state_changed`).
+    """
+    prices = current_prices()
+    spec = cluster_spec(prices)
+    groups = list(ExecutionGroup.objects.filter(released_at__isnull=True).order_by("pk"))
+    allocations: dict[int, list[NodeAllocation]] = defaultdict(list)
+    for alloc in NodeAllocation.objects.filter(end__isnull=True).select_related(
+        "node", "node__cluster"
+    ):
+        allocations[alloc.group_id].append(alloc)
+    nodes = [
+        core_node(n, prices)
+        for n in NodeRow.objects.select_related("cluster", "gpu_type")
+        .filter(state__in=CAPACITY_STATES)
+        .order_by("name")
+    ]
+    usable = {n.name for n in nodes}
+    by_group: dict[int, list[PlacementRow]] = defaultdict(list)
+    for p in open_placements([g.pk for g in groups]):
+        by_group[p.group_id].append(p)
+    core_groups = []
+    for g in groups:
+        allocs = [a for a in allocations[g.pk] if a.node.name in usable]
+        if not allocs and not by_group[g.pk]:
+            continue
+        core_groups.append(core_group(g, allocs, by_group[g.pk]))
+    return ClusterState(spec=spec, nodes=tuple(nodes), groups=tuple(core_groups))
