@@ -14,8 +14,8 @@ from django.utils import timezone
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow.snapshot import pool_node_counts
 from rollmux_web.workflow.models import PhaseRecord, Placement
+from rollmux_web.workflow.snapshot import pool_node_counts
 
 ORDERINGS = {
     "submitted": ("submitted_at", "id"),
