@@ -166,15 +166,15 @@ def exported(client, world, settings, django_capture_on_commit_callbacks, api_as
     pass (a placement and a wait), a phase switch, a resubmission, quotas, API calls."""
     from rollmux_web.inventory.models import Node, NodeState
     from rollmux_web.quotas.models import Quota
+    from rollmux_web.workflow import ports
     from rollmux_web.workflow.models import Placement
     from rollmux_web.workflow.services import node_down, phase_finished, plan_pass
     from tests.factories import job_spec
     from tests.workers.conftest import Recorder, end_of, make_job
-    from workers.dispatch import set_dispatcher
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()
-    set_dispatcher(rec)
+    previous_ports = ports.configure(dispatcher=rec)
     try:
         Quota.objects.create(
             tenant=world.vision,
@@ -197,7 +197,7 @@ def exported(client, world, settings, django_capture_on_commit_callbacks, api_as
             resp = api_as("alice").post("/api/v1/jobs/", job_spec(), format="json")
         assert resp.status_code == 201, resp.content
     finally:
-        set_dispatcher(None)
+        ports.restore(previous_ports)
     resp = client.get("/metrics")
     assert resp.status_code == 200
     out: dict[str, set[str]] = {}

@@ -117,11 +117,11 @@ def _run_plan(capture):
 def test_a_planning_pass_exports_admissions_waits_pools_cost_and_quota(
     client, world, settings, django_capture_on_commit_callbacks
 ):
-    from workers.dispatch import set_dispatcher
+    from rollmux_web.workflow import ports
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()
-    set_dispatcher(rec)
+    previous_ports = ports.configure(dispatcher=rec)
     try:
         Quota.objects.create(
             tenant=world.vision, gpu_type=world.h800, max_gpus=40, monthly_budget_usd=Decimal("100")
@@ -177,18 +177,18 @@ def test_a_planning_pass_exports_admissions_waits_pools_cost_and_quota(
         assert rec.orders[-1].kind == "train"
         assert _value("rollmux_phase_switch_latency_seconds_count") == switches + 1
     finally:
-        set_dispatcher(None)
+        ports.restore(previous_ports)
 
 
 def test_a_node_down_counts_a_resubmission_and_the_move_a_migration(
     client, world, settings, django_capture_on_commit_callbacks
 ):
+    from rollmux_web.workflow import ports
     from rollmux_web.workflow.models import Placement
     from rollmux_web.workflow.services import node_down
-    from workers.dispatch import set_dispatcher
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
-    set_dispatcher(Recorder())
+    previous_ports = ports.configure(dispatcher=Recorder())
     try:
         job = make_job(world, name="mover")
         _run_plan(django_capture_on_commit_callbacks)
@@ -206,7 +206,7 @@ def test_a_node_down_counts_a_resubmission_and_the_move_a_migration(
         assert s[("rollmux_job_migrations_total", (("tenant", "vision"),))] == 1
         assert s[("rollmux_job_migrations_total", (("tenant", "speech"),))] == 0
     finally:
-        set_dispatcher(None)
+        ports.restore(previous_ports)
 
 
 def test_submission_counter_increments_after_commit(
