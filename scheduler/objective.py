@@ -1,0 +1,127 @@
+"""Expected remaining cost of co-execution groups (issue 14 item 2).
+
+Algorithm 1 ranks placements by the marginal $/h they add now. That does not see
+what a placement does to the group's LIFE: packing a newcomer into a group whose
+cycle is longer than its own adds $0/h today but slows the newcomer (and perhaps the
+others), so the group's nodes are held longer. The expected remaining cost of a
+group is the dollars its nodes will still cost until the last member pinned to each
+node leaves, with the phases at their expected (not worst-case) durations:
+
+1. every member runs in lock-step, one iteration per meta-iteration (round robin),
+   so the members leave in the order of their remaining iterations;
+2. between two departures the group runs at the steady meta-iteration of the members
+   still in it (`steady_iteration_times` on expected durations);
+3. a node is paid until the last member pinned to it leaves.
+
+Expected phase durations are the mean of the profile's range (the trace format draws
+each phase uniformly in [min, max]); `JobProgress` carries what the caller knows of a
+job's run (admission time, iterations done, moves so far), so the same function
+serves admission (a newcomer has done nothing) and consolidation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from scheduler.costs import SECONDS_PER_HOUR
+from scheduler.model import Group, JobProfile, Member
+from scheduler.roundrobin import steady_iteration_times
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """What the planner knows of a running job: its SLO clock and its position."""
+
+    admitted_s: float  # first admission: the job's SLO is on (finish - this) / iterations
+    iterations_done: int = 0
+    moves: int = 0  # consolidation moves so far
+
+
+def expected_roll_s(job: JobProfile) -> float:
+    """Return the expected rollout duration: the mean of [t_roll_min_s, t_roll_max_s]."""
+    return (job.roll_min + job.t_roll_max_s) / 2.0
+
+
+def expected_train_s(job: JobProfile) -> float:
+    """Return the expected training duration: the mean of [t_train_min_s, t_train_max_s]."""
+    return (job.train_min + job.t_train_max_s) / 2.0
+
+
+def expected_solo_s(job: JobProfile) -> float:
+    """Return the expected solo iteration time (what the drawn solo time averages to)."""
+    return expected_roll_s(job) + expected_train_s(job)
+
+
+def _expected(member: Member) -> Member:
+    job = member.job
+    return replace(
+        member,
+        job=replace(job, t_roll_max_s=expected_roll_s(job), t_train_max_s=expected_train_s(job)),
+    )
+
+
+def expected_meta_s(members: Sequence[Member], *, switch_overhead_s: float) -> float:
+    """Return the steady meta-iteration of `members` with expected phase durations."""
+    if not members:
+        return 0.0
+    if len(members) == 1:
+        return expected_solo_s(members[0].job)
+    times = steady_iteration_times(
+        [_expected(m) for m in members], switch_overhead_s=switch_overhead_s
+    )
+    return max(times)
+
+
+def remaining_iterations(job: JobProfile, progress: Mapping[str, JobProgress]) -> int:
+    """Return the iterations `job` still has to run (all of them if it has no progress)."""
+    p = progress.get(job.id)
+    return max(0, job.iterations - (p.iterations_done if p else 0))
+
+
+def members_remaining_cost(
+    members: Sequence[Member],
+    price_per_hour: Mapping[str, float],
+    progress: Mapping[str, JobProgress],
+    *,
+    switch_overhead_s: float,
+    extra_s: Mapping[str, float] | None = None,
+) -> float:
+    """Return the expected dollars the nodes of `members` cost until each is released.
+
+    `extra_s` adds seconds to a member's remaining run (a move's restart): it delays
+    the release of that member's nodes. See the module docstring for the model.
+    """
+    left = sorted(
+        ((remaining_iterations(m.job, progress), i, m) for i, m in enumerate(members)),
+        key=lambda e: (e[0], e[1]),
+    )
+    extra = extra_s or {}
+    release: dict[str, float] = {}
+    now = 0.0
+    done_iterations = 0
+    active = [m for _, _, m in left]
+    for remaining, _, member in left:
+        if remaining > done_iterations:
+            now += (remaining - done_iterations) * expected_meta_s(
+                active, switch_overhead_s=switch_overhead_s
+            )
+            done_iterations = remaining
+        leave = now + extra.get(member.job.id, 0.0)
+        for x in member.rollout_nodes + member.train_nodes:
+            release[x] = max(release.get(x, 0.0), leave)
+        active = [m for m in active if m is not member]
+    return sum(price_per_hour[x] * t for x, t in release.items()) / SECONDS_PER_HOUR
+
+
+def group_remaining_cost(
+    group: Group,
+    price_per_hour: Mapping[str, float],
+    progress: Mapping[str, JobProgress],
+    *,
+    switch_overhead_s: float,
+) -> float:
+    """Return the expected remaining cost of `group` (module docstring)."""
+    return members_remaining_cost(
+        group.members, price_per_hour, progress, switch_overhead_s=switch_overhead_s
+    )
