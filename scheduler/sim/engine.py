@@ -21,13 +21,14 @@ import heapq
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from scheduler.cluster import cluster_nodes
+from scheduler.consolidation import Move
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -39,6 +40,7 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
+from scheduler.objective import JobProgress
 
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
 # whole job) before an arrival at the same instant is planned.
@@ -88,6 +90,12 @@ class Policy(Protocol):
     def remove(self, state: ClusterState, job_id: str) -> ClusterState: ...
     def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime: ...
     def job_done(self, result: Any, job_id: str) -> bool: ...
+    def on_departure(
+        self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
+    ) -> Sequence[str]: ...
+    def move(
+        self, state: ClusterState, job_id: str, now: float, progress: Mapping[str, JobProgress]
+    ) -> tuple[ClusterState, Move] | None: ...
 
 
 def draw_durations(job: JobProfile, seed: int) -> tuple[list[float], list[float]]:
@@ -118,6 +126,9 @@ class JobRecord:
     strategy: str | None = None
     predicted_slowdown: float | None = None
     retries: int = 0
+    iterations_done: int = 0
+    moves: int = 0
+    restart_s: float = 0.0  # seconds of restarts its moves cost it
 
     @property
     def solo_iteration_s(self) -> float:
@@ -163,6 +174,19 @@ class RunResult:
     start_s: float
     end_s: float
     phases: list[PhaseRecord] = field(default_factory=list)
+    moves: list[MoveRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MoveRecord:
+    """One consolidation move the run made (scheduler.consolidation)."""
+
+    at_s: float
+    job_id: str
+    from_group: str
+    to_group: str
+    saving_usd: float
+    restart_s: float
 
 
 # A heap entry: (time, priority, seq, job id, phase kind or None, group id). Plain
@@ -244,6 +268,9 @@ class Simulation:
         self.total_phases = 2 * sum(job.iterations for job in jobs)
         self.done_phases = 0
         self.next_progress = 0.0
+        self.to_move: set[str] = set()  # jobs to re-plan at their next iteration boundary
+        self.restart_due: dict[str, float] = {}  # a mover's restart, paid by its next phase
+        self.moves: list[MoveRecord] = []
 
     # -- event heap -----------------------------------------------------------
     def _push(self, event: _Event) -> None:
@@ -336,6 +363,8 @@ class Simulation:
             duration = draws[index]
             if start.switch:
                 duration += self.spec.switch_overhead_s
+            if self.restart_due:
+                duration += self.restart_due.pop(start.job_id, 0.0)
             end = self.now + duration
             for node in start.nodes:
                 if self.node_free_at.get(node, 0.0) > self.now + EPS:
@@ -364,23 +393,43 @@ class Simulation:
                 self.heap, (end, PHASE_END, self.seq, start.job_id, start.kind, group_id)
             )
 
+    def _progress(self) -> dict[str, JobProgress]:
+        return {
+            job_id: JobProgress(r.admitted_s, r.iterations_done, r.moves)
+            for job_id, r in self.jobs.items()
+            if r.status == "running" and r.admitted_s is not None
+        }
+
     def _phase_end(self, job_id: str, kind: PhaseKind, group_id: str) -> None:
         runtime = self.runtimes[group_id]
         result = runtime.finish(job_id, kind)
         self.done_phases += 1
+        record = self.jobs[job_id]
+        if kind is PhaseKind.TRAIN:
+            record.iterations_done += 1
         if self.policy.job_done(result, job_id):
             # The runtime dropped the member itself when it finished its last phase.
-            record = self.jobs[job_id]
             record.status = "done"
             record.finished_s = self.now
+            self.to_move.discard(job_id)
             self.state = self.policy.remove(self.state, job_id)
             self.group_of.pop(job_id, None)
             if not any(g.id == group_id for g in self.state.groups):
                 del self.runtimes[group_id]
+            else:
+                # Consolidation: survivors the planner would move are re-planned at
+                # their next iteration boundary (a checkpoint), on the state of then.
+                self.to_move.update(
+                    self.policy.on_departure(self.state, group_id, self.now, self._progress())
+                )
             self._sync_allocation()
             if group_id in self.runtimes:
                 self._start_ready(group_id)
             self._retry_waiting()
+        elif kind is PhaseKind.TRAIN and job_id in self.to_move:
+            self.to_move.discard(job_id)
+            if not self._move(job_id, group_id):
+                self._start_ready(group_id)
         else:
             self._start_ready(group_id)
         if self.progress is not None and self.total_phases:
@@ -388,6 +437,37 @@ class Simulation:
             if fraction >= self.next_progress:
                 self.progress(min(1.0, fraction))
                 self.next_progress = fraction + 0.01
+
+    def _move(self, job_id: str, group_id: str) -> bool:
+        """Move `job_id` (between two iterations) if the planner still wants to."""
+        planned = self.policy.move(self.state, job_id, self.now, self._progress())
+        if planned is None:
+            return False
+        self.state, move = planned
+        record = self.jobs[job_id]
+        target = move.placement.group_id
+        assert target is not None
+        self.runtimes[group_id].remove(job_id)
+        if not any(g.id == group_id for g in self.state.groups):
+            del self.runtimes[group_id]
+        self._sync_allocation()
+        member = Member(record.profile, move.placement.rollout_nodes, move.placement.train_nodes)
+        self.runtimes[target].admit(
+            member, iterations=record.profile.iterations, start_iteration=record.iterations_done
+        )
+        self.restart_due[job_id] = move.restart_s
+        record.restart_s += move.restart_s
+        record.moves += 1
+        record.group_id = target
+        self.group_of[job_id] = target
+        self.moves.append(
+            MoveRecord(self.now, job_id, group_id, target, move.saving_usd, move.restart_s)
+        )
+        self._start_ready(target)
+        if group_id in self.runtimes:
+            self._start_ready(group_id)
+        self._retry_waiting()
+        return True
 
     # -- main loop --------------------------------------------------------------
     def run(self) -> RunResult:
@@ -433,6 +513,7 @@ class Simulation:
             start_s=start,
             end_s=end,
             phases=self.phases,
+            moves=self.moves,
         )
 
 

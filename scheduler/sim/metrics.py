@@ -13,6 +13,8 @@
   a warm-start switch counts as busy (the node is loading state, not idle).
 - Decision latency: wall time of every `place` call, in ms (p50 / p99 / max).
 - Queue delay: admission - arrival, averaged over admitted jobs.
+- Moves: consolidation moves (scheduler.consolidation), the jobs they moved and
+  the hours of restarts they cost (each restart runs on the mover's new nodes).
 - Iterations per dollar: completed iterations / total cost; the paper's
   micro-benchmarks compare "throughput at the same cost", which is this figure
   when every job runs a fixed number of iterations (see docs/results.md).
@@ -105,6 +107,9 @@ def summarise(run: RunResult) -> dict[str, Any]:
         "mean_queue_delay_s": round(float(np.mean(delays)), 1) if delays else 0.0,
         "jobs_that_waited": sum(1 for d in delays if d > 0),
         "iterations_completed": iterations_done,
+        "moves": len(run.moves),
+        "jobs_moved": len({m.job_id for m in run.moves}),
+        "restart_h": round(sum(m.restart_s for m in run.moves) / HOUR, 3),
         "iterations_per_dollar": round(iterations_done / cost, 6) if cost else 0.0,
     }
 

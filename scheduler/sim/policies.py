@@ -22,6 +22,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.cluster import nodes_needed
+from scheduler.consolidation import (
+    ConsolidationConfig,
+    Move,
+    apply_move,
+    best_move,
+    plan_consolidation,
+)
 from scheduler.group_runtime import GroupRuntime
 from scheduler.model import (
     ClusterSpec,
@@ -36,12 +43,26 @@ from scheduler.model import (
     Pool,
     Strategy,
 )
+from scheduler.objective import JobProgress
 from scheduler.planner import apply_placement, place, remove_job
 from scheduler.sim.engine import Runtime
 
 CORE_POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
 ALL_POLICIES = ("rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle", "optimal")
 OPTIMAL_MAX_JOBS = 8
+
+
+@dataclass(frozen=True)
+class Levers:
+    """Which of rollmux's issue-14 levers a run uses (the ablations of docs/results.md)."""
+
+    consolidation: bool = True  # move survivors on departure (scheduler.consolidation)
+    max_moves_per_job: int = 2
+    singletons: bool = True  # consolidation also tries one-member groups
+
+
+DEFAULT_LEVERS = Levers()
+PUBLISHED = Levers(consolidation=False)  # Algorithm 1 as the paper publishes it
 
 
 def free_nodes(state: ClusterState, pool: Pool) -> list[str]:
@@ -132,6 +153,22 @@ class SoloRuntime:
         return SimpleFinish(job_id, False)
 
 
+class StaticPlacement:
+    """Policies that never move a job once placed (every policy but consolidating rollmux)."""
+
+    def on_departure(
+        self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
+    ) -> Sequence[str]:
+        """Name no job to move."""
+        return ()
+
+    def move(
+        self, state: ClusterState, job_id: str, now: float, progress: Mapping[str, JobProgress]
+    ) -> tuple[ClusterState, Move] | None:
+        """Move nothing."""
+        return None
+
+
 def _job_done(result: Any, job_id: str) -> bool:
     """Read "did the job finish its last iteration" from a runtime's finish result.
 
@@ -163,7 +200,7 @@ def _remove_member(state: ClusterState, job_id: str) -> ClusterState:
     return replace(state, groups=tuple(groups))
 
 
-class ColocatedPolicy:
+class ColocatedPolicy(StaticPlacement):
     """veRL-style colocation: each job alone on its own training-type nodes."""
 
     name = "colocated"
@@ -225,11 +262,24 @@ class ColocatedPolicy:
 
 
 class CorePolicy:
-    """Adapter over the core planner (`scheduler.planner`) and `GroupRuntime`."""
+    """Adapter over the core planner (`scheduler.planner`) and `GroupRuntime`.
 
-    def __init__(self, name: str, *, seed: int, max_group_size: int = 5) -> None:
+    With `consolidation` set (rollmux only), a departure asks the core's
+    `plan_consolidation` which survivors to move, and the engine re-plans each at its
+    next iteration boundary with `best_move` / `apply_move`: the live planner's calls.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        seed: int,
+        max_group_size: int = 5,
+        consolidation: ConsolidationConfig | None = None,
+    ) -> None:
         self.name = name
         self.max_group_size = max_group_size
+        self.consolidation = consolidation
         # random and greedy-most-idle draw from this; seeded so runs reproduce.
         self.rng = random.Random(seed)
 
@@ -264,6 +314,28 @@ class CorePolicy:
         """Read the core's FinishResult."""
         return _job_done(result, job_id)
 
+    def on_departure(
+        self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
+    ) -> Sequence[str]:
+        """Return the survivors of `group_id` the core would move now."""
+        if self.consolidation is None:
+            return ()
+        moves = plan_consolidation(
+            state, group_id, now=now, progress=progress, config=self.consolidation
+        )
+        return [m.job_id for m in moves]
+
+    def move(
+        self, state: ClusterState, job_id: str, now: float, progress: Mapping[str, JobProgress]
+    ) -> tuple[ClusterState, Move] | None:
+        """Re-plan `job_id`'s move on the state of now; return the new state and the move."""
+        if self.consolidation is None:
+            return None
+        found = best_move(state, job_id, now=now, progress=progress, config=self.consolidation)
+        if found is None:
+            return None
+        return apply_move(state, found), found
+
 
 # --- a fixed plan (used by `optimal`) ----------------------------------------------
 
@@ -291,7 +363,7 @@ def pick_class_nodes(mates: Sequence[Member], need: int) -> list[str]:
     return ordered_nodes[:need]
 
 
-class PlannedPolicy:
+class PlannedPolicy(StaticPlacement):
     """Replay a fixed plan: job -> (group, rollout class), nodes taken on arrival.
 
     Members of one rollout class share the same rollout nodes (as many as the
@@ -389,10 +461,30 @@ class PlannedPolicy:
         return _job_done(result, job_id)
 
 
-def make_policy(name: str, *, seed: int, max_group_size: int = 5) -> Any:
-    """Return the adapter for a named online policy (not `optimal`)."""
+def make_policy(
+    name: str, *, seed: int, max_group_size: int = 5, levers: Levers | None = None
+) -> Any:
+    """Return the adapter for a named online policy (not `optimal`).
+
+    `levers` switches rollmux's issue-14 levers (default: `DEFAULT_LEVERS`); the other
+    policies ignore it.
+    """
     if name == "colocated":
         return ColocatedPolicy()
+    if name == "rollmux":
+        lv = DEFAULT_LEVERS if levers is None else levers
+        consolidation = (
+            ConsolidationConfig(
+                max_moves_per_job=lv.max_moves_per_job,
+                max_group_size=max_group_size,
+                singletons=lv.singletons,
+            )
+            if lv.consolidation
+            else None
+        )
+        return CorePolicy(
+            name, seed=seed, max_group_size=max_group_size, consolidation=consolidation
+        )
     if name in CORE_POLICIES:
         return CorePolicy(name, seed=seed, max_group_size=max_group_size)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")

@@ -1,0 +1,73 @@
+"""The simulator's consolidation moves: checkpoint at an iteration boundary, restart, resume."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+import pytest
+
+from scheduler.consolidation import restart_seconds
+from scheduler.model import JobProfile, PhaseKind
+from scheduler.sim.engine import RunResult, simulate
+from scheduler.sim.gen import generate_paper
+from scheduler.sim.metrics import summarise, total_cost_usd
+from scheduler.sim.policies import PUBLISHED, make_policy
+from scheduler.trace import default_cluster
+
+SPEC = default_cluster()
+
+
+def burst(seed: int) -> list[JobProfile]:
+    return [
+        replace(j, iterations=min(j.iterations, 60))
+        for j in generate_paper(seed, jobs=16, window_h=4.0)
+    ]
+
+
+def run(seed: int, *, published: bool = False) -> RunResult:
+    policy = make_policy("rollmux", seed=seed, levers=PUBLISHED if published else None)
+    return simulate(burst(seed), SPEC, policy, seed=seed, record_phases=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_moved_job_resumes_at_its_next_iteration_in_its_new_group_after_a_restart(
+    seed: int,
+) -> None:
+    result = run(seed)
+    # measured: 3 moves on seed 0, 4 on seed 1 (16 jobs, 60 iterations at most)
+    assert len(result.moves) >= 2
+    phases = defaultdict(list)
+    for p in result.phases:
+        phases[p.job_id].append(p)
+    for move in result.moves:
+        record = result.jobs[move.job_id]
+        job = record.profile
+        assert move.restart_s == pytest.approx(restart_seconds(job))
+        # every iteration still runs exactly once, rollout then training
+        kinds = [(p.iteration, p.kind) for p in phases[move.job_id]]
+        assert kinds == [
+            (i, k) for i in range(job.iterations) for k in (PhaseKind.ROLLOUT, PhaseKind.TRAIN)
+        ]
+        # the first phase after the move is a rollout that starts no earlier than the
+        # move, on the new group's nodes, and is longer than any draw by the restart
+        after = next(p for p in phases[move.job_id] if p.start_s >= move.at_s - 1e-6)
+        before = [p for p in phases[move.job_id] if p.end_s <= move.at_s + 1e-6]
+        assert after.kind is PhaseKind.ROLLOUT and before[-1].kind is PhaseKind.TRAIN
+        assert after.end_s - after.start_s >= job.roll_min + move.restart_s - 1e-6
+        assert move.saving_usd > 0
+    figures = summarise(result)
+    assert figures["moves"] == len(result.moves)
+    assert figures["slo_attainment_vs_profile"] == 1.0
+
+
+def test_consolidation_lowers_the_cost_of_bursts_against_algorithm_1_as_published() -> None:
+    savings = []
+    for seed in range(4):
+        ours, published = run(seed), run(seed, published=True)
+        assert summarise(ours)["completed"] == len(ours.jobs)
+        savings.append(total_cost_usd(published) / total_cost_usd(ours))
+    # measured on these 4 bursts: 1.00, 1.02, 1.03, 1.07 (a move is made only when the
+    # expected remaining cost falls; actual durations may make one a wash)
+    assert min(savings) > 0.97, savings
+    assert sum(savings) / len(savings) > 1.02, savings
