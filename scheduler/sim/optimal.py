@@ -47,6 +47,7 @@ Limits
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -157,6 +158,75 @@ def _admissible(group: Group, spec: ClusterSpec) -> bool:
     return all(meta.slowdown[m.job.id] <= m.job.slo * (1 + SLO_SLACK) for m in group.members)
 
 
+def excluded_jobs(jobs: Sequence[JobProfile], spec: ClusterSpec) -> dict[str, str]:
+    """Return the jobs that cannot run on `spec` even alone, with the reason."""
+    return {j.id: why for j in jobs if (why := _alone_infeasible(j, spec)) is not None}
+
+
+def runnable_jobs(jobs: Sequence[JobProfile], excluded: dict[str, str]) -> list[JobProfile]:
+    """Return the jobs not excluded, in arrival order (the order a replay admits them)."""
+    return sorted((j for j in jobs if j.id not in excluded), key=lambda j: (j.arrival_s, j.id))
+
+
+def admissible_arrangements(
+    runnable: Sequence[JobProfile], spec: ClusterSpec, *, max_group_size: int
+) -> tuple[dict[int, list[list[list[int]]]], int]:
+    """Return the admissible rollout-class partitions per subset mask, and how many were checked.
+
+    Subsets are built up by size: a subset of an admissible group is admissible
+    (fewer members never lengthen the meta-iteration nor fill a node), so a subset is
+    only tried when all its one-smaller subsets were admissible.
+    """
+    n = len(runnable)
+    admissible: dict[int, list[list[list[int]]]] = {}
+    checked = 0
+    for size in range(1, min(n, max_group_size) + 1):
+        for combo in itertools.combinations(range(n), size):
+            mask = sum(1 << b for b in combo)
+            if size > 1 and any((mask & ~(1 << b)) not in admissible for b in combo):
+                continue
+            members = [runnable[b] for b in combo]
+            options = []
+            for classes in set_partitions(list(range(size))):
+                checked += 1
+                if _admissible(_candidate_group(members, classes, spec), spec):
+                    options.append(classes)
+            if options:
+                admissible[mask] = options
+    return admissible, checked
+
+
+def cost_arrangements(
+    runnable: Sequence[JobProfile],
+    admissible: dict[int, list[list[list[int]]]],
+    spec: ClusterSpec,
+    *,
+    seed: int,
+    progress: Callable[[float], None] | None = None,
+) -> list[tuple[int, list[list[int]], float]]:
+    """Return (mask, classes, cost) for every admissible arrangement, each simulated alone.
+
+    Groups share no nodes, so with enough capacity a plan's cost is the sum of its
+    groups' costs; the draws are keyed by job id and seed, so a group alone sees the
+    durations it sees in the full run.
+    """
+    n = len(runnable)
+    runtime_policy = CorePolicy("rollmux", seed=seed)
+    out: list[tuple[int, list[list[int]], float]] = []
+    total = sum(len(v) for v in admissible.values()) or 1
+    for mask, options in admissible.items():
+        members = [runnable[b] for b in range(n) if mask >> b & 1]
+        for classes in options:
+            group_plan = plan_for(members, classes, key="g")
+            run = simulate(
+                members, spec, PlannedPolicy(group_plan, runtime_policy=runtime_policy), seed=seed
+            )
+            out.append((mask, classes, total_cost_usd(run)))
+            if progress is not None:
+                progress(0.9 * len(out) / total)
+    return out
+
+
 def search_optimal(
     jobs: Sequence[JobProfile],
     spec: ClusterSpec,
@@ -172,50 +242,17 @@ def search_optimal(
             f"this trace has {len(jobs)}"
         )
     started = time.perf_counter()
-    excluded = {j.id: why for j in jobs if (why := _alone_infeasible(j, spec)) is not None}
-    # Arrival order: the replay admits jobs in this order, and so must the check.
-    runnable = sorted((j for j in jobs if j.id not in excluded), key=lambda j: (j.arrival_s, j.id))
+    excluded = excluded_jobs(jobs, spec)
+    runnable = runnable_jobs(jobs, excluded)
     n = len(runnable)
-    runtime_policy = CorePolicy("rollmux", seed=seed, max_group_size=max_group_size)
-    # 1. admissible candidates per subset mask, built up by size (downward closure).
-    admissible: dict[int, list[list[list[int]]]] = {}
-    checked = 0
-    by_size: list[list[int]] = [[] for _ in range(n + 1)]
-    for mask in range(1, 1 << n):
-        size = bin(mask).count("1")
-        if size <= max_group_size:
-            by_size[size].append(mask)
-    for size in range(1, min(n, max_group_size) + 1):
-        for mask in by_size[size]:
-            if size > 1 and any(
-                (mask & ~(1 << b)) not in admissible for b in range(n) if mask >> b & 1
-            ):
-                continue
-            members = [runnable[b] for b in range(n) if mask >> b & 1]
-            options = []
-            for classes in set_partitions(list(range(size))):
-                checked += 1
-                if _admissible(_candidate_group(members, classes, spec), spec):
-                    options.append(classes)
-            if options:
-                admissible[mask] = options
-    # 2. cost each admissible arrangement by simulating the group alone.
+    admissible, checked = admissible_arrangements(runnable, spec, max_group_size=max_group_size)
+    arrangements = cost_arrangements(runnable, admissible, spec, seed=seed, progress=progress)
+    simulated = len(arrangements)
+    # each subset's cheapest arrangement
     cost: dict[int, tuple[float, list[list[int]]]] = {}
-    simulated = 0
-    total = sum(len(v) for v in admissible.values()) or 1
-    for mask, options in admissible.items():
-        members = [runnable[b] for b in range(n) if mask >> b & 1]
-        for classes in options:
-            group_plan = _plan_for(members, classes, key="g")
-            run = simulate(
-                members, spec, PlannedPolicy(group_plan, runtime_policy=runtime_policy), seed=seed
-            )
-            simulated += 1
-            value = total_cost_usd(run)
-            if mask not in cost or value < cost[mask][0] - 1e-9:
-                cost[mask] = (value, classes)
-            if progress is not None:
-                progress(0.9 * simulated / total)
+    for mask, classes, value in arrangements:
+        if mask not in cost or value < cost[mask][0] - 1e-9:
+            cost[mask] = (value, classes)
     # 3. cheapest partition of all runnable jobs into admissible groups.
     full = (1 << n) - 1
     best: dict[int, tuple[float, int]] = {0: (0.0, 0)}
@@ -236,7 +273,7 @@ def search_optimal(
     while mask:
         sub = best[mask][1]
         members = [runnable[b] for b in range(n) if sub >> b & 1]
-        plan.update(_plan_for(members, cost[sub][1], key=f"g{group_index}"))
+        plan.update(plan_for(members, cost[sub][1], key=f"g{group_index}"))
         group_index += 1
         mask &= ~sub
     return OptimalSearch(
@@ -249,7 +286,7 @@ def search_optimal(
     )
 
 
-def _plan_for(
+def plan_for(
     members: Sequence[JobProfile], classes: Sequence[Sequence[int]], *, key: str
 ) -> dict[str, PlanEntry]:
     plan: dict[str, PlanEntry] = {}

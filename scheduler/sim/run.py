@@ -8,8 +8,9 @@ from typing import Any
 from scheduler.model import ClusterSpec, JobProfile
 from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import ratios, summarise
+from scheduler.sim.milp import trace_lower_bound
 from scheduler.sim.optimal import run_optimal
-from scheduler.sim.policies import OPTIMAL_MAX_JOBS, make_policy, ordered
+from scheduler.sim.policies import OPTIMAL_MAX_JOBS, Levers, make_policy, ordered
 
 
 def run_simulation(
@@ -20,11 +21,15 @@ def run_simulation(
     seed: int,
     max_group_size: int = 5,
     progress: Callable[[float], None] | None = None,
+    lower_bound: bool = True,
+    levers: Levers | None = None,
 ) -> dict[str, Any]:
     """Simulate `jobs` under each policy and return the `--json` report.
 
     The result is {"policies": {name: figures}, "ratios": {...}, "skipped":
-    {name: reason}, "seed": seed}. `optimal` is skipped (with its reason) on
+    {name: reason}, "seed": seed, "lower_bound": {...}}; every policy's figures
+    also carry `cost_over_lower_bound`, its total cost over the LP lower bound of
+    the trace (scheduler.sim.milp.trace_lower_bound: how much is left). `optimal` is skipped (with its reason) on
     traces of more than 8 jobs. `progress`, if given, is called with the overall
     fraction done (0..1) as the runs advance.
     """
@@ -57,9 +62,22 @@ def run_simulation(
                 "search_s": round(search.search_s, 3),
             }
         else:
-            policy = make_policy(name, seed=seed, max_group_size=max_group_size)
+            policy = make_policy(name, seed=seed, max_group_size=max_group_size, levers=levers)
             figures = summarise(simulate(jobs, spec, policy, seed=seed, progress=step))
         report["policies"][name] = figures
         step(1.0)
     report["ratios"] = ratios(report["policies"])
+    if lower_bound and jobs:
+        bound = trace_lower_bound(jobs, spec, seed=seed)
+        report["lower_bound"] = {
+            "cost_usd": round(bound.cost_usd, 2),
+            "busy_cost_usd": round(bound.busy_cost_usd, 2),
+            "shared_share": round(bound.shared_share, 4),
+            "capacity_bound": bound.capacity_bound,
+        }
+        for figures in report["policies"].values():
+            if bound.cost_usd > 0:
+                figures["cost_over_lower_bound"] = round(
+                    figures["total_cost_usd"] / bound.cost_usd, 4
+                )
     return report
