@@ -28,7 +28,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from scheduler.cluster import cluster_nodes
-from scheduler.consolidation import Move
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -40,7 +39,8 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.objective import JobProgress
+from scheduler.planner.consolidation import Move
+from scheduler.planner.objective import JobProgress
 
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
 # whole job) before an arrival at the same instant is planned.
@@ -179,7 +179,7 @@ class RunResult:
 
 @dataclass(frozen=True)
 class MoveRecord:
-    """One consolidation move the run made (scheduler.consolidation)."""
+    """One consolidation move the run made (scheduler.planner.consolidation)."""
 
     at_s: float
     job_id: str

@@ -13,7 +13,7 @@
   a warm-start switch counts as busy (the node is loading state, not idle).
 - Decision latency: wall time of every `place` call, in ms (p50 / p99 / max).
 - Queue delay: admission - arrival, averaged over admitted jobs.
-- Moves: consolidation moves (scheduler.consolidation), the jobs they moved and
+- Moves: consolidation moves (scheduler.planner.consolidation), the jobs they moved and
   the hours of restarts they cost (each restart runs on the mover's new nodes).
 - Iterations per dollar: completed iterations / total cost; the paper's
   micro-benchmarks compare "throughput at the same cost", which is this figure

@@ -63,6 +63,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, linprog, milp
 from scipy.sparse import coo_matrix
 
+from scheduler.cluster import nodes_needed
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import ClusterSpec, JobProfile, Pool
 from scheduler.sim.engine import RunResult, draw_durations, simulate
@@ -74,7 +75,7 @@ from scheduler.sim.optimal import (
     plan_for,
     runnable_jobs,
 )
-from scheduler.sim.policies import CorePolicy, PlanEntry, nodes_needed
+from scheduler.sim.policies import CorePolicy, PlanEntry
 
 # Bursts larger than this make the column enumeration (and the per-column simulation)
 # the bottleneck: the MILP itself stays fast.

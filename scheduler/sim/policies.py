@@ -22,13 +22,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.cluster import nodes_needed
-from scheduler.consolidation import (
-    ConsolidationConfig,
-    Move,
-    apply_move,
-    best_move,
-    plan_consolidation,
-)
 from scheduler.group_runtime import GroupRuntime
 from scheduler.model import (
     ClusterSpec,
@@ -43,8 +36,15 @@ from scheduler.model import (
     Pool,
     Strategy,
 )
-from scheduler.objective import JobProgress
 from scheduler.planner import apply_placement, place, remove_job
+from scheduler.planner.consolidation import (
+    ConsolidationConfig,
+    Move,
+    apply_move,
+    best_move,
+    plan_consolidation,
+)
+from scheduler.planner.objective import JobProgress
 from scheduler.sim.engine import Runtime
 
 CORE_POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
@@ -56,7 +56,7 @@ OPTIMAL_MAX_JOBS = 8
 class Levers:
     """Which of rollmux's issue-14 levers a run uses (the ablations of docs/results.md)."""
 
-    consolidation: bool = True  # move survivors on departure (scheduler.consolidation)
+    consolidation: bool = True  # move survivors on departure (scheduler.planner.consolidation)
     max_moves_per_job: int = 2
     singletons: bool = True  # consolidation also tries one-member groups
 

@@ -6,7 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.consolidation import (
+from scheduler.cluster import empty_state
+from scheduler.model import ClusterSpec, ClusterState, GpuType, JobProfile, Member
+from scheduler.planner import apply_placement, place, remove_job
+from scheduler.planner.consolidation import (
     ConsolidationConfig,
     apply_move,
     best_move,
@@ -14,14 +17,12 @@ from scheduler.consolidation import (
     plan_consolidation,
     restart_seconds,
 )
-from scheduler.model import ClusterSpec, ClusterState, GpuType, JobProfile, Member
-from scheduler.objective import (
+from scheduler.planner.objective import (
     JobProgress,
     expected_meta_s,
     expected_solo_s,
     members_remaining_cost,
 )
-from scheduler.planner import apply_placement, empty_state, place, remove_job
 
 SPEC = ClusterSpec(GpuType("H20", 1.85, 8, 2048, 8), GpuType("H800", 5.28, 8, 2048, 8), 2.0)
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.consolidation import restart_seconds
 from scheduler.model import JobProfile, PhaseKind
+from scheduler.planner.consolidation import restart_seconds
 from scheduler.sim.engine import RunResult, simulate
 from scheduler.sim.gen import generate_paper
 from scheduler.sim.metrics import summarise, total_cost_usd

@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.costs import SECONDS_PER_HOUR
+from scheduler.meta_iteration import steady_iteration_times
 from scheduler.model import Group, JobProfile, Member
-from scheduler.roundrobin import steady_iteration_times
 
 
 @dataclass(frozen=True)

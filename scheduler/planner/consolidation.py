@@ -18,7 +18,7 @@ Rules (decisions where the issue is silent, marked [I]):
    Algorithm 1 (`place`, policy rollmux) as a job with its remaining iterations. A
    move to its own group or to a new isolated group is no move. [I] Only Algorithm
    1's best placement is considered, not every admissible one.
-2. Saving. The expected remaining cost (scheduler.objective) of the source and the
+2. Saving. The expected remaining cost (scheduler.planner.objective) of the source and the
    destination group before, minus after, the restart included: the mover's
    remaining run is longer by its restart time, and so is that of every destination
    member sharing a node with it (its cold first phase holds the node).
@@ -46,6 +46,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from scheduler.cluster import make_node
 from scheduler.model import (
     ClusterState,
     Group,
@@ -56,18 +57,12 @@ from scheduler.model import (
     Pool,
     Strategy,
 )
-from scheduler.objective import (
+from scheduler.planner import JOIN_ALLOWANCE_META_ITERATIONS, apply_placement, place, remove_job
+from scheduler.planner.objective import (
     JobProgress,
     expected_solo_s,
     members_remaining_cost,
     remaining_iterations,
-)
-from scheduler.planner import (
-    JOIN_ALLOWANCE_META_ITERATIONS,
-    apply_placement,
-    make_node,
-    place,
-    remove_job,
 )
 
 # The paper's measured restart (migration + cold start) times, seconds by model size.
