@@ -33,6 +33,13 @@ API notes
   running; ``remove`` raises KeyError for an unknown job.
 * ``running()`` and ``queued()`` return `PendingPhase` records (queued ones in start
   order).
+* Weight sync (``JobProfile.t_sync_s > 0``): after each training but the last, the
+  job's next phase is ``PhaseKind.SYNC`` (same iteration) on its ROLLOUT nodes; when
+  it finishes, the job's next rollout is queued. The sync is the first half of the
+  job's turn on the rollout pool: it starts only when the job is the head of that
+  pool, and the job stays the head until its rollout starts, so the rollout follows
+  the sync at once on the same nodes (a switch overhead, if any, falls on the sync).
+  With ``t_sync_s == 0`` no sync phase exists and everything is as without it.
 
 A member admitted mid-run joins the meta-iteration in progress: its rollout is the
 last rollout of the current meta-iteration that has started (so it can start at
@@ -101,7 +108,9 @@ class _MemberState:
     iteration: int  # iteration of the current (queued or running) phase
     kind: PhaseKind  # kind of the current phase
     running: bool
-    next_round: dict[PhaseKind, int]  # meta-iteration of the next phase to START per pool
+    # meta-iteration of the next phase to START per pool, keyed by the pool's main kind
+    # (ROLLOUT for the rollout pool, whose turn is a sync then a rollout; TRAIN)
+    next_round: dict[PhaseKind, int]
     started: bool = False  # has any phase started since admission
     started_pools: set[str] = field(default_factory=set)  # pools it has run on
     job_id: str = field(init=False)
@@ -183,14 +192,19 @@ class GroupRuntime:
         started: list[PhaseStart] = []
         # Starting a phase only moves the head of its own pool, so the pools are
         # served one after the other, each until its head cannot start.
+        # A member's turn on the rollout pool is its weight sync (when it has one due)
+        # then its rollout: both are the head's phases of that pool.
         for kind in (PhaseKind.ROLLOUT, PhaseKind.TRAIN):
             while True:
                 head = self._pool_head(kind)
-                if head is None or head.running or head.kind is not kind:
-                    break  # nothing left, or the head's phase is not ready: the pool waits
+                if head is None or head.running:
+                    break  # nothing left, or the head's phase is running: the pool waits
+                phase = head.kind
+                if phase is not kind and (phase is not PhaseKind.SYNC or kind is PhaseKind.TRAIN):
+                    break  # the head's phase on this pool is not ready yet
                 busy = self._busy
                 m = head.member
-                nodes = m.rollout_nodes if kind is PhaseKind.ROLLOUT else m.train_nodes
+                nodes = m.train_nodes if kind is PhaseKind.TRAIN else m.rollout_nodes
                 if any(x in busy for x in nodes):
                     break
                 started.append(self._start(head))
@@ -210,9 +224,15 @@ class GroupRuntime:
         s.running = False
         if kind is PhaseKind.ROLLOUT:
             s.kind = PhaseKind.TRAIN
+        elif kind is PhaseKind.SYNC:
+            s.kind = PhaseKind.ROLLOUT
+            s.iteration += 1
         elif s.iteration + 1 >= s.iterations:
+            # No sync after the last training: no rollout will read those weights.
             del self._members[job_id]
             return FinishResult(job_id, kind, run.iteration, run.nodes, done=True)
+        elif s.member.job.t_sync_s > 0:
+            s.kind = PhaseKind.SYNC  # the sync belongs to the iteration it follows
         else:
             s.kind = PhaseKind.ROLLOUT
             s.iteration += 1
@@ -240,9 +260,10 @@ class GroupRuntime:
         for s in self._members.values():
             if s.running:
                 continue
-            r = s.next_round[s.kind]
+            on_train = s.kind is PhaseKind.TRAIN
+            r = s.next_round[PhaseKind.TRAIN if on_train else PhaseKind.ROLLOUT]
             q = PendingPhase(s.job_id, s.kind, s.iteration, s.member.nodes(s.kind.pool), r)
-            out.append(((r, 0 if s.kind is PhaseKind.ROLLOUT else 1, s.idx), q))
+            out.append(((r, 1 if on_train else 0, s.idx), q))
         return tuple(q for _, q in sorted(out, key=lambda e: e[0]))
 
     def is_idle(self) -> bool:
@@ -343,10 +364,13 @@ class GroupRuntime:
     def _start(self, s: _MemberState) -> PhaseStart:
         kind = s.kind
         is_roll = kind is PhaseKind.ROLLOUT
+        is_sync = kind is PhaseKind.SYNC
         m = s.member
-        nodes = m.rollout_nodes if is_roll else m.train_nodes
+        nodes = m.train_nodes if kind is PhaseKind.TRAIN else m.rollout_nodes
         job_id = s.job_id
-        rnd = s.next_round[kind]
+        # A sync belongs to the meta-iteration of the training it follows and does not
+        # take the member's rollout turn (its rollout starts right after it).
+        rnd = s.next_round[PhaseKind.TRAIN] - 1 if is_sync else s.next_round[kind]
         last, busy = self._last, self._busy
         switch = False
         for x in nodes:
@@ -356,12 +380,13 @@ class GroupRuntime:
             last[x] = job_id
             busy[x] = job_id
         cold = not s.started
-        pool = "rollout" if is_roll else "train"  # Pool values, as in to_dict
+        pool = "train" if kind is PhaseKind.TRAIN else "rollout"  # Pool values, as in to_dict
         first_on_pool = pool not in s.started_pools
         s.started = True
         s.started_pools.add(pool)
         s.running = True
-        s.next_round[kind] = rnd + 1
+        if not is_sync:
+            s.next_round[kind] = rnd + 1
         if is_roll and (self._round is None or rnd > self._round):
             self._round = rnd
         self._running[job_id] = PendingPhase(job_id, kind, s.iteration, nodes, rnd)

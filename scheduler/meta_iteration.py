@@ -15,6 +15,14 @@ instead under-estimated T_meta by up to 10% on long transients. The paper's clos
 form max(T_cycle, T_load) (+ switch overhead) is a lower bound of it, equal in the
 common cases and exceeded (in ~2% of random multi-node groups) when phases on
 different rollout nodes cannot all hide in the bottleneck's bubbles.
+
+Weight sync (`JobProfile.t_sync_s`): a member's turn on the rollout pool is its sync
+phase (the previous iteration's weights) followed at once by its rollout, on the same
+nodes (scheduler.group_runtime), so the arithmetic counts rollout + sync on the
+rollout side (`JobProfile.rollout_pool_max_s`) and in T_solo, and the next member's
+turn on the pool begins no earlier than this member's rollout start (its sync start
++ sync + any switch overhead, which falls on the sync). The first meta-iteration has
+no sync; that changes the transient only, not the growth rate.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ def group_loads(members: Sequence[Member]) -> dict[str, float]:
     load: dict[str, float] = {}
     for m in members:
         for n in m.rollout_nodes:
-            load[n] = load.get(n, 0.0) + m.job.t_roll_max_s
+            load[n] = load.get(n, 0.0) + m.job.rollout_pool_max_s
         for n in m.train_nodes:
             load[n] = load.get(n, 0.0) + m.job.t_train_max_s
     return load
@@ -72,7 +80,7 @@ def round_matrix(members: Sequence[Member], switch_overhead_s: float) -> list[li
     for kind in (PhaseKind.ROLLOUT, PhaseKind.TRAIN):
         for j, m in enumerate(members):
             xs = [index.setdefault(x, len(index)) for x in m.nodes(kind.pool)]
-            phases.append((j, xs, m.job.phase_max_s(kind)))
+            phases.append((j, xs, m.job.pool_max_s(kind.pool)))
     n_nodes = len(index)
     users: list[list[int]] = [[] for _ in range(n_nodes)]
     for j, xs, _ in phases:
@@ -106,7 +114,14 @@ def round_matrix(members: Sequence[Member], switch_overhead_s: float) -> list[li
             free[x] = end
             seen[x] = j
         done[j] = end
-        prev_start[kind] = start
+        sync = members[j].job.t_sync_s if kind is PhaseKind.ROLLOUT else 0.0
+        if sync:
+            # The turn passes on when the member's rollout starts, after its sync
+            # (which carries the switch overhead): see the module docstring.
+            lead = sync + (switch_overhead_s if switch else 0.0)
+            prev_start[kind] = [a + lead for a in start]
+        else:
+            prev_start[kind] = start
     return free + done + [prev_start[PhaseKind.ROLLOUT], prev_start[PhaseKind.TRAIN]]
 
 
@@ -151,8 +166,9 @@ def periodic_meta_length(members: Sequence[Member], switch_overhead_s: float) ->
     index: dict[str, int] = {}
     rnodes = [[index.setdefault(x, len(index)) for x in m.rollout_nodes] for m in members]
     tnodes = [[index.setdefault(x, len(index)) for x in m.train_nodes] for m in members]
-    roll = [m.job.t_roll_max_s for m in members]
+    roll = [m.job.rollout_pool_max_s for m in members]
     train = [m.job.t_train_max_s for m in members]
+    sync = [m.job.t_sync_s for m in members]
     free = [0.0] * len(index)
     last = [-1] * len(index)
     done = [0.0] * n
@@ -175,7 +191,8 @@ def periodic_meta_length(members: Sequence[Member], switch_overhead_s: float) ->
                     free[x] = end
                     last[x] = j
                 done[j] = end
-                prev = start
+                # the rollout pool's turn passes on when the rollout starts, after a sync
+                prev = start + sync[j] + (sw if switch else 0.0) if is_roll and sync[j] else start
             if is_roll:
                 roll_start = prev
             else:

@@ -22,17 +22,26 @@ class Pool(StrEnum):
 
 
 class PhaseKind(StrEnum):
-    """The two phases of an on-policy iteration (sync is folded into training)."""
+    """The phases of an on-policy iteration: rollout, training, then weight sync.
+
+    The sync phase carries the new weights from the trainers to the job's rollout
+    workers; it runs on the job's ROLLOUT nodes (the receivers: trainers send from their
+    offloaded copy, so the training nodes are free when training ends), before the
+    job's next rollout. A job with `t_sync_s == 0` (the default) has no sync phases.
+    """
 
     ROLLOUT = "rollout"
     TRAIN = "train"
+    SYNC = "sync"
 
     @property
     def pool(self) -> Pool:
-        return Pool.ROLLOUT if self is PhaseKind.ROLLOUT else Pool.TRAIN
+        """Return the pool whose nodes run this phase (sync: the rollout pool)."""
+        return Pool.TRAIN if self is PhaseKind.TRAIN else Pool.ROLLOUT
 
     @property
     def next(self) -> PhaseKind:
+        """Return the next phase kind of a job without weight sync (sync: rollout)."""
         return PhaseKind.TRAIN if self is PhaseKind.ROLLOUT else PhaseKind.ROLLOUT
 
 
@@ -125,11 +134,19 @@ class JobProfile:
     # a co-execution group only with jobs of the same time_scale. Not in the trace format:
     # traces and the simulator are all 1.
     time_scale: float = 1.0
+    # Weight sync per iteration, in profile seconds: the sync phase after each training
+    # but the last (nothing reads the last weights), on the job's rollout nodes. Counted
+    # in the iteration (T_solo) and on the rollout side of the meta-iteration.
+    t_sync_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.time_scale) and self.time_scale > 0):
             raise ValueError(
                 f"job {self.id!r}: time_scale must be a finite number > 0, got {self.time_scale!r}"
+            )
+        if not (math.isfinite(self.t_sync_s) and self.t_sync_s >= 0):
+            raise ValueError(
+                f"job {self.id!r}: t_sync_s must be a finite number >= 0, got {self.t_sync_s!r}"
             )
 
     @property
@@ -142,11 +159,25 @@ class JobProfile:
 
     @property
     def t_solo_max_s(self) -> float:
-        """Worst-case solo iteration time T_j^solo, what admission plans with."""
-        return self.t_roll_max_s + self.t_train_max_s
+        """Worst-case solo iteration time T_j^solo (weight sync included), what admission
+        plans with."""
+        return self.t_roll_max_s + self.t_train_max_s + self.t_sync_s
+
+    @property
+    def rollout_pool_max_s(self) -> float:
+        """Return the worst-case time per iteration the job holds its rollout nodes:
+        its rollout plus its weight sync."""
+        return self.t_roll_max_s + self.t_sync_s
+
+    def pool_max_s(self, pool: Pool) -> float:
+        """Return the worst-case time per iteration the job holds its nodes of `pool`."""
+        return self.rollout_pool_max_s if pool is Pool.ROLLOUT else self.t_train_max_s
 
     def phase_max_s(self, kind: PhaseKind) -> float:
-        return self.t_roll_max_s if kind is PhaseKind.ROLLOUT else self.t_train_max_s
+        """Return the worst-case duration of one phase of `kind`."""
+        if kind is PhaseKind.ROLLOUT:
+            return self.t_roll_max_s
+        return self.t_train_max_s if kind is PhaseKind.TRAIN else self.t_sync_s
 
     def gpus(self, pool: Pool) -> int:
         return self.rollout_gpus if pool is Pool.ROLLOUT else self.train_gpus

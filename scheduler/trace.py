@@ -1,5 +1,9 @@
 """Parse and validate workload traces and cluster specs (trace-format.md, v1).
 
+One optional field beyond v1's table: `t_sync_s` (number >= 0, default 0), the job's
+weight-sync seconds per iteration (JobProfile.t_sync_s). v1 readers ignore it as an
+unknown field; a trace without it reads exactly as before.
+
 Both readers validate the whole input before returning anything, so a caller
 never gets half a file: the simulator's command line, the benchmarks and the
 web app's what-if upload all go through `parse_trace_text` / `parse_cluster_json`
@@ -164,6 +168,9 @@ def _parse_job(obj: Mapping[str, Any], line: int, spec: ClusterSpec) -> JobProfi
     host_mem = _number(obj, "host_mem_gb", line, exclusive_minimum=0.0)
     slo = _number(obj, "slo", line, minimum=1.0)
     assert host_mem is not None and slo is not None
+    # An extension of v1 (unknown fields are ignored, so older readers accept it): the
+    # weight sync per iteration, default 0 (no sync phase; every v1 trace as before).
+    sync = _number(obj, "t_sync_s", line, required=False, minimum=0.0)
     return JobProfile(
         id=job_id,
         arrival_s=arrival,
@@ -178,6 +185,7 @@ def _parse_job(obj: Mapping[str, Any], line: int, spec: ClusterSpec) -> JobProfi
         t_train_min_s=train_min,
         tenant=tenant,
         model=model,
+        t_sync_s=sync or 0.0,
     )
 
 
@@ -363,6 +371,8 @@ def job_to_dict(job: JobProfile) -> dict[str, Any]:
     out["slo"] = job.slo
     if job.model:
         out["model"] = job.model
+    if job.t_sync_s:
+        out["t_sync_s"] = job.t_sync_s
     return out
 
 

@@ -213,7 +213,7 @@ def direct_packing_candidates(req: Request, ctx: GroupContext) -> Iterator[Candi
     if len(ctx.rooms) >= n_roll:
         options.append(tuple(sorted(ctx.rooms[:n_roll])))
     for rs in dict.fromkeys(options):
-        lb = max(ctx.bound, max(s.load[x] for x in rs) + req.job.t_roll_max_s)
+        lb = max(ctx.bound, max(s.load[x] for x in rs) + req.job.rollout_pool_max_s)
         if lb <= ctx.tolerance:
             yield Candidate(
                 strategy=Strategy.DIRECT_PACKING,
@@ -241,7 +241,9 @@ def rollout_scaling_candidates(req: Request, ctx: GroupContext) -> Iterator[Cand
         if fresh is None:
             break
         kept = ctx.rooms[:keep]
-        lb = max(ctx.bound, max((s.load[x] for x in kept), default=0.0) + req.job.t_roll_max_s)
+        lb = max(
+            ctx.bound, max((s.load[x] for x in kept), default=0.0) + req.job.rollout_pool_max_s
+        )
         if lb > ctx.tolerance:
             continue
         yield Candidate(
@@ -293,7 +295,7 @@ def check_slo(
     load: dict[str, float] = {}
     for m in members:
         for x in m.rollout_nodes:
-            load[x] = load.get(x, 0.0) + m.job.t_roll_max_s
+            load[x] = load.get(x, 0.0) + m.job.rollout_pool_max_s
         for x in m.train_nodes:
             load[x] = load.get(x, 0.0) + m.job.t_train_max_s
     floor = max(t_cycle, max(load.values()))

@@ -62,7 +62,7 @@ def summarise(group: Group) -> GroupSummary:
         if j.time_scale != scale:
             scale = None  # mixed (formed before the clock rule); stays None
         for x in m.rollout_nodes:
-            load[x] = load.get(x, 0.0) + j.t_roll_max_s
+            load[x] = load.get(x, 0.0) + j.rollout_pool_max_s
             mem[x] = mem.get(x, 0.0) + j.host_mem_gb
         for x in m.train_nodes:
             load[x] = load.get(x, 0.0) + j.t_train_max_s

@@ -132,9 +132,11 @@ class JobRecord:
 
     @property
     def solo_iteration_s(self) -> float:
-        """Mean drawn (rollout + training) duration: the spec's solo iteration time."""
+        """Mean drawn (rollout + training) duration: the spec's solo iteration time,
+        plus the job's weight syncs (one after every training but the last)."""
         n = len(self.roll)
-        return (sum(self.roll) + sum(self.train)) / n
+        syncs = (n - 1) * self.profile.t_sync_s
+        return (sum(self.roll) + sum(self.train) + syncs) / n
 
     @property
     def mean_iteration_s(self) -> float | None:
@@ -359,8 +361,11 @@ class Simulation:
         for start in runtime.start_ready():
             record = self.jobs[start.job_id]
             index = start.iteration
-            draws = record.roll if start.kind is PhaseKind.ROLLOUT else record.train
-            duration = draws[index]
+            if start.kind is PhaseKind.SYNC:
+                duration = record.profile.t_sync_s  # weight sync: not drawn
+            else:
+                draws = record.roll if start.kind is PhaseKind.ROLLOUT else record.train
+                duration = draws[index]
             if start.switch:
                 duration += self.spec.switch_overhead_s
             if self.restart_due:

@@ -129,7 +129,7 @@ class SoloRuntime:
             return []
         self.running = True
         nodes = self.member.train_nodes
-        if self.next_kind is PhaseKind.ROLLOUT and self.member.rollout_nodes:
+        if self.next_kind is not PhaseKind.TRAIN and self.member.rollout_nodes:
             nodes = self.member.rollout_nodes
         return [
             SimplePhaseStart(
@@ -142,13 +142,25 @@ class SoloRuntime:
         ]
 
     def finish(self, job_id: str, kind: PhaseKind) -> SimpleFinish:
-        """End the running phase and queue the next one (or finish the job)."""
+        """End the running phase and queue the next one (or finish the job).
+
+        A job with weight sync on its own rollout nodes (`solo-disagg`) syncs after
+        every training but the last, as in a co-execution group; `colocated` has its
+        weights on the GPUs that train, so it has no sync phase.
+        """
         self.running = False
         if kind is PhaseKind.TRAIN:
-            self.iteration += 1
-            if self.iteration >= self.iterations:
+            if self.iteration + 1 >= self.iterations:
+                self.iteration += 1
                 self.next_kind = None
                 return SimpleFinish(job_id, True)
+            member = self.member
+            if member is not None and member.rollout_nodes and member.job.t_sync_s > 0:
+                self.next_kind = PhaseKind.SYNC  # same iteration, on the rollout nodes
+                return SimpleFinish(job_id, False)
+            self.iteration += 1
+        elif kind is PhaseKind.SYNC:
+            self.iteration += 1
         self.next_kind = kind.next
         return SimpleFinish(job_id, False)
 
