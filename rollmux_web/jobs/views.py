@@ -19,6 +19,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from rollmux_web.accounts.selectors import can_submit, sees_all_tenants, visible_tenants
+from rollmux_web.htmx import HtmxHttpRequest, render_partial
 from rollmux_web.jobs.models import JobStatus
 from rollmux_web.jobs.selectors import (
     DEFAULT_ORDERING,
@@ -34,17 +35,10 @@ from rollmux_web.jobs.spec import BUILTIN_RUNNERS, EXAMPLE_SPEC, SPEC, SPEC_FIEL
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
 
-STOP_POLLING = 286  # htmx stops a polling trigger on this status
-
 
 def _db_text(value: str) -> str:
     # PostgreSQL text cannot hold NUL; a NUL in a filter must not become a 500
     return value.replace("\x00", "")
-
-
-def _is_htmx(request: HttpRequest) -> bool:
-    # django-htmx's middleware sets request.htmx (truthy for htmx requests)
-    return bool(getattr(request, "htmx", False))
 
 
 @dataclass(frozen=True)
@@ -236,7 +230,7 @@ SORTS = (("-submitted", "newest"), ("submitted", "oldest"), ("name", "name"), ("
 
 @login_required
 @require_GET
-def job_list_page(request: HttpRequest) -> HttpResponse:
+def job_list_page(request: HtmxHttpRequest) -> HttpResponse:
     """List visible jobs with status/tenant filters, sorting and pages; rows poll via htmx."""
     errors: list[str] = []  # a bad filter is named, and the list shown without it
     status = choice(request.GET, "status", ["", *JobStatus.values], "", errors)
@@ -262,7 +256,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         "errors": errors,
     }
     status_code = 400 if errors else 200
-    if _is_htmx(request):
+    if request.htmx:
         return render(request, "jobs/list.html#rows", ctx, status=status_code)
     return render(request, "jobs/list.html", ctx, status=status_code)
 
@@ -293,29 +287,31 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
 
 @login_required
 @require_GET
-def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """Show one job; an htmx poll gets the live partial, with 286 once the job has ended."""
     ctx = _detail_context(request, job_id)
-    if _is_htmx(request):
-        status = STOP_POLLING if ctx["job"].is_terminal else 200
-        return render(request, "jobs/detail.html#live", ctx, status=status)
+    if request.htmx:
+        return render_partial(
+            request, "jobs/detail.html#live", ctx, stop_polling=ctx["job"].is_terminal
+        )
     return render(request, "jobs/detail.html", ctx)
 
 
 @login_required
 @require_POST
-def job_cancel_page(request: HttpRequest, job_id: int) -> HttpResponse:
+def job_cancel_page(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """Cancel from the detail page (CSRF-protected POST)."""
     error = ""
     try:
         job_cancel(user=request.user, job_id=job_id)
     except JobRejected as exc:
         error = exc.message
-    if _is_htmx(request):
+    if request.htmx:
         ctx = _detail_context(request, job_id)
         ctx["cancel_error"] = error
-        status = STOP_POLLING if ctx["job"].is_terminal else 200
-        return render(request, "jobs/detail.html#live", ctx, status=status)
+        return render_partial(
+            request, "jobs/detail.html#live", ctx, stop_polling=ctx["job"].is_terminal
+        )
     if error:
         from django.contrib import messages
 
