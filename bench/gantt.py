@@ -258,8 +258,8 @@ def build_jobs(world: Any, jobs: int) -> None:
 
 
 def bench_cost(world: Any) -> None:
-    from rollmux_web.reports.exports import focus_parquet
-    from rollmux_web.reports.selectors import cost_report, focus_rows
+    from rollmux_web.reports.exports import focus_parquet, focus_rows
+    from rollmux_web.reports.selectors import cost_report
 
     build_jobs(world, 10000)
     start, end = date(2026, 3, 1), date(2026, 3, 31)

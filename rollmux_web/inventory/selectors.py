@@ -8,9 +8,9 @@ function, so a price change never alters what past allocations cost.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Count, Q, QuerySet
@@ -90,35 +90,97 @@ def current_prices() -> dict[str, Decimal]:
     return out
 
 
-@dataclass(frozen=True)
+US_PER_HOUR = Decimal(3_600_000_000)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _us(dt: datetime) -> int:
+    return (dt - _EPOCH) // timedelta(microseconds=1)
+
+
 class PriceBook:
-    """Every GPU type's price history loaded once, for reports that price many intervals."""
+    """Price history of every GPU type, loaded once; integrates price x time exactly.
 
-    steps: dict[str, list[PriceStep]]
+    The one price book of the product (the cost report, the overview and any report that
+    prices many intervals). Times are integer epoch microseconds so that a report over
+    many thousands of phases does no datetime or Decimal arithmetic in its inner loop.
+    Before a type's first recorded price its GPUs cost nothing here (there was no price
+    to bill by).
+    """
 
-    def at(self, gpu_type: str, when: datetime) -> Decimal:
-        return step_price_at(self.steps.get(gpu_type, []), when)
+    def __init__(self, rows: Iterable[tuple[int, str, Decimal, datetime]]) -> None:
+        """Build from (type id, type name, price per GPU-hour, effective from) rows, in time order."""
+        self._since_us: dict[int, list[int]] = defaultdict(list)
+        self._price: dict[int, list[Decimal]] = defaultdict(list)
+        self._ids: dict[str, int] = {}
+        for type_id, name, price, since in rows:
+            self._since_us[type_id].append(_us(since))
+            self._price[type_id].append(Decimal(price))
+            self._ids[name] = type_id
 
-    def segments(self, gpu_type: str, start: datetime, end: datetime) -> list[Segment]:
-        return step_segments(self.steps.get(gpu_type, []), start, end)
+    def type_id(self, gpu_type: int | str) -> int:
+        """Return the id of a GPU type given by id or name (-1: no price known)."""
+        return gpu_type if isinstance(gpu_type, int) else self._ids.get(gpu_type, -1)
 
-    def cost(self, gpu_type: str, gpus: int, start: datetime, end: datetime) -> Decimal:
+    def price_at(self, type_id: int, t: datetime) -> Decimal:
+        """Return the price per GPU-hour in force at `t` (0 before the first price)."""
+        i = bisect.bisect_right(self._since_us.get(type_id, []), _us(t)) - 1
+        return self._price[type_id][i] if i >= 0 else Decimal(0)
+
+    def split_us(self, type_id: int, a: int, b: int) -> list[tuple[int, int]]:
+        """Cut [a, b) (epoch microseconds) at price changes: (price index, microseconds)."""
+        since = self._since_us.get(type_id)
+        if not since or b <= a:
+            return []
+        i = bisect.bisect_right(since, a) - 1
+        n = len(since)
+        if i >= 0 and (i + 1 == n or since[i + 1] >= b):
+            return [(i, b - a)]  # the common case: one price throughout
+        out = []
+        for k in range(max(i, 0), n):
+            seg_lo = max(a, since[k])
+            seg_hi = b if k + 1 == n else min(b, since[k + 1])
+            if seg_hi > seg_lo:
+                out.append((k, seg_hi - seg_lo))
+            if seg_hi >= b:
+                break
+        return out
+
+    def flat_index(self, type_id: int, a: int, b: int) -> int | None:
+        """Return the index of the one price in force throughout [a, b), or None.
+
+        None when the price changes inside [a, b) or [a, b) starts before the first
+        price: then spans must be cut with split_us.
+        """
+        since = self._since_us.get(type_id)
+        if not since:
+            return None
+        i = bisect.bisect_right(since, a) - 1
+        return i if i >= 0 and (i + 1 == len(since) or since[i + 1] >= b) else None
+
+    def amount(self, type_id: int, index: int, us: int, gpus: int) -> Decimal:
+        """Return gpus x the index-th price x `us` microseconds, exactly."""
+        return self._price[type_id][index] * us * gpus / US_PER_HOUR
+
+    def cost(self, gpu_type: int | str, gpus: int, start: datetime, end: datetime) -> Decimal:
         """Return the $ cost of `gpus` GPUs held over [start, end) under the price history."""
-        total = Decimal(0)
-        for a, b, price in self.segments(gpu_type, start, end):
-            hours = Decimal((b - a).total_seconds()) / Decimal(3600)
-            total += hours * gpus * price
-        return total
+        type_id = self.type_id(gpu_type)
+        return sum(
+            (
+                self.amount(type_id, i, us, gpus)
+                for i, us in self.split_us(type_id, _us(start), _us(end))
+            ),
+            Decimal(0),
+        )
 
 
 def price_book() -> PriceBook:
     """Return the price history of every GPU type in one query."""
-    steps: dict[str, list[PriceStep]] = {}
-    for name, when, price in GpuPrice.objects.order_by("effective_from").values_list(
-        "gpu_type__name", "effective_from", "price_per_gpu_hour"
-    ):
-        steps.setdefault(name, []).append((when, price))
-    return PriceBook(steps=steps)
+    return PriceBook(
+        GpuPrice.objects.order_by("gpu_type_id", "effective_from").values_list(
+            "gpu_type_id", "gpu_type__name", "price_per_gpu_hour", "effective_from"
+        )
+    )
 
 
 def gpu_type_list() -> QuerySet[GpuType]:

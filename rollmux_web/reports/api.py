@@ -131,7 +131,7 @@ class CostReportApi(APIView):  # type: ignore[misc,unused-ignore]
     def get(self, request: Request) -> Response:
         start, end = _range(request)
         report = selectors.cost_report(user=request.user, start=start, end=end)
-        return Response(selectors.cost_report_json(report))
+        return Response(exports.cost_report_json(report))
 
 
 class ParquetRenderer(BaseRenderer):  # type: ignore[misc,unused-ignore]

@@ -1,9 +1,9 @@
 """The cost report as FinOps FOCUS-style files: CSV and Parquet, the same rows and columns.
 
-Both are written from `selectors.focus_rows`, so a row, a column name and every
+Both are written from `focus_rows`, so a row, a column name and every
 amount are the same in either file. A row's BilledCost is its billed cents: the
 report total's busy cents and idle cents handed out to the rows by largest remainder
-(`selectors.bill_lines`), so the rows add up exactly to the total on the page and in
+(`selectors.cost_figures.bill_lines`), so the rows add up exactly to the total on the page and in
 the API; the per-tenant and per-GPU-type rows there are exact sums rounded once, so the
 rows of one tenant or GPU type can add up to a cent or two off those.
 
@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+from decimal import Decimal
 from typing import Any
 
-from rollmux_web.reports.selectors import FOCUS_COLUMNS, CostReport, focus_rows
+from rollmux_web.reports.selectors.cost import CostReport
+from rollmux_web.reports.selectors.cost_engine import gc_paused
+from rollmux_web.reports.selectors.cost_figures import CostTotals
 from rollmux_web.spreadsheet import csv_safe
 
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
@@ -34,6 +38,137 @@ MONEY_COLUMNS = frozenset({"BilledCost", "EffectiveCost", "ListCost"})
 QUANTITY_COLUMNS = frozenset({"ConsumedQuantity"})
 MONEY_PRECISION, MONEY_SCALE = 18, 2
 QUANTITY_PRECISION, QUANTITY_SCALE = 18, 4
+
+FOCUS_COLUMNS = (
+    "BillingPeriodStart",
+    "BillingPeriodEnd",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "BillingCurrency",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "SubAccountId",
+    "SubAccountName",
+    "ChargeCategory",
+    "ChargeDescription",
+    "Tags",
+)
+
+
+@gc_paused()
+def focus_rows(report: CostReport) -> list[dict[str, str]]:
+    """Return the report as FinOps FOCUS-style rows: per job and GPU type, busy and idle apart."""
+    rows = []
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    period = {
+        "BillingPeriodStart": report.t0.strftime(iso),
+        "BillingPeriodEnd": report.t1.strftime(iso),
+        "ChargePeriodStart": report.t0.strftime(iso),
+        "ChargePeriodEnd": report.t1.strftime(iso),
+    }
+    for ln in report.lines:
+        line = {
+            "ResourceId": f"job-{ln.job_id}/{ln.gpu_type}",
+            "ResourceName": ln.job_name,
+            "ResourceType": f"{ln.gpu_type} GPU",
+            "SubAccountId": str(ln.tenant_id),
+            "SubAccountName": ln.tenant,
+            "ChargeCategory": "Usage",
+        }
+        # Tags is json.dumps({"charge", "gpu_type", "groups", "job_id"}, sort_keys=True):
+        # "charge" sorts first, so the rest is dumped once per line and the charge put before
+        tags_rest = json.dumps(
+            {"gpu_type": ln.gpu_type, "groups": ln.group_ids, "job_id": ln.job_id}, sort_keys=True
+        )[1:]
+        for charge, qty, cost, desc in (
+            ("busy", ln.busy_gpu_hours, ln.busy_cost, "GPU time running the job's phases"),
+            ("idle", ln.idle_gpu_hours, ln.idle_cost, "Idle (bubble) share of allocated nodes"),
+        ):
+            if not qty and not cost:
+                continue
+            money = f"{cost:.2f}"
+            rows.append(
+                {
+                    **period,
+                    "BilledCost": money,
+                    "EffectiveCost": money,
+                    "ListCost": money,
+                    "BillingCurrency": "USD",
+                    "ConsumedQuantity": f"{qty:.4f}",
+                    "ConsumedUnit": "GPU-Hours",
+                    **line,
+                    "ChargeDescription": desc,
+                    "Tags": f'{{"charge": "{charge}", {tags_rest}',
+                }
+            )
+    return rows
+
+
+def _money(v: Decimal) -> str:
+    return f"{v:.2f}"
+
+
+def cost_report_json(report: CostReport) -> dict[str, Any]:
+    """Return the report as JSON-ready data (money as strings with two decimals)."""
+
+    def tot(t: CostTotals) -> dict[str, Any]:
+        return {
+            "key": t.key,
+            "gpu_hours": f"{t.gpu_hours:.4f}",
+            "busy_gpu_hours": f"{t.busy_gpu_hours:.4f}",
+            "idle_gpu_hours": f"{t.idle_gpu_hours:.4f}",
+            "cost": _money(t.cost),
+            "busy_cost": _money(t.busy_cost),
+            "idle_cost": _money(t.idle_cost),
+            "solo_disagg_cost": _money(t.solo_disagg_cost),
+            "colocated_cost": _money(t.colocated_cost),
+            "saving_vs_solo_disagg": _money(t.saving_vs_solo),
+            "saving_vs_colocated": _money(t.saving_vs_colocated),
+        }
+
+    return {
+        "start": report.start.isoformat(),
+        "end": report.end.isoformat(),
+        "currency": "USD",
+        "total": tot(report.total),
+        "by_tenant": [tot(t) for t in report.by_tenant],
+        "by_gpu_type": [tot(t) for t in report.by_gpu_type],
+        "lines": [
+            {
+                "tenant": ln.tenant,
+                "job_id": ln.job_id,
+                "job": ln.job_name,
+                "gpu_type": ln.gpu_type,
+                "groups": ln.group_ids,
+                "gpu_hours": f"{ln.gpu_hours:.4f}",
+                "busy_gpu_hours": f"{ln.busy_gpu_hours:.4f}",
+                "idle_gpu_hours": f"{ln.idle_gpu_hours:.4f}",
+                "cost": _money(ln.cost),
+                "busy_cost": _money(ln.busy_cost),
+                "idle_cost": _money(ln.idle_cost),
+                "solo_disagg_cost": _money(ln.solo_disagg_cost),
+                "colocated_cost": _money(ln.colocated_cost),
+                "saving_vs_solo_disagg": _money(ln.saving_vs_solo),
+                "saving_vs_colocated": _money(ln.saving_vs_colocated),
+            }
+            for ln in report.lines
+        ],
+        "burn_down": [
+            {
+                "tenant": b.tenant,
+                "month": b.month_start.isoformat(),
+                "budget": None if b.budget is None else _money(b.budget),
+                "spent": _money(b.spent),
+            }
+            for b in report.burn_down
+        ],
+    }
 
 
 def focus_filename(report: CostReport, extension: str) -> str:

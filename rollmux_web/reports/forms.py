@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from rollmux_web.reports.selectors import MAX_RANGE_DAYS
+from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS
 
 MAX_TRACE_BYTES = 2 * 1024 * 1024
 

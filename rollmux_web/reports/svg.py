@@ -14,7 +14,7 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
-from rollmux_web.reports.selectors import LANE_H, Timeline
+from rollmux_web.reports.timeline import LANE_H, Timeline
 
 
 def _a(value: object) -> str:
@@ -66,9 +66,10 @@ def timeline_svg(tl: Timeline) -> SafeString:
             f'fill="{agg.fill}" fill-opacity="{agg.opacity}" data-tip="{_a(agg.tip)}"/>'
         )
     for bar in tl.bars:
+        ids = "" if bar.job_id is None else f'data-phase="{bar.phase_id}" data-job="{bar.job_id}" '
         attrs = (
-            f'class="bar {bar.kind}{" running" if bar.running else ""}" data-phase="{bar.phase_id}" '
-            f'data-job="{bar.job_id}" data-tip="{_a(bar.tip)}"'
+            f'class="bar {bar.kind}{" running" if bar.running else ""}" {ids}'
+            f'data-tip="{_a(bar.tip)}"'
         )
         if len(bar.rects) == 1:
             r = bar.rects[0]
@@ -236,17 +237,3 @@ def burn_down_svg(
             )
     out.append("</svg>")
     return mark_safe("".join(out))  # noqa: S308 - every value above is escaped
-
-
-POLICY_COLOURS = {
-    "rollmux": "#2f5bea",
-    "solo-disagg": "#98a2b3",
-    "colocated": "#f79009",
-    "random": "#7a5af8",
-    "greedy-most-idle": "#12b76a",
-    "optimal": "#101828",
-}
-
-
-def policy_colour(name: str) -> str:
-    return POLICY_COLOURS.get(name, "#667085")

@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 
 from rollmux_web.reports.models import WhatIfRun
-from rollmux_web.reports.whatif import (
+from rollmux_web.reports.whatif_runs import (
     TraceInvalid,
     claim_run,
     current_spec,

@@ -11,24 +11,28 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from rollmux_web.accounts.access import group_get_for_user, job_get_for_user
+from rollmux_web.htmx import HtmxHttpRequest, render_partial
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
-from rollmux_web.reports import exports, selectors, svg, whatif
+from rollmux_web.reports import (
+    exports,
+    selectors,
+    svg,
+    whatif_present,
+    whatif_runs,
+    whatif_selectors,
+    whatif_services,
+)
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm
 from rollmux_web.reports.models import WhatIfRun
-
-HTMX_STOP_POLLING = 286  # htmx stops a `hx-trigger="every ..."` poll on this status
-
-
-def _is_htmx(request: HttpRequest) -> bool:
-    return bool(getattr(request, "htmx", False))
 
 
 @login_required
 @require_GET
-def overview(request: HttpRequest) -> HttpResponse:
+def overview(request: HtmxHttpRequest) -> HttpResponse:
     data = selectors.cluster_overview(user=request.user)
-    template = "reports/overview.html#live" if _is_htmx(request) else "reports/overview.html"
+    template = "reports/overview.html#live" if request.htmx else "reports/overview.html"
     return render(request, template, {"o": data})
 
 
@@ -43,7 +47,7 @@ def _width(request: HttpRequest) -> int:
 
 
 def _timeline_page(
-    request: HttpRequest, *, build: Any, template: str, extra: dict[str, Any]
+    request: HtmxHttpRequest, *, build: Any, template: str, extra: dict[str, Any]
 ) -> HttpResponse:
     start, end = request.GET.get("start"), request.GET.get("end")
     error = ""
@@ -54,11 +58,8 @@ def _timeline_page(
         tl = build(start=None, end=None, width=_width(request))
     ctx = {"tl": tl, "chart": svg.timeline_svg(tl), "error": error, **extra}
     ctx["zoom"] = _zoom_links(tl)
-    if _is_htmx(request):
-        response = render(request, f"{template}#chart", ctx)
-        if not tl.live:
-            response.status_code = HTMX_STOP_POLLING
-        return response
+    if request.htmx:
+        return render_partial(request, f"{template}#chart", ctx, stop_polling=not tl.live)
     return render(request, template, ctx)
 
 
@@ -100,8 +101,8 @@ def group_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-def group_timeline(request: HttpRequest, group_id: int) -> HttpResponse:
-    group = selectors.visible_group(user=request.user, group_id=group_id)
+def group_timeline(request: HtmxHttpRequest, group_id: int) -> HttpResponse:
+    group = group_get_for_user(user=request.user, group_id=group_id)
 
     def build(**kw: Any) -> selectors.Timeline:
         return selectors.group_timeline(user=request.user, group_id=group_id, group=group, **kw)
@@ -119,8 +120,8 @@ def group_timeline(request: HttpRequest, group_id: int) -> HttpResponse:
 
 @login_required
 @require_GET
-def job_timeline(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = selectors.visible_job(user=request.user, job_id=job_id)
+def job_timeline(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    job = job_get_for_user(user=request.user, job_id=job_id)
 
     def build(**kw: Any) -> selectors.Timeline:
         return selectors.job_timeline(user=request.user, job_id=job_id, **kw)
@@ -314,7 +315,7 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
         return render(request, "reports/whatif_preview.html", ctx)
     refusal = _quota_refusal(request)
     if refusal:  # the planner's answer would not matter: the submission would be refused
-        ctx["p"] = whatif.Preview(status="REFUSED", reason=refusal)
+        ctx["p"] = whatif_selectors.Preview(status="REFUSED", reason=refusal)
         return render(request, "reports/whatif_preview.html", ctx)
     slo_name = form.cleaned_data.get("slo_class") or ""
     slo = SloClass.objects.filter(name=slo_name).values_list("slowdown", flat=True).first()
@@ -327,7 +328,7 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
         slo = (
             SloClass.objects.order_by("slowdown").values_list("slowdown", flat=True).first() or 1.0
         )
-    ctx["p"] = whatif.whatif_preview(user=request.user, data=form.cleaned_data, slo=slo)
+    ctx["p"] = whatif_selectors.whatif_preview(user=request.user, data=form.cleaned_data, slo=slo)
     return render(request, "reports/whatif_preview.html", ctx)
 
 
@@ -341,19 +342,19 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
             data = form.cleaned_data
             text = data.get("trace_text", "")
             if data["source"] == "queue":
-                text = whatif.queue_trace(user=request.user)
+                text = whatif_selectors.queue_trace(user=request.user)
                 if not text:
                     form.add_error("source", "No job is queued or running: nothing to simulate.")
             if not form.errors:
                 try:
-                    jobs = whatif.validate_trace(text)
-                except whatif.TraceInvalid as exc:
+                    jobs = whatif_runs.validate_trace(text)
+                except whatif_runs.TraceInvalid as exc:
                     form.add_error("trace", f"The trace is not in the format: {exc}")
                 else:
-                    for error in whatif.policy_errors(jobs, list(data["policies"])):
+                    for error in whatif_runs.policy_errors(jobs, list(data["policies"])):
                         form.add_error("policies", error)
             if not form.errors:
-                run = whatif.whatif_start(
+                run = whatif_services.whatif_start(
                     user=request.user,
                     source=data["source"],
                     trace_text=text,
@@ -365,27 +366,29 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
         status = 400
     else:
         form = WhatIfForm()
-    runs = whatif.whatif_runs(user=request.user)
+    runs = whatif_selectors.whatif_runs(user=request.user)
     return render(request, "reports/whatif.html", {"form": form, "runs": runs}, status=status)
 
 
 @login_required
 @require_GET
-def whatif_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = whatif.whatif_run(user=request.user, run_id=run_id)
+def whatif_detail(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+    run = whatif_selectors.whatif_run(user=request.user, run_id=run_id)
     ctx: dict[str, Any] = {"run": run}
     if run.status == WhatIfRun.Status.DONE and run.result:
-        cmp = whatif.compare(run.result)
+        cmp = whatif_present.compare(run.result)
         ctx["cmp"] = cmp
         ctx["charts"] = [
             svg.bar_chart_svg(title, items, unit=unit, fmt=fmt)
             for title, items, unit, fmt in cmp.charts
         ]
-        ctx["table"] = whatif.table(cmp)
-    if _is_htmx(request):
-        response = render(request, "reports/whatif_run.html#progress", ctx)
-        if run.status in (WhatIfRun.Status.DONE, WhatIfRun.Status.FAILED):
-            response.status_code = HTMX_STOP_POLLING
+        ctx["table"] = whatif_present.table(cmp)
+    if request.htmx:
+        finished = run.status in (WhatIfRun.Status.DONE, WhatIfRun.Status.FAILED)
+        response = render_partial(
+            request, "reports/whatif_run.html#progress", ctx, stop_polling=finished
+        )
+        if finished:
             response["HX-Refresh"] = "true"  # show the finished comparison in full
         return response
     return render(request, "reports/whatif_run.html", ctx)

@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
+from rollmux_web.accounts.access import groups_for_user, member_hidden, visible_tenant_ids
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.jobs.models import Job
@@ -41,9 +42,7 @@ def cluster_snapshot() -> ClusterState:
 
 def visible_groups(*, user: Any) -> QuerySet[ExecutionGroup]:
     """Return the groups with at least one member of a tenant the user may see."""
-    return ExecutionGroup.objects.filter(
-        placements__job__tenant__in=visible_tenants(user)
-    ).distinct()
+    return groups_for_user(user=user)
 
 
 def _placements_prefetch() -> Prefetch[Any]:
@@ -87,7 +86,7 @@ def group_get(*, user: Any, group_id: int) -> ExecutionGroup:
 
 def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dict[str, Any]:
     """Return a group as API data: members (others' hidden), nodes and its meta-iteration."""
-    tenant_ids = set(visible_tenants(user).values_list("pk", flat=True))
+    viewer = visible_tenant_ids(user)
     placements = list(group.placements.all())  # type: ignore[attr-defined]
     members = []
     for p in placements:
@@ -98,7 +97,7 @@ def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dic
             "rollout_nodes": sorted(n.name for n in p.rollout_nodes.all()),
             "train_nodes": sorted(n.name for n in p.train_nodes.all()),
         }
-        if p.job.tenant_id in tenant_ids:
+        if not member_hidden(p.job, viewer):
             entry.update(
                 hidden=False,
                 job=p.job.pk,

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rollmux_web.reports.selectors import FOCUS_COLUMNS
+from rollmux_web.reports.exports import FOCUS_COLUMNS
 from tests.reports.builders import allocate, make_group, make_job, phase, place
 
 T0 = datetime(2026, 3, 10, tzinfo=UTC)

@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from rollmux_web.reports.models import WhatIfRun
-from rollmux_web.reports.whatif import whatif_start
+from rollmux_web.reports.whatif_services import whatif_start
 
 SMALL_TRACE = "\n".join(
     json.dumps(j)
@@ -343,7 +343,7 @@ def test_an_empty_upload_gets_one_message(world: Any, client_as: Any) -> None:
 @pytest.mark.django_db
 def test_the_whatif_cluster_is_the_planners(world: Any) -> None:
     from rollmux_web.inventory.models import Node, NodeState
-    from rollmux_web.reports.whatif import current_spec
+    from rollmux_web.reports.whatif_runs import current_spec
     from rollmux_web.workflow.snapshot import cluster_spec
 
     # a drained node still counts (it may take work again), a down one does not

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rollmux_web.reports.whatif import whatif_preview
+from rollmux_web.reports.whatif_selectors import whatif_preview
 from rollmux_web.workflow import converters, services, snapshot
 from rollmux_web.workflow.models import Placement
 from scheduler.planner import place

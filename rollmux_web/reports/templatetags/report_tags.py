@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 
+from rollmux_web.formatting import duration, duration_in
+
 register = template.Library()
 
 
@@ -56,12 +58,9 @@ def hours(value: Any) -> str:
 
 
 @register.filter
-def seconds(value: Any) -> str:
-    if value is None:
+def seconds(value: Any, unit: str = "") -> str:
+    """Format seconds as a duration (`rollmux_web.formatting`), in `unit` when given (a
+    table column's one unit: `{{ v|seconds:unit }}`); None shows a dash."""
+    if value is None or value == "":
         return "—"
-    s = float(value)
-    if s >= 3600:
-        return f"{s / 3600:.2f} h"
-    if s >= 120:
-        return f"{s / 60:.1f} min"
-    return f"{s:.1f} s"
+    return duration_in(float(value), unit) if unit else duration(float(value))

@@ -1,0 +1,33 @@
+"""The one duration formatter of every page, tooltip and chart (seconds in, text out).
+
+A duration shows in the unit that reads best for its size: seconds below 2 minutes,
+minutes below 2 hours, hours below 3 days, then days. A table column shows every cell
+in one unit, that of its longest value (`duration_unit` + `duration_in`), so "3.7 min"
+never stands above "105.0 s".
+"""
+
+from __future__ import annotations
+
+UNITS = (("s", 1.0, 120.0), ("min", 60.0, 7200.0), ("h", 3600.0, 259200.0))
+DAYS = ("days", 86400.0)
+DIGITS = {"s": 1, "min": 1, "h": 2, "days": 1}
+
+
+def duration_unit(longest_s: float) -> tuple[str, float]:
+    """Return (unit, seconds per unit) to show durations up to `longest_s`."""
+    for unit, per, below in UNITS:
+        if abs(longest_s) < below:
+            return unit, per
+    return DAYS
+
+
+def duration_in(seconds: float, unit: str) -> str:
+    """Return `seconds` written in `unit` ("s", "min", "h" or "days"), with the unit."""
+    per = dict((u, p) for u, p, _ in UNITS).get(unit, DAYS[1])
+    return f"{seconds / per:,.{DIGITS.get(unit, 1)}f} {unit}"
+
+
+def duration(seconds: float) -> str:
+    """Return a duration in the unit that reads best for it: "42.0 s", "3.7 min", "2.50 h"."""
+    unit, _ = duration_unit(seconds)
+    return duration_in(seconds, unit)

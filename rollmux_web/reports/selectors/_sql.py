@@ -1,0 +1,105 @@
+"""PostgreSQL helpers of the report selectors: epoch columns, id arrays, node lists.
+
+Parsing tens of thousands of timestamps into aware datetimes dominates a large report,
+so on PostgreSQL the database hands out epoch time. Other databases fall back to
+datetimes, converted by `_time.us` / `epoch`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from django.db import connection
+from django.db.models import BigIntegerField, F, Func, Lookup, Q, TextField
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast
+
+from rollmux_web.reports.selectors._time import EPOCH_DT, exact_seconds
+
+NODES_TXT = Cast("node_names", TextField())  # parsed once per distinct list, not per row
+
+
+def epoch_fields(*, exact: bool) -> tuple[dict[str, Any], tuple[str, str]]:
+    """Return annotations giving started_at/finished_at as epoch numbers, and their names.
+
+    Integer microseconds (exact, for money) or float8 seconds (for chart geometry).
+    """
+    if connection.vendor != "postgresql":
+        return {}, ("started_at", "finished_at")
+
+    def expr(col: str) -> RawSQL:
+        if exact:
+            return RawSQL(f"(EXTRACT(EPOCH FROM {col}) * 1000000)::bigint", ())
+        return RawSQL(f"EXTRACT(EPOCH FROM {col})::float8", ())
+
+    return (
+        {"s_ep": expr("started_at"), "f_ep": expr("finished_at")},
+        ("s_ep", "f_ep"),
+    )
+
+
+class AnyOf(Lookup):  # type: ignore[type-arg]
+    """`column = ANY(%s)`: a set of ids as one array parameter (PostgreSQL).
+
+    A cost report filters on thousands of group ids. As `__in` that is a placeholder
+    per id for Django to build and psycopg to parse (longer than the query runs); as a
+    subquery the plan depends on row estimates, which are far off right after a bulk
+    load (nested loops: seconds instead of milliseconds).
+    """
+
+    lookup_name = "any_of"
+    prepare_rhs = False
+
+    def as_sql(self, compiler: Any, connection: Any) -> Any:
+        lhs, params = self.process_lhs(compiler, connection)
+        # the column's own type: psycopg sends small ids as int2[], and bigint = int2 is a
+        # cross-type operator PostgreSQL cannot hash (a linear search of the array per row)
+        array_type = self.lhs.output_field.db_type(connection)
+        return f"{lhs} = ANY(%s::{array_type}[])", [*params, sorted(self.rhs)]
+
+
+def in_ids(column: str, ids: set[int]) -> Any:
+    """Return a filter `column in ids` (one array parameter on PostgreSQL)."""
+    if connection.vendor == "postgresql":
+        return AnyOf(F(column), ids)
+    return Q(**{f"{column}__in": ids})
+
+
+def us_fields(**columns: str) -> tuple[dict[str, Func], bool]:
+    """Return annotations giving datetime columns as integer epoch microseconds, by alias.
+
+    PostgreSQL only (as `epoch_fields`), and column names qualified by Django, so
+    they can be used on joined querysets. Elsewhere ({}, False): callers read the
+    datetimes and convert them with `_time.us`.
+    """
+    if connection.vendor != "postgresql":
+        return {}, False
+    template = "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint"
+    return {
+        alias: Func(F(column), template=template, output_field=BigIntegerField())
+        for alias, column in columns.items()
+    }, True
+
+
+def epoch(value: Any, *, exact: bool) -> Any:
+    """Return epoch seconds (Decimal if exact, else float) from a datetime or a DB number."""
+    if value is None or isinstance(value, Decimal | float):
+        return value if exact or not isinstance(value, Decimal) else float(value)
+    if isinstance(value, datetime):
+        return exact_seconds(value - EPOCH_DT) if exact else value.timestamp()
+    return Decimal(value) if exact else float(value)
+
+
+@lru_cache(maxsize=4096)
+def nodes(raw: str | None) -> tuple[str, ...]:
+    """Parse a phase's node list (JSON text); a group has few distinct lists."""
+    if not raw:
+        return ()
+    value = json.loads(raw)
+    if isinstance(value, str):  # a JSON string holding the list (double-encoded)
+        value = json.loads(value)
+    return tuple(value)

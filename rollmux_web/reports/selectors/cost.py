@@ -1,0 +1,195 @@
+"""The cost report: lines per job and GPU type, rows per tenant and type, the burn-down.
+
+Phase records and node allocations are the single source of truth. Each figure is
+computed once (money in Decimal, `cost_engine`) and rounded once (`cost_figures`), and
+every page, CSV and API renders from the same result objects, so they agree to the
+cent. The burn-down's "spent" for the report's own month is the tenant row's figure.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from rollmux_web.accounts.access import visible_tenant_ids
+from rollmux_web.accounts.selectors import visible_tenants
+from rollmux_web.inventory.selectors import PriceBook, price_book
+from rollmux_web.quotas.models import Quota
+from rollmux_web.reports.selectors._time import day_range, month_days, now_or
+from rollmux_web.reports.selectors.cost_engine import cost_lines
+from rollmux_web.reports.selectors.cost_figures import (
+    CostLine,
+    CostTotals,
+    bill_lines,
+    cents,
+    sum_lines,
+)
+
+
+@dataclass
+class BurnDown:
+    tenant: str
+    month_start: date
+    budget: Decimal | None
+    spent: Decimal
+    daily_cumulative: list[tuple[date, Decimal]]
+
+    @property
+    def remaining(self) -> Decimal | None:
+        return None if self.budget is None else self.budget - self.spent
+
+    @property
+    def used_share(self) -> float | None:
+        if not self.budget:
+            return None
+        return float(self.spent / self.budget)
+
+
+@dataclass
+class CostReport:
+    start: date
+    end: date
+    t0: datetime
+    t1: datetime
+    lines: list[CostLine]
+    total: CostTotals
+    by_tenant: list[CostTotals]
+    by_gpu_type: list[CostTotals]
+    group_costs: dict[int, Decimal] = field(default_factory=dict)
+    burn_down: list[BurnDown] = field(default_factory=list)
+    # the month the burn-down shows (that of the range's last day, or today's if earlier)
+    # and whether it is still running (then the burn-down is month to date)
+    burn_down_month: date | None = None
+    burn_down_to_date: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not self.lines
+
+
+def _totals(lines: Sequence[CostLine], key: str) -> list[CostTotals]:
+    grouped: dict[str, list[CostLine]] = defaultdict(list)
+    for ln in lines:
+        grouped[ln.tenant if key == "tenant" else ln.gpu_type].append(ln)
+    return [sum_lines(grouped[k], key=k, label=k) for k in sorted(grouped)]
+
+
+def cost_report(
+    *,
+    user: Any,
+    start: date,
+    end: date,
+    now: datetime | None = None,
+    with_burn_down: bool = True,
+) -> CostReport:
+    """Return the cost report for [start, end] (whole UTC days), scoped to the user's tenants."""
+    t0, t1 = day_range(start, end)
+    now_ = now_or(now)
+    tenant_ids = visible_tenant_ids(user)
+    prices = price_book()
+    # when the range starts on the burn-down month's first day and both stop at the same
+    # moment (the default: month to date; or the whole month once it is over), the
+    # burn-down's daily figures come from the report's own pass
+    month_start, _next_month, days = month_days(min(end, now_.date()))
+    shared = with_burn_down and start == month_start and min(t1, now_) == min(days[-1], now_)
+    result = cost_lines(
+        tenant_ids=tenant_ids,
+        t0=t0,
+        t1=t1,
+        now=now_,
+        prices=prices,
+        buckets=days if shared else (),
+        counterfactuals=True,
+    )
+    lines = result.lines
+    total = sum_lines(lines, key="total", label="Total")
+    bill_lines(lines, total)
+    report = CostReport(
+        start=start,
+        end=end,
+        t0=t0,
+        t1=t1,
+        lines=lines,
+        total=total,
+        by_tenant=_totals(lines, "tenant"),
+        by_gpu_type=_totals(lines, "gpu_type"),
+        group_costs=result.group_costs,
+    )
+    if with_burn_down:
+        report.burn_down_month = month_start
+        report.burn_down_to_date = now_ < days[-1]
+        report.burn_down = burn_down(
+            user=user,
+            month_of=min(end, now_.date()),
+            now=now_,
+            prices=prices,
+            per_bucket=result.per_bucket_tenant if shared else None,
+            spent={t.key: t.cost for t in report.by_tenant} if shared else None,
+        )
+    return report
+
+
+def burn_down(
+    *,
+    user: Any,
+    month_of: date,
+    now: datetime | None = None,
+    prices: PriceBook | None = None,
+    per_bucket: dict[tuple[int, int], Decimal] | None = None,
+    spent: dict[str, Decimal] | None = None,
+) -> list[BurnDown]:
+    """Return month-to-date spend per tenant, day by day, against its monthly budgets.
+
+    `per_bucket` ((day index, tenant) -> exact cost) is reused when the caller already
+    computed the month to date with daily buckets; `spent` (tenant name -> the report's
+    tenant row, in cents) is then the figure shown as spent and as the last day's point,
+    so the burn-down and the tenant row on one page are the same number. Otherwise each
+    day's cumulative exact spend is rounded once.
+    """
+    now_ = now_or(now)
+    month_start, _next_month, days = month_days(month_of)
+    if per_bucket is None:
+        per_bucket = cost_lines(
+            tenant_ids=visible_tenant_ids(user),
+            t0=days[0],
+            t1=days[-1],
+            now=now_,
+            prices=prices or price_book(),
+            buckets=days,
+        ).per_bucket_tenant
+    budgets: dict[int, Decimal] = defaultdict(Decimal)
+    has_budget: set[int] = set()
+    for tid, b in Quota.objects.filter(monthly_budget_usd__isnull=False).values_list(
+        "tenant_id", "monthly_budget_usd"
+    ):
+        budgets[tid] += b or Decimal(0)
+        has_budget.add(tid)
+    out = []
+    last_day = min(len(days) - 1, max(0, (now_.date() - month_start).days + 1))
+    for tenant in visible_tenants(user).order_by("name"):
+        cum = Decimal(0)
+        series = []
+        for i in range(last_day):
+            cum += per_bucket.get((i, tenant.pk), Decimal(0))
+            series.append((days[i].date(), cents(cum)))
+        if not cum and tenant.pk not in has_budget:
+            continue  # nothing spent and nothing to burn down
+        total = cents(cum)
+        if spent is not None:
+            total = spent.get(tenant.name, total)
+            if series:
+                series[-1] = (series[-1][0], total)
+        out.append(
+            BurnDown(
+                tenant=tenant.name,
+                month_start=month_start,
+                budget=budgets[tenant.pk] if tenant.pk in has_budget else None,
+                spent=total,
+                daily_cumulative=series,
+            )
+        )
+    return out

@@ -1,0 +1,570 @@
+"""The cost engine: who pays what for every node-second, in two halves.
+
+`fetch_cost_inputs` reads the rows (allocations, members, jobs, pinned nodes, phases)
+from the database; `accumulate` is pure arithmetic over those named rows (exact:
+integer microseconds and Decimal money), testable without a database. `cost_lines`
+runs both.
+
+Cost split inside a co-execution group (documented on the cost page too):
+1. a node costs its GPUs x price (price history) for every second it is allocated
+   to the group, busy or idle;
+2. each member pays the busy time of its own phases on that node;
+3. the node's idle (bubble) time is shared by the members pinned to the node, in
+   proportion to how long each was a member while the node was allocated (so at
+   any moment the members present share evenly);
+4. nothing is rounded here: every line carries its exact amounts (cost_figures rounds).
+"""
+
+from __future__ import annotations
+
+import gc
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import NamedTuple
+
+from django.db.models import Q
+
+from rollmux_web.inventory.models import Cluster, GpuType, PoolKind
+from rollmux_web.inventory.selectors import PriceBook
+from rollmux_web.reports.intervals import clip
+from rollmux_web.reports.selectors._sql import NODES_TXT, epoch_fields, in_ids, nodes, us_fields
+from rollmux_web.reports.selectors._time import MICRO, us
+from rollmux_web.reports.selectors.cost_figures import (
+    HOUR,
+    ZERO,
+    CostFigures,
+    CostLine,
+    cents,
+    hq,
+)
+from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, Placement
+
+
+class AllocRow(NamedTuple):
+    """A node allocated to a group over [start_us, end_us) (end None: still allocated)."""
+
+    group_id: int
+    node_id: int
+    node_name: str
+    gpus: int
+    gpu_type_id: int
+    start_us: int
+    end_us: int | None
+
+
+class MemberRow(NamedTuple):
+    """A placement: the job's membership of a group over [joined_us, left_us)."""
+
+    placement_id: int
+    group_id: int
+    job_id: int
+    joined_us: int
+    left_us: int  # now for a member still in the group
+
+
+class JobRow(NamedTuple):
+    job_id: int
+    name: str
+    tenant_id: int
+    tenant: str
+    rollout_gpus: int
+    train_gpus: int
+
+
+class PhaseSpan(NamedTuple):
+    """A phase record on its nodes over [start_us, end_us) (end None: still running)."""
+
+    group_id: int
+    job_id: int
+    nodes: tuple[str, ...]
+    start_us: int
+    end_us: int | None
+
+
+@dataclass
+class CostInputs:
+    """Everything the accumulator reads, as the database gave it."""
+
+    allocs: list[AllocRow]
+    members: list[MemberRow]
+    jobs: dict[int, JobRow]
+    pinned: dict[int, set[int]]  # node id -> ids of the placements pinned to it
+    type_names: dict[int, str]
+    rollout_type: int | None
+    train_type: int | None
+    phases: Iterable[PhaseSpan]
+
+
+@dataclass(frozen=True)
+class CostWindow:
+    """[lo, hi) and now in epoch microseconds; optional bucket boundaries (days)."""
+
+    lo: int
+    hi: int
+    now_us: int
+    buckets_us: Sequence[int] = ()
+
+
+@dataclass
+class CostResult:
+    lines: list[CostLine] = field(default_factory=list)  # exact figures, sorted
+    group_costs: dict[int, Decimal] = field(default_factory=dict)  # in cents
+    per_bucket_tenant: dict[tuple[int, int], Decimal] = field(default_factory=dict)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a report builds its many small objects.
+
+    A month of 10,000 jobs makes hundreds of thousands of tuples, dicts and lines, none
+    of them garbage in a cycle, and the collector kept scanning them all: a third of
+    the report's time. Reference counting frees memory as usual; the collector runs
+    again afterwards (if it was on: a caller that turned it off keeps it off).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+def _pool_types() -> tuple[int | None, int | None]:
+    """Return the GPU type ids of the rollout pool and the training pool."""
+    kinds = dict(Cluster.objects.order_by("-id").values_list("kind", "gpu_type_id"))
+    return kinds.get(PoolKind.ROLLOUT), kinds.get(PoolKind.TRAIN)
+
+
+def fetch_cost_inputs(
+    *, tenant_ids: set[int] | None, t0: datetime, hi_dt: datetime, now_us: int
+) -> CostInputs | None:
+    """Read the rows of [t0, hi_dt): None when no group was allocated in it.
+
+    1. groups in scope: allocated in the range and (for a researcher) with a visible
+    member; 2. their members with their jobs, and the nodes they are pinned to; the
+    phases come as a lazy iterator (tens of thousands of rows, read in chunks).
+    """
+    alloc_qs = NodeAllocation.objects.filter(start__lt=hi_dt).filter(
+        Q(end__gt=t0) | Q(end__isnull=True)
+    )
+    if tenant_ids is not None:
+        alloc_qs = alloc_qs.filter(group__placements__job__tenant_id__in=tenant_ids).distinct()
+    ann, native = us_fields(a_us="start", b_us="end")
+    cols = ("group_id", "node_id", "node__name", "node__gpus", "node__gpu_type_id")
+    allocs = [
+        AllocRow._make(r if native else (*r[:5], us(r[5]), None if r[6] is None else us(r[6])))
+        for r in (
+            alloc_qs.annotate(**ann).values_list(*cols, *ann)
+            if native
+            else alloc_qs.values_list(*cols, "start", "end")
+        )
+    ]
+    group_ids = {a.group_id for a in allocs}
+    if not group_ids:
+        return None
+    ann, _ = us_fields(c_us="created_at", e_us="ended_at")
+    job_cols = ("job__name", "job__tenant_id", "job__tenant__name")
+    gpu_cols = ("job__rollout_gpus", "job__train_gpus")
+    members: list[MemberRow] = []
+    jobs: dict[int, JobRow] = {}
+    for pl_id, gid, jid, created, ended, *job in (
+        Placement.objects.filter(in_ids("group_id", group_ids))
+        .annotate(**ann)
+        .values_list(
+            "id", "group_id", "job_id", *(ann or ("created_at", "ended_at")), *job_cols, *gpu_cols
+        )
+    ):
+        if not native:
+            created, ended = us(created), None if ended is None else us(ended)
+        members.append(MemberRow(pl_id, gid, jid, created, now_us if ended is None else ended))
+        jobs[jid] = JobRow(jid, *job)
+    pinned: dict[int, set[int]] = defaultdict(set)
+    for through in (Placement.rollout_nodes.through, Placement.train_nodes.through):
+        for pl_id, node_id in through.objects.filter(
+            in_ids("placement__group_id", group_ids)
+        ).values_list("placement_id", "node_id"):
+            pinned[node_id].add(pl_id)
+    rollout_type, train_type = _pool_types()
+    return CostInputs(
+        allocs=allocs,
+        members=members,
+        jobs=jobs,
+        pinned=pinned,
+        type_names=dict(GpuType.objects.values_list("id", "name")),
+        rollout_type=rollout_type,
+        train_type=train_type,
+        phases=_phase_spans(group_ids, t0, hi_dt, native=native),
+    )
+
+
+def _phase_spans(
+    group_ids: set[int], t0: datetime, hi_dt: datetime, *, native: bool
+) -> Iterator[PhaseSpan]:
+    annotations, (s_col, f_col) = epoch_fields(exact=True)
+    rows = (
+        PhaseRecord.objects.filter(in_ids("group_id", group_ids), started_at__isnull=False)
+        .filter(started_at__lt=hi_dt)
+        .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
+        .annotate(nodes_txt=NODES_TXT, **annotations)
+        .values_list("group_id", "job_id", "nodes_txt", s_col, f_col)
+    )
+    for gid, jid, raw, s, f in rows.iterator(chunk_size=5000):
+        if native:
+            yield PhaseSpan(gid, jid, nodes(raw), s, f)
+        else:
+            yield PhaseSpan(gid, jid, nodes(raw), us(s), None if f is None else us(f))
+
+
+# --------------------------------------------------------------------------- accumulate
+
+
+def split_buckets(
+    span: tuple[int, int], buckets: Sequence[int]
+) -> list[tuple[int, tuple[int, int]]]:
+    """Cut a span at bucket boundaries: (bucket index, sub-span) pairs."""
+    if not buckets:
+        return []
+    a, b = span
+    out = []
+    for i in range(max(0, bisect_right(buckets, a) - 1), len(buckets) - 1):
+        lo, hi = buckets[i], buckets[i + 1]
+        if lo >= b:
+            break
+        if hi > a:
+            out.append((i, (max(a, lo), min(b, hi))))
+    return out
+
+
+@dataclass
+class _Micros:
+    """Microseconds per key, before pricing (step 3 and 4 of `accumulate`)."""
+
+    node_info: dict[tuple[int, str], tuple[int, int, int]] = field(default_factory=dict)
+    node_meta: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> gpus, type
+    alloc_spans: dict[tuple[int, int], list[tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    alloc: dict[tuple[int, int, int], int] = field(default_factory=lambda: defaultdict(int))
+    bucket_alloc: dict[tuple[int, int, int, int], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
+    busy: dict[tuple[int, int, int, int], int] = field(default_factory=lambda: defaultdict(int))
+    bucket_busy: dict[tuple[int, int, int, int, int], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
+    cf_roll: dict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
+    cf_train: dict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
+
+
+def _allocated_time(inputs: CostInputs, w: CostWindow, prices: PriceBook, m: _Micros) -> None:
+    """3. allocated time per (group, node), cut at price changes (and buckets)."""
+    for gid, nid, name, gpus, tid, a, b in inputs.allocs:
+        c = clip(a, b, w.lo, w.hi)
+        if not c:
+            continue
+        m.node_info[(gid, name)] = (nid, gpus, tid)
+        m.node_meta[nid] = (gpus, tid)
+        m.alloc_spans[(gid, nid)].append(c)
+        for seg, t in prices.split_us(tid, *c):
+            m.alloc[(gid, nid, seg)] += t
+        for bi, piece in split_buckets(c, w.buckets_us):
+            for seg, t in prices.split_us(tid, *piece):
+                m.bucket_alloc[(bi, gid, nid, seg)] += t
+
+
+def _busy_time(
+    inputs: CostInputs, w: CostWindow, prices: PriceBook, m: _Micros, *, with_cf: bool
+) -> None:
+    """4. busy time per (group, node, job) from the phases, and the counterfactuals' time.
+
+    The common case (one price over the range, a phase inside one bucket) is written
+    out inline: this loop runs once per phase record and node.
+    """
+    lo, hi, buckets_us = w.lo, w.hi, w.buckets_us
+    last_bucket = len(buckets_us) - 1
+    # a GPU type whose price does not change inside the range needs no cutting per phase
+    flat = {tid: prices.flat_index(tid, lo, hi) for tid in inputs.type_names}
+    rollout_type, train_type = inputs.rollout_type, inputs.train_type
+    roll_flat = None if rollout_type is None else flat.get(rollout_type)
+    train_flat = None if train_type is None else flat.get(train_type)
+    node_info, busy_us, bucket_busy_us = m.node_info, m.busy, m.bucket_busy
+    cf_roll_us, cf_train_us = m.cf_roll, m.cf_train
+    pieces: Sequence[tuple[int, tuple[int, int]]] = ()
+    for gid, jid, phase_nodes, s, f in inputs.phases:
+        pa = s if s > lo else lo
+        pb = hi if f is None or f > hi else f
+        if pb <= pa:
+            continue
+        if buckets_us:
+            bi = bisect_right(buckets_us, pa) - 1
+            if 0 <= bi < last_bucket and pb <= buckets_us[bi + 1]:
+                pieces = ((bi, (pa, pb)),)
+            else:
+                pieces = split_buckets((pa, pb), buckets_us)
+        for name in phase_nodes:
+            info = node_info.get((gid, name))
+            if info is None:
+                continue  # not allocated to this group in the range: costs nothing here
+            nid, _gpus, tid = info
+            one_price = flat.get(tid)
+            if one_price is not None:
+                busy_us[(gid, nid, jid, one_price)] += pb - pa
+                for bi, (a, b) in pieces:
+                    bucket_busy_us[(bi, gid, nid, jid, one_price)] += b - a
+                continue
+            for seg, t in prices.split_us(tid, pa, pb):
+                busy_us[(gid, nid, jid, seg)] += t
+            for bi, (a, b) in pieces:
+                for seg, t in prices.split_us(tid, a, b):
+                    bucket_busy_us[(bi, gid, nid, jid, seg)] += t
+        # counterfactuals for the same work: alone, the job holds both its pools for
+        # the duration of every one of its phases (trace-format.md, "Baselines")
+        if with_cf:
+            if roll_flat is not None:
+                cf_roll_us[(jid, roll_flat)] += pb - pa
+            elif rollout_type is not None:
+                for seg, t in prices.split_us(rollout_type, pa, pb):
+                    cf_roll_us[(jid, seg)] += t
+            if train_flat is not None:
+                cf_train_us[(jid, train_flat)] += pb - pa
+            elif train_type is not None:
+                for seg, t in prices.split_us(train_type, pa, pb):
+                    cf_train_us[(jid, seg)] += t
+
+
+@dataclass
+class _Money:
+    """Step 4b: microseconds x price, once per key (Decimal: exact to the cent and beyond)."""
+
+    alloc: dict[tuple[int, int], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    group: dict[int, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    busy_s: dict[tuple[int, int, int], Decimal] = field(
+        default_factory=lambda: defaultdict(Decimal)
+    )
+    busy: dict[tuple[int, int, int], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    bucket_alloc: dict[tuple[int, int], dict[int, Decimal]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Decimal))
+    )
+    bucket_busy: dict[tuple[int, int, int, int], Decimal] = field(
+        default_factory=lambda: defaultdict(Decimal)
+    )
+    cf_solo: dict[tuple[int, int], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    cf_coloc: dict[tuple[int, int], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+
+
+def _price(inputs: CostInputs, m: _Micros, prices: PriceBook) -> _Money:
+    """4b. price every microsecond count once per key."""
+    out = _Money()
+    for (gid, nid, seg), t in m.alloc.items():
+        gpus, tid = m.node_meta[nid]
+        amount = prices.amount(tid, seg, t, gpus)
+        out.alloc[(gid, nid)] += amount
+        out.group[gid] += amount
+    for (gid, nid, jid, seg), t in m.busy.items():
+        gpus, tid = m.node_meta[nid]
+        out.busy[(gid, nid, jid)] += prices.amount(tid, seg, t, gpus)
+        out.busy_s[(gid, nid, jid)] += t / MICRO
+    # (group, node) -> bucket -> allocated cost: only the buckets a node was allocated in
+    for (bi, gid, nid, seg), t in m.bucket_alloc.items():
+        gpus, tid = m.node_meta[nid]
+        out.bucket_alloc[(gid, nid)][bi] += prices.amount(tid, seg, t, gpus)
+    for (bi, gid, nid, jid, seg), t in m.bucket_busy.items():
+        gpus, tid = m.node_meta[nid]
+        out.bucket_busy[(bi, gid, nid, jid)] += prices.amount(tid, seg, t, gpus)
+    roll, train = inputs.rollout_type, inputs.train_type
+    for (jid, seg), t in m.cf_roll.items():
+        job = inputs.jobs.get(jid)
+        if job is not None and roll is not None:
+            out.cf_solo[(jid, roll)] += prices.amount(roll, seg, t, job.rollout_gpus)
+    for (jid, seg), t in m.cf_train.items():
+        job = inputs.jobs.get(jid)
+        if job is not None and train is not None:
+            part = prices.amount(train, seg, t, job.train_gpus)
+            out.cf_solo[(jid, train)] += part
+            out.cf_coloc[(jid, train)] += part
+    return out
+
+
+def _idle_weights(
+    members: list[MemberRow], pinned_placements: set[int], spans: list[tuple[int, int]]
+) -> dict[int, int]:
+    """Weight each job by its membership time (microseconds) overlapping the node's allocation."""
+    candidates = [mb for mb in members if mb.placement_id in pinned_placements] or members
+    weights: dict[int, int] = defaultdict(int)
+    for _pl, _gid, jid, joined, left in candidates:
+        for a, b in spans:
+            overlap = min(left, b) - max(joined, a)
+            if overlap > 0:
+                weights[jid] += overlap
+    return {j: w for j, w in weights.items() if w > 0}
+
+
+@dataclass
+class _Shares:
+    """Step 5's output: exact cost and GPU-hours per (job, GPU type, busy|idle)."""
+
+    parts: dict[int, dict[tuple[int, int, str], Decimal]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Decimal))
+    )  # group -> (job, type, busy|idle) -> exact cost
+    hours: dict[tuple[int, int, str], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    bucket_job: dict[tuple[int, int], Decimal] = field(
+        default_factory=lambda: defaultdict(Decimal)
+    )  # (bucket, job) -> exact cost
+
+
+def _share_nodes(inputs: CostInputs, m: _Micros, money: _Money, *, with_buckets: bool) -> _Shares:
+    """5. busy cost to the phases' jobs, each node's idle cost among the members pinned to it."""
+    out = _Shares()
+    by_group: dict[int, list[MemberRow]] = defaultdict(list)
+    for mb in inputs.members:
+        by_group[mb.group_id].append(mb)
+    busy_by_node: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for gid, nid, jid in money.busy_s:
+        busy_by_node[(gid, nid)].append(jid)
+    for (gid, nid), spans in m.alloc_spans.items():
+        gpus, tid = m.node_meta[nid]
+        total_alloc = money.alloc[(gid, nid)]
+        alloc_sec = sum(b - a for a, b in spans) / MICRO
+        jobs_busy = busy_by_node.get((gid, nid), [])
+        busy_sum = sum((money.busy[(gid, nid, j)] for j in jobs_busy), Decimal(0))
+        busy_sec_sum = sum((money.busy_s[(gid, nid, j)] for j in jobs_busy), Decimal(0))
+        # phases overlapping on one node (should not happen) must not charge more than
+        # the allocation: scale busy down so busy + idle = allocated, always
+        # (x * 1 is x exactly: the usual case skips the multiplication)
+        shrink = total_alloc / busy_sum if busy_sum > total_alloc and busy_sum > 0 else None
+        shrink_s = alloc_sec / busy_sec_sum if busy_sec_sum > alloc_sec and busy_sec_sum else None
+        gparts = out.parts[gid]
+        for j in jobs_busy:
+            cost, sec = money.busy[(gid, nid, j)], money.busy_s[(gid, nid, j)]
+            gparts[(j, tid, "busy")] += cost if shrink is None else cost * shrink
+            out.hours[(j, tid, "busy")] += (
+                (sec if shrink_s is None else sec * shrink_s) * gpus / HOUR
+            )
+        idle_cost = total_alloc - min(busy_sum, total_alloc)
+        idle_sec = alloc_sec - min(busy_sec_sum, alloc_sec)
+        weights = _idle_weights(by_group.get(gid, []), inputs.pinned.get(nid, set()), spans)
+        if not weights and jobs_busy:
+            weights = {j: 1 for j in jobs_busy}
+        wsum = sum(weights.values())
+        for j, wt in weights.items():
+            gparts[(j, tid, "idle")] += idle_cost * wt / wsum
+            out.hours[(j, tid, "idle")] += idle_sec * wt / wsum * gpus / HOUR
+        if with_buckets:
+            for bi, b_alloc in sorted(money.bucket_alloc.get((gid, nid), {}).items()):
+                if not b_alloc:
+                    continue
+                b_busy = {j: money.bucket_busy.get((bi, gid, nid, j), ZERO) for j in jobs_busy}
+                b_idle = b_alloc - min(sum(b_busy.values(), ZERO), b_alloc)
+                for j, v in b_busy.items():
+                    out.bucket_job[(bi, j)] += v
+                for j, wt in weights.items():
+                    out.bucket_job[(bi, j)] += b_idle * wt / wsum
+    return out
+
+
+def _lines(
+    inputs: CostInputs, money: _Money, shares: _Shares, tenant_ids: set[int] | None
+) -> list[CostLine]:
+    """6-7. exact amounts per (job, GPU type): a line per visible tenant's job and type."""
+    exact_parts: dict[tuple[int, int, str], Decimal] = defaultdict(Decimal)
+    line_groups: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for gid, gparts in shares.parts.items():
+        for k, v in gparts.items():
+            exact_parts[k] += v
+            line_groups[(k[0], k[1])].add(gid)
+    lines = []
+    for jid, tid in sorted(set(line_groups) | set(money.cf_solo)):
+        job = inputs.jobs.get(jid)
+        if job is None or (tenant_ids is not None and job.tenant_id not in tenant_ids):
+            continue
+        busy_h = shares.hours.get((jid, tid, "busy"), ZERO)
+        idle_h = shares.hours.get((jid, tid, "idle"), ZERO)
+        lines.append(
+            CostLine(
+                tenant_id=job.tenant_id,
+                tenant=job.tenant,
+                job_id=jid,
+                job_name=job.name,
+                gpu_type=inputs.type_names.get(tid, str(tid)),
+                group_ids=sorted(line_groups.get((jid, tid), ())),
+                busy_gpu_hours=hq(busy_h),
+                idle_gpu_hours=hq(idle_h),
+                exact=CostFigures(
+                    busy_gpu_hours=busy_h,
+                    idle_gpu_hours=idle_h,
+                    busy_cost=exact_parts.get((jid, tid, "busy"), ZERO),
+                    idle_cost=exact_parts.get((jid, tid, "idle"), ZERO),
+                    solo_disagg_cost=money.cf_solo.get((jid, tid), ZERO),
+                    colocated_cost=money.cf_coloc.get((jid, tid), ZERO),
+                ),
+            )
+        )
+    lines.sort(key=lambda ln: (ln.tenant, ln.job_name, ln.job_id, ln.gpu_type))
+    return lines
+
+
+def accumulate(
+    inputs: CostInputs,
+    window: CostWindow,
+    prices: PriceBook,
+    *,
+    tenant_ids: set[int] | None,
+    with_cf: bool,
+) -> CostResult:
+    """Return the exact cost lines of [window.lo, window.hi) from the rows (pure).
+
+    3. allocated time per node and price; 4. busy time per node, job and price (and the
+    counterfactuals'), 4b. priced once per key; 5. idle cost shared among the members
+    pinned to each node; 6-7. lines for visible tenants, group totals in cents and, with
+    buckets, each (bucket, tenant)'s exact cost.
+    """
+    m = _Micros()
+    _allocated_time(inputs, window, prices, m)
+    _busy_time(inputs, window, prices, m, with_cf=with_cf)
+    money = _price(inputs, m, prices)
+    shares = _share_nodes(inputs, m, money, with_buckets=bool(window.buckets_us))
+    per_bucket: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
+    for (bi, jid), v in shares.bucket_job.items():
+        job = inputs.jobs.get(jid)
+        if job is not None and (tenant_ids is None or job.tenant_id in tenant_ids):
+            per_bucket[(bi, job.tenant_id)] += v
+    return CostResult(
+        lines=_lines(inputs, money, shares, tenant_ids),
+        group_costs={gid: cents(exact) for gid, exact in money.group.items()},
+        per_bucket_tenant=dict(per_bucket),
+    )
+
+
+@gc_paused()
+def cost_lines(
+    *,
+    tenant_ids: set[int] | None,
+    t0: datetime,
+    t1: datetime,
+    now: datetime,
+    prices: PriceBook,
+    buckets: Sequence[datetime] = (),
+    counterfactuals: bool | None = None,
+) -> CostResult:
+    """Compute cost lines over [t0, t1); also per (bucket, tenant) costs when buckets are given."""
+    hi_dt = min(t1, now)
+    if hi_dt <= t0:
+        return CostResult()
+    with_cf = not buckets if counterfactuals is None else counterfactuals  # none for burn-down
+    # integer microseconds since the epoch: exact, and much cheaper than Decimal per phase
+    window = CostWindow(
+        lo=us(t0), hi=us(hi_dt), now_us=us(now), buckets_us=[us(b) for b in buckets]
+    )
+    inputs = fetch_cost_inputs(tenant_ids=tenant_ids, t0=t0, hi_dt=hi_dt, now_us=window.now_us)
+    if inputs is None:
+        return CostResult()
+    return accumulate(inputs, window, prices, tenant_ids=tenant_ids, with_cf=with_cf)

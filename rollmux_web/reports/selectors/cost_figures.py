@@ -1,0 +1,165 @@
+"""The cost report's figures and its rounding rule (once, from exact values).
+
+- a row (total, per tenant, per GPU type): its cost is its exact sum rounded half-up to
+  the cent; its busy and idle columns are that cost split by largest remainder (so
+  busy + idle = cost in every row); counterfactuals are exact sums rounded once, and a
+  saving is the difference of the two figures shown;
+- the per-job lines are billing lines (page, API, FOCUS CSV and Parquet alike): the
+  total's busy cents and idle cents are each handed out to the lines by largest
+  remainder, so the lines add up exactly to the total in every file; a line can differ
+  by a cent from its own exact amount rounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from decimal import ROUND_HALF_UP, Decimal
+
+CENT = Decimal("0.01")
+HOURS_Q = Decimal("0.0001")  # GPU-hours are shown to four decimals
+ZERO = Decimal(0)
+HOUR = Decimal(3600)
+
+
+@dataclass(kw_only=True)
+class CostFigures:
+    """The money and GPU-hour columns every cost row and total carries."""
+
+    busy_gpu_hours: Decimal = Decimal(0)
+    idle_gpu_hours: Decimal = Decimal(0)
+    busy_cost: Decimal = Decimal(0)
+    idle_cost: Decimal = Decimal(0)
+    solo_disagg_cost: Decimal = Decimal(0)
+    colocated_cost: Decimal = Decimal(0)
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return self.busy_gpu_hours + self.idle_gpu_hours
+
+    @property
+    def cost(self) -> Decimal:
+        return self.busy_cost + self.idle_cost
+
+    @property
+    def saving_vs_solo(self) -> Decimal:
+        return self.solo_disagg_cost - self.cost
+
+    @property
+    def saving_vs_colocated(self) -> Decimal:
+        return self.colocated_cost - self.cost
+
+
+FIGURE_COLUMNS = tuple(f.name for f in fields(CostFigures))
+
+
+def hq(hours: Decimal) -> Decimal:
+    """Round GPU-hours once, half-up, to the four decimals shown."""
+    return hours.quantize(HOURS_Q, rounding=ROUND_HALF_UP)
+
+
+def cents(amount: Decimal) -> Decimal:
+    """Round money once, half-up, to the cent."""
+    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def apportion(total: Decimal, parts: Sequence[Decimal]) -> list[Decimal]:
+    """Round `parts` to cents so they add up exactly to `total` rounded to cents.
+
+    Largest remainder: floor every part to the cent, then give the missing cents to
+    the parts that lost the most.
+    """
+    target = total.quantize(CENT, rounding=ROUND_HALF_UP)
+    floors = [(p / CENT).to_integral_value(rounding="ROUND_FLOOR") * CENT for p in parts]
+    missing = int(((target - sum(floors, Decimal(0))) / CENT).to_integral_value())
+    out = list(floors)
+    if not missing:
+        return out
+    order = sorted(range(len(parts)), key=lambda i: parts[i] - floors[i], reverse=True)
+    if missing > 0:
+        for i in order[:missing]:
+            out[i] += CENT
+    else:
+        for i in list(reversed(order))[:-missing]:
+            out[i] -= CENT
+    return out
+
+
+@dataclass(kw_only=True)
+class Rounded(CostFigures):
+    """Figures shown in cents (and GPU-hours to 4 decimals) with the exact ones they came from."""
+
+    exact: CostFigures = field(default_factory=CostFigures)
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return hq(self.exact.gpu_hours)
+
+
+@dataclass(kw_only=True)
+class CostLine(Rounded):
+    """One job on one GPU type over the range: a billing line.
+
+    `exact` holds the unrounded amounts; busy_cost and idle_cost are the billed cents
+    (the total's cents handed out by largest remainder, see bill_lines); the
+    counterfactuals are the exact ones rounded once.
+    """
+
+    tenant_id: int
+    tenant: str
+    job_id: int
+    job_name: str
+    gpu_type: str
+    group_ids: list[int]
+
+
+@dataclass(kw_only=True)
+class CostTotals(Rounded):
+    """A row of sums: exact sums of the lines, rounded once (see sum_lines)."""
+
+    key: str
+    label: str
+
+
+def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
+    """Return the row of `lines`: exact column sums, each rounded once.
+
+    cost = the exact sum rounded half-up to the cent; busy and idle are that cost split
+    by largest remainder (busy + idle = cost); GPU-hours to four decimals; the
+    counterfactuals rounded once.
+    """
+    exact = CostFigures(
+        **{
+            column: sum((getattr(ln.exact, column) for ln in lines), Decimal(0))
+            for column in FIGURE_COLUMNS
+        }
+    )
+    busy, idle = apportion(exact.cost, [exact.busy_cost, exact.idle_cost])
+    return CostTotals(
+        key=key,
+        label=label,
+        exact=exact,
+        busy_gpu_hours=hq(exact.busy_gpu_hours),
+        idle_gpu_hours=hq(exact.idle_gpu_hours),
+        busy_cost=busy,
+        idle_cost=idle,
+        solo_disagg_cost=cents(exact.solo_disagg_cost),
+        colocated_cost=cents(exact.colocated_cost),
+    )
+
+
+def bill_lines(lines: Sequence[CostLine], total: CostTotals) -> None:
+    """Set every line's busy and idle cents so each column adds up to the total's.
+
+    Largest remainder per column: each line gets its exact amount floored to the cent,
+    and the cents still missing to the total's figure go to the lines that lost the
+    most (ties in line order). A line is never more than a cent from its exact amount.
+    The counterfactuals are each line's exact amount rounded once.
+    """
+    for column, target in (("busy_cost", total.busy_cost), ("idle_cost", total.idle_cost)):
+        exact = [getattr(ln.exact, column) for ln in lines]
+        for ln, billed in zip(lines, apportion(target, exact), strict=True):
+            setattr(ln, column, billed)
+    for ln in lines:
+        ln.solo_disagg_cost = cents(ln.exact.solo_disagg_cost)
+        ln.colocated_cost = cents(ln.exact.colocated_cost)

@@ -1,0 +1,93 @@
+"""The groups list and a group's member rows, other tenants' members shown without identity."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import QuerySet
+
+from rollmux_web.accounts.access import (
+    JobRef,
+    groups_for_user,
+    member_hidden,
+    member_label,
+    visible_tenant_ids,
+)
+from rollmux_web.workflow.models import ExecutionGroup, Placement
+
+GROUP_STATES = ("all", "active", "released")
+
+
+def visible_group_ids(*, user: Any, state: str = "all") -> QuerySet[ExecutionGroup]:
+    """Return the groups the user may see, newest first (`state`: all, active or released)."""
+    groups = groups_for_user(user=user)
+    if state == "active":
+        groups = groups.filter(released_at__isnull=True)
+    elif state == "released":
+        groups = groups.filter(released_at__isnull=False)
+    return groups.order_by("-created_at", "-id")
+
+
+def member_entry(ref: JobRef, tenant: str, viewer: set[int] | None) -> dict[str, Any]:
+    """Return a member as the pages show it: job id, label and tenant, or none of them."""
+    hidden = member_hidden(ref, viewer)
+    return {
+        "job_id": None if hidden else ref.id,
+        "name": member_label(ref, viewer),
+        "tenant": "" if hidden else tenant,
+        "hidden": hidden,
+    }
+
+
+def members_by_group(
+    group_ids: list[int], viewer: set[int] | None
+) -> dict[int, list[dict[str, Any]]]:
+    """Return each group's members (one query), other tenants' ones without identity."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    rows = Placement.objects.filter(group_id__in=group_ids).values_list(
+        "group_id", "job_id", "job__name", "job__tenant_id", "job__tenant__name", "ended_at"
+    )
+    for gid, jid, name, tid, tname, ended in rows:
+        entry = member_entry(JobRef(jid, name, tid), tname, viewer)
+        out[gid].append(entry | {"active": ended is None})
+    return out
+
+
+def group_rows(*, user: Any, groups: Iterable[ExecutionGroup]) -> list[dict[str, Any]]:
+    """Return one row per group (a page of them) with its members, other tenants' anonymous."""
+    groups = list(groups)
+    members = members_by_group([g.pk for g in groups], visible_tenant_ids(user))
+    return [
+        {
+            "id": g.pk,
+            "created_at": g.created_at,
+            "released_at": g.released_at,
+            "active": g.released_at is None,
+            "members": members.get(g.pk, []),
+        }
+        for g in groups
+    ]
+
+
+def group_list_members(*, user: Any, group: ExecutionGroup) -> list[dict[str, Any]]:
+    """Return a group's members (other tenants' jobs anonymous) with their placements."""
+    viewer = visible_tenant_ids(user)
+    out = []
+    for pl in (
+        Placement.objects.filter(group=group)
+        .select_related("job", "job__tenant")
+        .order_by("created_at")
+    ):
+        ref = JobRef(pl.job.pk, pl.job.name, pl.job.tenant.pk)
+        out.append(
+            member_entry(ref, pl.job.tenant.name, viewer)
+            | {
+                "strategy": pl.strategy_label,
+                "predicted_slowdown": pl.predicted_slowdown,
+                "joined": pl.created_at,
+                "left": pl.ended_at,
+            }
+        )
+    return out

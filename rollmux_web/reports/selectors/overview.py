@@ -1,0 +1,197 @@
+"""The landing page: pools (busy, idle, free nodes), live groups, $/h now and last day, queue."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.conf import settings
+
+from rollmux_web.accounts.access import groups_for_user, visible_tenant_ids
+from rollmux_web.inventory.models import Cluster, Node, NodeState, PoolKind
+from rollmux_web.inventory.selectors import PriceBook, price_book
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.reports.selectors._time import now_or
+from rollmux_web.reports.selectors.cost_engine import cost_lines
+from rollmux_web.reports.selectors.cost_figures import CENT, sum_lines
+from rollmux_web.reports.selectors.groups import members_by_group
+from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.selectors import cluster_snapshot
+from scheduler.roundrobin import plan_meta_iteration
+
+
+@dataclass
+class PoolStatus:
+    name: str
+    kind: str
+    gpu_type: str
+    total: int
+    busy: int
+    idle: int
+    free: int
+    unavailable: int
+
+
+@dataclass
+class GroupStatus:
+    id: int
+    members: list[dict[str, Any]]
+    rollout_nodes: int
+    train_nodes: int
+    cost_per_hour: Decimal
+    t_cycle: float | None = None
+    t_load: float | None = None
+    saturated: bool | None = None
+    utilisation: Any = None
+
+
+@dataclass
+class Overview:
+    pools: list[PoolStatus]
+    groups: list[GroupStatus]
+    cost_per_hour_now: Decimal
+    cost_last_day: Decimal
+    waiting: list[dict[str, Any]]
+    meta_note: str = ""
+    cost_is_share: bool = False  # cost_per_hour_now is the viewer's tenants' share
+
+    @property
+    def cost_per_hour_last_day(self) -> Decimal:
+        return (self.cost_last_day / 24).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
+    """Return pools (busy/idle/free nodes), live groups, $/h now and last day, waiting jobs."""
+    now_ = now_or(now)
+    tenant_ids = visible_tenant_ids(user)
+    prices = price_book()
+    open_allocs = list(
+        NodeAllocation.objects.filter(end__isnull=True).values_list(
+            "node_id", "group_id", "node__gpus", "node__gpu_type_id", "node__cluster__kind"
+        )
+    )
+    allocated_nodes = {a[0] for a in open_allocs}
+    running_names: set[str] = set()
+    for names in PhaseRecord.objects.filter(
+        state__in=[PhaseState.RUNNING, PhaseState.DISPATCHED], finished_at__isnull=True
+    ).values_list("node_names", flat=True):
+        running_names.update(names)
+    pools = []
+    for cluster in Cluster.objects.select_related("gpu_type").order_by("kind", "name"):
+        nodes = list(Node.objects.filter(cluster=cluster).values_list("id", "name", "state"))
+        busy = sum(1 for nid, name, _ in nodes if nid in allocated_nodes and name in running_names)
+        idle = sum(
+            1 for nid, name, _ in nodes if nid in allocated_nodes and name not in running_names
+        )
+        free = sum(1 for nid, _, st in nodes if nid not in allocated_nodes and st == NodeState.UP)
+        pools.append(
+            PoolStatus(
+                name=cluster.name,
+                kind=str(PoolKind(cluster.kind).label),
+                gpu_type=cluster.gpu_type.name,
+                total=len(nodes),
+                busy=busy,
+                idle=idle,
+                free=free,
+                unavailable=len(nodes) - busy - idle - free,
+            )
+        )
+    # live groups the user may see
+    live = groups_for_user(user=user).filter(released_at__isnull=True)
+    live_ids = list(live.values_list("id", flat=True))
+    members = members_by_group(live_ids, tenant_ids)
+    rate: dict[int, Decimal] = defaultdict(Decimal)
+    counts: dict[int, dict[str, int]] = defaultdict(lambda: {"rollout": 0, "train": 0})
+    for _nid, gid, gpus, tid, kind in open_allocs:
+        rate[gid] += prices.price_at(tid, now_) * gpus
+        counts[gid][kind] = counts[gid].get(kind, 0) + 1
+    groups = [
+        GroupStatus(
+            id=gid,
+            members=[m for m in members.get(gid, []) if m["active"]],
+            rollout_nodes=counts[gid]["rollout"],
+            train_nodes=counts[gid]["train"],
+            cost_per_hour=rate[gid].quantize(CENT, rounding=ROUND_HALF_UP),
+        )
+        for gid in sorted(live_ids)
+    ]
+    note = _fill_meta_iterations(groups)
+    last_day_lines = cost_lines(
+        tenant_ids=tenant_ids, t0=now_ - timedelta(days=1), t1=now_, now=now_, prices=prices
+    ).lines
+    waiting_qs = Job.objects.filter(status=JobStatus.QUEUED).select_related("tenant")
+    if tenant_ids is not None:
+        waiting_qs = waiting_qs.filter(tenant_id__in=tenant_ids)
+    waiting = [
+        {
+            "id": j.pk,
+            "name": j.name,
+            "tenant": j.tenant.name,
+            "submitted_at": j.submitted_at,
+            "reason": j.reason or "waiting for the next planning pass",
+        }
+        for j in waiting_qs.order_by("-priority", "submitted_at")[:50]
+    ]
+    if tenant_ids is None:
+        cost_now = sum((g.cost_per_hour for g in groups), Decimal(0))
+    else:
+        cost_now = _share_per_hour_now(open_allocs, tenant_ids, prices, now_)
+    return Overview(
+        pools=pools,
+        groups=groups,
+        cost_per_hour_now=cost_now,
+        cost_is_share=tenant_ids is not None,
+        # from the lines' exact amounts, rounded once (the cost report's rule)
+        cost_last_day=sum_lines(last_day_lines, key="total", label="Total").cost,
+        waiting=waiting,
+        meta_note=note,
+    )
+
+
+def _share_per_hour_now(
+    open_allocs: list[tuple[int, int, int, int, str]],
+    tenant_ids: set[int],
+    prices: PriceBook,
+    now: datetime,
+) -> Decimal:
+    """Return the $/h the tenants' jobs hold now: each allocated node's $/h split equally among
+    the live members pinned to it (a shared node is not charged in full to every tenant on it;
+    over a period the cost report splits by busy time, with idle time shared the same way)."""
+    pinned: dict[int, list[int]] = defaultdict(list)  # node -> tenant of each member on it
+    for through in (Placement.rollout_nodes.through, Placement.train_nodes.through):
+        for node_id, tenant_id in through.objects.filter(
+            placement__ended_at__isnull=True
+        ).values_list("node_id", "placement__job__tenant_id"):
+            pinned[node_id].append(tenant_id)
+    total = Decimal(0)
+    for node_id, _gid, gpus, type_id, _kind in open_allocs:
+        members = pinned.get(node_id)
+        if not members:
+            continue
+        mine = sum(1 for t in members if t in tenant_ids)
+        total += prices.price_at(type_id, now) * gpus * mine / len(members)
+    return total.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def _fill_meta_iterations(groups: list[GroupStatus]) -> str:
+    """Fill T_cycle, T_load and saturation from the core's round-robin plan of each group."""
+    if not groups:
+        return ""
+    try:
+        state = cluster_snapshot()
+    except Exception as exc:  # a broken snapshot must not take the landing page down
+        return f"T_cycle and T_load unavailable: {exc}"
+    by_id = {str(g.id): g for g in state.groups}
+    for g in groups:
+        core = by_id.get(str(g.id))
+        if core is None or not core.members:
+            continue
+        mi = plan_meta_iteration(core, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
+        g.t_cycle = mi.t_cycle
+        g.t_load = mi.t_load
+        g.saturated = mi.saturated
+        g.utilisation = mi.utilisation
+    return ""

@@ -1,0 +1,504 @@
+"""Gantt geometry: lanes, bars, bubbles and ticks, computed from plain rows (pure, no I/O).
+
+The selectors (`reports.selectors.timeline_queries`) fetch the rows; the SVG drawer
+(`reports.svg`) draws the result. Neither imports the other, and both import this.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from rollmux_web.formatting import duration
+from rollmux_web.inventory.models import PoolKind
+from rollmux_web.reports.intervals import clip, merge, subtract
+from rollmux_web.reports.palette import UNKNOWN_JOB, job_colours
+from rollmux_web.workflow.models import PhaseState
+
+BAR_LIMIT = 3000  # above this many phases in the window, sub-pixel bars are aggregated
+LANE_H = 22
+LANE_GAP = 6
+LEFT = 120
+RIGHT = 16
+TOP = 28
+AXIS_H = 26
+NO_LABEL = "a job"  # a phase whose job has no label (never its id: it may be another tenant's)
+
+
+class PhaseRow(NamedTuple):
+    """One phase record as the chart needs it; times in float epoch seconds."""
+
+    phase_id: int
+    job_id: int
+    iteration: int
+    kind: str
+    nodes: tuple[str, ...]
+    warm_start: bool | None
+    started: float
+    finished: float | None
+    state: str
+
+
+class PreAggregated(NamedTuple):
+    """Sub-pixel phases summed by the database per lane (node list) and pixel column."""
+
+    job_id: int  # the job of the column's longest phase (its colour)
+    kind: str
+    nodes: tuple[str, ...]
+    column: int
+    busy_s: float
+    phases: int
+
+
+class JobBusy(NamedTuple):
+    """A job's busy seconds on a node list (the headline's stand-in for pre-aggregated rows)."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    busy_s: float
+
+
+Spans = dict[str, list[tuple[datetime, datetime | None]]]
+
+
+@dataclass(frozen=True)
+class Lane:
+    node: str
+    pool: str
+    y: float
+
+
+@dataclass(frozen=True)
+class BarRect:
+    x: float
+    y: float
+    w: float
+
+
+@dataclass(frozen=True)
+class PhaseBar:
+    """One phase record: one SVG element, with one rectangle per node lane it ran on."""
+
+    phase_id: int | None  # None (and job_id None) for another tenant's job
+    job_id: int | None
+    kind: str
+    fill: str
+    rects: tuple[BarRect, ...]
+    tip: str
+    warm_start: bool | None
+    running: bool
+
+
+@dataclass(frozen=True)
+class AggRect:
+    """Several sub-pixel phases of one lane merged into one rectangle."""
+
+    x: float
+    y: float
+    w: float
+    fill: str
+    opacity: float
+    tip: str
+
+
+@dataclass(frozen=True)
+class Bubble:
+    x: float
+    y: float
+    w: float
+    tip: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    x: float
+    label: str
+
+
+@dataclass(frozen=True)
+class PoolBubbles:
+    """Bubble fraction of one pool now, if each member ran alone, and the share reclaimed."""
+
+    pool: str
+    allocated_node_s: float
+    busy_node_s: float
+    bubble_fraction: float | None
+    solo_bubble_fraction: float | None
+    reclaimed_share: float | None
+
+
+@dataclass(frozen=True)
+class Timeline:
+    title: str
+    t0: datetime
+    t1: datetime
+    width: int
+    height: int
+    plot_left: int
+    plot_right: int
+    lanes: tuple[Lane, ...]
+    bars: tuple[PhaseBar, ...]
+    aggregates: tuple[AggRect, ...]
+    bubbles: tuple[Bubble, ...]
+    ticks: tuple[Tick, ...]
+    phase_count: int
+    aggregated_count: int
+    legend: tuple[tuple[str, str, str], ...]  # (job label, light, dark)
+    headline: tuple[PoolBubbles, ...]
+    live: bool
+    empty_message: str = ""
+
+
+def ticks(t0: datetime, t1: datetime, left: float, plot_w: float) -> tuple[Tick, ...]:
+    """Return about 8 time-axis ticks on round steps (seconds to weeks)."""
+    span = (t1 - t0).total_seconds()
+    if span <= 0:
+        return ()
+    steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600]
+    steps += [43200, 86400, 172800, 604800]
+    step = next((s for s in steps if span / s <= 8), steps[-1])
+    first = math.ceil(t0.timestamp() / step) * step
+    out = []
+    t = first
+    while t <= t1.timestamp():
+        dt = datetime.fromtimestamp(t, tz=UTC)
+        x = left + (t - t0.timestamp()) / span * plot_w
+        fmt = "%H:%M:%S" if step < 60 else ("%H:%M" if step < 86400 else "%m-%d")
+        if step >= 3600 and step < 86400 and dt.hour == 0:
+            fmt = "%m-%d %H:%M"
+        out.append(Tick(x=round(x, 1), label=dt.strftime(fmt)))
+        t += step
+    return tuple(out)
+
+
+@dataclass
+class _Frame:
+    """The window's scale: epoch seconds to x pixels."""
+
+    w0: float
+    w1: float
+    scale: float
+    now_ts: float
+
+    def x(self, t: float) -> float:
+        return LEFT + (t - self.w0) * self.scale
+
+
+def _lanes(
+    rows: Sequence[PhaseRow], pre: Sequence[PreAggregated], pools: dict[str, str]
+) -> tuple[Lane, ...]:
+    """Return one lane per node, rollout pool first (a node of unknown pool by phase kind)."""
+    for r in rows:
+        for n in r.nodes:
+            pools.setdefault(n, PoolKind.ROLLOUT if r.kind == "rollout" else PoolKind.TRAIN)
+    for p in pre:
+        for n in p.nodes:
+            pools.setdefault(n, PoolKind.ROLLOUT if p.kind == "rollout" else PoolKind.TRAIN)
+    order = {PoolKind.ROLLOUT: 0, PoolKind.TRAIN: 1}
+    names = sorted(pools, key=lambda n: (order.get(pools[n], 2), n))  # type: ignore[call-overload]
+    return tuple(
+        Lane(node=n, pool=pools[n], y=TOP + i * (LANE_H + LANE_GAP)) for i, n in enumerate(names)
+    )
+
+
+def _phase_tip(row: PhaseRow, label: str, now_ts: float, *, hidden: bool) -> str:
+    _pid, _jid, it, kind, nodes, warm, s, f, _state = row
+    took = f - s if f is not None else now_ts - s
+    start_kind = "start unknown" if warm is None else ("warm start" if warm else "cold start")
+    return (
+        f"{label}{'' if hidden else f' · iteration {it}'} · {kind} · "
+        f"{duration(took)}{' (running)' if f is None else ''} · {start_kind}"
+        f" · {', '.join(nodes)}"
+    )
+
+
+def _bars(
+    rows: Sequence[PhaseRow],
+    frame: _Frame,
+    lane_y: dict[str, float],
+    colours: dict[int, tuple[str, str]],
+    labels: dict[int, str],
+    *,
+    aggregate: bool,
+    busy: dict[str, list[tuple[float, float]]],
+    agg_cols: dict[str, dict[int, dict[tuple[int, str], float]]],
+    masked: frozenset[int],
+) -> tuple[list[PhaseBar], int]:
+    """Return a bar per phase (and how many went to `agg_cols` instead: narrower than a
+    pixel when aggregating); every phase's busy span is added to `busy` per node."""
+    bars: list[PhaseBar] = []
+    aggregated = 0
+    w0, w1, scale, now_ts = frame.w0, frame.w1, frame.scale, frame.now_ts
+    for row in rows:
+        pid, jid, _it, kind, nodes, warm, s, f, state = row
+        a = max(s, w0)
+        b = min(f if f is not None else max(now_ts, s), w1)
+        if b < a:
+            b = a
+        for n in nodes:
+            busy[n].append((a, b))
+        x = LEFT + (a - w0) * scale
+        w = (b - a) * scale
+        light, dark = colours.get(jid, UNKNOWN_JOB)
+        if aggregate and w < 1.0:
+            aggregated += 1
+            col = int((a - w0) * scale)
+            for n in nodes:
+                agg_cols[n][col][(jid, kind)] += b - a
+            continue
+        rects = tuple(
+            BarRect(x=round(x, 2), y=lane_y[n] + 2, w=round(max(w, 0.6), 2))
+            for n in nodes
+            if n in lane_y
+        )
+        hidden = jid in masked
+        bars.append(
+            PhaseBar(
+                phase_id=None if hidden else pid,
+                job_id=None if hidden else jid,
+                kind=kind,
+                fill=light if kind == "rollout" else dark,
+                rects=rects,
+                tip=_phase_tip(row, labels.get(jid, NO_LABEL), now_ts, hidden=hidden),
+                warm_start=warm,
+                running=f is None or state == PhaseState.RUNNING,
+            )
+        )
+    return bars, aggregated
+
+
+def _aggregates(
+    agg_cols: dict[str, dict[int, dict[tuple[int, str], float]]],
+    lane_y: dict[str, float],
+    scale: float,
+    colours: dict[int, tuple[str, str]],
+    labels: dict[int, str],
+) -> list[AggRect]:
+    """Merge runs of neighbouring pixel columns of one lane with the same job, kind and shade."""
+    out: list[AggRect] = []
+    for n, cols in agg_cols.items():
+        y = lane_y[n] + 2
+        run: list[Any] | None = None  # [start col, end col, key, opacity bucket, seconds]
+        for col in sorted(cols):
+            per_job = cols[col]
+            key = max(per_job, key=lambda k: per_job[k])
+            secs = sum(per_job.values())
+            opacity = min(1.0, max(0.25, round(secs * scale * 4) / 4))
+            if run and run[1] == col - 1 and run[2] == key and run[3] == opacity:
+                run[1] = col
+                run[4] += secs
+                continue
+            if run:
+                out.append(_agg_rect(run, y, colours, labels))
+            run = [col, col, key, opacity, secs]
+        if run:
+            out.append(_agg_rect(run, y, colours, labels))
+    return out
+
+
+def _agg_rect(
+    run: list[Any], y: float, colours: dict[int, tuple[str, str]], labels: dict[int, str]
+) -> AggRect:
+    c0, c1, (jid, kind), opacity, secs = run
+    light, dark = colours.get(jid, UNKNOWN_JOB)
+    return AggRect(
+        x=float(LEFT + c0),
+        y=y,
+        w=float(c1 - c0 + 1),
+        fill=light if kind == "rollout" else dark,
+        opacity=opacity,
+        tip=f"{c1 - c0 + 1} px of short phases, mostly {labels.get(jid, NO_LABEL)} {kind};"
+        f" busy {duration(secs)}",
+    )
+
+
+def _bubbles(
+    lanes: Sequence[Lane],
+    alloc_by_node: Spans,
+    busy: dict[str, list[tuple[float, float]]],
+    frame: _Frame,
+    now: datetime,
+    *,
+    min_w: float,
+) -> list[Bubble]:
+    """Return the bubbles: allocated to the group but idle (none on a job's own chart)."""
+    out: list[Bubble] = []
+    if not alloc_by_node:
+        return out
+    w0, w1 = frame.w0, frame.w1
+    for lane in lanes:
+        outer = merge(
+            [
+                (max(a.timestamp(), w0), min((b or now).timestamp(), w1))
+                for a, b in alloc_by_node.get(lane.node, [])
+                if (b or now).timestamp() > w0 and a.timestamp() < w1
+            ]
+        )
+        for a, b in subtract(outer, merge(busy.get(lane.node, []))):
+            w = (b - a) * frame.scale
+            if w >= min_w:
+                out.append(
+                    Bubble(
+                        x=round(frame.x(a), 2),
+                        y=lane.y + 2,
+                        w=round(w, 2),
+                        tip=f"bubble on {lane.node}: idle {duration(b - a)}",
+                    )
+                )
+    return out
+
+
+def build_timeline(
+    *,
+    title: str,
+    rows: list[PhaseRow],
+    pre_aggregated: Sequence[PreAggregated] = (),
+    pre_job_sums: Sequence[JobBusy] = (),
+    pools: dict[str, str],
+    alloc_by_node: Spans,
+    labels: dict[int, str],
+    t0: datetime,
+    t1: datetime,
+    width: int,
+    now: datetime,
+    live: bool,
+    with_headline: bool,
+    masked: frozenset[int] = frozenset(),
+) -> Timeline:
+    """Return the chart geometry of phase rows in [t0, t1) drawn `width` pixels wide.
+
+    1. lanes per node; 2. a bar per phase (sub-pixel ones merged per lane and pixel
+    column when there are over BAR_LIMIT); 3. bubbles: allocated but idle; 4. the
+    headline's bubble fractions per pool. Jobs in `masked` (other tenants') are drawn
+    under their label only: no phase id, job id or iteration number.
+    """
+    width = max(400, min(int(width), 4000))
+    lanes = _lanes(rows, pre_aggregated, pools)
+    lane_y = {ln.node: ln.y for ln in lanes}
+    plot_w = width - LEFT - RIGHT
+    w0 = t0.timestamp()
+    scale = plot_w / (t1 - t0).total_seconds()
+    frame = _Frame(w0=w0, w1=t1.timestamp(), scale=scale, now_ts=now.timestamp())
+    colours = job_colours(
+        labels.keys()
+        | {r.job_id for r in rows}
+        | {p.job_id for p in pre_aggregated}
+        | {p.job_id for p in pre_job_sums}
+    )
+    pre_count = sum(p.phases for p in pre_aggregated)
+    aggregate = len(rows) + pre_count > BAR_LIMIT
+    busy: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    # lane -> column -> (job, kind) -> busy seconds
+    agg_cols: dict[str, dict[int, dict[tuple[int, str], float]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(float))
+    )
+    for p in pre_aggregated:
+        cs = w0 + p.column / scale
+        for n in p.nodes:
+            agg_cols[n][p.column][(p.job_id, p.kind)] += p.busy_s
+            busy[n].append((cs, cs + p.busy_s))
+    bars, aggregated = _bars(
+        rows,
+        frame,
+        lane_y,
+        colours,
+        labels,
+        aggregate=aggregate,
+        busy=busy,
+        agg_cols=agg_cols,
+        masked=masked,
+    )
+    headline: tuple[PoolBubbles, ...] = ()
+    if with_headline:
+        # the database's per-job sums stand in for the short phases in the headline
+        pseudo = [
+            PhaseRow(0, s.job_id, 0, "", s.nodes, None, w0, w0 + s.busy_s, PhaseState.SUCCEEDED)
+            for s in pre_job_sums
+        ]
+        headline = bubble_headline(rows + pseudo, pools, alloc_by_node, t0, t1, now)
+    return Timeline(
+        title=title,
+        t0=t0,
+        t1=t1,
+        width=width,
+        height=TOP + len(lanes) * (LANE_H + LANE_GAP) + AXIS_H,
+        plot_left=LEFT,
+        plot_right=width - RIGHT,
+        lanes=lanes,
+        bars=tuple(bars),
+        aggregates=tuple(_aggregates(agg_cols, lane_y, scale, colours, labels)),
+        bubbles=tuple(
+            _bubbles(lanes, alloc_by_node, busy, frame, now, min_w=1.0 if aggregate else 0.5)
+        ),
+        ticks=ticks(t0, t1, LEFT, plot_w),
+        phase_count=len(rows) + pre_count,
+        aggregated_count=aggregated + pre_count,
+        legend=tuple(
+            (labels.get(jid, NO_LABEL), light, dark) for jid, (light, dark) in colours.items()
+        ),
+        headline=headline,
+        live=live,
+        empty_message="" if rows or pre_aggregated else "No phase ran in this window.",
+    )
+
+
+def bubble_headline(
+    rows: Sequence[PhaseRow],
+    pools: dict[str, str],
+    alloc_by_node: Spans,
+    t0: datetime,
+    t1: datetime,
+    now: datetime,
+) -> tuple[PoolBubbles, ...]:
+    """Return bubble fractions per pool now and if each member ran alone on dedicated pools.
+
+    Alone, a job keeps its own rollout and training nodes for its whole iteration, so
+    its rollout nodes idle during its training and vice versa: allocated node-seconds
+    = its nodes per pool x (its rollout time + its training time), busy the same as now.
+    """
+    alloc_s: dict[str, float] = defaultdict(float)
+    for n, spans in alloc_by_node.items():
+        for a, b in spans:
+            c = clip(a, b or now, t0, t1)
+            if c:
+                alloc_s[pools.get(n, "")] += (c[1] - c[0]).total_seconds()
+    busy_s: dict[str, float] = defaultdict(float)
+    job_time: dict[int, float] = defaultdict(float)  # phase seconds (both kinds) in window
+    job_nodes: dict[tuple[int, str], set[str]] = defaultdict(set)
+    lo, hi, now_ts = t0.timestamp(), t1.timestamp(), now.timestamp()
+    for _pid, jid, _it, _kind, nodes, _warm, s, f, _state in rows:
+        d = min(hi, now_ts if f is None else f) - max(lo, s)
+        if d <= 0:
+            continue
+        job_time[jid] += d
+        for n in nodes:
+            pool = pools.get(n, "")
+            busy_s[pool] += d
+            job_nodes[(jid, pool)].add(n)
+    out = []
+    for pool in (PoolKind.ROLLOUT, PoolKind.TRAIN):
+        alloc = alloc_s.get(pool, 0.0)
+        busy = min(busy_s.get(pool, 0.0), alloc) if alloc else busy_s.get(pool, 0.0)
+        solo_alloc = sum(len(job_nodes.get((jid, pool), ())) * t for jid, t in job_time.items())
+        frac = (alloc - busy) / alloc if alloc > 0 else None
+        solo_frac = (solo_alloc - busy_s.get(pool, 0.0)) / solo_alloc if solo_alloc > 0 else None
+        reclaimed = None
+        if solo_alloc > 0 and alloc > 0:
+            solo_idle = solo_alloc - busy_s.get(pool, 0.0)
+            now_idle = alloc - busy
+            reclaimed = max(0.0, 1 - now_idle / solo_idle) if solo_idle > 0 else None
+        out.append(
+            PoolBubbles(
+                pool=str(pool),
+                allocated_node_s=alloc,
+                busy_node_s=busy,
+                bubble_fraction=frac,
+                solo_bubble_fraction=solo_frac,
+                reclaimed_share=reclaimed,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,187 @@
+"""What-if reads: the planner's answer for a job not yet submitted, the queue as a trace, runs.
+
+The planner (`scheduler.planner.place`) and the live snapshot
+(`rollmux_web.workflow.selectors.cluster_snapshot`) belong to other parts of the product;
+a failure of either degrades to a hint in the preview instead of a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.http import Http404
+
+from rollmux_web.accounts.access import (
+    JobRef,
+    groups_for_user,
+    member_label,
+    visible_tenant_ids,
+)
+from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.reports.models import WhatIfRun
+from rollmux_web.workflow.selectors import cluster_snapshot, time_scale_of
+from scheduler.model import JobProfile, PlacementStatus
+
+PREVIEW_JOB_ID = "what-if"
+
+
+@dataclass
+class PreviewMember:
+    label: str
+    slowdown: float
+    slo: float | None
+    is_new: bool
+
+
+@dataclass
+class Preview:
+    """What the planner would do with this job now, or why it cannot say."""
+
+    hint: str = ""  # incomplete input or an unavailable planner: a short note, no answer
+    status: str = ""  # FIT | RETRY | INFEASIBLE
+    reason: str = ""
+    strategy: str = ""
+    group: str = ""
+    group_visible: bool = False  # the viewer may open the group (one of its tenants is in it)
+    marginal_cost_per_hour: float = 0.0
+    rollout_nodes: list[str] = field(default_factory=list)
+    train_nodes: list[str] = field(default_factory=list)
+    new_nodes: list[str] = field(default_factory=list)
+    members: list[PreviewMember] = field(default_factory=list)
+
+
+def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Preview:
+    """Return the planner's answer for a job described by cleaned form data, on the live cluster."""
+    from scheduler.planner import place
+
+    # The job's effective time scale, as the live planner will see it once submitted
+    # (rollmux_web.workflow.converters.job_profile): it only shares a group on its clock.
+    runner = data.get("runner") or Job._meta.get_field("runner").get_default()
+    profile = JobProfile(
+        id=PREVIEW_JOB_ID,
+        arrival_s=0.0,
+        iterations=data.get("iterations") or 1,
+        rollout_gpus=data["rollout_gpus"],
+        train_gpus=data["train_gpus"],
+        t_roll_max_s=data["t_roll_max_s"],
+        t_roll_min_s=data.get("t_roll_min_s"),
+        t_train_max_s=data["t_train_max_s"],
+        t_train_min_s=data.get("t_train_min_s"),
+        host_mem_gb=data["host_mem_gb"],
+        slo=slo or 1.0,
+        tenant=data.get("tenant") or "default",
+        time_scale=time_scale_of(runner, data.get("time_scale")),
+    )
+    try:
+        state = cluster_snapshot()
+        result = place(
+            profile, state, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
+        )
+    except Exception as exc:  # the preview must never break the submit form
+        return Preview(hint=f"The planner could not answer: {exc}")
+    status = PlacementStatus(result.status).name
+    if result.status != PlacementStatus.FIT or result.placement is None:
+        return Preview(status=status, reason=result.reason)
+    pl = result.placement
+    members = _label_members(user, state, result.predicted_slowdown, own_slo=profile.slo)
+    group = str(pl.group_id) if pl.group_id is not None else ""
+    return Preview(
+        status=status,
+        reason=result.reason,
+        strategy=str(pl.strategy).replace("_", " "),
+        group=group,
+        group_visible=bool(group) and _group_visible(user, group),
+        marginal_cost_per_hour=float(result.marginal_cost_per_hour),
+        rollout_nodes=list(pl.rollout_nodes),
+        train_nodes=list(pl.train_nodes),
+        new_nodes=list(pl.new_nodes),
+        members=members,
+    )
+
+
+def _group_visible(user: Any, group: str) -> bool:
+    return group.isdigit() and groups_for_user(user=user).filter(pk=int(group)).exists()
+
+
+def _label_members(
+    user: Any, state: Any, slowdowns: dict[str, float], *, own_slo: float
+) -> list[PreviewMember]:
+    """Name the jobs in the predicted slowdowns (other tenants' jobs stay anonymous)."""
+    slos: dict[str, float] = {PREVIEW_JOB_ID: own_slo}
+    for g in getattr(state, "groups", ()):
+        for m in g.members:
+            slos[str(m.job.id)] = m.job.slo
+    ids = [int(key) for key in slowdowns if str(key).isdigit()]  # live job ids are str(pk)
+    viewer = visible_tenant_ids(user)
+    names = {
+        str(pk): member_label(JobRef(pk, name, tid), viewer)
+        for pk, name, tid in Job.objects.filter(pk__in=ids).values_list("id", "name", "tenant_id")
+    }
+    out = []
+    for key, value in sorted(slowdowns.items(), key=lambda kv: kv[0] != PREVIEW_JOB_ID):
+        is_new = key == PREVIEW_JOB_ID
+        label = "this job" if is_new else names.get(str(key), "a job")
+        out.append(
+            PreviewMember(label=label, slowdown=float(value), slo=slos.get(str(key)), is_new=is_new)
+        )
+    return out
+
+
+def queue_trace(*, user: Any) -> str:
+    """Return the queued and running jobs the user may see as a trace (arrival = submission order)."""
+    qs = Job.objects.filter(
+        status__in=[JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING]
+    ).select_related("tenant", "slo_class")
+    if not sees_all_tenants(user):
+        qs = qs.filter(tenant__in=visible_tenants(user))
+    jobs = list(qs.order_by("submitted_at", "id"))
+    if not jobs:
+        return ""
+    first = jobs[0].submitted_at
+    lines = []
+    for j in jobs:
+        running = j.status != JobStatus.QUEUED
+        remaining = max(1, j.iterations - j.iterations_done) if running else j.iterations
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"job-{j.pk}",
+                    "tenant": j.tenant.name,
+                    "arrival_s": 0.0 if running else (j.submitted_at - first).total_seconds(),
+                    "iterations": remaining,
+                    "rollout_gpus": j.rollout_gpus,
+                    "train_gpus": j.train_gpus,
+                    "t_roll_max_s": j.t_roll_max_s,
+                    "t_roll_min_s": j.t_roll_min_s,
+                    "t_train_max_s": j.t_train_max_s,
+                    "t_train_min_s": j.t_train_min_s,
+                    "host_mem_gb": j.host_mem_gb,
+                    "slo": j.slo_class.slowdown,
+                    "model": j.model,
+                }
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def whatif_runs(*, user: Any) -> list[WhatIfRun]:
+    """Return the user's own runs (admins and finance see every run)."""
+    qs = WhatIfRun.objects.all()
+    if not sees_all_tenants(user):
+        qs = qs.filter(created_by=user)
+    return list(qs.defer("trace_text").order_by("-created_at")[:30])
+
+
+def whatif_run(*, user: Any, run_id: int) -> WhatIfRun:
+    """Return one of the user's runs (any run for admins and finance), else 404."""
+    qs = WhatIfRun.objects.filter(pk=run_id)
+    if not sees_all_tenants(user):
+        qs = qs.filter(created_by=user)
+    run = qs.first()
+    if run is None:
+        raise Http404("no such what-if run")
+    return run
