@@ -14,8 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from rollmux_web.reports.models import WhatIfRun
-from rollmux_web.workflow.converters import NoPoolConfigured
 from rollmux_web.workflow.selectors import cluster_spec
+from rollmux_web.workflow.snapshot import NoPoolConfigured
 from scheduler.model import ClusterSpec, GpuType, JobProfile
 
 

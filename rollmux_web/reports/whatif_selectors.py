@@ -22,8 +22,9 @@ from rollmux_web.accounts.access import (
 )
 from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.reports.models import WhatIfRun
-from rollmux_web.workflow.selectors import cluster_snapshot, time_scale_of
+from rollmux_web.workflow.selectors import cluster_snapshot
 from scheduler.model import JobProfile, PlacementStatus
 
 PREVIEW_JOB_ID = "what-if"

@@ -11,9 +11,9 @@ from django.db.models import Q
 
 from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
+from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS, day_range
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
-from rollmux_web.workflow.selectors import time_scale_of
 
 
 @dataclass
