@@ -67,6 +67,7 @@ Decisions where the paper is silent (see also the module functions):
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 from scheduler.cluster import nodes_needed
 from scheduler.model import (
@@ -89,11 +90,13 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.baselines import baseline_choice
 from scheduler.planner.index import PlannerIndex, build_index, planner_index
+from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
 from scheduler.planner.transitions import apply_placement, remove_job
 
 __all__ = [
     "JOIN_ALLOWANCE_META_ITERATIONS",
+    "OBJECTIVES",
     "POLICIES",
     "PlannerIndex",
     "apply_placement",
@@ -105,6 +108,7 @@ __all__ = [
 ]
 
 POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
+OBJECTIVES = ("marginal", "expected")
 
 
 def place(
@@ -114,8 +118,17 @@ def place(
     policy: str = "rollmux",
     max_group_size: int = 5,
     rng: random.Random | None = None,
+    objective: str = "marginal",
+    progress: Mapping[str, JobProgress] | None = None,
+    prune_saturated: bool = True,
 ) -> PlacementResult:
     """Place `job` on `state` with `policy`; see the module docstring for the rules.
+
+    rollmux's levers (issue 14): `objective` ranks the admissible placements by the
+    marginal $/h they add (`"marginal"`, the paper's) or by the expected remaining
+    cost they add (`"expected"`, scheduler.planner.objective, which reads the running
+    jobs' `progress`); `prune_saturated=False` drops line 4's skip of saturated
+    groups and leaves the SLO check alone to decide.
 
     1. validate the arguments and the job against the cluster (INFEASIBLE: never);
     2. read the state's index and the free nodes with room for the job;
@@ -128,6 +141,10 @@ def place(
         raise ValueError("policy 'random' needs an rng (the core never uses global random)")
     if max_group_size < 1:
         raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
+    if objective not in OBJECTIVES:
+        raise ValueError(
+            f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}"
+        )
     spec = state.spec
     index = planner_index(state)
     nodes = index.node_index
@@ -160,10 +177,13 @@ def place(
         pools=pools,
         switch_overhead_s=spec.switch_overhead_s,
         max_group_size=max_group_size,
+        prune_saturated=prune_saturated,
     )
     best: Choice | None
     if policy == "solo-disagg":
         best = new_group_candidate(req)
+    elif policy == "rollmux" and objective == "expected":
+        best = choose_by_expected_cost(req, index.summaries, progress or {})
     elif policy == "rollmux":
         best = choose(req, index.summaries)
     else:

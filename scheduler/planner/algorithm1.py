@@ -130,6 +130,7 @@ class Request:
     pools: Mapping[Pool, FreePool]
     switch_overhead_s: float
     max_group_size: int
+    prune_saturated: bool = True  # line 4; False leaves the SLO check alone to decide
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +169,7 @@ def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | N
     #    training nodes (the paper only scales the rollout pool).
     if not s.size or s.size >= req.max_group_size or s.n_train < req.n_train:
         return None
-    if s.t_load >= s.t_cycle:
+    if req.prune_saturated and s.t_load >= s.t_cycle:
         return None
     # 2. Cheap lower bounds of line 7: the cycle can only grow, and the job's training
     #    lands at least on the least-loaded training node.

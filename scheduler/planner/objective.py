@@ -26,7 +26,16 @@ from dataclasses import dataclass, replace
 
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.meta_iteration import steady_iteration_times
-from scheduler.model import Group, JobProfile, Member
+from scheduler.model import Group, JobProfile, Member, Pool
+from scheduler.planner.algorithm1 import (
+    EPS,
+    Choice,
+    Request,
+    candidates,
+    check_slo,
+    new_group_candidate,
+)
+from scheduler.planner.index import GroupSummary
 
 
 @dataclass(frozen=True)
@@ -125,3 +134,57 @@ def group_remaining_cost(
     return members_remaining_cost(
         group.members, price_per_hour, progress, switch_overhead_s=switch_overhead_s
     )
+
+
+# ---------------------------------------------------------------------------
+# Admission by expected remaining cost (issue 14 item 2)
+# ---------------------------------------------------------------------------
+
+
+def choose_by_expected_cost(
+    req: Request,
+    summaries: Sequence[GroupSummary],
+    progress: Mapping[str, JobProgress],
+) -> Choice | None:
+    """Return the admissible placement that adds the least expected remaining cost.
+
+    The candidates are Algorithm 1's (direct packing, rollout scaling, a new group)
+    with its SLO check; only the ranking differs: each is scored by
+    ERC(G + j) - ERC(G) instead of the marginal $/h now (a new group: the job's nodes
+    for its expected solo life). Adding a member never shortens anyone's life nor
+    frees a node, so a candidate adds at least its new nodes held for the job's
+    expected solo life: candidates are tried in that lower bound's order and the
+    search stops when it cannot beat the best found.
+    """
+    job = req.job
+    life_h = job.iterations * expected_solo_s(job) / SECONDS_PER_HOUR
+    new = new_group_candidate(req)
+    best: Choice | None = new
+    best_value = new[0].delta * life_h if new is not None else float("inf")
+    price: dict[str, float] = {x: n.price_per_hour for x, n in req.nodes.items()}
+    price.update(req.pools[Pool.ROLLOUT].price)
+    before: dict[str, float] = {}
+    switch = req.switch_overhead_s
+    cands = sorted(candidates(req, summaries), key=lambda c: (c.delta, c.lower_bound, c.order))
+    for c in cands:
+        if c.delta * life_h >= best_value - EPS:
+            break
+        assert c.summary is not None
+        group = c.summary.group
+        slow = check_slo(group, job, c.rollout, c.train, switch_overhead_s=switch)
+        if slow is None:
+            continue
+        if group.id not in before:
+            before[group.id] = members_remaining_cost(
+                group.members, price, progress, switch_overhead_s=switch
+            )
+        after = members_remaining_cost(
+            group.members + (Member(job, c.rollout, c.train),),
+            price,
+            progress,
+            switch_overhead_s=switch,
+        )
+        value = after - before[group.id]
+        if value < best_value - EPS:
+            best, best_value = (c, slow), value
+    return best

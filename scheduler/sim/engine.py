@@ -83,7 +83,12 @@ class Policy(Protocol):
 
     name: str
 
-    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult: ...
+    def place(
+        self,
+        job: JobProfile,
+        state: ClusterState,
+        progress: Mapping[str, JobProgress] | None = None,
+    ) -> PlacementResult: ...
     def apply(
         self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
     ) -> ClusterState: ...
@@ -302,7 +307,7 @@ class Simulation:
         record = self.jobs[job_id]
         job = record.profile
         started = time.perf_counter()
-        result = self.policy.place(job, self.state)
+        result = self.policy.place(job, self.state, self._progress())
         self.latencies.append(time.perf_counter() - started)
         if result.status is not PlacementStatus.FIT or result.placement is None:
             if result.status is PlacementStatus.INFEASIBLE:

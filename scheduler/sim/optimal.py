@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.cluster import nodes_needed
@@ -64,6 +64,7 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
+from scheduler.planner.objective import JobProgress
 from scheduler.sim.engine import RunResult, simulate
 from scheduler.sim.metrics import total_cost_usd
 from scheduler.sim.policies import (
@@ -303,11 +304,16 @@ class ExcludedPolicy(PlannedPolicy):
         super().__init__(search.plan, runtime_policy=runtime_policy)
         self.excluded = search.excluded
 
-    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
+    def place(
+        self,
+        job: JobProfile,
+        state: ClusterState,
+        progress: Mapping[str, JobProgress] | None = None,
+    ) -> PlacementResult:
         """Refuse excluded jobs, place the others as planned."""
         if job.id in self.excluded:
             return PlacementResult(PlacementStatus.INFEASIBLE, self.excluded[job.id])
-        return super().place(job, state)
+        return super().place(job, state, progress)
 
 
 def run_optimal(

@@ -59,10 +59,14 @@ class Levers:
     consolidation: bool = True  # move survivors on departure (scheduler.planner.consolidation)
     max_moves_per_job: int = 2
     singletons: bool = True  # consolidation also tries one-member groups
+    objective: str = "expected"  # rank admissions by expected remaining cost (or "marginal")
+    prune_saturated: bool = True  # Algorithm 1's line 4 (False: the SLO check alone)
 
 
 DEFAULT_LEVERS = Levers()
-PUBLISHED = Levers(consolidation=False)  # Algorithm 1 as the paper publishes it
+PUBLISHED = Levers(
+    consolidation=False, objective="marginal", prune_saturated=True
+)  # Algorithm 1 as the paper publishes it
 
 
 def free_nodes(state: ClusterState, pool: Pool) -> list[str]:
@@ -217,7 +221,12 @@ class ColocatedPolicy(StaticPlacement):
 
     name = "colocated"
 
-    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
+    def place(
+        self,
+        job: JobProfile,
+        state: ClusterState,
+        progress: Mapping[str, JobProgress] | None = None,
+    ) -> PlacementResult:
         """Take `train_gpus` worth of free training nodes, or say why not."""
         spec = state.spec
         need = nodes_needed(job, spec, Pool.TRAIN)
@@ -288,16 +297,34 @@ class CorePolicy:
         seed: int,
         max_group_size: int = 5,
         consolidation: ConsolidationConfig | None = None,
+        objective: str = "marginal",
+        prune_saturated: bool = True,
     ) -> None:
         self.name = name
         self.max_group_size = max_group_size
         self.consolidation = consolidation
+        self.objective = objective
+        self.prune_saturated = prune_saturated
         # random and greedy-most-idle draw from this; seeded so runs reproduce.
         self.rng = random.Random(seed)
 
-    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
-        """Call the core planner with this policy."""
-        return place(job, state, policy=self.name, max_group_size=self.max_group_size, rng=self.rng)
+    def place(
+        self,
+        job: JobProfile,
+        state: ClusterState,
+        progress: Mapping[str, JobProgress] | None = None,
+    ) -> PlacementResult:
+        """Call the core planner with this policy (and rollmux's levers)."""
+        return place(
+            job,
+            state,
+            policy=self.name,
+            max_group_size=self.max_group_size,
+            rng=self.rng,
+            objective=self.objective,
+            progress=progress,
+            prune_saturated=self.prune_saturated,
+        )
 
     def apply(
         self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
@@ -400,7 +427,12 @@ class PlannedPolicy(StaticPlacement):
                 return group
         return None
 
-    def place(self, job: JobProfile, state: ClusterState) -> PlacementResult:
+    def place(
+        self,
+        job: JobProfile,
+        state: ClusterState,
+        progress: Mapping[str, JobProgress] | None = None,
+    ) -> PlacementResult:
         """Build the planned placement against the nodes live now."""
         spec = state.spec
         entry = self.plan[job.id]
@@ -495,7 +527,12 @@ def make_policy(
             else None
         )
         return CorePolicy(
-            name, seed=seed, max_group_size=max_group_size, consolidation=consolidation
+            name,
+            seed=seed,
+            max_group_size=max_group_size,
+            consolidation=consolidation,
+            objective=lv.objective,
+            prune_saturated=lv.prune_saturated,
         )
     if name in CORE_POLICIES:
         return CorePolicy(name, seed=seed, max_group_size=max_group_size)
