@@ -15,6 +15,9 @@ class AuditEntry(models.Model):
     action = models.CharField(max_length=64, db_index=True)  # e.g. job.submit, quota.update
     object_type = models.CharField(max_length=64)
     object_id = models.CharField(max_length=64)
+    # what the audit log shows: "node h800-5", not "inventory.node #13" (kept as it was named
+    # then, so a renamed or deleted object still reads as it did)
+    object_name = models.CharField(max_length=200, blank=True)
     tenant = models.CharField(max_length=64, blank=True)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)

@@ -17,6 +17,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "action",
             "object_type",
             "object_id",
+            "object_name",
             "tenant",
             "before",
             "after",

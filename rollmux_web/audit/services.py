@@ -22,9 +22,11 @@ def audit_record(
     after: dict[str, Any] | None = None,
 ) -> AuditEntry:
     """Record who did what to which object, with its state before and after."""
+    object_name = ""
     if obj is not None:
         object_type = object_type or obj._meta.label_lower
         object_id = object_id or str(obj.pk)
+        object_name = f"{obj._meta.verbose_name} {obj}"[:200]
     user = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
     return AuditEntry.objects.create(
         actor=user,
@@ -32,6 +34,7 @@ def audit_record(
         action=action,
         object_type=object_type,
         object_id=object_id,
+        object_name=object_name,
         tenant=tenant,
         before=before,
         after=after,

@@ -7,13 +7,20 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from rollmux_web.api.fields import query_text
 from rollmux_web.api.permissions import AdminWritesOthersRead
 from rollmux_web.api.schema import ErrorDocumentingAutoSchema
-from rollmux_web.inventory import selectors
+from rollmux_web.inventory import selectors, services
 from rollmux_web.inventory.models import NodeState
-from rollmux_web.inventory.serializers import ClusterSerializer, GpuTypeSerializer, NodeSerializer
+from rollmux_web.inventory.serializers import (
+    ClusterSerializer,
+    GpuTypeSerializer,
+    NodeSerializer,
+    RunnerPackageSerializer,
+)
 
 WRITE_METHODS = ["get", "post", "put", "patch", "head", "options"]
 
@@ -72,3 +79,23 @@ class NodeViewSet(viewsets.ModelViewSet):
             gpu_type=query_text(params, "gpu_type"),
             state=query_text(params, "state"),
         ).order_by("cluster__kind", "name")
+
+
+class RunnerPackageViewSet(viewsets.ModelViewSet):
+    """The runner allowlist: besides the built-ins (emulated, toy-rl, external), a job may
+    name an import path "package.module:Class" that an entry covers (checked at submission
+    without importing it). Admins add and remove entries; an entry is not edited."""
+
+    permission_classes = [AdminWritesOthersRead]
+    schema = ErrorDocumentingAutoSchema()
+    lookup_value_regex = "[^/]+"
+    serializer_class = RunnerPackageSerializer
+    http_method_names = ["get", "post", "delete", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        return selectors.runner_package_list()
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        entry = self.get_object()
+        services.runner_package_delete(actor=request.user, entry_id=entry.pk)
+        return Response(status=204)

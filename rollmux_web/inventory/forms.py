@@ -48,3 +48,15 @@ class NodeForm(forms.Form):
     gpus = forms.IntegerField(min_value=1, max_value=1024, label="GPUs")
     host_mem_gb = forms.FloatField(min_value=0.001, label="Host memory (GB)")
     state = forms.ChoiceField(choices=NodeState.choices, initial=NodeState.UP)
+
+
+class RunnerPackageForm(forms.Form):
+    path = forms.CharField(
+        max_length=200,
+        label="Package, module or class",
+        help_text=(
+            "acme_rl or acme_rl.runners: jobs may name any class under it "
+            "(acme_rl.runners:GrpoRunner); acme_rl.runners:GrpoRunner: only that class."
+        ),
+    )
+    description = forms.CharField(max_length=200, required=False)

@@ -85,3 +85,22 @@ class Node(models.Model):
     def ray_resource(self) -> str:
         """The Ray custom resource that pins work onto exactly this node."""
         return f"node:{self.name}"
+
+
+class RunnerPackage(models.Model):
+    """An allowlist entry: import paths researchers may name as a job's runner.
+
+    `path` is a package or module ("acme_rl", "acme_rl.runners": any class under it) or one
+    class ("acme_rl.runners:GrpoRunner"). The built-in runners need no entry. Submissions
+    are checked against the list without importing anything (jobs.spec.runner_permitted).
+    """
+
+    path = models.CharField(max_length=200, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["path"]
+
+    def __str__(self) -> str:
+        return self.path

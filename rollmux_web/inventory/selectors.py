@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, QuerySet
 
-from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node
+from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, RunnerPackage
 
 PriceStep = tuple[datetime, Decimal]
 Segment = tuple[datetime, datetime, Decimal]
@@ -220,3 +220,12 @@ def node_list(
     if state:
         qs = qs.filter(state=state)
     return qs.order_by("cluster__kind", "name")
+
+
+def runner_package_list() -> QuerySet[RunnerPackage]:
+    return RunnerPackage.objects.order_by("path")
+
+
+def runner_allowlist() -> list[str]:
+    """Return the registered runner paths (the built-ins are allowed without an entry)."""
+    return list(RunnerPackage.objects.order_by("path").values_list("path", flat=True))

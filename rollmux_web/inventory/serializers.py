@@ -10,7 +10,15 @@ from rest_framework import serializers
 
 from rollmux_web.api.fields import NameRelatedField
 from rollmux_web.inventory import selectors, services
-from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
+from rollmux_web.inventory.models import (
+    Cluster,
+    GpuPrice,
+    GpuType,
+    Node,
+    NodeState,
+    PoolKind,
+    RunnerPackage,
+)
 
 MAX_GPUS = 1024
 MAX_MEM_GB = 1_000_000.0
@@ -161,3 +169,22 @@ class NodeSerializer(serializers.ModelSerializer):
         return services.node_update(
             actor=self.context["request"].user, node_id=instance.pk, data=validated_data
         )
+
+
+class RunnerPackageSerializer(serializers.ModelSerializer):
+    path = serializers.CharField(
+        max_length=200,
+        help_text=(
+            'a package or module ("acme_rl", "acme_rl.runners": jobs may name any class under '
+            'it) or one class ("acme_rl.runners:GrpoRunner")'
+        ),
+    )
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+    class Meta:
+        model = RunnerPackage
+        fields = ["id", "path", "description", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+    def create(self, validated_data: dict[str, Any]) -> RunnerPackage:
+        return services.runner_package_create(actor=self.context["request"].user, **validated_data)

@@ -18,7 +18,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from rollmux_web.audit.services import audit_record, save_changes, snapshot
-from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState
+from rollmux_web.inventory.models import (
+    Cluster,
+    GpuPrice,
+    GpuType,
+    Node,
+    NodeState,
+    RunnerPackage,
+)
+from rollmux_web.inventory.runners import BUILTIN_RUNNERS, FORBIDDEN_RUNNER_ROOTS, RUNNER_RULE
 
 GPU_TYPE_FIELDS = ["name", "gpus_per_node", "host_mem_gb"]
 CLUSTER_FIELDS = ["name", "kind", "gpu_type", "ray_address"]
@@ -68,6 +76,11 @@ def _latest_price(gpu_type: GpuType) -> GpuPrice | None:
     return gpu_type.prices.order_by("-effective_from").first()
 
 
+# The planner counts a pool in whole nodes of its GPU type's size (a job's GPUs / GPUs per
+# node): a node with fewer GPUs would be handed work it cannot hold, one with more would
+# idle the rest. So a node has exactly its type's GPU count (issue 11 item 10).
+NODE_SIZE_RULE = "the planner places jobs on whole nodes of the GPU type's size."
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -89,10 +102,11 @@ def _validate_gpu_type(gpu_type: GpuType) -> None:
     if not _finite(gpu_type.host_mem_gb) or not gpu_type.host_mem_gb > 0:
         errors["host_mem_gb"] = ["Must be more than 0 GB."]
     if gpu_type.pk and not errors.get("gpus_per_node"):
-        too_big = gpu_type.nodes.filter(gpus__gt=gpu_type.gpus_per_node).first()
-        if too_big is not None:
+        other = gpu_type.nodes.exclude(gpus=gpu_type.gpus_per_node).order_by("name").first()
+        if other is not None:
             errors["gpus_per_node"] = [
-                f"Node {too_big.name} has {too_big.gpus} GPUs, more than {gpu_type.gpus_per_node}."
+                f"Node {other.name} has {other.gpus} GPUs, not {gpu_type.gpus_per_node}: "
+                f"{NODE_SIZE_RULE}"
             ]
     if errors:
         raise ValidationError(errors)
@@ -208,8 +222,11 @@ def _validate_node(node: Node) -> None:
         ]
     if node.gpus is None or node.gpus < 1:
         errors["gpus"] = ["Must be at least 1."]
-    elif gpu_type is not None and node.gpus > gpu_type.gpus_per_node:
-        errors["gpus"] = [f"A {gpu_type} node has at most {gpu_type.gpus_per_node} GPUs."]
+    elif gpu_type is not None and node.gpus != gpu_type.gpus_per_node:
+        errors["gpus"] = [
+            f"A {gpu_type} node has {gpu_type.gpus_per_node} GPUs, got {node.gpus}: "
+            f"{NODE_SIZE_RULE} For a node of another size, add a GPU type of that size."
+        ]
     if not _finite(node.host_mem_gb) or not node.host_mem_gb > 0:
         errors["host_mem_gb"] = ["Must be more than 0 GB."]
     if errors:
@@ -273,3 +290,59 @@ def node_set_state(*, actor: Any, node_id: int, state: str) -> Node:
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return [k for k in after if before.get(k) != after[k]]
+
+
+def check_runner_path(path: Any) -> str:
+    """Return an allowlist path stripped, or raise a ValidationError naming the field."""
+    value = path.strip() if isinstance(path, str) else ""
+    if value in BUILTIN_RUNNERS:
+        raise ValidationError({"path": [f"{value!r} is a built-in runner: it needs no entry."]})
+    if not RUNNER_RULE.match(value) or len(value) > 200:
+        raise ValidationError(
+            {
+                "path": [
+                    "Give a package or module (acme_rl, acme_rl.runners) or one class "
+                    "(acme_rl.runners:GrpoRunner)."
+                ]
+            }
+        )
+    root = value.split(":")[0].split(".")[0]
+    if root in FORBIDDEN_RUNNER_ROOTS:
+        raise ValidationError(
+            {
+                "path": [
+                    f"{root!r} is the standard library or RollMux's own code, not a runner "
+                    "package: register the package that holds your runner classes."
+                ]
+            }
+        )
+    return value
+
+
+@transaction.atomic
+def runner_package_create(*, actor: Any, path: str, description: str = "") -> RunnerPackage:
+    """Register a runner package or class: jobs may then name the classes it covers."""
+    value = check_runner_path(path)
+    if RunnerPackage.objects.filter(path=value).exists():
+        raise ValidationError({"path": [f"{value!r} is registered already."]})
+    entry = RunnerPackage.objects.create(path=value, description=(description or "").strip())
+    audit_record(
+        actor=actor,
+        action="runner_package.create",
+        obj=entry,
+        after={"path": entry.path, "description": entry.description},
+    )
+    return entry
+
+
+@transaction.atomic
+def runner_package_delete(*, actor: Any, entry_id: int) -> None:
+    """Remove an allowlist entry; jobs submitted before keep their runner."""
+    entry = RunnerPackage.objects.select_for_update().get(pk=entry_id)
+    audit_record(
+        actor=actor,
+        action="runner_package.delete",
+        obj=entry,
+        before={"path": entry.path, "description": entry.description},
+    )
+    entry.delete()

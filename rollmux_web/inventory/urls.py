@@ -12,4 +12,6 @@ urlpatterns = [
     path("nodes/new/", views.node_new, name="node-new"),
     path("nodes/<int:pk>/edit/", views.node_edit, name="node-edit"),
     path("nodes/<int:pk>/state/", views.node_state, name="node-state"),
+    path("runners/new/", views.runner_package_new, name="runner-package-new"),
+    path("runners/<int:pk>/delete/", views.runner_package_delete, name="runner-package-delete"),
 ]

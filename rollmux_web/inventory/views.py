@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -14,8 +15,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from rollmux_web.accounts.decorators import role_required
 from rollmux_web.accounts.selectors import is_admin
 from rollmux_web.inventory import selectors, services
-from rollmux_web.inventory.forms import ClusterForm, GpuTypeForm, NodeForm
-from rollmux_web.inventory.models import Cluster, GpuType, Node, NodeState
+from rollmux_web.inventory.forms import ClusterForm, GpuTypeForm, NodeForm, RunnerPackageForm
+from rollmux_web.inventory.models import Cluster, GpuType, Node, NodeState, RunnerPackage
+from rollmux_web.inventory.runners import BUILTIN_RUNNERS
 
 
 @role_required()
@@ -27,21 +29,35 @@ def index(request: HttpRequest) -> HttpResponse:
         "nodes": selectors.node_list(),
         "node_states": NodeState.choices,
         "can_edit": is_admin(request.user),
+        "builtin_runners": BUILTIN_RUNNERS,
+        "runner_packages": selectors.runner_package_list(),
     }
     return render(request, "inventory/index.html", context)
+
+
+def _saved_message(title: str, obj: Any) -> str:
+    """Return the confirmation after a form saved: "Saved node h800-5." for "Edit node
+    h800-5", "Saved GPU type B200." for "New GPU type" (the new row named by its name)."""
+    if title.startswith("Edit "):
+        return f"Saved {title.removeprefix('Edit ')}."
+    noun = title.removeprefix("New ")
+    name = getattr(obj, "name", None) or getattr(obj, "path", None)
+    return f"Saved {noun} {name}." if name else f"Saved {noun}."
 
 
 def form_page(
     request: HttpRequest, form: Any, title: str, save: Any, back: str = "inventory:index"
 ) -> HttpResponse:
-    """Validate, run the service, map its field errors onto the form, re-render on error."""
+    """Validate, run the service, map its field errors onto the form, re-render on error;
+    after a save, go back with a "Saved ..." confirmation."""
     if request.method == "POST" and form.is_valid():
         try:
             with transaction.atomic():
-                save(form.cleaned_data)
+                obj = save(form.cleaned_data)
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
+            messages.success(request, _saved_message(title, obj))
             return redirect(back)
     status = 400 if request.method == "POST" else 200
     context = {"form": form, "title": title, "back_url": reverse(back)}
@@ -141,17 +157,56 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @role_required(admin=True)
 @require_POST
 def node_state(request: HttpRequest, pk: int) -> HttpResponse:
-    """Set a node's state; htmx gets the updated row back, a plain form a redirect."""
-    get_object_or_404(Node, pk=pk)
-    error = None
+    """Set a node's state; htmx gets the updated row back, a plain form a redirect.
+
+    Marking a node down resubmits the jobs placed on it, so it asks first: a POST of
+    state=down without confirm=yes answers with the question (the row, or a page without
+    JavaScript) and changes nothing.
+    """
+    node = get_object_or_404(Node.objects.select_related("cluster", "gpu_type"), pk=pk)
+    state = request.POST.get("state", "")
+    context: dict[str, Any] = {"n": node, "node_states": NodeState.choices, "can_edit": True}
+    if state == NodeState.DOWN and node.state != NodeState.DOWN and not _confirmed(request):
+        if request.htmx:  # type: ignore[attr-defined]
+            return render(request, "inventory/index.html#node-row", {**context, "confirm": True})
+        return render(request, "inventory/confirm_down.html", context)
     try:
-        node = services.node_set_state(
-            actor=request.user, node_id=pk, state=request.POST.get("state", "")
-        )
+        node = services.node_set_state(actor=request.user, node_id=pk, state=state)
     except ValidationError as exc:
-        error = "; ".join(exc.messages)
-        node = Node.objects.select_related("cluster", "gpu_type").get(pk=pk)
+        context["error"] = "; ".join(exc.messages)
+        node.refresh_from_db()
+    else:
+        context["saved"] = f"Saved: {node.name} is {node.get_state_display().lower()}."
+    context["n"] = node
     if request.htmx:  # type: ignore[attr-defined]
-        context = {"n": node, "node_states": NodeState.choices, "can_edit": True, "error": error}
         return render(request, "inventory/index.html#node-row", context)
+    if "saved" in context:
+        messages.success(request, context["saved"])
+    else:
+        messages.error(request, context["error"])
+    return redirect("inventory:index")
+
+
+def _confirmed(request: HttpRequest) -> bool:
+    return request.POST.get("confirm") == "yes"
+
+
+@role_required(admin=True)
+@require_http_methods(["GET", "POST"])
+def runner_package_new(request: HttpRequest) -> HttpResponse:
+    form = RunnerPackageForm(request.POST or None)
+    return form_page(
+        request,
+        form,
+        "New runner package",
+        lambda d: services.runner_package_create(actor=request.user, **d),
+    )
+
+
+@role_required(admin=True)
+@require_POST
+def runner_package_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    entry = get_object_or_404(RunnerPackage, pk=pk)
+    services.runner_package_delete(actor=request.user, entry_id=pk)
+    messages.success(request, f"Removed {entry.path} from the runner allowlist.")
     return redirect("inventory:index")

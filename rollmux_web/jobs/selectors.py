@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -14,7 +15,8 @@ from django.utils import timezone
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow.models import PhaseRecord, Placement
+from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.snapshot import pool_node_counts
 
 ORDERINGS = {
@@ -108,8 +110,54 @@ def latest_placement(job: Job) -> Placement | None:
     )
 
 
+def percentile(values: list[float], q: float) -> float:
+    """Return the nearest-rank q-th percentile (0 < q <= 100) of non-empty values."""
+    ordered = sorted(values)
+    rank = max(math.ceil(q / 100.0 * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class DurationStats:
+    """Measured durations of one phase kind, in wall-clock seconds and in profile seconds
+    (wall-clock x the job's time scale: the unit of its spec and of the planner)."""
+
+    count: int
+    mean_s: float
+    p95_s: float
+    max_s: float
+    time_scale: float
+
+    @property
+    def mean_profile_s(self) -> float:
+        return self.mean_s * self.time_scale
+
+    @property
+    def p95_profile_s(self) -> float:
+        return self.p95_s * self.time_scale
+
+    @property
+    def max_profile_s(self) -> float:
+        return self.max_s * self.time_scale
+
+
+def duration_stats(durations: list[float], time_scale: float) -> DurationStats | None:
+    """Return count, mean, p95 and max of wall-clock durations (None when there are none)."""
+    if not durations:
+        return None
+    return DurationStats(
+        count=len(durations),
+        mean_s=sum(durations) / len(durations),
+        p95_s=percentile(durations, 95),
+        max_s=max(durations),
+        time_scale=time_scale,
+    )
+
+
 def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
-    """Return per phase kind: count by state, mean duration and warm-start share."""
+    """Return per phase kind: count by state, warm-start share and the measured durations
+    of its finished phases (`stats`: count, mean, p95, max; wall-clock and profile s)."""
+    scale = time_scale_of(job.runner, job.time_scale)
     rows: dict[str, dict[str, Any]] = {}
     for rec in PhaseRecord.objects.filter(job=job).only(
         "kind", "state", "started_at", "finished_at", "warm_start"
@@ -120,7 +168,7 @@ def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
         )
         row["count"] += 1
         row["states"][rec.state] = row["states"].get(rec.state, 0) + 1
-        if rec.started_at and rec.finished_at:
+        if rec.started_at and rec.finished_at and rec.state == PhaseState.SUCCEEDED:
             row["durations"].append((rec.finished_at - rec.started_at).total_seconds())
         if rec.warm_start is True:
             row["warm"] += 1
@@ -128,9 +176,7 @@ def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
             row["cold"] += 1
     out = []
     for row in rows.values():
-        d = row.pop("durations")
-        row["mean_s"] = sum(d) / len(d) if d else None
-        row["max_s"] = max(d) if d else None
+        row["stats"] = duration_stats(row.pop("durations"), scale)
         row["states"] = sorted(row["states"].items())
         out.append(row)
     return sorted(out, key=lambda r: r["kind"])

@@ -17,6 +17,7 @@ from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import submission_tenant
 from rollmux_web.api.fields import StrictFloatField, StrictIntegerField, Utf8CharField
 from rollmux_web.inventory.models import PoolKind
+from rollmux_web.inventory.selectors import runner_allowlist
 from rollmux_web.jobs import spec
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.selectors import PoolLimits, pool_limits
@@ -50,6 +51,8 @@ def spec_serializer_field(f: spec.SpecField) -> serializers.Field:
             kwargs[bound] = getattr(f, bound)
     if f.positive:
         kwargs["validators"] = [_positive(f)]
+    if f.min_value is not None and f.unit:
+        kwargs["error_messages"] = {"min_value": f"Must be at least {{min_value}} ({f.unit})."}
     if f.kind == "int":
         return StrictIntegerField(**kwargs)
     return StrictFloatField(**kwargs)
@@ -86,12 +89,23 @@ class JobSpecSerializer(serializers.Serializer):
         return slo
 
     def validate_runner(self, value: str) -> str:
+        """Allow a built-in or an import path the admins' allowlist covers; nothing is
+        imported here (a researcher's path must not run code in the web process)."""
         value = value.strip()
-        if value in spec.BUILTIN_RUNNERS or spec.RUNNER_IMPORT_PATH.match(value):
+        allowed = runner_allowlist()
+        if spec.runner_permitted(value, allowed):
             return value
+        builtins = ", ".join(spec.BUILTIN_RUNNERS)
+        if not spec.RUNNER_IMPORT_PATH.match(value):
+            raise serializers.ValidationError(
+                f"Unknown runner {value!r}: use one of {builtins} or an allowed import path "
+                "'package.module:ClassName'."
+            )
+        registered = ", ".join(allowed) if allowed else "none yet"
         raise serializers.ValidationError(
-            f"Unknown runner {value!r}: use one of {', '.join(spec.BUILTIN_RUNNERS)} or an "
-            "import path 'package.module:ClassName'."
+            f"Runner {value!r} is not on the allowlist: use one of {builtins} or a class of a "
+            f"registered runner package (registered: {registered}); an admin registers "
+            "packages on /inventory/."
         )
 
     def _gpus(self, value: int, kind: str, label: str) -> int:

@@ -5,18 +5,23 @@ slo_class, runner, model, priority and time_scale. The API serializer, the submi
 audit view, the job record and the CLI derive from `SPEC`; add a field here and they all
 follow.
 
-Stdlib only, so a client (the CLI) can import it without Django: `SPEC`, `SPEC_FIELDS`,
-`spec_field(name)`, `PHASE_TIME_FIELDS`, `EXAMPLE_SPEC`, `unknown_field_errors(keys)` and
-`READ_ONLY_JOB_FIELDS` (what a job record carries beside its spec).
+Stdlib only, so a client (the CLI) or a worker can import it without Django: `SPEC`,
+`SPEC_FIELDS`, `spec_field(name)`, `PHASE_TIME_FIELDS`, `EXAMPLE_SPEC`,
+`unknown_field_errors(keys)`, `READ_ONLY_JOB_FIELDS` (what a job record carries beside its
+spec) and `runner_permitted(name, allowlist)` (the rule for runners by import path).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+# (stdlib only too: the runner names and the allowlist rule live with the allowlist)
+from rollmux_web.inventory.runners import BUILTIN_RUNNERS, RUNNER_IMPORT_PATH, runner_permitted
+
+__all__ = ["BUILTIN_RUNNERS", "RUNNER_IMPORT_PATH", "runner_permitted"]
 
 # Upper bounds keep values inside the database column types and catch unit mistakes
 # (a duration in milliseconds, memory in MB); they are far above any real job.
@@ -28,11 +33,9 @@ MAX_TIME_SCALE = 1_000_000.0
 MAX_PRIORITY = 1000
 MAX_REPORTED_KEY = 64  # an unknown key is echoed in the error; a 1 MB key is cut short
 
-# "package.module:ClassName": dotted module path, a colon, a class name
-RUNNER_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-# The runners every deployment has (workers/runners implements them; the web app keeps the
-# names so that it never imports workers).
-BUILTIN_RUNNERS = ("emulated", "toy-rl", "external")
+# A time scale divides every phase time; below this a 30-day phase would last millennia
+# (1e-300 overflowed the emulated runner's sleep and failed the job three times).
+MIN_TIME_SCALE = 0.01
 
 
 @dataclass(frozen=True)
@@ -183,10 +186,11 @@ SPEC: tuple[SpecField, ...] = (
         "time_scale",
         "Time scale",
         "float",
-        "emulation speed-up (> 0); blank or null = the server default",
+        f"emulation speed-up, {MIN_TIME_SCALE:g} to {MAX_TIME_SCALE:,.0f}; blank or null = the "
+        "server default",
         required=False,
+        min_value=MIN_TIME_SCALE,
         max_value=MAX_TIME_SCALE,
-        positive=True,
         unit="speed-up factor",
     ),
 )

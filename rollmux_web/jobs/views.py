@@ -20,18 +20,30 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from rollmux_web.accounts.selectors import can_submit, sees_all_tenants, visible_tenants
 from rollmux_web.htmx import HtmxHttpRequest, render_partial
+from rollmux_web.inventory.models import PoolKind
+from rollmux_web.inventory.selectors import runner_allowlist
 from rollmux_web.jobs.models import JobStatus
+from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import (
     DEFAULT_ORDERING,
     job_get,
     job_list,
     job_phase_summary,
     placement_history,
+    pool_limits,
     solo_cost_per_iteration,
 )
 from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.services import QUOTA_CODES, JobRejected, job_cancel, job_submit
-from rollmux_web.jobs.spec import BUILTIN_RUNNERS, EXAMPLE_SPEC, SPEC, SPEC_FIELDS, SpecField
+from rollmux_web.jobs.spec import (
+    BUILTIN_RUNNERS,
+    EXAMPLE_SPEC,
+    MAX_TIME_SCALE,
+    MIN_TIME_SCALE,
+    SPEC,
+    SPEC_FIELDS,
+    SpecField,
+)
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
 
@@ -88,6 +100,45 @@ def _field_errors(user: Any, spec: dict[str, Any], name: str) -> list[str]:
     return [str(m) for m in ser.errors.get(name, [])]
 
 
+def _hints(allowed: list[str]) -> dict[str, str]:
+    """Return the form's hints that depend on the cluster and the settings: the node size
+    of each pool, the host-memory limit, the default time scale and the allowed runners."""
+    pools = pool_limits()
+    hints: dict[str, str] = {}
+    for name, kind, label in (
+        ("rollout_gpus", PoolKind.ROLLOUT, "rollout pool"),
+        ("train_gpus", PoolKind.TRAIN, "training pool"),
+    ):
+        p = pools.get(kind)
+        if p is not None:
+            hints[name] = (
+                f"a multiple of {p.gpus_per_node} (one {p.gpu_type} node has {p.gpus_per_node} "
+                f"GPUs; the {label} has {p.nodes} nodes)"
+            )
+    mems = [p.host_mem_gb for p in pools.values()]
+    if mems:
+        hints["host_mem_gb"] = (
+            f"resident state on each node; at most {min(mems):g} GB (what a node has)"
+        )
+    scale = f"{settings.ROLLMUX_TIME_SCALE:g}"
+    hints["time_scale"] = (
+        f"emulation speed-up, {MIN_TIME_SCALE:g} to {MAX_TIME_SCALE:,.0f}; blank = the server "
+        f"default, {scale}x for emulated and toy-rl (1x for other runners)"
+    )
+    registered = f"; registered: {', '.join(allowed)}" if allowed else ""
+    hints["runner"] = (
+        f"{', '.join(BUILTIN_RUNNERS)} or package.module:ClassName of a registered package"
+        f"{registered}"
+    )
+    for name in ("t_roll_max_s", "t_train_max_s"):
+        phase = "rollout" if name.startswith("t_roll") else "training"
+        hints[name] = (
+            f"worst-case solo {phase}, in profile seconds (at time scale {scale} an emulated "
+            f"job runs it {scale}x faster in wall-clock time)"
+        )
+    return hints
+
+
 def _form_context(
     request: HttpRequest, values: dict[str, Any], errors: dict[str, list[str]]
 ) -> dict[str, Any]:
@@ -96,9 +147,12 @@ def _form_context(
         "tenant": tenants,
         "slo_class": list(SloClass.objects.values_list("name", flat=True)),
     }
+    allowed = runner_allowlist()
+    hints = _hints(allowed)
     fields = [
         {
             "f": f,
+            "help": hints.get(f.name, f.help),
             "value": values.get(f.name, ""),
             "errors": errors.get(f.name, []),
             "choices": choices.get(f.name, []),
@@ -108,7 +162,7 @@ def _form_context(
     return {
         "fields": fields,
         "non_field_errors": errors.get("non_field_errors", []),
-        "runners": BUILTIN_RUNNERS,
+        "runners": [*BUILTIN_RUNNERS, *(r for r in allowed if ":" in r)],
         "max_bytes": settings.SPEC_FILE_MAX_BYTES,
     }
 
@@ -278,6 +332,7 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
         "train_nodes": sorted(n.name for n in placement.train_nodes.all()) if placement else [],
         "earlier_placements": history[1:],
         "phases": job_phase_summary(job=job),
+        "time_scale": time_scale_of(job.runner, job.time_scale),
         "cost": cost,
         "can_cancel": can_submit(request.user)
         and not job.is_terminal

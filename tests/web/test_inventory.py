@@ -564,3 +564,132 @@ def test_nul_bytes_and_wrong_types_are_field_errors_not_500(
 @pytest.mark.django_db
 def test_nul_in_tenant_name_is_404(api_as):
     assert api_as("admin").get("/api/v1/tenants/vi%00sion/").status_code == 404
+
+
+# --- issue 11: node sizes, confirmations, the runner allowlist ------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("gpus", [4, 16])
+def test_a_node_whose_gpu_count_differs_from_its_type_is_refused(api_as, world, gpus):
+    # issue 11 item 10: a 4-GPU node of an 8-GPU type was accepted without a word
+    resp = api_as("admin").post(
+        "/api/v1/nodes/",
+        {"name": "h20-odd", "cluster": "rollout-pool", "gpus": gpus},
+        format="json",
+    )
+    assert resp.status_code == 400
+    (message,) = resp.json()["error"]["fields"]["gpus"]
+    assert message.startswith(f"A H20 node has 8 GPUs, got {gpus}: the planner places jobs")
+    assert not Node.objects.filter(name="h20-odd").exists()
+    # the services refuse it too, and a GPU type cannot change size under its nodes
+    with pytest.raises(ValidationError):
+        services.node_create(actor=world.admin, name="h20-odd", cluster=world.rollout_pool, gpus=4)
+    with pytest.raises(ValidationError) as exc:
+        services.gpu_type_update(
+            actor=world.admin, gpu_type_id=world.h20.pk, data={"gpus_per_node": 16}
+        )
+    assert "has 8 GPUs, not 16" in str(exc.value)
+
+
+@pytest.mark.django_db
+def test_an_admin_edit_says_saved(client_as, world):
+    client = client_as("admin")
+    node = Node.objects.get(name="h20-1")
+    resp = client.post(
+        f"/inventory/nodes/{node.pk}/edit/",
+        {"name": "h20-1", "cluster": "rollout-pool", "gpus": 8, "host_mem_gb": 1024, "state": "up"},
+        follow=True,
+    )
+    assert resp.redirect_chain[-1][0] == "/inventory/"
+    assert "Saved node h20-1." in resp.content.decode()
+    resp = client.post(
+        "/inventory/gpu-types/new/",
+        {"name": "B200", "gpus_per_node": 8, "host_mem_gb": 2048, "price_per_gpu_hour": "9"},
+        follow=True,
+    )
+    assert "Saved GPU type B200." in resp.content.decode()
+    # a state change through the row says so in the row
+    resp = client.post(
+        f"/inventory/nodes/{node.pk}/state/", {"state": "drained"}, HTTP_HX_REQUEST="true"
+    )
+    assert "Saved: h20-1 is drained." in resp.content.decode()
+
+
+@pytest.mark.django_db
+def test_marking_a_node_down_asks_first(client_as, world, monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr("workers.triggers.node_state_changed", calls.append)
+    client = client_as("admin")
+    node = Node.objects.get(name="h800-2")
+    url = f"/inventory/nodes/{node.pk}/state/"
+    # htmx: the row asks, nothing changes
+    html = client.post(url, {"state": "down"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "Mark h800-2 down? The jobs placed on it are resubmitted." in html
+    assert 'name="confirm" value="yes"' in html
+    # without JavaScript: a page asks
+    resp = client.post(url, {"state": "down"})
+    assert resp.status_code == 200 and "<h1>Mark h800-2 down?</h1>" in resp.content.decode()
+    node.refresh_from_db()
+    assert node.state == "up" and not AuditEntry.objects.filter(action="node.state").exists()
+    # confirmed: it is down
+    resp = client.post(url, {"state": "down", "confirm": "yes"}, follow=True)
+    assert "Saved: h800-2 is down." in resp.content.decode()
+    node.refresh_from_db()
+    assert node.state == "down"
+
+
+@pytest.mark.django_db
+def test_the_audit_log_names_the_node(client_as, world):
+    node = Node.objects.get(name="h800-1")
+    services.node_set_state(actor=world.admin, node_id=node.pk, state="drained")
+    html = client_as("admin").get("/audit/").content.decode()
+    assert "node h800-1" in html and f"inventory.node #{node.pk}" not in html
+
+
+@pytest.mark.django_db
+def test_admins_manage_the_runner_allowlist_on_the_page(client_as, world):
+    client = client_as("admin")
+    resp = client.post(
+        "/inventory/runners/new/", {"path": "acme_rl", "description": "lab runners"}, follow=True
+    )
+    assert "Saved runner package acme_rl." in resp.content.decode()
+    assert selectors.runner_allowlist() == ["acme_rl"]
+    html = client.get("/inventory/").content.decode()
+    assert "<code>acme_rl</code>" in html and "every class under it" in html
+    bad = client.post("/inventory/runners/new/", {"path": "subprocess"})
+    assert bad.status_code == 400 and "standard library" in bad.content.decode()
+    bad = client.post("/inventory/runners/new/", {"path": "emulated"})
+    assert bad.status_code == 400 and "built-in runner" in bad.content.decode()
+    entry = world_runner = selectors.runner_package_list().get()
+    assert world_runner.path == "acme_rl"
+    resp = client.post(f"/inventory/runners/{entry.pk}/delete/", follow=True)
+    assert "Removed acme_rl from the runner allowlist." in resp.content.decode()
+    assert selectors.runner_allowlist() == []
+    assert [e.action for e in AuditEntry.objects.filter(action__startswith="runner_package")] == [
+        "runner_package.delete",
+        "runner_package.create",
+    ]
+    # a researcher reads the list and cannot change it
+    assert client_as("alice").post("/inventory/runners/new/", {"path": "x"}).status_code == 403
+
+
+@pytest.mark.django_db
+def test_the_runner_allowlist_api(api_as, world):
+    admin = api_as("admin")
+    resp = admin.post("/api/v1/runner-packages/", {"path": "acme_rl.runners:Grpo"}, format="json")
+    assert resp.status_code == 201 and resp.json()["path"] == "acme_rl.runners:Grpo"
+    assert api_as("alice").get("/api/v1/runner-packages/").json()["results"][0]["path"] == (
+        "acme_rl.runners:Grpo"
+    )
+    refused = admin.post(
+        "/api/v1/runner-packages/", {"path": "rollmux_web.settings"}, format="json"
+    )
+    assert refused.status_code == 400 and "path" in refused.json()["error"]["fields"]
+    assert (
+        api_as("bob").post("/api/v1/runner-packages/", {"path": "y"}, format="json").status_code
+        == 403
+    )
+    pk = resp.json()["id"]
+    assert admin.delete(f"/api/v1/runner-packages/{pk}/").status_code == 204
+    assert selectors.runner_allowlist() == []

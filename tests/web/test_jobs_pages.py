@@ -330,3 +330,57 @@ def test_the_preview_of_the_first_render_runs_the_quota_checks(client_as: Any, w
     page = resp.content.decode()
     assert "at most 8 H800 GPUs at once" in page and 'id="quota-refused"' in page
     assert 'href="/quotas/"' in page
+
+
+def test_the_phase_table_gives_measured_stats_in_wall_clock_and_profile_seconds(
+    client_as: Any, world: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rollmux_web.jobs.selectors import job_phase_summary
+    from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, Placement
+
+    job = job_submit(user=world.alice, spec=job_spec(time_scale=10.0), channel="t")
+    group = ExecutionGroup.objects.create()
+    p = Placement.objects.create(job=job, group=group, strategy="new_group")
+    t0 = timezone.now()
+    # three rollouts of 10, 12 and 20 s wall-clock; a failed one does not count as measured
+    for i, (secs, state) in enumerate(
+        [(10, "succeeded"), (12, "succeeded"), (20, "succeeded"), (50, "failed")]
+    ):
+        PhaseRecord.objects.create(
+            job=job,
+            group=group,
+            placement=p,
+            iteration=i,
+            kind="rollout",
+            state=state,
+            queued_at=t0,
+            started_at=t0,
+            finished_at=t0 + timedelta(seconds=secs),
+        )
+    (row,) = job_phase_summary(job=job)
+    st = row["stats"]
+    assert (st.count, st.mean_s, st.p95_s, st.max_s) == (3, 14.0, 20.0, 20.0)
+    assert (st.mean_profile_s, st.max_profile_s) == (140.0, 200.0)  # x time scale 10
+    html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
+    assert "Wall-clock seconds" in html and "Profile seconds (wall-clock × time scale)" in html
+    assert "Rollout (profile s)" in html and "10×" in html
+    assert '<td class="num">140.0</td>' in html
+
+
+def test_the_form_hints_give_the_node_size_memory_limit_and_default_time_scale(
+    client_as: Any, world: Any, settings: Any
+) -> None:
+    import re
+
+    settings.ROLLMUX_TIME_SCALE = 20.0
+    html = client_as("alice").get("/jobs/new/").content.decode()
+    hint = dict(re.findall(r'<div class="help muted" id="help-(\w+)">([^<]*)</div>', html))
+    assert "a multiple of 8 (one H20 node has 8 GPUs" in hint["rollout_gpus"]
+    assert "a multiple of 8 (one H800 node has 8 GPUs" in hint["train_gpus"]
+    assert "at most 2048 GB" in hint["host_mem_gb"]
+    assert "the server default, 20x" in hint["time_scale"]
+    assert "in profile seconds" in hint["t_roll_max_s"]

@@ -81,7 +81,9 @@ def test_submit_requests_planning_after_commit(
         ({"rollout_gpus": 8.5}, "rollout_gpus", "valid integer"),
         ({"t_roll_max_s": "slow"}, "t_roll_max_s", "valid number"),
         ({"t_train_max_s": -1}, "t_train_max_s", "greater than 0"),
-        ({"time_scale": 0}, "time_scale", "greater than 0"),
+        ({"time_scale": 0}, "time_scale", "at least 0.01"),
+        ({"time_scale": 1e-300}, "time_scale", "at least 0.01 (speed-up factor)"),
+        ({"time_scale": 2e6}, "time_scale", "less than or equal to 1000000"),
         ({"tenant": "nosuch"}, "tenant", "Unknown tenant"),
         ({"tenant": "speech"}, "tenant", "Unknown tenant"),  # exists, but not alice's
         ({"runner": "rm -rf /"}, "runner", "Unknown runner"),
@@ -109,11 +111,38 @@ def test_missing_required_fields_are_each_named(world: Any) -> None:
     assert Job.objects.count() == 0
 
 
-def test_user_runner_import_path_is_accepted(world: Any) -> None:
+def test_a_runner_import_path_is_accepted_only_when_the_allowlist_covers_it(
+    world: Any,
+) -> None:
+    from rollmux_web.inventory.services import runner_package_create
+
+    # issue 11 item 8: any importable path was accepted, and imported in the job's worker
+    for path in ("my_lab.rl.runners:GrpoRunner", "subprocess:Popen", "rollmux_web.settings:X"):
+        err = rejected(world, runner=path)
+        assert err.code == "invalid" and list(err.fields) == ["runner"], err.fields
+        assert "is not on the allowlist" in err.fields["runner"][0]
+        assert "registered: none yet" in err.fields["runner"][0]
+    runner_package_create(actor=world.admin, path="my_lab.rl")  # a package: any class under it
     job = job_submit(
         user=world.alice, spec=job_spec(runner="my_lab.rl.runners:GrpoRunner"), channel="t"
     )
     assert job.runner == "my_lab.rl.runners:GrpoRunner"
+    assert "registered: my_lab.rl" in rejected(world, runner="my_lab.rlx:Grpo").fields["runner"][0]
+    runner_package_create(actor=world.admin, path="other.mod:OnlyThis")  # one class
+    job_submit(user=world.alice, spec=job_spec(runner="other.mod:OnlyThis"), channel="t")
+    assert "runner" in rejected(world, runner="other.mod:Another").fields
+    assert "runner" in rejected(world, runner="subprocess:Popen").fields
+
+
+def test_nothing_is_imported_when_a_runner_is_checked(world: Any) -> None:
+    import sys
+
+    from rollmux_web.inventory.services import runner_package_create
+
+    runner_package_create(actor=world.admin, path="never_imported_pkg")
+    job_submit(user=world.alice, spec=job_spec(runner="never_imported_pkg.m:R"), channel="t")
+    rejected(world, runner="also_never_imported:R")
+    assert "never_imported_pkg" not in sys.modules and "also_never_imported" not in sys.modules
 
 
 @pytest.mark.parametrize("runner", ["emulated", "toy-rl", "external"])
