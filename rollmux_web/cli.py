@@ -1,11 +1,18 @@
-"""`rollmux`: a small command line client of the RollMux API.
+"""`rollmux`: a kubectl-style command line client of the RollMux API.
 
-    rollmux login [--url URL] [--username U]   store an API token (asks for the password)
-    rollmux submit spec.yaml                   submit a job from a YAML or JSON spec
-    rollmux jobs [--status S]                  list your tenants' jobs
-    rollmux cancel ID                          cancel a job
+    rollmux login [--username U]              store an API token (asks for the password)
+    rollmux get jobs|groups|nodes             list them (jobs: --status, --tenant, --limit)
+    rollmux describe job ID                   status, reason, placement, estimates, phases, cost
+    rollmux submit SPEC [--dry-run]           submit a YAML/JSON spec, or print the planner's
+                                              answer for it without submitting (sbatch --test-only)
+    rollmux submit --example                  print an example spec with every field explained
+    rollmux cancel ID                         cancel a job
+    rollmux jobs                              the same as `rollmux get jobs`
+    rollmux completion bash|zsh|tcsh          print a shell completion script
 
-The token comes from $ROLLMUX_TOKEN or the file written by `login`
+`get` and `describe` take `-o table|json|yaml` and `--watch` (redraw every `--interval`
+seconds until Ctrl-C; `describe job --watch` stops when the job ends; `--count N` stops
+after N updates). The token comes from $ROLLMUX_TOKEN or the file written by `login`
 (~/.config/rollmux/token, or $ROLLMUX_CONFIG); the server from --url, $ROLLMUX_URL or
 the URL of the last login (stored beside the token), default http://127.0.0.1:8000.
 """
@@ -16,19 +23,34 @@ import argparse
 import getpass
 import json
 import os
+import shutil
+import socket
 import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import requests
 import yaml
 
+from rollmux_web.jobs import spec as job_spec
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_S = 30.0
+OUTPUTS = ("table", "json", "yaml")
+SHELLS = ("bash", "zsh", "tcsh")
+GAP = "  "  # between table columns
 
 
 class CliError(Exception):
     """A failure to report on stderr with a non-zero exit status."""
+
+
+# --- configuration -------------------------------------------------------------------------
 
 
 def config_path() -> Path:
@@ -79,11 +101,58 @@ def _store_token(token: str) -> Path:
     return path
 
 
+# --- talking to the server -----------------------------------------------------------------
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """Yield an exception and everything it wraps (requests -> urllib3 -> socket)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        for nxt in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+
+
+def unreachable_message(base: str, exc: requests.RequestException) -> str:
+    """Say in words why the server did not answer (never the library's internals)."""
+    causes = list(_causes(exc))
+    invalid = (
+        requests.exceptions.InvalidURL
+        | requests.exceptions.MissingSchema
+        | requests.exceptions.InvalidSchema
+    )
+    if isinstance(exc, invalid):
+        why = "that is not a valid URL (use e.g. http://127.0.0.1:8000)"
+    elif isinstance(exc, requests.exceptions.SSLError):
+        why = "the TLS handshake failed (wrong port, or a certificate this machine does not trust)"
+    elif isinstance(exc, requests.exceptions.Timeout):
+        why = f"no answer within {TIMEOUT_S:g} s"
+    elif any(isinstance(c, socket.gaierror) for c in causes):
+        why = "its host name does not resolve"
+    elif any(isinstance(c, ConnectionRefusedError) for c in causes):
+        why = "connection refused (is the server running on that port?)"
+    elif any(isinstance(c, ConnectionResetError) for c in causes):
+        why = "the connection was reset"
+    else:
+        why = "could not connect"
+    return f"Cannot reach the RollMux server at {base}: {why}. Set --url or ROLLMUX_URL."
+
+
 def _format_error(resp: requests.Response) -> str:
     try:
         body = resp.json()
     except ValueError:
-        return f"HTTP {resp.status_code}: {resp.text[:300]}"
+        kind = resp.headers.get("Content-Type", "").split(";")[0] or "no content type"
+        return (
+            f"HTTP {resp.status_code} from {resp.url} ({kind}, not the API's JSON): "
+            "is --url the RollMux server?"
+        )
     err = body.get("error") if isinstance(body, dict) else None
     if not isinstance(err, dict):
         return f"HTTP {resp.status_code}: {json.dumps(body)[:300]}"
@@ -97,21 +166,52 @@ def _format_error(resp: requests.Response) -> str:
         message = f"{len(details)} field error{'s' if len(details) != 1 else ''}"
     lines = [f"error ({err.get('code', resp.status_code)}): {message}"]
     lines += [f"  {d}" for d in details]
+    if resp.status_code == 401:
+        lines.append("  (run `rollmux login`, or check ROLLMUX_TOKEN)")
     return "\n".join(lines)
+
+
+def _request(method: str, url: str, *, token: str | None = None, **kwargs: Any) -> Any:
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    base = url.split("/api/", 1)[0]
+    try:
+        resp = requests.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
+    except requests.RequestException as exc:
+        raise CliError(unreachable_message(base, exc)) from None
+    if resp.status_code >= 400:
+        raise CliError(_format_error(resp))
+    try:
+        return resp.json()
+    except ValueError:
+        raise CliError(
+            f"{base} answered HTTP {resp.status_code} with something that is not JSON: "
+            "is --url the RollMux server?"
+        ) from None
+
+
+def _api(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    return _request(method, f"{_base_url(args)}/api/v1/{path}", token=_token(), **kwargs)
+
+
+# --- formatting ----------------------------------------------------------------------------
 
 
 def _fit(text: str, width: int) -> str:
     """Shorten text to width with an ellipsis in the middle (a name's suffix tells jobs apart)."""
     if len(text) <= width:
         return text
+    if width <= 1:
+        return "…"[:width]
     keep = width - 1
     return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
 
 
-def _utc(stamp: str) -> str:
+def _utc(stamp: str | None) -> str:
     """Return an API timestamp as 'YYYY-MM-DD HH:MM:SSZ' (UTC)."""
-    from datetime import UTC, datetime
-
+    if not stamp:
+        return "-"
     try:
         moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
@@ -121,17 +221,244 @@ def _utc(stamp: str) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}Z"
 
 
-def _request(method: str, url: str, *, token: str | None = None, **kwargs: Any) -> Any:
-    headers = {"Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        resp = requests.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
-    except requests.RequestException as exc:
-        raise CliError(f"Cannot reach {url}: {exc}") from None
-    if resp.status_code >= 400:
-        raise CliError(_format_error(resp))
-    return resp.json()
+def _duration(seconds: float | None) -> str:
+    """Return a duration in one unit that suits it: 42 s, 3.5 min, 2.1 h, 1.5 d."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _terminal_width() -> int:
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    value: Callable[[dict[str, Any]], Any]
+    right: bool = False
+    flexible: bool = False  # gets the room the others leave (names); at most MAX_FLEX
+    cap: int = 24
+
+
+MIN_FLEX, MAX_FLEX = 12, 48
+
+
+def render_table(
+    columns: list[Column], rows: list[dict[str, Any]], width: int | None = None
+) -> str:
+    """Return rows as aligned columns. Every cell is cut to its column's width (a long name
+    is shortened in the middle), so no value ever runs into the next column."""
+    cells = [[str(c.value(r)) if c.value(r) is not None else "-" for c in columns] for r in rows]
+    widths = []
+    for i, c in enumerate(columns):
+        longest = max([len(c.header), *(len(row[i]) for row in cells)])
+        widths.append(longest if c.flexible else min(longest, max(c.cap, len(c.header))))
+    total = width or _terminal_width()
+    fixed = sum(w for w, c in zip(widths, columns, strict=True) if not c.flexible)
+    room = total - fixed - len(GAP) * (len(columns) - 1)
+    for i, c in enumerate(columns):
+        if c.flexible:
+            widths[i] = max(len(c.header), min(widths[i], MAX_FLEX, max(room, MIN_FLEX)))
+
+    def line(values: list[str]) -> str:
+        out = []
+        for value, w, c in zip(values, widths, columns, strict=True):
+            text = _fit(value, w)
+            out.append(text.rjust(w) if c.right else text.ljust(w))
+        return GAP.join(out).rstrip()
+
+    return "\n".join([line([c.header for c in columns]), *(line(row) for row in cells)])
+
+
+def _dump(data: Any, output: str) -> str:
+    if output == "json":
+        return json.dumps(data, indent=2, sort_keys=False)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip()
+
+
+def _wrap(label: str, value: Any, indent: int = 0) -> list[str]:
+    """Return `Label:  value` lines, the value wrapped under itself at the terminal width."""
+    pad = " " * indent
+    head = f"{pad}{label + ':':<22}"
+    text = "-" if value in (None, "") else str(value)
+    width = max(_terminal_width() - len(head), 30)
+    lines = textwrap.wrap(text, width) or [""]
+    return [head + lines[0], *(" " * len(head) + rest for rest in lines[1:])]
+
+
+# --- views of API objects ------------------------------------------------------------------
+
+JOB_COLUMNS = [
+    Column("ID", lambda j: j["id"], right=True, cap=8),
+    Column("NAME", lambda j: j["name"], flexible=True),
+    Column("TENANT", lambda j: j["tenant"], cap=12),
+    Column("STATUS", lambda j: j["status"], cap=10),
+    Column("ITER", lambda j: f"{j['iterations_done']}/{j['iterations']}", right=True, cap=13),
+    Column("GROUP", lambda j: j.get("group"), right=True, cap=6),
+    Column("SUBMITTED (UTC)", lambda j: _utc(j.get("submitted_at")), cap=20),
+]
+
+
+def _members(group: dict[str, Any]) -> str:
+    active = [m for m in group.get("members", []) if m.get("active", True)]
+    names = [m["name"] for m in active if not m.get("hidden")]
+    hidden = sum(1 for m in active if m.get("hidden"))
+    if hidden:
+        names.append(f"+{hidden} of another tenant")
+    return ", ".join(names) or "-"
+
+
+def _t_cycle(group: dict[str, Any]) -> str:
+    meta = group.get("meta_iteration") or {}
+    return _duration(meta.get("t_cycle_s")) if meta else "-"
+
+
+GROUP_COLUMNS = [
+    Column("ID", lambda g: g["id"], right=True, cap=8),
+    Column("STATE", lambda g: "active" if g.get("active") else "released", cap=8),
+    Column("MEMBERS", _members, flexible=True),
+    Column("ROLLOUT NODES", lambda g: ",".join(g.get("rollout_nodes") or []) or "-", cap=24),
+    Column("TRAIN NODES", lambda g: ",".join(g.get("train_nodes") or []) or "-", cap=24),
+    Column("T_CYCLE", _t_cycle, right=True, cap=9),
+    Column("CREATED (UTC)", lambda g: _utc(g.get("created_at")), cap=20),
+]
+
+NODE_COLUMNS = [
+    Column("NAME", lambda n: n["name"], flexible=True),
+    Column("POOL", lambda n: n.get("cluster"), cap=16),
+    Column("GPU TYPE", lambda n: n.get("gpu_type"), cap=10),
+    Column("GPUS", lambda n: n.get("gpus"), right=True, cap=5),
+    Column("HOST MEM GB", lambda n: f"{n.get('host_mem_gb', 0):g}", right=True, cap=11),
+    Column("STATE", lambda n: n.get("state"), cap=8),
+]
+
+
+def describe_text(d: dict[str, Any]) -> str:
+    """Return a job's description in kubectl-describe form."""
+    job, est, phases, cost = d["job"], d["estimates"], d["phases"], d["cost"]
+    lines: list[str] = []
+    lines += _wrap("Name", job["name"])
+    lines += _wrap("ID", job["id"])
+    lines += _wrap("Tenant", f"{job['tenant']} (submitted by {job.get('submitter', '-')})")
+    lines += _wrap(
+        "Status", job["status"] + (" (cancel requested)" if job.get("cancel_requested") else "")
+    )
+    lines += _wrap("Reason", job.get("reason"))
+    if job.get("error") and job["error"] != job.get("reason"):
+        lines += _wrap("Error", job["error"])
+    lines += _wrap("SLO", f"{job['slo_class']} ({job['slo']:g}x slowdown tolerated)")
+    lines += _wrap("Iterations", f"{job['iterations_done']}/{job['iterations']} done")
+    lines += _wrap("Attempts", job.get("attempts"))
+    lines += _wrap("Runner", job.get("runner"))
+    for label, key in (("Submitted", "submitted_at"), ("Placed", "placed_at"),
+                       ("Started", "started_at"), ("Finished", "finished_at")):  # fmt: skip
+        if job.get(key):
+            lines += _wrap(label, _utc(job[key]))
+    lines.append("Placement:")
+    placement = job.get("placement")
+    if placement:
+        lines += _wrap("Group", job.get("group"), 2)
+        lines += _wrap("Strategy", placement["strategy"].replace("_", " "), 2)
+        lines += _wrap("Rollout nodes", ", ".join(placement["rollout_nodes"]) or "-", 2)
+        lines += _wrap("Training nodes", ", ".join(placement["train_nodes"]) or "-", 2)
+        lines += _wrap("Marginal cost", f"${placement['marginal_cost_per_hour']:.2f}/h", 2)
+    else:
+        lines.append("  (not placed yet)")
+    lines.append("Estimates:")
+    slowdown = est.get("predicted_slowdown")
+    lines += _wrap(
+        "Solo iteration",
+        f"{_duration(est['solo_iteration_s'])} worst case (profile time), "
+        f"time scale {est['time_scale']:g}x",
+        2,
+    )
+    lines += _wrap(
+        "Predicted slowdown",
+        f"{slowdown:.3f}x (SLO {est['slo']:g}x)" if slowdown else "- (not placed yet)",
+        2,
+    )
+    if est.get("remaining_wall_s") is not None:
+        lines += _wrap(
+            "Time left",
+            f"~{_duration(est['remaining_wall_s'])} for {est['iterations_left']} iterations",
+            2,
+        )
+    lines += _wrap("Solo cost/iteration", f"${est['solo_cost_per_iteration_usd']:.2f}", 2)
+    lines.append(f"Phases: {phases['total']}")
+    for kind, k in sorted(phases["by_kind"].items()):
+        states = ", ".join(f"{n} {s}" for s, n in sorted(k["states"].items()))
+        mean = f", mean {_duration(k['mean_wall_s'])}" if k.get("mean_wall_s") is not None else ""
+        lines += _wrap(kind, f"{k['count']} ({states}){mean}, {k['warm_starts']} warm starts", 2)
+    last = phases.get("last")
+    if last:
+        nodes = ", ".join(last["nodes"]) or "-"
+        lines += _wrap(
+            "Latest",
+            f"{last['kind']} of iteration {last['iteration']}: {last['state']} on {nodes}",
+            2,
+        )
+    lines += _wrap(
+        "Cost so far",
+        f"${cost['total_usd']} (busy ${cost['busy_usd']}, idle share ${cost['idle_usd']}; "
+        f"{cost['gpu_hours']} GPU-hours since {cost['since']})",
+    )
+    return "\n".join(lines)
+
+
+def dry_run_text(d: dict[str, Any]) -> str:
+    """Return the planner's answer for a spec in words, as the submit form's preview says it."""
+    status = d["status"]
+    head = f"Dry run for tenant {d['tenant']} (SLO {d['slo_class']}): nothing was submitted."
+    lines = [head]
+    if status == "FIT":
+        if d.get("group") is not None:
+            where = f"joins group {d['group']} by {d['strategy']}"
+        elif d.get("strategy") == "new group":
+            where = "starts a new co-execution group"
+        else:
+            where = f"joins an existing group (another tenant's jobs) by {d['strategy']}"
+        lines += _wrap("Planner", f"{where}, marginal cost ${d['marginal_cost_per_hour']:.2f}/h")
+        lines += _wrap("Rollout nodes", ", ".join(d.get("rollout_nodes") or []) or "-")
+        lines += _wrap("Training nodes", ", ".join(d.get("train_nodes") or []) or "-")
+        if d.get("new_nodes"):
+            lines += _wrap("New nodes", ", ".join(d["new_nodes"]))
+        members = d.get("members") or []
+        if members:
+            lines.append("Predicted slowdowns:")
+            rows = [
+                {"job": m["label"], "slowdown": f"{m['slowdown']:.3f}x",
+                 "slo": f"{m['slo']:g}x" if m.get("slo") else "-"}
+                for m in members
+            ]  # fmt: skip
+            lines.append(textwrap.indent(render_table([
+                Column("JOB", lambda r: r["job"], flexible=True),
+                Column("SLOWDOWN", lambda r: r["slowdown"], right=True),
+                Column("SLO", lambda r: r["slo"], right=True),
+            ], rows), "  "))  # fmt: skip
+    elif status == "REFUSED":
+        lines += _wrap("Would be refused", d["reason"])
+    elif status == "INFEASIBLE":
+        lines += _wrap("Can never run here", d["reason"])
+    elif status == "RETRY":
+        lines += _wrap("Would wait", f"(no room now) {d['reason']}")
+    else:
+        lines += _wrap("No answer", d.get("reason"))
+    lines += _wrap(
+        "Solo cost/iteration",
+        f"${d['solo_cost_per_iteration_usd']:.2f} busy, "
+        f"${d['dedicated_cost_per_iteration_usd']:.2f} on dedicated pools",
+    )
+    return "\n".join(lines)
+
+
+# --- commands ------------------------------------------------------------------------------
 
 
 def cmd_login(args: argparse.Namespace, out: IO[str]) -> int:
@@ -164,45 +491,136 @@ def load_spec(path: str) -> dict[str, Any]:
         raise CliError(f"{path} is not valid YAML or JSON: {str(exc).splitlines()[0]}") from None
     if not isinstance(spec, dict):
         raise CliError(f"{path} must hold one object of field names to values")
+    # the server refuses unknown fields too; saying so here needs no login or network
+    unknown = job_spec.unknown_field_errors(spec)
+    if unknown:
+        details = "\n".join(f"  {k}: {m}" for k, msgs in unknown.items() for m in msgs)
+        raise CliError(f"{path}: {len(unknown)} unknown field(s)\n{details}")
     return spec
 
 
+def example_spec() -> str:
+    """Return the example job spec as YAML, every field with its help as a comment."""
+    lines = ["# A RollMux job spec: `rollmux submit this.yaml` (docs/spec/trace-format.md)."]
+    for f in job_spec.SPEC:
+        need = "required" if f.required else "optional"
+        lines.append(f"# {f.name} ({need}): {f.help}")
+        value = f.example if f.example is not None else f.default
+        if value is None:
+            lines.append(f"# {f.name}:")
+        else:
+            lines.append(yaml.safe_dump({f.name: value}, default_flow_style=False).rstrip())
+    return "\n".join(lines)
+
+
 def cmd_submit(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.example:
+        print(example_spec(), file=out)
+        return 0
+    if not args.spec:
+        raise CliError("rollmux submit: give a spec file (or --example to print one)")
     spec = load_spec(args.spec)
-    job = _request("POST", f"{_base_url(args)}/api/v1/jobs/", token=_token(), json=spec)
-    print(
-        f"Submitted job {job['id']} ({job['name']}) for {job['tenant']}: {job['status']}", file=out
-    )
-    return 0
-
-
-def cmd_jobs(args: argparse.Namespace, out: IO[str]) -> int:
-    params: dict[str, Any] = {"page_size": args.limit}
-    if args.status:
-        params["status"] = args.status
-    body = _request("GET", f"{_base_url(args)}/api/v1/jobs/", token=_token(), params=params)
-    rows = body.get("results", [])
-    width = min(48, max([4, *(len(job["name"]) for job in rows)]))
-    header = (
-        f"{'ID':>6}  {'NAME':<{width}} {'TENANT':<12} {'STATUS':<10} {'ITER':>9}  "
-        f"{'GROUP':>6}  SUBMITTED (UTC)"
-    )
-    print(header, file=out)
-    for job in rows:
-        done = f"{job['iterations_done']}/{job['iterations']}"
-        group = job["group"] if job["group"] is not None else "-"
+    if args.dry_run:
+        answer = _api(args, "POST", "jobs/dry-run/", json=spec)
         print(
-            f"{job['id']:>6}  {_fit(job['name'], width):<{width}} {_fit(job['tenant'], 12):<12} "
-            f"{job['status']:<10} {done:>9}  {group!s:>6}  {_utc(job['submitted_at'])}",
+            dry_run_text(answer) if args.output == "table" else _dump(answer, args.output), file=out
+        )
+        # like `sbatch --test-only`: succeed only when the job would be admitted
+        return 0 if answer["status"] in ("FIT", "RETRY") else 1
+    job = _api(args, "POST", "jobs/", json=spec)
+    if args.output != "table":
+        print(_dump(job, args.output), file=out)
+    else:
+        print(
+            f"Submitted job {job['id']} ({job['name']}) for {job['tenant']}: {job['status']}",
             file=out,
         )
-    if body.get("count", len(rows)) > len(rows):
-        print(f"({len(rows)} of {body['count']} shown; use --limit)", file=out)
     return 0
+
+
+def _list(args: argparse.Namespace, path: str, params: dict[str, Any]) -> tuple[list[Any], int]:
+    body = _api(args, "GET", path, params=params)
+    if isinstance(body, list):
+        return body, len(body)
+    rows = body.get("results", [])
+    return rows, int(body.get("count", len(rows)))
+
+
+def _get_view(args: argparse.Namespace) -> Callable[[], tuple[str, bool]]:
+    """Return a function that fetches and renders what `get`/`describe` asked for, and
+    says whether a watch may stop (a described job that ended)."""
+    output = args.output
+    if args.command in ("jobs", "get") and getattr(args, "kind", "jobs") == "jobs":
+        params: dict[str, Any] = {"page_size": args.limit}
+        if args.status:
+            params["status"] = args.status
+        if args.tenant:
+            params["tenant"] = args.tenant
+
+        def jobs() -> tuple[str, bool]:
+            rows, count = _list(args, "jobs/", params)
+            if output != "table":
+                return _dump(rows, output), False
+            text = render_table(JOB_COLUMNS, rows)
+            if count > len(rows):
+                text += f"\n({len(rows)} of {count} shown; use --limit)"
+            return text, False
+
+        return jobs
+    if args.command == "get":
+        path, columns = {"groups": ("groups/", GROUP_COLUMNS), "nodes": ("nodes/", NODE_COLUMNS)}[
+            args.kind
+        ]
+        params = {"page_size": args.limit}
+        if args.kind == "groups" and not args.all:
+            params["active"] = "true"
+
+        def listing() -> tuple[str, bool]:
+            rows, count = _list(args, path, params)
+            if output != "table":
+                return _dump(rows, output), False
+            text = render_table(columns, rows)
+            if count > len(rows):
+                text += f"\n({len(rows)} of {count} shown; use --limit)"
+            return text, False
+
+        return listing
+
+    def describe() -> tuple[str, bool]:
+        body = _api(args, "GET", f"jobs/{args.id}/describe/")
+        ended = body["job"]["status"] in ("completed", "failed", "cancelled")
+        return (describe_text(body) if output == "table" else _dump(body, output)), ended
+
+    return describe
+
+
+def cmd_view(args: argparse.Namespace, out: IO[str]) -> int:
+    """Run `get` / `describe` once, or redraw it with --watch."""
+    view = _get_view(args)
+    if not args.watch:
+        print(view()[0], file=out)
+        return 0
+    tty = out.isatty() if hasattr(out, "isatty") else False
+    updates = 0
+    while True:
+        text, ended = view()
+        updates += 1
+        if tty:
+            stamp = datetime.now(UTC).strftime("%H:%M:%SZ")
+            out.write(
+                f"\x1b[H\x1b[2JEvery {args.interval:g} s: rollmux {' '.join(sys.argv[1:])}  {stamp}\n\n"
+            )
+        elif updates > 1:
+            out.write("---\n" if args.output == "yaml" else "\n")
+        print(text, file=out)
+        out.flush()
+        if ended or (args.count and updates >= args.count):
+            return 0
+        time.sleep(args.interval)
 
 
 def cmd_cancel(args: argparse.Namespace, out: IO[str]) -> int:
-    job = _request("POST", f"{_base_url(args)}/api/v1/jobs/{args.id}/cancel/", token=_token())
+    job = _api(args, "POST", f"jobs/{args.id}/cancel/")
     if job["status"] == "cancelled":
         print(f"Cancelled job {job['id']} ({job['name']})", file=out)
     else:
@@ -214,31 +632,90 @@ def cmd_cancel(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollmux", description="RollMux command line client")
-    sub = parser.add_subparsers(dest="command", required=True)
+def cmd_completion(args: argparse.Namespace, out: IO[str]) -> int:
+    import shtab
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
+    print(shtab.complete(build_parser(), shell=args.shell), file=out)
+    return 0
+
+
+# --- the parser ----------------------------------------------------------------------------
+
+
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollmux",
+        description="RollMux command line client",
+        epilog='Shell completion: eval "$(rollmux completion bash)" (or zsh, tcsh).',
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str, **kw: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, **kw)
         p.add_argument("--url", help=f"server URL (default $ROLLMUX_URL or {DEFAULT_URL})")
         return p
+
+    def outputs(p: argparse.ArgumentParser, *, watch: bool = True) -> None:
+        p.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="output format")
+        if watch:
+            p.add_argument("-w", "--watch", action="store_true", help="redraw until Ctrl-C")
+            p.add_argument("--interval", type=_positive_float, default=2.0, metavar="SECONDS",
+                           help="seconds between redraws with --watch (default 2)")  # fmt: skip
+            p.add_argument("--count", type=int, default=0, metavar="N",
+                           help="with --watch: stop after N updates")  # fmt: skip
+
+    def job_filters(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--status", help="only jobs in this state (queued, running, ...)")
+        p.add_argument("--tenant", help="only this tenant's jobs")
+        p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
 
     p = add("login", "get an API token and store it")
     p.add_argument("--username", "-u")
     p.set_defaults(func=cmd_login)
+
+    p = add("get", "list jobs, co-execution groups or nodes")
+    p.add_argument("kind", choices=("jobs", "groups", "nodes"), metavar="jobs|groups|nodes")
+    job_filters(p)
+    p.add_argument("--all", action="store_true", help="groups: released ones too")
+    outputs(p)
+    p.set_defaults(func=cmd_view)
+
+    p = add("describe", "show one job: status, reason, placement, estimates, phases, cost")
+    p.add_argument("kind", choices=("job",), metavar="job")
+    p.add_argument("id", type=int)
+    outputs(p)
+    p.set_defaults(func=cmd_view)
+
     p = add("submit", "submit a job from a YAML or JSON spec file")
-    p.add_argument("spec")
+    p.add_argument("spec", nargs="?", help="the spec file (see --example)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the planner's answer for it now; submit nothing")  # fmt: skip
+    p.add_argument("--example", action="store_true", help="print an example spec and exit")
+    outputs(p, watch=False)
     p.set_defaults(func=cmd_submit)
-    p = add("jobs", "list jobs")
-    p.add_argument(
-        "--status",
-        choices=["queued", "placed", "running", "completed", "failed", "cancelled"],
-    )
-    p.add_argument("--limit", type=int, default=50)
-    p.set_defaults(func=cmd_jobs)
+
+    p = add("jobs", "list jobs (the same as `get jobs`)")
+    job_filters(p)
+    outputs(p)
+    p.set_defaults(func=cmd_view, kind="jobs", all=False)
+
     p = add("cancel", "cancel a job")
     p.add_argument("id", type=int)
     p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("completion", help="print a shell completion script")
+    p.add_argument("shell", choices=SHELLS)
+    p.set_defaults(func=cmd_completion)
     return parser
 
 
@@ -252,6 +729,10 @@ def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `rollmux get jobs | head`: the reader left; say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

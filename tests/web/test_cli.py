@@ -15,6 +15,7 @@ import pytest
 
 from rollmux_web import cli
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.workflow.models import Placement
 from tests.factories import job_spec
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -148,3 +149,166 @@ def test_long_names_keep_their_distinguishing_end() -> None:
     assert len(a) == 24 and a != b and a.endswith("-1") and "…" in a
     assert cli._fit("short", 24) == "short"
     assert cli._utc("2026-11-29T23:05:43.123+01:00") == "2026-11-29 22:05:43Z"
+
+
+# --- get / describe / dry run / watch / errors / completion ---------------------------------
+
+
+@pytest.fixture
+def placed(world: Any, settings: Any) -> Any:
+    """Two placed jobs (one per tenant) with a Recorder dispatcher; nothing runs."""
+    from rollmux_web.workflow.services import plan_pass
+    from tests.workers.conftest import Recorder, make_job
+    from workers.dispatch import set_dispatcher
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    rec = Recorder()
+    set_dispatcher(rec)
+    mine = make_job(world, name="vision-" + "x" * 70 + "-tail1")
+    theirs = make_job(world, name="speech-secret", tenant=world.speech, submitter=world.charlie)
+    plan_pass()
+    yield rec, mine, theirs
+    set_dispatcher(None)
+
+
+def test_get_jobs_groups_and_nodes_in_every_output(
+    world: Any, env: dict[str, str], monkeypatch: Any, placed: Any
+) -> None:
+    import yaml
+
+    _, mine, theirs = placed
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, err = run(["get", "jobs", "-o", "json"])
+    assert code == 0, err
+    assert [j["id"] for j in json.loads(out)] == [mine.pk]  # charlie's job is not listed
+    code, out, _ = run(["get", "nodes", "-o", "yaml"])
+    nodes = yaml.safe_load(out)
+    assert code == 0 and sorted(n["name"] for n in nodes)[:2] == ["h20-0", "h20-1"]
+    code, out, _ = run(["get", "nodes"])
+    assert out.splitlines()[0].split() == ["NAME", "POOL", "GPU", "TYPE", "GPUS", "HOST", "MEM",
+                                           "GB", "STATE"]  # fmt: skip
+    code, out, err = run(["get", "groups"])
+    assert code == 0, err
+    group = Placement.objects.get(job=mine).group_id
+    row = next(line for line in out.splitlines() if line.split()[0] == str(group))
+    assert "active" in row and "vision-" in row and "speech-secret" not in out
+    code, out, _ = run(["get", "groups", "-o", "json"])
+    assert {g["id"] for g in json.loads(out)} == {group}
+
+
+def test_long_names_never_run_into_the_next_column(
+    world: Any, env: dict[str, str], monkeypatch: Any, placed: Any
+) -> None:
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run(["get", "jobs"])
+    header, row = out.splitlines()[:2]
+    tenant_at = header.index("TENANT")
+    assert row[tenant_at:].startswith("vision "), row  # the column starts where its header does
+    name_cell = row[header.index("NAME") : tenant_at]
+    assert "…" in name_cell and name_cell.rstrip().endswith("-tail1")
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_describe_job_says_status_reason_placement_estimates_phases_and_cost(
+    world: Any, env: dict[str, str], monkeypatch: Any, placed: Any
+) -> None:
+    from rollmux_web.workflow.services import phase_finished
+    from tests.workers.conftest import end_of
+
+    rec, mine, theirs = placed
+    phase_finished(end_of(rec.orders[0]))  # the first rollout ends, training starts
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, err = run(["describe", "job", str(mine.pk)])
+    assert code == 0, err
+    placement = Placement.objects.get(job=mine)
+    node = placement.rollout_nodes.get().name
+    text = " ".join(out.split())
+    assert "Status: running" in text
+    assert "Reason: -" in text  # a running job waits for nothing
+    assert f"Group: {placement.group_id}" in text and f"Rollout nodes: {node}" in text
+    assert "Predicted slowdown: 1.000x (SLO 1.5x)" in text
+    assert "Time left: ~" in text and "for 3 iterations" in text
+    assert "rollout: 1 (1 succeeded), mean 1.0 s, 1 warm starts" in text
+    assert "Latest: train of iteration 1: running on" in text
+    assert "Cost so far: $" in text
+    code, out, _ = run(["describe", "job", str(mine.pk), "-o", "json"])
+    body = json.loads(out)
+    assert body["job"]["id"] == mine.pk and body["phases"]["by_kind"]["rollout"]["count"] == 1
+    assert float(body["cost"]["gpu_hours"]) > 0  # its nodes are held (cost is cents here)
+    code, _, err = run(["describe", "job", str(theirs.pk)])
+    assert code == 1 and "not_found" in err  # another tenant's job
+
+
+def test_submit_dry_run_prints_the_planners_answer_and_submits_nothing(
+    world: Any, env: dict[str, str], tmp_path: Path, monkeypatch: Any, placed: Any
+) -> None:
+    from rollmux_web.quotas.models import Quota
+    from rollmux_web.reports.whatif import whatif_preview
+
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    before = Job.objects.count()
+    spec = write_spec(tmp_path, "d.json", name="dry")
+    code, out, err = run(["submit", "--dry-run", spec, "-o", "json"])
+    assert code == 0, err
+    answer = json.loads(out)
+    expected = whatif_preview(
+        user=world.alice,
+        data={**job_spec(), "tenant": "vision", "t_roll_min_s": 90.0, "t_train_min_s": 80.0},
+        slo=1.5,
+    )
+    # the same answer as the submit form's preview
+    assert (answer["status"], answer["strategy"]) == (expected.status, expected.strategy)
+    assert answer["rollout_nodes"] == expected.rollout_nodes and answer["dry_run"] is True
+    code, out, _ = run(["submit", "--dry-run", spec])
+    assert code == 0 and "nothing was submitted" in out and "Planner:" in out
+    assert Job.objects.count() == before
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=8)
+    code, out, _ = run(["submit", "--dry-run", spec])
+    assert code == 1 and "Would be refused: quota: vision may use at most 8 H800" in " ".join(
+        out.split()
+    )
+    code, _, err = run(["submit", "--dry-run", write_spec(tmp_path, "e.json", rollout_gpus=12)])
+    assert code == 1 and "rollout_gpus: Must be a multiple of 8" in err
+    assert Job.objects.count() == before
+
+
+def test_the_example_spec_is_accepted_and_a_typo_is_caught_before_sending(
+    world: Any, env: dict[str, str], tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, _ = run(["submit", "--example"])
+    example = tmp_path / "example.yaml"
+    example.write_text(out)
+    code, out, err = run(["submit", str(example)])
+    assert code == 0, err
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(example.read_text() + "time_scal: 5\n")
+    monkeypatch.setenv("ROLLMUX_URL", "http://127.0.0.1:1")  # no server needed to say so
+    code, _, err = run(["submit", str(typo)])
+    assert code == 1 and "time_scal: Unknown field; did you mean time_scale?" in err
+
+
+def test_watch_redraws_until_the_described_job_ends(
+    world: Any, env: dict[str, str], monkeypatch: Any
+) -> None:
+    import threading
+
+    from tests.workers.conftest import make_job, wait_for
+
+    job = make_job(world, name="watched")
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    out = io.StringIO()
+
+    def finish() -> None:
+        wait_for(lambda: "Status:" in out.getvalue(), timeout=20, interval=0.02)
+        Job.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED)
+
+    threading.Thread(target=finish, daemon=True).start()
+    code = cli.main(["describe", "job", str(job.pk), "--watch", "--interval", "0.1"], out=out)
+    statuses = [
+        line.split()[1] for line in out.getvalue().splitlines() if line.startswith("Status:")
+    ]
+    assert code == 0 and statuses[0] == "queued" and statuses[-1] == "completed"
+    code, text, _ = run(["get", "jobs", "--watch", "--count", "2", "--interval", "0.05"])
+    assert code == 0 and text.count("SUBMITTED (UTC)") == 2

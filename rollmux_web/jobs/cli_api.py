@@ -1,0 +1,216 @@
+"""Two read-only API views the CLI needs: a submission's dry run (the planner's answer, as
+the submit form's preview gives it) and a job's description (status, reason, placement,
+estimates, a summary of its phases and its cost so far). Thin: they call the jobs, reports
+and workflow selectors; nothing here writes."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from rollmux_web.accounts.selectors import can_submit
+from rollmux_web.jobs.api import AUTH_ERRORS, NOT_FOUND, _err, _job_id, _rejected
+from rollmux_web.jobs.models import Job
+from rollmux_web.jobs.selectors import job_get, latest_placement, solo_cost_per_iteration
+from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializer
+from rollmux_web.jobs.services import JobRejected, quota_refusal, validate_spec
+from rollmux_web.workflow.models import PhaseRecord, PhaseState
+
+
+def dry_run(*, user: Any, spec: Any) -> dict[str, Any]:
+    """Return what submitting `spec` would do now, without submitting it.
+
+    1. the submission's own field checks (JobRejected, as `POST /jobs/` gives it);
+    2. its quota and budget checks (a refusal is the answer "REFUSED", with the message);
+    3. the planner's answer on the live cluster (reports.whatif.whatif_preview, the submit
+       form's preview): FIT with group, strategy, nodes, marginal $/h and every member's
+       predicted slowdown, or RETRY / INFEASIBLE with the reason.
+    """
+    from rollmux_web.reports.whatif import whatif_preview
+    from rollmux_web.workflow.selectors import time_scale_of
+
+    if not can_submit(user):
+        raise PermissionDenied("Your role may not submit jobs.")
+    data = validate_spec(user=user, spec=spec)
+    cost = solo_cost_per_iteration(
+        rollout_gpus=data["rollout_gpus"],
+        train_gpus=data["train_gpus"],
+        t_roll_max_s=data["t_roll_max_s"],
+        t_train_max_s=data["t_train_max_s"],
+    )
+    out: dict[str, Any] = {
+        "dry_run": True,
+        "tenant": data["tenant"].name,
+        "slo_class": data["slo_class"].name,
+        "solo_cost_per_iteration_usd": round(cost.busy_usd, 4),
+        "dedicated_cost_per_iteration_usd": round(cost.busy_usd + cost.bubble_usd, 4),
+        "time_scale": time_scale_of(data.get("runner") or "emulated", data.get("time_scale")),
+    }
+    # the tenant as resolved (a spec may leave it to default to the submitter's only one)
+    refusal = quota_refusal(user=user, spec={**spec, "tenant": data["tenant"].name})
+    if refusal:
+        return {**out, "status": "REFUSED", "reason": refusal}
+    preview = whatif_preview(
+        user=user,
+        data={**data, "tenant": data["tenant"].name},
+        slo=data["slo_class"].slowdown,
+    )
+    answer = asdict(preview)
+    if answer["hint"]:
+        return {**out, "status": "UNKNOWN", "reason": answer["hint"]}
+    group = answer["group"] if answer.pop("group_visible") else None  # another tenant's
+    answer.pop("hint")
+    return {**out, **answer, "group": int(group) if group else None}
+
+
+def _seconds(a: datetime | None, b: datetime | None) -> float | None:
+    return (b - a).total_seconds() if a and b else None
+
+
+def phases_summary(job: Job) -> dict[str, Any]:
+    """Return per phase kind: counts by state, warm starts, mean and longest wall time of
+    the succeeded ones; and the job's latest phase."""
+    rows = list(
+        PhaseRecord.objects.filter(job=job)
+        .order_by("queued_at", "pk")
+        .values(
+            "kind", "state", "warm_start", "started_at", "finished_at", "iteration", "node_names"
+        )
+    )
+    by_kind: dict[str, dict[str, Any]] = defaultdict(lambda: {"states": Counter(), "walls": []})
+    for r in rows:
+        entry = by_kind[r["kind"]]
+        entry["states"][r["state"]] += 1
+        entry["warm"] = entry.get("warm", 0) + (1 if r["warm_start"] else 0)
+        wall = _seconds(r["started_at"], r["finished_at"])
+        if r["state"] == PhaseState.SUCCEEDED and wall is not None:
+            entry["walls"].append(wall)
+    kinds = {}
+    for kind, entry in by_kind.items():
+        walls = entry["walls"]
+        kinds[kind] = {
+            "count": sum(entry["states"].values()),
+            "states": dict(entry["states"]),
+            "warm_starts": entry.get("warm", 0),
+            "mean_wall_s": round(sum(walls) / len(walls), 3) if walls else None,
+            "max_wall_s": round(max(walls), 3) if walls else None,
+        }
+    last = rows[-1] if rows else None
+    return {
+        "total": len(rows),
+        "by_kind": kinds,
+        "last": None
+        if last is None
+        else {
+            "kind": last["kind"],
+            "iteration": last["iteration"] + 1,  # counted from 1, as the job page does
+            "state": last["state"],
+            "nodes": last["node_names"],
+        },
+    }
+
+
+def estimates(job: Job) -> dict[str, Any]:
+    """Return the job's worst-case solo iteration, predicted slowdown and time left."""
+    from rollmux_web.workflow.selectors import time_scale_of
+
+    placement = latest_placement(job)
+    slowdown = placement.predicted_slowdown if placement is not None else None
+    iteration_s = job.t_roll_max_s + job.t_train_max_s  # profile seconds, worst case
+    scale = time_scale_of(job.runner, job.time_scale)
+    left = max(job.iterations - job.iterations_done, 0)
+    remaining = None
+    if not job.is_terminal:
+        remaining = round(left * iteration_s * (slowdown or 1.0) / scale, 1)
+    cost = solo_cost_per_iteration(
+        rollout_gpus=job.rollout_gpus,
+        train_gpus=job.train_gpus,
+        t_roll_max_s=job.t_roll_max_s,
+        t_train_max_s=job.t_train_max_s,
+    )
+    return {
+        "solo_iteration_s": iteration_s,
+        "predicted_slowdown": slowdown,
+        "slo": job.slo_class.slowdown,
+        "time_scale": scale,
+        "iterations_left": left,
+        "remaining_wall_s": remaining,
+        "solo_cost_per_iteration_usd": round(cost.busy_usd, 4),
+    }
+
+
+def cost_so_far(*, user: Any, job: Job) -> dict[str, Any]:
+    """Return the job's cost from the cost report (busy + its share of idle time), from its
+    submission to now: the same figures as /reports/cost/ for that range."""
+    from rollmux_web.reports.selectors import cost_report
+
+    now = timezone.now()
+    report = cost_report(
+        user=user, start=job.submitted_at.date(), end=now.date(), now=now, with_burn_down=False
+    )
+    busy = idle = Decimal(0)
+    hours = Decimal(0)
+    for line in report.lines:
+        if line.job_id == job.pk:
+            busy += line.busy_cost
+            idle += line.idle_cost
+            hours += line.gpu_hours
+    return {
+        "busy_usd": str(busy),
+        "idle_usd": str(idle),
+        "total_usd": str(busy + idle),
+        "gpu_hours": str(hours),
+        "since": job.submitted_at.date().isoformat(),
+    }
+
+
+class JobDryRunView(GenericAPIView):
+    serializer_class = JobSubmitRequestSerializer
+
+    @extend_schema(
+        summary="What submitting this spec would do now (nothing is submitted)",
+        description=(
+            "The submission's field checks (400 as for POST /jobs/), then its quota and budget "
+            "checks (status REFUSED with the message), then the planner's answer on the live "
+            "cluster, as the submit form's preview: FIT (group, strategy, nodes, marginal $/h, "
+            "predicted slowdowns), RETRY or INFEASIBLE with the reason."
+        ),
+        request=JobSubmitRequestSerializer,
+        responses={200: OpenApiTypes.OBJECT, 400: _err("invalid spec"), **AUTH_ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            return Response(dry_run(user=request.user, spec=request.data))
+        except JobRejected as exc:
+            return _rejected(exc)
+
+
+class JobDescribeView(GenericAPIView):
+    serializer_class = JobSerializer
+
+    @extend_schema(
+        summary="A job with its estimates, a summary of its phases and its cost so far",
+        parameters=[OpenApiParameter("job_id", OpenApiTypes.INT, OpenApiParameter.PATH)],
+        responses={200: OpenApiTypes.OBJECT, 404: NOT_FOUND, **AUTH_ERRORS},
+    )
+    def get(self, request: Request, job_id: str) -> Response:
+        job = job_get(user=request.user, job_id=_job_id(job_id))
+        return Response(
+            {
+                "job": JobSerializer(job).data,
+                "estimates": estimates(job),
+                "phases": phases_summary(job),
+                "cost": cost_so_far(user=request.user, job=job),
+            }
+        )

@@ -1,0 +1,64 @@
+"""The `rollmux` CLI without a database: readable errors for an unreachable or foreign
+server, and shell completion."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.web.test_cli import run
+
+
+def test_an_unreachable_or_foreign_server_gets_a_readable_error(
+    monkeypatch: Any, tmp_path: Path
+) -> None:
+    import http.server
+    import socket
+    import threading
+
+    monkeypatch.setenv("ROLLMUX_TOKEN", "rmx_whatever")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    code, _, err = run(["get", "jobs", "--url", f"http://127.0.0.1:{closed}"])
+    assert code == 1
+    assert err.strip() == (
+        f"Cannot reach the RollMux server at http://127.0.0.1:{closed}: connection refused "
+        "(is the server running on that port?). Set --url or ROLLMUX_URL."
+    )
+    code, _, err = run(["get", "jobs", "--url", f"127.0.0.1:{closed}"])
+    assert code == 1 and "not a valid URL" in err
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # a proxy's HTML error page, not the API
+            self.send_response(502)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html><body>Bad gateway</body></html>")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, _, err = run(["get", "nodes", "--url", f"http://127.0.0.1:{server.server_port}"])
+    finally:
+        server.shutdown()
+    assert code == 1 and "HTTP 502" in err and "text/html, not the API's JSON" in err
+    for internal in ("HTTPConnectionPool", "urllib3", "Errno", "Traceback", "object at 0x"):
+        assert internal not in err
+
+
+def test_shell_completion_scripts_know_the_commands(tmp_path: Path) -> None:
+    code, script, _ = run(["completion", "bash"])
+    assert code == 0
+    for word in ("get", "describe", "submit", "--dry-run", "--watch", "groups", "nodes"):
+        assert word in script
+    path = tmp_path / "rollmux.bash"
+    path.write_text(script)
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr  # bash parses it
+    code, script, _ = run(["completion", "zsh"])
+    assert code == 0 and "#compdef rollmux" in script
