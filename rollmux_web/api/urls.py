@@ -2,7 +2,12 @@
 
 from django.urls import include, path
 
+from rollmux_web import cli_api
+
 urlpatterns = [
+    # before the jobs app's `jobs/<id>/`: what the CLI's dry run and describe read
+    path("jobs/dry-run/", cli_api.JobDryRunView.as_view(), name="jobs-dry-run"),
+    path("jobs/<str:job_id>/describe/", cli_api.JobDescribeView.as_view(), name="jobs-describe"),
     path("", include("rollmux_web.accounts.api_urls")),
     path("", include("rollmux_web.inventory.api_urls")),
     path("", include("rollmux_web.quotas.api_urls")),

@@ -157,18 +157,17 @@ def test_long_names_keep_their_distinguishing_end() -> None:
 @pytest.fixture
 def placed(world: Any, settings: Any) -> Any:
     """Two placed jobs (one per tenant) with a Recorder dispatcher; nothing runs."""
+    from rollmux_web.workflow import ports
     from rollmux_web.workflow.services import plan_pass
     from tests.workers.conftest import Recorder, make_job
-    from workers.dispatch import set_dispatcher
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()
-    set_dispatcher(rec)
-    mine = make_job(world, name="vision-" + "x" * 70 + "-tail1")
-    theirs = make_job(world, name="speech-secret", tenant=world.speech, submitter=world.charlie)
-    plan_pass()
-    yield rec, mine, theirs
-    set_dispatcher(None)
+    with ports.override(dispatcher=rec):
+        mine = make_job(world, name="vision-" + "x" * 70 + "-tail1")
+        theirs = make_job(world, name="speech-secret", tenant=world.speech, submitter=world.charlie)
+        plan_pass()
+        yield rec, mine, theirs
 
 
 def test_get_jobs_groups_and_nodes_in_every_output(
@@ -244,7 +243,7 @@ def test_submit_dry_run_prints_the_planners_answer_and_submits_nothing(
     world: Any, env: dict[str, str], tmp_path: Path, monkeypatch: Any, placed: Any
 ) -> None:
     from rollmux_web.quotas.models import Quota
-    from rollmux_web.reports.whatif import whatif_preview
+    from rollmux_web.reports.whatif_selectors import whatif_preview
 
     monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
     before = Job.objects.count()

@@ -1,4 +1,5 @@
-"""Two read-only API views the CLI needs: a submission's dry run (the planner's answer, as
+"""Two read-only API views the CLI needs (above the apps' layers: they read jobs, reports and
+the workflow): a submission's dry run (the planner's answer, as
 the submit form's preview gives it) and a job's description (status, reason, placement,
 estimates, a summary of its phases and its cost so far). Thin: they call the jobs, reports
 and workflow selectors; nothing here writes."""
@@ -22,9 +23,12 @@ from rest_framework.response import Response
 from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.jobs.api import AUTH_ERRORS, NOT_FOUND, _err, _job_id, _rejected
 from rollmux_web.jobs.models import Job
+from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import job_get, latest_placement, solo_cost_per_iteration
 from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializer
 from rollmux_web.jobs.services import JobRejected, quota_refusal, validate_spec
+from rollmux_web.reports.selectors.cost import cost_report
+from rollmux_web.reports.whatif_selectors import whatif_preview
 from rollmux_web.workflow.models import PhaseRecord, PhaseState
 
 
@@ -33,13 +37,10 @@ def dry_run(*, user: Any, spec: Any) -> dict[str, Any]:
 
     1. the submission's own field checks (JobRejected, as `POST /jobs/` gives it);
     2. its quota and budget checks (a refusal is the answer "REFUSED", with the message);
-    3. the planner's answer on the live cluster (reports.whatif.whatif_preview, the submit
+    3. the planner's answer on the live cluster (reports.whatif_selectors.whatif_preview, the submit
        form's preview): FIT with group, strategy, nodes, marginal $/h and every member's
        predicted slowdown, or RETRY / INFEASIBLE with the reason.
     """
-    from rollmux_web.reports.whatif import whatif_preview
-    from rollmux_web.workflow.selectors import time_scale_of
-
     if not can_submit(user):
         raise PermissionDenied("Your role may not submit jobs.")
     data = validate_spec(user=user, spec=spec)
@@ -123,8 +124,6 @@ def phases_summary(job: Job) -> dict[str, Any]:
 
 def estimates(job: Job) -> dict[str, Any]:
     """Return the job's worst-case solo iteration, predicted slowdown and time left."""
-    from rollmux_web.workflow.selectors import time_scale_of
-
     placement = latest_placement(job)
     slowdown = placement.predicted_slowdown if placement is not None else None
     iteration_s = job.t_roll_max_s + job.t_train_max_s  # profile seconds, worst case
@@ -153,8 +152,6 @@ def estimates(job: Job) -> dict[str, Any]:
 def cost_so_far(*, user: Any, job: Job) -> dict[str, Any]:
     """Return the job's cost from the cost report (busy + its share of idle time), from its
     submission to now: the same figures as /reports/cost/ for that range."""
-    from rollmux_web.reports.selectors import cost_report
-
     now = timezone.now()
     report = cost_report(
         user=user, start=job.submitted_at.date(), end=now.date(), now=now, with_burn_down=False
