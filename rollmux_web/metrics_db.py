@@ -149,9 +149,9 @@ class InventoryCollector(Collector):
         # (busy or idle). The bubble fraction is the allocated GPUs that are idle now.
         busy_names = {
             name
-            for names in PhaseRecord.objects.filter(
-                state__in=(PhaseState.DISPATCHED, PhaseState.RUNNING)
-            ).values_list("node_names", flat=True)
+            for names in PhaseRecord.objects.filter(state=PhaseState.RUNNING).values_list(
+                "node_names", flat=True
+            )
             for name in names or ()
         }
         allocated_ids = set(

@@ -24,10 +24,10 @@ _replan = threading.Event()
 
 
 @shared_task(name="workers.tasks.plan", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
-def plan(self: Any) -> dict[str, Any]:
+def plan_task(self: Any) -> dict[str, Any]:
     """Run a planning pass; if another pass holds the lock, make sure one runs after it."""
     plan_marker.clear()
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     if not summary.ran:
         if settings.CELERY_TASK_ALWAYS_EAGER:
             _replan.set()  # the pass running in this process loops once more
@@ -35,7 +35,7 @@ def plan(self: Any) -> dict[str, Any]:
         raise self.retry(countdown=1.0, max_retries=30)
     while _replan.is_set():
         _replan.clear()
-        services.plan_pass()
+        services.queue_plan()
     return {
         "ran": True,
         "placed": summary.placed,
@@ -45,36 +45,36 @@ def plan(self: Any) -> dict[str, Any]:
 
 
 @shared_task(name="workers.tasks.phase_started", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
-def phase_started(payload: dict[str, Any]) -> bool:
+def phase_started_task(payload: dict[str, Any]) -> bool:
     """Record a phase's start as its host reported it."""
-    return services.phase_started(
+    return services.phase_start(
         phase_id=int(payload["phase_id"]), started_at=payload.get("started_at")
     )
 
 
 @shared_task(name="workers.tasks.phase_finished", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
-def phase_finished(payload: dict[str, Any]) -> bool:
+def phase_finished_task(payload: dict[str, Any]) -> bool:
     """Apply a phase's end (the runtime hook): the group controller starts what is next."""
-    return services.phase_finished(PhaseReport.from_dict(payload))
+    return services.phase_finish(PhaseReport.from_dict(payload))
 
 
 @shared_task(name="workers.tasks.cancel_job", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
-def cancel_job(job_id: int) -> bool:
+def cancel_job_task(job_id: int) -> bool:
     """Stop a job at its next phase boundary."""
-    return services.cancel(job_id=int(job_id))
+    return services.job_stop(job_id=int(job_id))
 
 
 @shared_task(name="workers.tasks.node_changed", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
-def node_changed(node_id: int) -> list[int]:
+def node_changed_task(node_id: int) -> list[int]:
     """Resubmit the jobs pinned to a node that went down; replan in any case."""
-    return services.node_down(node_id=int(node_id))
+    return services.node_down_resubmit(node_id=int(node_id))
 
 
 @shared_task(name="workers.tasks.reconcile", acks_late=True)  # type: ignore[untyped-decorator]
-def reconcile() -> dict[str, list[int]]:
+def reconcile_task() -> dict[str, list[int]]:
     """Recover phases whose host died, whose report was lost or that overran; replan."""
-    summary = services.reconcile()
-    services.plan_pass()
+    summary = services.phases_reconcile()
+    services.queue_plan()
     return {
         "recovered": summary.recovered,
         "lost": summary.lost,
@@ -85,6 +85,6 @@ def reconcile() -> dict[str, list[int]]:
 
 
 @shared_task(name="workers.tasks.ping")  # type: ignore[untyped-decorator]
-def ping() -> str:
+def ping_task() -> str:
     """Answer "pong" (liveness checks and the control-plane benchmark's broker baseline)."""
     return "pong"

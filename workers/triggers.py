@@ -35,39 +35,39 @@ def _send(fn: Callable[[], Any], what: str) -> None:
 
 def request_planning() -> None:
     """Ask for a planning pass (after a submission, departure, failure or node change)."""
-    from workers.tasks import plan
+    from workers.tasks import plan_task
 
     def enqueue() -> None:
         if plan_marker.claim():  # else a pass is queued and has not taken its snapshot yet
-            plan.delay()
+            plan_task.delay()
 
     _send(enqueue, "planning")
 
 
 def request_cancel(job_id: int) -> None:
     """Ask the job's group controller to stop the job at the next phase boundary."""
-    from workers.tasks import cancel_job
+    from workers.tasks import cancel_job_task
 
-    _send(lambda: cancel_job.delay(job_id), f"cancel of job {job_id}")
+    _send(lambda: cancel_job_task.delay(job_id), f"cancel of job {job_id}")
 
 
 def node_state_changed(node_id: int) -> None:
     """React to a node going down/drained/up (resubmit jobs pinned to a down node)."""
-    from workers.tasks import node_changed
+    from workers.tasks import node_changed_task
 
-    _send(lambda: node_changed.delay(node_id), f"node change {node_id}")
+    _send(lambda: node_changed_task.delay(node_id), f"node change {node_id}")
 
 
 def report_phase_end(report: PhaseReport) -> None:
     """Hand a phase's end to the controller (the dispatchers' report sink). Raises when the
     broker refuses it: the dispatcher's caller logs it and `reconcile` re-reads the host."""
-    from workers.tasks import phase_finished
+    from workers.tasks import phase_finished_task
 
-    phase_finished.delay(report.to_dict())
+    phase_finished_task.delay(report.to_dict())
 
 
 def run_reconcile() -> None:
     """Run the safety net once (the embedded beat's tick)."""
-    from workers.tasks import reconcile
+    from workers.tasks import reconcile_task
 
-    reconcile.delay()
+    reconcile_task.delay()

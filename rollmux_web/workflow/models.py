@@ -12,6 +12,25 @@ from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import Job
 
 
+class Strategy(models.TextChoices):
+    """How Algorithm 1 admitted a job (scheduler.model.Strategy values)."""
+
+    DIRECT_PACKING = "direct_packing", "direct packing"
+    ROLLOUT_SCALING = "rollout_scaling", "rollout scaling"
+    NEW_GROUP = "new_group", "new group"
+
+
+class EndReason(models.TextChoices):
+    """Why a job left its group (a placement ended)."""
+
+    COMPLETED = "completed", "completed"
+    CANCELLED = "cancelled", "cancelled"
+    FAILED = "failed", "a phase failed: the job was resubmitted"
+    NODE_DOWN = "node_down", "a node went down: the job was resubmitted"
+    # its host died (the platform's failure, not the job's: not counted as a failed attempt)
+    LOST = "lost", "its host was lost: the job was resubmitted"
+
+
 class ExecutionGroup(models.Model):
     """A co-execution group: members time-multiplex its rollout and training nodes."""
 
@@ -42,7 +61,7 @@ class Placement(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="placements")
     group = models.ForeignKey(ExecutionGroup, on_delete=models.PROTECT, related_name="placements")
     attempt = models.PositiveIntegerField(default=1)
-    strategy = models.CharField(max_length=32)  # scheduler.model.Strategy values
+    strategy = models.CharField(max_length=32, choices=Strategy.choices)
     marginal_cost_per_hour = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     predicted_slowdown = models.FloatField(default=1.0)
     rollout_nodes = models.ManyToManyField(Node, related_name="rollout_placements")
@@ -50,9 +69,7 @@ class Placement(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True, help_text="when the job left the group")
     end_reason = models.CharField(
-        max_length=16,
-        blank=True,
-        help_text="completed, cancelled, failed or node_down (empty while open)",
+        max_length=16, blank=True, choices=EndReason.choices, help_text="empty while open"
     )
 
     class Meta:
@@ -64,16 +81,11 @@ class Placement(models.Model):
     @property
     def strategy_label(self) -> str:
         """The strategy as people say it: "direct packing", "rollout scaling", "new group"."""
-        return self.strategy.replace("_", " ")
+        return self.get_strategy_display()
 
     @property
     def end_reason_label(self) -> str:
-        return {
-            "completed": "completed",
-            "cancelled": "cancelled",
-            "failed": "a phase failed: the job was resubmitted",
-            "node_down": "a node went down: the job was resubmitted",
-        }.get(self.end_reason, self.end_reason)
+        return self.get_end_reason_display()
 
 
 class NodeAllocation(models.Model):
@@ -99,13 +111,23 @@ class NodeAllocation(models.Model):
 
 
 class PhaseState(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    DISPATCHED = "dispatched", "Dispatched"
+    """A phase record's state. A record is written when the group controller starts the
+    phase (RUNNING: it is dispatched at once, to nodes the runtime found idle); its end
+    report moves it to one of the three others, once."""
+
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    LOST = "lost", "Lost"  # its worker/actor died; recovered by reconcile
-    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"  # the runner raised, or it overran its deadline
+    LOST = "lost", "Lost"  # its host (actor) died or its node went down
+
+
+class PhaseKind(models.TextChoices):
+    """The phases of an iteration (scheduler.model.PhaseKind values); `sync` moves the
+    trained weights to the job's rollout nodes."""
+
+    ROLLOUT = "rollout", "rollout"
+    TRAIN = "train", "train"
+    SYNC = "sync", "sync"
 
 
 class PhaseRecord(models.Model):
@@ -118,16 +140,22 @@ class PhaseRecord(models.Model):
     group = models.ForeignKey(ExecutionGroup, on_delete=models.CASCADE, related_name="phases")
     placement = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="phases")
     iteration = models.PositiveIntegerField()  # 0-based
-    kind = models.CharField(max_length=16)  # scheduler.model.PhaseKind values
+    kind = models.CharField(max_length=16, choices=PhaseKind.choices)
     node_names = models.JSONField(default=list)
     state = models.CharField(
-        max_length=16, choices=PhaseState.choices, default=PhaseState.QUEUED, db_index=True
+        max_length=16, choices=PhaseState.choices, default=PhaseState.RUNNING, db_index=True
     )
     warm_start = models.BooleanField(null=True)
     queued_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True, db_index=True)
     outcome = models.CharField(max_length=500, blank=True)
+    # When the controller applied the end (finished_at is the host's own stamp). Normally
+    # milliseconds after finished_at; when the report was lost and `reconcile` recovered it
+    # from the host (`recovered`), the gap is time the group's nodes sat idle for the
+    # control plane's sake: the timeline marks finished_at -> reported_at as such a delay.
+    reported_at = models.DateTimeField(null=True, blank=True)
+    recovered = models.BooleanField(default=False)
     metrics = models.JSONField(default=dict, blank=True)  # e.g. toy-rl reward
 
     class Meta:

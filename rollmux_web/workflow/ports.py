@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 # The one allowed import of `workers`: the contract module, standard library only.
-from workers.dispatch.base import Dispatcher, PhaseOrder, PhaseReport, Probe
+from workers.dispatch.base import Dispatcher, Outcome, PhaseOrder, PhaseReport, Probe
 
 __all__ = [
     "Dispatcher",
+    "Outcome",
     "PhaseOrder",
     "PhaseReport",
     "Ports",

@@ -168,7 +168,7 @@ def exported(client, world, settings, django_capture_on_commit_callbacks, api_as
     from rollmux_web.quotas.models import Quota
     from rollmux_web.workflow import ports
     from rollmux_web.workflow.models import Placement
-    from rollmux_web.workflow.services import node_down, phase_finished, plan_pass
+    from rollmux_web.workflow.services import node_down_resubmit, phase_finish, queue_plan
     from tests.factories import job_spec
     from tests.workers.conftest import Recorder, end_of, make_job
 
@@ -186,13 +186,13 @@ def exported(client, world, settings, django_capture_on_commit_callbacks, api_as
         job = make_job(world)
         make_job(world, name="too-big", rollout_gpus=64, train_gpus=64)
         with django_capture_on_commit_callbacks(execute=True):
-            plan_pass()
+            queue_plan()
         with django_capture_on_commit_callbacks(execute=True):
-            phase_finished(end_of(rec.orders[0]))
+            phase_finish(end_of(rec.orders[0]))
         node = Placement.objects.get(job=job).train_nodes.get()
         Node.objects.filter(pk=node.pk).update(state=NodeState.DOWN)
         with django_capture_on_commit_callbacks(execute=True):
-            node_down(node_id=node.pk)
+            node_down_resubmit(node_id=node.pk)
         with django_capture_on_commit_callbacks(execute=True):
             resp = api_as("alice").post("/api/v1/jobs/", job_spec(), format="json")
         assert resp.status_code == 201, resp.content

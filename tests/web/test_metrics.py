@@ -108,10 +108,10 @@ def test_reason_classes(reason, klass):
 
 
 def _run_plan(capture):
-    from rollmux_web.workflow.services import plan_pass
+    from rollmux_web.workflow.services import queue_plan
 
     with capture(execute=True):
-        return plan_pass()
+        return queue_plan()
 
 
 def test_a_planning_pass_exports_admissions_waits_pools_cost_and_quota(
@@ -169,11 +169,11 @@ def test_a_planning_pass_exports_admissions_waits_pools_cost_and_quota(
         assert ("rollmux_quota_gpu_hours_limit", quota) not in s  # no limit set: no series
 
         # the rollout ends: the controller dispatches the training phase (a switch)
-        from rollmux_web.workflow.services import phase_finished
+        from rollmux_web.workflow.services import phase_finish
 
         switches = _value("rollmux_phase_switch_latency_seconds_count")
         with django_capture_on_commit_callbacks(execute=True):
-            assert phase_finished(end_of(rec.orders[0]))
+            assert phase_finish(end_of(rec.orders[0]))
         assert rec.orders[-1].kind == "train"
         assert _value("rollmux_phase_switch_latency_seconds_count") == switches + 1
     finally:
@@ -185,7 +185,7 @@ def test_a_node_down_counts_a_resubmission_and_the_move_a_migration(
 ):
     from rollmux_web.workflow import ports
     from rollmux_web.workflow.models import Placement
-    from rollmux_web.workflow.services import node_down
+    from rollmux_web.workflow.services import node_down_resubmit
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     previous_ports = ports.configure(dispatcher=Recorder())
@@ -197,7 +197,7 @@ def test_a_node_down_counts_a_resubmission_and_the_move_a_migration(
         resubmitted = _value("rollmux_job_resubmissions_total", reason="node_down")
         Node.objects.filter(pk=node.pk).update(state=NodeState.DOWN)
         with django_capture_on_commit_callbacks(execute=True):
-            assert node_down(node_id=node.pk) == [job.pk]
+            assert node_down_resubmit(node_id=node.pk) == [job.pk]
         assert _value("rollmux_job_resubmissions_total", reason="node_down") == resubmitted + 1
         _run_plan(django_capture_on_commit_callbacks)
         second = Placement.objects.get(job=job, attempt=2)

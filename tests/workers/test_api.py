@@ -117,3 +117,25 @@ def test_cluster_snapshot_holds_up_nodes_and_active_groups(shared: Any) -> None:
     assert sorted(m.job.id for m in core.members) == sorted(
         [str(shared["mine"].pk), str(shared["theirs"].pk)]
     )
+
+
+def test_the_records_choices_are_the_cores_words() -> None:
+    from rollmux_web.workflow.models import PhaseKind as RecordKind
+    from rollmux_web.workflow.models import Strategy as RecordStrategy
+    from scheduler.model import PhaseKind, Strategy
+
+    # every phase the core's runtime can start and every strategy Algorithm 1 can pick is
+    # a value the records accept; `sync` is the weight transfer the Ray dispatcher runs
+    assert {k.value for k in PhaseKind} | {"sync"} == set(RecordKind.values)
+    assert {s.value for s in Strategy} == set(RecordStrategy.values)
+
+
+def test_a_report_outcome_names_whose_failure_it_was() -> None:
+    from workers.dispatch import Outcome, PhaseReport
+
+    assert PhaseReport(1, "ok").result is Outcome.OK
+    assert PhaseReport(1, "error: ValueError: boom").result is Outcome.ERROR
+    assert PhaseReport(1, "lost: actor died: RayActorError").result is Outcome.LOST
+    assert PhaseReport(1, "something odd").result is Outcome.ERROR  # the job's, to be safe
+    report = PhaseReport.failed(7, Outcome.LOST, "its host (actor) died", job_id=3)
+    assert (report.outcome, report.job_id, report.ok) == ("lost: its host (actor) died", 3, False)

@@ -27,7 +27,7 @@ def placed_pair(world: Any, recorder: Recorder) -> list[PhaseOrder]:
     """Two jobs the planner packs into one group; return the first phases it dispatched."""
     for i in range(2):
         make_job(world, name=f"j{i}", iterations=2)
-    services.plan_pass()
+    services.queue_plan()
     assert recorder.orders, "the planner started no phase"
     first = list(recorder.orders)
     recorder.orders.clear()
@@ -41,7 +41,7 @@ def test_a_rollout_end_starts_the_training_in_a_bounded_number_of_round_trips(
     assert order.kind == "rollout"
     report = end_of(order)
     with CaptureQueriesContext(connection) as ctx:
-        assert services.phase_finished(report) is True
+        assert services.phase_finish(report) is True
     assert len(ctx.captured_queries) <= PHASE_END_QUERIES, [
         q["sql"][:80] for q in ctx.captured_queries
     ]
@@ -67,10 +67,10 @@ def test_a_rollout_end_starts_the_training_in_a_bounded_number_of_round_trips(
 def test_a_report_is_applied_once(world: Any, recorder: Recorder) -> None:
     order = placed_pair(world, recorder)[0]
     report = end_of(order)
-    assert services.phase_finished(report) is True
+    assert services.phase_finish(report) is True
     dispatched = len(recorder.orders)
     with CaptureQueriesContext(connection) as ctx:
-        assert services.phase_finished(report) is False  # replayed: nothing happens
+        assert services.phase_finish(report) is False  # replayed: nothing happens
     assert len(recorder.orders) == dispatched
     assert not any(q["sql"].startswith("INSERT") for q in ctx.captured_queries)
     assert PhaseRecord.objects.filter(job_id=order.job_id, kind="train").count() == 1
@@ -82,7 +82,7 @@ def test_an_end_without_a_start_stamp_keeps_the_dispatch_stamp(
     order = placed_pair(world, recorder)[0]
     dispatched_at = PhaseRecord.objects.get(pk=order.phase_id).started_at
     assert dispatched_at is not None
-    services.phase_finished(end_of(order, started=False))
+    services.phase_finish(end_of(order, started=False))
     rec = PhaseRecord.objects.get(pk=order.phase_id)
     assert rec.started_at == dispatched_at
     assert rec.finished_at is not None and rec.finished_at >= dispatched_at
@@ -92,7 +92,7 @@ def test_an_end_without_any_start_gets_its_end_as_start(world: Any, recorder: Re
     order = placed_pair(world, recorder)[0]
     PhaseRecord.objects.filter(pk=order.phase_id).update(started_at=None)
     report = end_of(order, started=False)
-    services.phase_finished(report)
+    services.phase_finish(report)
     rec = PhaseRecord.objects.get(pk=order.phase_id)
     assert rec.started_at == rec.finished_at
 
@@ -103,7 +103,7 @@ def test_a_training_end_advances_the_job_and_the_last_one_completes_it(
     order = placed_pair(world, recorder)[0]
     job_id = order.job_id
     for _ in range(4):  # 2 iterations x (rollout, train)
-        services.phase_finished(end_of(order))
+        services.phase_finish(end_of(order))
         mine = [o for o in recorder.orders if o.job_id == job_id]
         recorder.orders.clear()
         if not mine:
@@ -128,7 +128,7 @@ def test_a_training_end_advances_the_job_and_the_last_one_completes_it(
 def test_a_failed_phase_resubmits_its_job(world: Any, recorder: Recorder, settings: Any) -> None:
     settings.ROLLMUX_MAX_ATTEMPTS = 3
     order = placed_pair(world, recorder)[0]
-    assert services.phase_finished(end_of(order, outcome="error: RuntimeError: boom")) is True
+    assert services.phase_finish(end_of(order, outcome="error: RuntimeError: boom")) is True
     assert PhaseRecord.objects.get(pk=order.phase_id).state == PhaseState.FAILED
     job = Job.objects.get(pk=order.job_id)
     assert job.status == JobStatus.QUEUED

@@ -36,7 +36,7 @@ def drain(world: Any, name: str) -> None:
 
 def place_a(world: Any) -> tuple[Placement, str, str]:
     a = twin_job(world, "a")
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     assert summary.placed == [a.pk]
     pa = Placement.objects.get(job=a)
     (roll,), (train,) = nodes_of(pa)
@@ -56,7 +56,7 @@ def test_no_direct_packing_onto_a_drained_rollout_node_its_group_holds(world: An
     assert before.placement is not None and before.placement.rollout_nodes == (roll,)
 
     drain(world, roll)
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     assert summary.placed == [b.pk]
     pb = Placement.objects.get(job=b)
     b_roll, b_train = nodes_of(pb)
@@ -76,7 +76,7 @@ def test_a_group_whose_training_node_is_drained_admits_no_one(world: Any) -> Non
     assert would_place(b).strategy is Strategy.DIRECT_PACKING
 
     drain(world, train)
-    services.plan_pass()
+    services.queue_plan()
     pb = Placement.objects.get(job=b)
     b_roll, b_train = nodes_of(pb)
     assert pb.group_id != pa.group_id and pb.strategy == Strategy.NEW_GROUP.value
@@ -86,20 +86,20 @@ def test_a_group_whose_training_node_is_drained_admits_no_one(world: Any) -> Non
 def test_a_job_that_fits_only_with_a_drained_node_waits_and_says_so(world: Any) -> None:
     drain(world, "h20-3")
     job = twin_job(world, "wide", rollout_gpus=32)
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED and job.pk in summary.waiting
     assert "needs 4 free H20 nodes, 3 free; 1 drained node takes no new work" in job.reason
 
     node_set_state(actor=world.admin, node_id=Node.objects.get(name="h20-3").pk, state="up")
-    assert services.plan_pass().placed == [job.pk]
+    assert services.queue_plan().placed == [job.pk]
 
 
 def test_a_queued_job_larger_than_its_pool_fails_as_infeasible(world: Any) -> None:
     # Queued rows straight in the database: e.g. submitted before the pool shrank.
     wide = make_job(world, name="wide", rollout_gpus=40)
     deep = make_job(world, name="deep", train_gpus=72)
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     assert set(summary.infeasible) == {wide.pk, deep.pk}
     wide.refresh_from_db()
     deep.refresh_from_db()
@@ -111,7 +111,7 @@ def test_a_queued_job_larger_than_its_pool_fails_as_infeasible(world: Any) -> No
 def test_a_job_that_fits_only_with_down_nodes_fails_instead_of_waiting(world: Any) -> None:
     node_set_state(actor=world.admin, node_id=Node.objects.get(name="h800-0").pk, state="down")
     job = make_job(world, name="needs-all-four", train_gpus=32)
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     job.refresh_from_db()
     assert job.pk in summary.infeasible and job.status == JobStatus.FAILED
     assert "the train pool has 3 nodes (24 GPUs), not counting 1 down node" in job.reason

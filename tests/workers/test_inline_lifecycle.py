@@ -124,7 +124,7 @@ def test_a_node_going_down_resubmits_the_jobs_pinned_to_it(
 
 def test_infeasible_job_fails_with_the_planner_reason(world: Any, inline_workflow: Any) -> None:
     job = make_job(world, host_mem_gb=5000.0)
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     job.refresh_from_db()
     assert job.pk in summary.infeasible
     assert job.status == JobStatus.FAILED
@@ -136,7 +136,7 @@ def test_a_job_waits_with_a_reason_when_the_pools_are_full(
 ) -> None:
     big = make_job(world, rollout_gpus=32, train_gpus=32, iterations=200, time_scale=100.0)
     waiting = make_job(world, rollout_gpus=8, train_gpus=8, slo_class=world.gold)
-    services.plan_pass()
+    services.queue_plan()
     waiting.refresh_from_db()
     assert Job.objects.get(pk=big.pk).status in (JobStatus.PLACED, JobStatus.RUNNING)
     assert waiting.status == JobStatus.QUEUED
@@ -214,9 +214,9 @@ def test_reconcile_redispatches_a_phase_whose_dispatch_was_lost(
 
     job = make_job(world, iterations=2)
     with ports.override(dispatcher=RecordingDispatcher()):  # the process "dies" after commit
-        services.plan_pass()
+        services.queue_plan()
     assert PhaseRecord.objects.get(job=job).state == PhaseState.RUNNING
-    summary = services.reconcile(grace_s=0.0)
+    summary = services.phases_reconcile(grace_s=0.0)
     assert summary.redispatched == [PhaseRecord.objects.get(job=job).pk]
     wait_for(all_done([job.pk]))
     job.refresh_from_db()

@@ -44,7 +44,7 @@ def _answers() -> bool:
 def test_the_worker_exports_the_admissions_of_the_passes_it_runs(
     world: Any, settings: Any, tmp_path: Path, clean_broker: None
 ) -> None:
-    from workers.tasks import plan
+    from workers.tasks import plan_task
 
     job = make_job(world, name="scraped", iterations=1, time_scale=1000.0)
     env = {
@@ -68,7 +68,7 @@ def test_the_worker_exports_the_admissions_of_the_passes_it_runs(
         wait_for(_answers, timeout=60, interval=0.2)
         before = _scrape()
         assert before.get(("rollmux_admission_attempts_total", (("result", "fit"),)), 0) == 0
-        plan.delay()
+        plan_task.delay()
         wait_for(lambda: Job.objects.get(pk=job.pk).status != JobStatus.QUEUED, timeout=30)
         wait_for(
             lambda: _scrape().get(("rollmux_admission_attempts_total", (("result", "fit"),))) == 1,

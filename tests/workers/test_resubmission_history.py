@@ -19,20 +19,20 @@ def test_a_job_resubmitted_after_a_node_went_down_keeps_its_first_start(
     world: Any, recorder: Recorder, client_as: Any
 ) -> None:
     job = make_job(world, name="survivor", iterations=3)
-    services.plan_pass()
+    services.queue_plan()
     first = next(o for o in recorder.orders if o.job_id == job.pk)
     recorder.orders.clear()
-    services.phase_finished(end_of(first))  # rollout 0 done: the job is running
+    services.phase_finish(end_of(first))  # rollout 0 done: the job is running
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and job.started_at is not None
     started = job.started_at
     train_node = next(o for o in recorder.orders if o.job_id == job.pk).nodes[0]
     Node.objects.filter(name=train_node).update(state=NodeState.DOWN)
-    assert services.node_down(node_id=Node.objects.get(name=train_node).pk) == [job.pk]
+    assert services.node_down_resubmit(node_id=Node.objects.get(name=train_node).pk) == [job.pk]
     recorder.orders.clear()
-    services.plan_pass()  # attempt 2, on other nodes
+    services.queue_plan()  # attempt 2, on other nodes
     again = next(o for o in recorder.orders if o.job_id == job.pk)
-    services.phase_finished(end_of(again))
+    services.phase_finish(end_of(again))
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
     assert job.started_at == started  # not the re-placement's time

@@ -43,7 +43,7 @@ def form_data(**overrides: Any) -> dict[str, Any]:
 
 
 def groups_after_pass(*jobs: Any) -> list[int]:
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     assert sorted(summary.placed) == sorted(j.pk for j in jobs)
     return [Placement.objects.get(job=j, ended_at__isnull=True).group_id for j in jobs]
 
@@ -91,7 +91,7 @@ def test_a_job_waits_rather_than_join_a_group_on_another_clock(world: Any) -> No
     # at A's scale; at another scale it may not, and there is no room for a group of its own.
     a = twin_job(world, "a", time_scale=10.0)
     c = twin_job(world, "c", time_scale=10.0, rollout_gpus=24, train_gpus=24, iterations=5)
-    services.plan_pass()
+    services.queue_plan()
     ga = Placement.objects.get(job=a).group_id
     assert Placement.objects.get(job=c).group_id != ga  # C needs more training nodes
     b = twin_job(world, "b", time_scale=4.0)
@@ -99,7 +99,7 @@ def test_a_job_waits_rather_than_join_a_group_on_another_clock(world: Any) -> No
         replace(converters.job_profile(b), time_scale=10.0), snapshot.cluster_state()
     )
     assert at_a_scale.placement is not None and at_a_scale.placement.group_id == str(ga)
-    summary = services.plan_pass()
+    summary = services.queue_plan()
     assert summary.placed == []
     b.refresh_from_db()
     assert b.status == "queued" and "no existing co-execution group can take it" in b.reason

@@ -22,7 +22,7 @@ def test_a_burst_of_requests_enqueues_one_planning_pass(broker_mode: Any, monkey
     from workers import tasks, triggers
 
     sent: list[int] = []
-    monkeypatch.setattr(tasks.plan, "delay", lambda: sent.append(1))
+    monkeypatch.setattr(tasks.plan_task, "delay", lambda: sent.append(1))
     for _ in range(20):
         triggers.request_planning()
     assert sent == [1]
@@ -34,7 +34,7 @@ def test_a_request_after_the_pass_started_enqueues_another(
     from workers import plan_marker, tasks, triggers
 
     sent: list[int] = []
-    monkeypatch.setattr(tasks.plan, "delay", lambda: sent.append(1))
+    monkeypatch.setattr(tasks.plan_task, "delay", lambda: sent.append(1))
     triggers.request_planning()
     plan_marker.clear()  # the pass took its snapshot: later jobs need a new pass
     triggers.request_planning()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from workers.dispatch.base import (
     Dispatcher,
+    Outcome,
     PhaseOrder,
     PhaseReport,
     Probe,
@@ -29,4 +30,4 @@ from workers.dispatch.base import (
     host_name,
 )
 
-__all__ = ["Dispatcher", "PhaseOrder", "PhaseReport", "Probe", "ReportSink", "host_name"]
+__all__ = ["Dispatcher", "Outcome", "PhaseOrder", "PhaseReport", "Probe", "ReportSink", "host_name"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 
@@ -52,12 +53,20 @@ def host_name(job_id: int, placement_id: int) -> str:
     return f"job-{job_id}-p{placement_id}"
 
 
+class Outcome(StrEnum):
+    """How a phase ended: the head of `PhaseReport.outcome` ("ok", "error: why", "lost: why")."""
+
+    OK = "ok"  # the phase ran
+    ERROR = "error"  # the job's own failure: its runner raised, or it overran
+    LOST = "lost"  # the platform's: the host (actor) died, or the dispatch never arrived
+
+
 @dataclass
 class PhaseReport:
     """The end of a phase as its host saw it (times are Unix seconds)."""
 
     phase_id: int
-    outcome: str  # "ok", "error: ...", or "lost: ..." when the host died
+    outcome: str  # "ok", "error: ...", or "lost: ..." when the host died (see `result`)
     started_at: float | None = None
     finished_at: float | None = None
     warm: bool | None = None
@@ -67,7 +76,21 @@ class PhaseReport:
 
     @property
     def ok(self) -> bool:
-        return self.outcome == "ok"
+        return self.outcome == Outcome.OK
+
+    @property
+    def result(self) -> Outcome:
+        """Return the outcome's kind (an unknown head counts as the job's error)."""
+        head = self.outcome.split(":", 1)[0].strip()
+        try:
+            return Outcome(head)
+        except ValueError:
+            return Outcome.ERROR
+
+    @classmethod
+    def failed(cls, phase_id: int, result: Outcome, why: str, **fields: Any) -> PhaseReport:
+        """Return the report of a phase that did not run to its end (`result` ERROR or LOST)."""
+        return cls(phase_id, f"{result.value}: {why}"[:480], **fields)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

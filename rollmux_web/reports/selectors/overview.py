@@ -76,7 +76,7 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
     allocated_nodes = {a[0] for a in open_allocs}
     running_names: set[str] = set()
     for names in PhaseRecord.objects.filter(
-        state__in=[PhaseState.RUNNING, PhaseState.DISPATCHED], finished_at__isnull=True
+        state=PhaseState.RUNNING, finished_at__isnull=True
     ).values_list("node_names", flat=True):
         running_names.update(names)
     pools = []

@@ -1,0 +1,57 @@
+"""Writes of the live workflow: planning, the group controller, departures, reconcile.
+
+Every service is one transaction (or one per group) that decides with the core
+(scheduler/) and then persists the decision; side effects outside the database
+(dispatching phases to Ray, killing hosts, asking for another planning pass) run on
+commit, through the ports (`rollmux_web.workflow.ports`: the dispatcher and the triggers
+the composition root configured). Celery tasks in `workers.tasks` are thin wrappers that
+call these with ids.
+
+The decision cycle, in the paper's words:
+
+| step | module | service |
+| --- | --- | --- |
+| a job arrives, departs, a node changes: plan | `planning` | `queue_plan` (Algorithm 1 per queued job, by `scheduler.planner.place`) |
+| a phase ends (the runtime hook): next phases | `controller` | `phase_finish` (`GroupRuntime.finish` -> `start_ready`) |
+| a cancel, a node down: the job leaves | `departures` | `job_stop`, `node_down_resubmit` |
+| a report lost, a host dead, an overrun | `reconcile` | `phases_reconcile` |
+
+Helpers: `locks` (the row and advisory locks, the phase claim), `groups` (a group's
+runtime snapshot and the phase records it starts), `orders` (PhaseOrders), `effects`
+(what runs on commit). The locking design is in workers/README.md.
+"""
+
+from __future__ import annotations
+
+from rollmux_web.workflow.services.controller import phase_finish, phase_start
+from rollmux_web.workflow.services.departures import job_stop, node_down_resubmit
+from rollmux_web.workflow.services.orders import (
+    job_time_scale,
+    order_for,
+    phase_order,
+    placement_nodes,
+    runner_context,
+)
+from rollmux_web.workflow.services.planning import PlanSummary, queue_plan
+from rollmux_web.workflow.services.reconcile import (
+    ReconcileSummary,
+    phase_deadline,
+    phases_reconcile,
+)
+
+__all__ = [
+    "PlanSummary",
+    "ReconcileSummary",
+    "job_stop",
+    "job_time_scale",
+    "node_down_resubmit",
+    "order_for",
+    "phase_deadline",
+    "phase_finish",
+    "phase_order",
+    "phase_start",
+    "phases_reconcile",
+    "placement_nodes",
+    "queue_plan",
+    "runner_context",
+]

@@ -1,0 +1,158 @@
+"""The group controller: apply a phase's end and start what comes next (the runtime hook).
+
+One transaction per phase event, under the group row's lock: claim the phase record (at
+most once), advance the core GroupRuntime, move the job on (iterations done, completed,
+cancelled at the boundary, failed and resubmitted), record the phases that start now and
+dispatch them on commit. workers/README.md counts its round trips.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from rollmux_web import metrics
+from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
+from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.ports import Outcome, PhaseReport
+from rollmux_web.workflow.services.departures import (
+    job_fail_or_resubmit,
+    job_finish,
+    placement_end,
+)
+from rollmux_web.workflow.services.effects import Effects
+from rollmux_web.workflow.services.groups import (
+    member_remove,
+    open_placements,
+    phases_start,
+    runtime_load,
+    runtime_save,
+)
+from rollmux_web.workflow.services.locks import (
+    ClaimedPhase,
+    claim_phase,
+    controller_serial,
+    lock_group,
+)
+from scheduler.group_runtime import FinishResult, GroupRuntime
+from scheduler.model import PhaseKind
+
+log = logging.getLogger(__name__)
+
+_STATE_OF = {Outcome.OK: PhaseState.SUCCEEDED, Outcome.ERROR: PhaseState.FAILED}
+
+
+def _ts(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+
+
+def phase_start(*, phase_id: int, started_at: float | None = None) -> bool:
+    """Record a phase's start as its host reported it; False if it is not running."""
+    when = _ts(started_at) or timezone.now()
+    return bool(
+        PhaseRecord.objects.filter(pk=phase_id, state=PhaseState.RUNNING).update(started_at=when)
+    )
+
+
+def phase_finish(
+    report: PhaseReport, *, now: datetime | None = None, recovered: bool = False
+) -> bool:
+    """Apply a phase's end: advance the job, free its nodes, start what is next.
+
+    `recovered`: the report comes from `reconcile` (read from the host, or decided there),
+    not from the host's own message. Returns False when the report was already applied (or
+    the phase was given up on).
+    """
+    now = now or timezone.now()
+    if report.group_id is not None and report.job_id is not None:
+        group_id = report.group_id  # the host knows: saves a query
+    else:
+        try:
+            group_id = PhaseRecord.objects.values_list("group_id", flat=True).get(
+                pk=report.phase_id
+            )
+        except PhaseRecord.DoesNotExist:
+            log.warning("report for unknown phase %s", report.phase_id)
+            return False
+    result = report.result
+    with controller_serial(), transaction.atomic():
+        group = lock_group(group_id, phase_event=True)
+        fields: dict[str, Any] = {
+            "state": _STATE_OF.get(result, PhaseState.LOST),
+            "finished_at": _ts(report.finished_at) or now,
+            "outcome": report.outcome[:500],
+            "metrics": report.metrics,
+            "reported_at": now,
+        }
+        if recovered:
+            fields["recovered"] = True
+        if report.started_at is not None:
+            fields["started_at"] = _ts(report.started_at)
+        if report.warm is not None:
+            fields["warm_start"] = report.warm
+        phase = claim_phase(report.phase_id, group_id, fields)
+        if phase is None:
+            return False
+        # The job rows are read, not locked: the group lock serialises the controller, and
+        # the jobs app only flips cancel_requested, which the saves below never overwrite.
+        # The same read serves the phases started below.
+        placements = open_placements(group)
+        runtime = runtime_load(group)
+        effects = Effects()
+        try:
+            finish: FinishResult | None = runtime.finish(str(phase.job_id), PhaseKind(phase.kind))
+        except ValueError:
+            finish = None  # the runtime already let go of this phase (job removed)
+        placement = placements.get(phase.job_id)
+        if placement is not None and placement.pk == phase.placement_id:
+            job = placement.job
+            if job.status not in TERMINAL_STATUSES:
+                if result is Outcome.OK:
+                    _after_success(job, phase, placement, runtime, finish, now, effects)
+                else:
+                    member_remove(runtime, job.pk)
+                    lost = result is Outcome.LOST
+                    placement_end(placement, EndReason.FAILED, now, effects, kill=lost)
+                    job_fail_or_resubmit(job, report.outcome, now)
+        if not effects.group_released:
+            phases_start(group, runtime, now, effects, placements=placements)
+            runtime_save(group, runtime)
+        effects.schedule()
+        if effects.orders and report.finished_at is not None:
+            ended = report.finished_at  # observed after the dispatch (on_commit runs in order)
+            transaction.on_commit(lambda: metrics.observe_switch(ended))
+    return True
+
+
+def _after_success(
+    job: Job,
+    phase: ClaimedPhase,
+    placement: Placement,
+    runtime: GroupRuntime,
+    finish: FinishResult | None,
+    now: datetime,
+    effects: Effects,
+) -> None:
+    update = ["updated_at"]
+    if phase.kind == PhaseKind.TRAIN.value and job.iterations_done < phase.iteration + 1:
+        job.iterations_done = phase.iteration + 1
+        update.append("iterations_done")
+    if job.status == JobStatus.PLACED:
+        job.status = JobStatus.RUNNING
+        job.started_at = job.started_at or now
+        update += ["status", "started_at"]
+    if len(update) > 1:
+        job.save(update_fields=update)
+    if (finish is not None and finish.done) or job.iterations_done >= job.iterations:
+        member_remove(runtime, job.pk)
+        placement_end(placement, EndReason.COMPLETED, now, effects)
+        job_finish(job, JobStatus.COMPLETED, now)
+    elif job.cancel_requested:
+        # cancel takes effect at the phase boundary: drop the job's next phase
+        member_remove(runtime, job.pk)
+        placement_end(placement, EndReason.CANCELLED, now, effects)
+        job_finish(job, JobStatus.CANCELLED, now, reason="cancelled at a phase boundary")

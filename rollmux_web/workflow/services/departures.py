@@ -1,0 +1,197 @@
+"""Departures: a job leaves its group (completed, cancelled, failed, its node went down).
+
+A departure ends the job's placement, releases the nodes no other member of the group
+uses (and the group when it is empty), and resubmits or finishes the job. Resubmitted
+jobs resume from their last checkpoint (the paper: a failed job is a new arrival).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from rollmux_web import metrics
+from rollmux_web.inventory.models import Node, NodeState
+from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
+from rollmux_web.workflow import ports
+from rollmux_web.workflow.models import (
+    EndReason,
+    ExecutionGroup,
+    NodeAllocation,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+)
+from rollmux_web.workflow.services.effects import Effects
+from rollmux_web.workflow.services.groups import (
+    member_remove,
+    phases_start,
+    runtime_load,
+    runtime_save,
+)
+from rollmux_web.workflow.services.locks import ACTIVE_PHASE_STATES, controller_serial, lock_group
+from scheduler.model import PhaseKind
+
+
+def placement_end(
+    placement: Placement,
+    reason: EndReason,
+    now: datetime,
+    effects: Effects,
+    *,
+    kill: bool = False,
+) -> None:
+    """End a placement; release nodes no other member of its group uses, and an empty group."""
+    placement.ended_at = now
+    placement.end_reason = reason
+    placement.save(update_fields=["ended_at", "end_reason"])
+    group_id = placement.group_id
+    still = Placement.objects.filter(group_id=group_id, ended_at__isnull=True)
+    used: set[int] = set()
+    for other in still.prefetch_related("rollout_nodes", "train_nodes"):
+        used.update(n.pk for n in other.rollout_nodes.all())
+        used.update(n.pk for n in other.train_nodes.all())
+    NodeAllocation.objects.filter(group_id=group_id, end__isnull=True).exclude(
+        node_id__in=used
+    ).update(end=now)
+    if not used:
+        ExecutionGroup.objects.filter(pk=group_id, released_at__isnull=True).update(
+            released_at=now, runtime_state=None
+        )
+        effects.group_released = True
+    (effects.kills if kill else effects.releases).append((placement.job_id, placement.pk))
+    effects.replan = True
+
+
+def _failed_attempts(job: Job) -> int:
+    return Placement.objects.filter(job=job, end_reason=EndReason.FAILED).count()
+
+
+def job_fail_or_resubmit(job: Job, outcome: str, now: datetime) -> None:
+    """Resubmit a failed job (it resumes from iterations_done) or fail it for good."""
+    failures = _failed_attempts(job)
+    limit = settings.ROLLMUX_MAX_ATTEMPTS
+    if job.cancel_requested:
+        job_finish(job, JobStatus.CANCELLED, now, reason="cancelled after a failed phase")
+    elif failures < limit:
+        job.status = JobStatus.QUEUED
+        job.reason = (
+            f"resubmitted after failure {failures}/{limit}, resumes at iteration "
+            f"{job.iterations_done}: {outcome}"
+        )[:500]
+        job.error = outcome
+        job.save(update_fields=["status", "reason", "error", "updated_at"])
+        transaction.on_commit(lambda: metrics.count_resubmission("failed"))
+    else:
+        job.status = JobStatus.FAILED
+        job.reason = f"failed {failures} times (limit {limit}): {outcome}"[:500]
+        job.error = outcome
+        job.finished_at = now
+        job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
+
+
+def job_finish(job: Job, status: str, now: datetime, *, reason: str = "") -> None:
+    job.status = status
+    job.finished_at = now
+    job.reason = reason
+    job.save(update_fields=["status", "finished_at", "reason", "updated_at"])
+
+
+def job_stop(*, job_id: int, now: datetime | None = None) -> bool:
+    """Stop a job whose cancel was requested: at once if no phase of it is running (it
+    waits in its group's queue, or is not placed yet), else `phase_finish` does it at the
+    phase boundary. Return whether it stopped now."""
+    now = now or timezone.now()
+    placement = Placement.objects.filter(job_id=job_id, ended_at__isnull=True).first()
+    if placement is None:
+        with transaction.atomic():
+            n = Job.objects.filter(
+                pk=job_id, cancel_requested=True, status__in=(JobStatus.QUEUED, JobStatus.PLACED)
+            ).update(status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
+        return bool(n)
+    with controller_serial(), transaction.atomic():
+        group = lock_group(placement.group_id)
+        placement = Placement.objects.get(pk=placement.pk)
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if placement.ended_at is not None or job.status in TERMINAL_STATUSES:
+            return False
+        running = PhaseRecord.objects.filter(
+            placement=placement, state__in=ACTIVE_PHASE_STATES
+        ).exists()
+        if running:
+            return False  # phase_finish cancels it when the running phase ends
+        runtime = runtime_load(group)
+        effects = Effects()
+        member_remove(runtime, job.pk)
+        placement_end(placement, EndReason.CANCELLED, now, effects)
+        job_finish(job, JobStatus.CANCELLED, now, reason="cancelled at a phase boundary")
+        if ExecutionGroup.objects.filter(pk=group.pk, released_at__isnull=True).exists():
+            phases_start(group, runtime, now, effects)
+            runtime_save(group, runtime)
+        effects.schedule()
+    return True
+
+
+def node_down_resubmit(*, node_id: int, now: datetime | None = None) -> list[int]:
+    """Resubmit every job pinned to a node that went down; return their ids. Planning is
+    requested in any case (a node that came back up or was drained changes capacity)."""
+    resubmitted = _node_down(node_id=node_id, now=now)
+    ports.request_planning()
+    return resubmitted
+
+
+def _node_down(*, node_id: int, now: datetime | None) -> list[int]:
+    now = now or timezone.now()
+    node = Node.objects.get(pk=node_id)
+    if node.state != NodeState.DOWN:
+        return []
+    hit = list(
+        Placement.objects.filter(ended_at__isnull=True)
+        .filter(Q(rollout_nodes=node) | Q(train_nodes=node))
+        .distinct()
+        .values_list("pk", "group_id")
+    )
+    resubmitted = []
+    for placement_id, group_id in hit:
+        with controller_serial(), transaction.atomic():
+            group = lock_group(group_id)
+            placement = Placement.objects.get(pk=placement_id)
+            if placement.ended_at is not None:
+                continue
+            job = Job.objects.select_for_update().get(pk=placement.job_id)
+            runtime = runtime_load(group)
+            effects = Effects()
+            for phase in PhaseRecord.objects.filter(
+                placement=placement, state__in=ACTIVE_PHASE_STATES
+            ):
+                PhaseRecord.objects.filter(pk=phase.pk).update(
+                    state=PhaseState.LOST,
+                    finished_at=now,
+                    reported_at=now,
+                    outcome=f"lost: node {node.name} down",
+                )
+                with contextlib.suppress(ValueError):
+                    runtime.finish(str(job.pk), PhaseKind(phase.kind))
+            member_remove(runtime, job.pk)
+            placement_end(placement, EndReason.NODE_DOWN, now, effects, kill=True)
+            if job.cancel_requested:
+                job_finish(job, JobStatus.CANCELLED, now, reason="cancelled (its node went down)")
+            else:
+                job.status = JobStatus.QUEUED
+                job.reason = (
+                    f"resubmitted: node {node.name} went down; resumes at iteration "
+                    f"{job.iterations_done}"
+                )
+                job.save(update_fields=["status", "reason", "updated_at"])
+                transaction.on_commit(lambda: metrics.count_resubmission("node_down"))
+                resubmitted.append(job.pk)
+            if ExecutionGroup.objects.filter(pk=group.pk, released_at__isnull=True).exists():
+                phases_start(group, runtime, now, effects)
+                runtime_save(group, runtime)
+            effects.schedule()
+    return resubmitted

@@ -1,0 +1,123 @@
+"""A co-execution group's runtime (the core GroupRuntime snapshot) and the phases it starts.
+
+Every function here runs inside a transaction that holds the group row's lock
+(`locks.lock_group`): the snapshot is read, advanced and written back under it, together
+with the phase records it starts, so a replayed event can never start a phase twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Value
+from django.db.models.functions import Coalesce
+
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.services.effects import Effects
+from rollmux_web.workflow.services.orders import phase_order
+from scheduler.group_runtime import GroupRuntime
+
+log = logging.getLogger(__name__)
+
+
+def runtime_load(group: ExecutionGroup) -> GroupRuntime:
+    """Return the group's runtime (a new one for a group that has none yet)."""
+    if group.runtime_state:
+        return GroupRuntime.from_dict(group.runtime_state)
+    return GroupRuntime(str(group.pk), switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
+
+
+def runtime_save(group: ExecutionGroup, runtime: GroupRuntime) -> None:
+    group.runtime_state = runtime.to_dict()
+    group.save(update_fields=["runtime_state"])
+
+
+def member_remove(runtime: GroupRuntime, job_id: int) -> None:
+    """Drop a job from the runtime (no-op when it already left)."""
+    with contextlib.suppress(KeyError):
+        runtime.remove(str(job_id))
+
+
+def open_placements(group: ExecutionGroup) -> dict[int, Placement]:
+    """Return the group's open placements with their jobs, by job id (one query)."""
+    return {
+        p.job_id: p
+        for p in Placement.objects.filter(group=group, ended_at__isnull=True).select_related("job")
+    }
+
+
+def _pinned_nodes(runtime: GroupRuntime, job_id: int) -> tuple[str, ...]:
+    """Return every node a member is pinned to (its host's Ray resources)."""
+    member = runtime.member(str(job_id))
+    return tuple(sorted(set(member.rollout_nodes) | set(member.train_nodes)))
+
+
+def phases_start(
+    group: ExecutionGroup,
+    runtime: GroupRuntime,
+    now: datetime,
+    effects: Effects,
+    *,
+    placements: dict[int, Placement] | None = None,
+) -> list[PhaseRecord]:
+    """Ask the runtime which phases start now; record and queue them for dispatch.
+
+    A started phase is recorded as RUNNING with started_at = now (the dispatch moment: the
+    runtime only starts a phase on idle nodes and its host runs one phase at a time, so it
+    begins within milliseconds); the host's own start and end stamps replace both when it
+    reports the end. That saves a broker message and a transaction per phase.
+    """
+    starts = runtime.start_ready()
+    if not starts:
+        return []
+    job_ids = {int(s.job_id) for s in starts}
+    if placements is None:
+        placements = open_placements(group)
+    placements = {
+        job_id: p for job_id, p in placements.items() if job_id in job_ids and p.ended_at is None
+    }
+    jobs = {job_id: p.job for job_id, p in placements.items()}
+    rows = []
+    for start in starts:
+        job_id = int(start.job_id)
+        if job_id not in placements:  # the runtime and the rows disagree: say so, skip it
+            log.error(
+                "group %s: runtime started job %s without an open placement", group.pk, job_id
+            )
+            continue
+        rows.append(
+            PhaseRecord(
+                job_id=job_id,
+                group=group,
+                placement_id=placements[job_id].pk,
+                iteration=start.iteration,
+                kind=start.kind.value,
+                node_names=list(start.nodes),
+                state=PhaseState.RUNNING,
+                warm_start=not start.cold,
+                queued_at=now,
+                started_at=now,
+            )
+        )
+    # One INSERT for all. The uniqueness of (placement, iteration, kind) cannot be hit here:
+    # runtime snapshot and records change in the same transaction under the group lock; if
+    # it ever were, the IntegrityError aborts the whole event (nothing half-applied).
+    created = PhaseRecord.objects.bulk_create(rows)
+    for phase in created:
+        effects.orders.append(
+            phase_order(phase, jobs[phase.job_id], _pinned_nodes(runtime, phase.job_id))
+        )
+    started_jobs = [j for j in jobs if jobs[j].status == JobStatus.PLACED]
+    if started_jobs:
+        # a resubmitted job keeps the start of its first attempt
+        Job.objects.filter(pk__in=started_jobs, status=JobStatus.PLACED).update(
+            status=JobStatus.RUNNING,
+            started_at=Coalesce("started_at", Value(now)),
+            reason="",
+            updated_at=now,
+        )
+    return created

@@ -1,0 +1,69 @@
+"""Phase orders: what the dispatcher needs to run a phase record on the job's host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from rollmux_web.jobs.models import Job
+from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.workflow.models import PhaseRecord, Placement
+from rollmux_web.workflow.ports import PhaseOrder
+
+
+def job_time_scale(job: Job) -> float:
+    """Return the speed-up applied to the job's profile durations (see `time_scale_of`)."""
+    return time_scale_of(job.runner, job.time_scale)
+
+
+def runner_context(job: Job) -> dict[str, Any]:
+    """Return what the job's runner knows about it (the fields of `workers.runners.
+    RunnerContext`, as the dict a PhaseOrder carries)."""
+    return {
+        "job_id": job.pk,
+        "iterations": job.iterations,
+        "t_roll_min_s": job.t_roll_min_s,
+        "t_roll_max_s": job.t_roll_max_s,
+        "t_train_min_s": job.t_train_min_s,
+        "t_train_max_s": job.t_train_max_s,
+        "host_mem_gb": job.host_mem_gb,
+        "time_scale": job_time_scale(job),
+        "seed": 0,
+        "channel": {
+            "redis_url": settings.REDIS_URL,
+            "timeout_s": settings.ROLLMUX_EXTERNAL_TIMEOUT_S,
+        },
+    }
+
+
+def phase_order(phase: PhaseRecord, job: Job, pinned: tuple[str, ...]) -> PhaseOrder:
+    """Return what the dispatcher needs to run a phase record on the job's resident host."""
+    return PhaseOrder(
+        phase_id=phase.pk,
+        job_id=job.pk,
+        placement_id=phase.placement_id,
+        kind=phase.kind,
+        iteration=phase.iteration,
+        nodes=tuple(phase.node_names),
+        pinned_nodes=pinned,
+        runner=job.runner,
+        context=runner_context(job),
+        checkpoint_dir=str(settings.ROLLMUX_CHECKPOINT_DIR),
+        resume_iteration=phase.iteration,
+        group_id=phase.group_id,
+    )
+
+
+def placement_nodes(placement: Placement) -> tuple[str, ...]:
+    """Return every node a placement is pinned to (its host's Ray resources), sorted."""
+    names = {n.name for n in placement.rollout_nodes.all()} | {
+        n.name for n in placement.train_nodes.all()
+    }
+    return tuple(sorted(names))
+
+
+def order_for(phase_id: int) -> PhaseOrder:
+    """Return the order of one phase record (read from the database)."""
+    phase = PhaseRecord.objects.select_related("job", "placement").get(pk=phase_id)
+    return phase_order(phase, phase.job, placement_nodes(phase.placement))
