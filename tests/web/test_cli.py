@@ -158,7 +158,7 @@ def test_long_names_keep_their_distinguishing_end() -> None:
 def placed(world: Any, settings: Any) -> Any:
     """Two placed jobs (one per tenant) with a Recorder dispatcher; nothing runs."""
     from rollmux_web.workflow import ports
-    from rollmux_web.workflow.services import plan_pass
+    from rollmux_web.workflow.services import queue_plan
     from tests.workers.conftest import Recorder, make_job
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
@@ -166,7 +166,7 @@ def placed(world: Any, settings: Any) -> Any:
     with ports.override(dispatcher=rec):
         mine = make_job(world, name="vision-" + "x" * 70 + "-tail1")
         theirs = make_job(world, name="speech-secret", tenant=world.speech, submitter=world.charlie)
-        plan_pass()
+        queue_plan()
         yield rec, mine, theirs
 
 
@@ -212,11 +212,11 @@ def test_long_names_never_run_into_the_next_column(
 def test_describe_job_says_status_reason_placement_estimates_phases_and_cost(
     world: Any, env: dict[str, str], monkeypatch: Any, placed: Any
 ) -> None:
-    from rollmux_web.workflow.services import phase_finished
+    from rollmux_web.workflow.services import phase_finish
     from tests.workers.conftest import end_of
 
     rec, mine, theirs = placed
-    phase_finished(end_of(rec.orders[0]))  # the first rollout ends, training starts
+    phase_finish(end_of(rec.orders[0]))  # the first rollout ends, training starts
     monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
     code, out, err = run(["describe", "job", str(mine.pk)])
     assert code == 0, err
