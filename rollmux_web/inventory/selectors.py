@@ -16,6 +16,7 @@ from decimal import Decimal
 from django.db.models import Count, Q, QuerySet
 
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, RunnerPackage
+from scheduler.costs import allocation_cost
 
 PriceStep = tuple[datetime, Decimal]
 Segment = tuple[datetime, datetime, Decimal]
@@ -90,7 +91,7 @@ def current_prices() -> dict[str, Decimal]:
     return out
 
 
-US_PER_HOUR = Decimal(3_600_000_000)
+MICRO = Decimal(1_000_000)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -159,8 +160,9 @@ class PriceBook:
         return i if i >= 0 and (i + 1 == len(since) or since[i + 1] >= b) else None
 
     def amount(self, type_id: int, index: int, us: int, gpus: int) -> Decimal:
-        """Return gpus x the index-th price x `us` microseconds, exactly."""
-        return self._price[type_id][index] * us * gpus / US_PER_HOUR
+        """Return gpus x the index-th price x `us` microseconds (the core's one cost
+        arithmetic, `scheduler.costs.allocation_cost`, in Decimal)."""
+        return allocation_cost(Decimal(us) / MICRO, gpus, self._price[type_id][index])
 
     def cost(self, gpu_type: int | str, gpus: int, start: datetime, end: datetime) -> Decimal:
         """Return the $ cost of `gpus` GPUs held over [start, end) under the price history."""

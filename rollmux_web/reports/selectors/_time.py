@@ -10,7 +10,6 @@ from django.utils import timezone
 
 MAX_RANGE_DAYS = 366
 EPOCH_DT = datetime(1970, 1, 1, tzinfo=UTC)
-US_PER_HOUR = Decimal(3_600_000_000)
 MICRO = Decimal(1_000_000)
 
 

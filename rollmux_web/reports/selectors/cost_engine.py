@@ -13,6 +13,12 @@ Cost split inside a co-execution group (documented on the cost page too):
    proportion to how long each was a member while the node was allocated (so at
    any moment the members present share evenly);
 4. nothing is rounded here: every line carries its exact amounts (cost_figures rounds).
+
+Every amount is GPUs x price x time through the core's `scheduler.costs.allocation_cost`
+(`PriceBook.amount`, in Decimal), the arithmetic the simulator uses. The split itself
+stays here rather than in `costs.share_node_cost`: a node's allocation here is cut at
+price changes and day buckets, and overlapping phase records (which should not happen)
+are scaled down to the allocation instead of refused.
 """
 
 from __future__ import annotations
