@@ -6,8 +6,10 @@ from datetime import timedelta
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from rollmux_web.jobs.spec import PHASE_TIME_FIELDS, SPEC, SpecField
 from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS
 
 MAX_TRACE_BYTES = 2 * 1024 * 1024
@@ -40,27 +42,59 @@ class DateRangeForm(forms.Form):
         return data
 
 
-class PreviewForm(forms.Form):
-    """The submit form's fields the planner needs (names as in the trace format)."""
+# The submit form's fields the planner needs to answer (required for a preview) and the
+# optional ones that change its answer; the rest of the spec (model, priority) does not.
+PREVIEW_REQUIRED = ("rollout_gpus", "train_gpus", "t_roll_max_s", "t_train_max_s", "host_mem_gb")
+PREVIEW_OPTIONAL = (
+    "name",
+    "slo_class",
+    "t_roll_min_s",
+    "t_train_min_s",
+    "iterations",
+    "tenant",
+    "runner",  # with time_scale: the job's clock (jobs share a group only at one time scale)
+    "time_scale",
+)
 
-    name = forms.CharField(required=False, max_length=128)
-    slo_class = forms.CharField(required=False, max_length=32)
-    rollout_gpus = forms.IntegerField(min_value=1)
-    train_gpus = forms.IntegerField(min_value=1)
-    t_roll_max_s = forms.FloatField(min_value=0.001)
-    t_roll_min_s = forms.FloatField(required=False, min_value=0.001)
-    t_train_max_s = forms.FloatField(min_value=0.001)
-    t_train_min_s = forms.FloatField(required=False, min_value=0.001)
-    host_mem_gb = forms.FloatField(min_value=0.001)
-    iterations = forms.IntegerField(required=False, min_value=1)
-    tenant = forms.CharField(required=False, max_length=64)
-    # the job's clock: jobs share a group only at one time scale (runner + time_scale)
-    runner = forms.CharField(required=False, max_length=200)
-    time_scale = forms.FloatField(required=False, min_value=1e-6)
+
+def _positive(value: float) -> None:
+    if value <= 0:
+        raise ValidationError("must be greater than 0")
+
+
+def _preview_field(f: SpecField) -> forms.Field:
+    """Return the form field of a spec field: its type and bounds, required as the preview needs.
+
+    The messages are not shown: a bad value is worded by the submission's own check
+    (reports.views._submission_errors), so the hint reads as the form's.
+    """
+    required = f.name in PREVIEW_REQUIRED
+    if f.kind == "text":
+        return forms.CharField(required=required, max_length=f.max_length)
+    low = f.min_value
+    if f.name in ("rollout_gpus", "train_gpus") and low is None:
+        low = 1  # the planner places at least one GPU of each pool
+    bounds: dict[str, Any] = {"min_value": low, "max_value": f.max_value}
+    validators = [_positive] if f.positive else []
+    if f.kind == "int":
+        return forms.IntegerField(required=required, validators=validators, **bounds)
+    return forms.FloatField(required=required, validators=validators, **bounds)
+
+
+class PreviewForm(forms.Form):
+    """The submit form's fields the planner needs (names as in the trace format), derived
+    from the one job-spec field list (`rollmux_web.jobs.spec.SPEC`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        wanted = set(PREVIEW_REQUIRED) | set(PREVIEW_OPTIONAL)
+        for f in SPEC:
+            if f.name in wanted:
+                self.fields[f.name] = _preview_field(f)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        for lo, hi in (("t_roll_min_s", "t_roll_max_s"), ("t_train_min_s", "t_train_max_s")):
+        for hi, lo in PHASE_TIME_FIELDS:
             if data.get(lo) is not None and data.get(hi) is not None and data[lo] > data[hi]:
                 self.add_error(lo, f"must be at most {hi.replace('_', ' ')} ({data[hi]:g} s)")
         return data

@@ -8,7 +8,7 @@ a failure of either degrades to a hint in the preview instead of a 500.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -22,10 +22,12 @@ from rollmux_web.accounts.access import (
 )
 from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.jobs.spec import SPEC
 from rollmux_web.reports.models import WhatIfRun
+from rollmux_web.workflow.converters import job_profile
 from rollmux_web.workflow.selectors import cluster_snapshot
 from scheduler.model import JobProfile, PlacementStatus
+from scheduler.trace import job_to_dict
 
 PREVIEW_JOB_ID = "what-if"
 
@@ -55,28 +57,27 @@ class Preview:
     members: list[PreviewMember] = field(default_factory=list)
 
 
+def preview_profile(data: dict[str, Any], *, slo: float) -> JobProfile:
+    """Return the core profile of a job described by cleaned form data, as the live planner
+    will see it once submitted: the same converter (`workflow.converters.job_profile`)
+    over an unsaved job built from the spec's fields (so its effective time scale, the
+    clock it may share a group on, is the live one)."""
+    values = {
+        f.name: data[f.name] if data.get(f.name) not in (None, "") else f.default
+        for f in SPEC
+        if not f.reference and f.name in data
+    }
+    values["iterations"] = values.get("iterations") or 1
+    job = Job(**{k: v for k, v in values.items() if v is not None})
+    profile = job_profile(job, slo=slo, tenant=data.get("tenant") or "default")
+    return replace(profile, id=PREVIEW_JOB_ID, arrival_s=0.0)
+
+
 def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Preview:
     """Return the planner's answer for a job described by cleaned form data, on the live cluster."""
     from scheduler.planner import place
 
-    # The job's effective time scale, as the live planner will see it once submitted
-    # (rollmux_web.workflow.converters.job_profile): it only shares a group on its clock.
-    runner = data.get("runner") or Job._meta.get_field("runner").get_default()
-    profile = JobProfile(
-        id=PREVIEW_JOB_ID,
-        arrival_s=0.0,
-        iterations=data.get("iterations") or 1,
-        rollout_gpus=data["rollout_gpus"],
-        train_gpus=data["train_gpus"],
-        t_roll_max_s=data["t_roll_max_s"],
-        t_roll_min_s=data.get("t_roll_min_s"),
-        t_train_max_s=data["t_train_max_s"],
-        t_train_min_s=data.get("t_train_min_s"),
-        host_mem_gb=data["host_mem_gb"],
-        slo=slo or 1.0,
-        tenant=data.get("tenant") or "default",
-        time_scale=time_scale_of(runner, data.get("time_scale")),
-    )
+    profile = preview_profile(data, slo=slo or 1.0)
     try:
         state = cluster_snapshot()
         result = place(
@@ -145,27 +146,12 @@ def queue_trace(*, user: Any) -> str:
     first = jobs[0].submitted_at
     lines = []
     for j in jobs:
+        # the converter the live planner uses: its remaining iterations, its SLO and clock
+        profile = job_profile(j)
         running = j.status != JobStatus.QUEUED
-        remaining = max(1, j.iterations - j.iterations_done) if running else j.iterations
-        lines.append(
-            json.dumps(
-                {
-                    "id": f"job-{j.pk}",
-                    "tenant": j.tenant.name,
-                    "arrival_s": 0.0 if running else (j.submitted_at - first).total_seconds(),
-                    "iterations": remaining,
-                    "rollout_gpus": j.rollout_gpus,
-                    "train_gpus": j.train_gpus,
-                    "t_roll_max_s": j.t_roll_max_s,
-                    "t_roll_min_s": j.t_roll_min_s,
-                    "t_train_max_s": j.t_train_max_s,
-                    "t_train_min_s": j.t_train_min_s,
-                    "host_mem_gb": j.host_mem_gb,
-                    "slo": j.slo_class.slowdown,
-                    "model": j.model,
-                }
-            )
-        )
+        arrival = 0.0 if running else (j.submitted_at - first).total_seconds()
+        line = job_to_dict(replace(profile, id=f"job-{j.pk}", arrival_s=arrival))
+        lines.append(json.dumps(line | {"model": j.model}))
     return "\n".join(lines) + "\n"
 
 
