@@ -1,7 +1,9 @@
 """Benchmark concurrent job submissions through the REST API on PostgreSQL.
 
 By default it builds a scratch database (drop + create + migrate + seed_demo), starts
-gunicorn on a free port against it, and then:
+production mode against it (gunicorn with ROLLMUX_EMBEDDED=false and DEBUG=false, plus
+the Celery controller worker and beat on REDIS_URL, dispatching phases with the inline
+dispatcher so the demo jobs and the submitted ones really run while it measures), and then:
 
 1. baseline: one client submits --baseline-jobs jobs one after another;
 2. load: --clients concurrent clients (threads, one HTTP session and one persona token
@@ -10,16 +12,18 @@ gunicorn on a free port against it, and then:
    refused request left a row behind.
 
 It prints throughput (jobs/s), latency p50/p90/p99/max, and the ratio of the concurrent
-throughput to the single-client baseline. Quotas of the demo tenants are lifted (their
-rows stay, so the per-tenant quota lock is still taken) so that every job is accepted.
+throughput to the single-client baseline, and how many phases the controller finished
+during the run. The GPU caps of the demo tenants are raised to a value no run reaches and
+their budgets lifted (the rows and caps stay, so the quota check still does its work for
+every submission) so that every job is accepted.
 
     .venv/bin/python bench/api_submit.py                      # 32 clients x 50 jobs
     .venv/bin/python bench/api_submit.py --clients 8 --jobs-per-client 20 --workers 2
     .venv/bin/python bench/api_submit.py --url http://127.0.0.1:8000 --token KEY   # existing server
 
-Set DATABASE_URL's server with --admin-url. Set REDIS_URL (a Redis db of your own): each
-submission enqueues a planning task there (nothing consumes them here). Without it Celery
-runs eagerly and every submission would also run a planning pass inside the request.
+Set DATABASE_URL's server with --admin-url. REDIS_URL (a Redis db of your own) is required:
+each submission enqueues a planning task there, which the controller consumes.
+--no-controller measures the web tier alone (the planning tasks then pile up unconsumed).
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ TOKEN_SCRIPT = """
 from django.contrib.auth.models import User
 from rollmux_web.accounts.models import ApiToken
 from rollmux_web.quotas.models import Quota
-Quota.objects.update(max_gpus=None, monthly_gpu_hours=None, monthly_budget_usd=None)
+Quota.objects.update(max_gpus=999_992, monthly_gpu_hours=None, monthly_budget_usd=None)
 for name in {names!r}:
     key = ApiToken.new_key()
     ApiToken.objects.create(user=User.objects.get(username=name), name="bench",
@@ -116,13 +120,14 @@ for name in {names!r}:
 """
 
 
-def prepare(env: dict[str, str]) -> dict[str, str]:
-    """Migrate, seed, lift quotas and mint one token per researcher; return name -> token."""
+def prepare(env: dict[str, str], clients: int) -> list[str]:
+    """Migrate, seed, lift quotas and mint one token per client (the demo researchers in
+    turn, so each client has its own per-token rate limit); return the tokens."""
     manage(env, "migrate", "--noinput")
     manage(env, "seed_demo")
-    out = manage(env, "shell", "-c", TOKEN_SCRIPT.format(names=RESEARCHERS))
-    tokens = dict(line.split() for line in out.strip().splitlines()[-len(RESEARCHERS) :])
-    return tokens
+    names = [RESEARCHERS[i % len(RESEARCHERS)] for i in range(max(clients, 1))]
+    out = manage(env, "shell", "-c", TOKEN_SCRIPT.format(names=names))
+    return [line.split()[1] for line in out.strip().splitlines()[-len(names) :]]
 
 
 def start_gunicorn(
@@ -141,6 +146,28 @@ def start_gunicorn(
         "warning",
     ]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+
+
+def start_controller(env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    """Start the controller worker and beat as bin/run.sh does (inline dispatcher)."""
+    celery = str(Path(PY).with_name("celery"))
+    common = {"cwd": ROOT, "env": {**env, "ROLLMUX_DISPATCHER": "inline"}}
+    worker = [celery, "-A", "rollmux_web", "worker", "-n", f"bench-controller-{os.getpid()}@%h"]
+    worker += ["-l", "WARNING", "-P", "threads", "-c", "2", "-Q", "rollmux"]
+    beat = [celery, "-A", "rollmux_web", "beat", "-l", "WARNING"]
+    beat += ["-s", str(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-beat-{os.getpid()}")]
+    return [
+        subprocess.Popen(worker, start_new_session=True, **common),  # type: ignore[call-overload]
+        subprocess.Popen(beat, start_new_session=True, **common),  # type: ignore[call-overload]
+    ]
+
+
+def phases_finished(db_url: str) -> int:
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM workflow_phaserecord WHERE finished_at IS NOT NULL"
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def wait_ready(url: str, token: str, timeout_s: float = 60.0) -> None:
@@ -262,9 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="use a running server instead of starting one")
     ap.add_argument("--token", action="append", help="API token(s) for --url")
     ap.add_argument("--database-url", help="the database of --url, for the exactly-once check")
+    ap.add_argument(
+        "--no-controller", action="store_true", help="do not start the Celery controller and beat"
+    )
     args = ap.parse_args(argv)
 
-    proc: subprocess.Popen[bytes] | None = None
+    procs: list[subprocess.Popen[bytes]] = []
     db_url = args.database_url
     try:
         if args.url:
@@ -273,22 +303,30 @@ def main(argv: list[str] | None = None) -> int:
             url, tokens = args.url.rstrip("/"), list(args.token)
         else:
             db_url = with_db(args.admin_url, args.db_name)
+            if not os.environ.get("REDIS_URL"):
+                raise SystemExit("set REDIS_URL (a Redis db of your own) for production mode")
             env = {
                 **os.environ,
                 "DATABASE_URL": db_url,
                 "DEBUG": "false",
+                "ROLLMUX_EMBEDDED": "false",
+                "SECRET_KEY": os.environ.get("SECRET_KEY") or uuid.uuid4().hex * 2,
+                # plain HTTP on loopback: no TLS-terminating proxy in front of this gunicorn
+                "ROLLMUX_SECURE_SSL_REDIRECT": "false",
+                "ROLLMUX_SECURE_COOKIES": "false",
             }
             print(f"scratch database {args.db_name}: create, migrate, seed_demo ...", flush=True)
             create_scratch_db(args.admin_url, args.db_name)
-            by_name = prepare(env)
-            tokens = [by_name[n] for n in RESEARCHERS]
+            tokens = prepare(env, args.clients)
             port = free_port()
             url = f"http://127.0.0.1:{port}"
-            proc = start_gunicorn(env, port, args.workers, args.threads)
+            procs.append(start_gunicorn(env, port, args.workers, args.threads))
+            if not args.no_controller:
+                procs += start_controller(env)
             wait_ready(url, tokens[0])
             print(
                 f"gunicorn on {url}: {args.workers} workers x {args.threads} threads; "
-                f"REDIS_URL={'set' if os.environ.get('REDIS_URL') else 'unset (eager tasks)'}"
+                f"controller {'off' if args.no_controller else 'on (inline dispatcher) + beat'}"
             )
         print(f"cpu count {os.cpu_count()}; load average {os.getloadavg()[0]:.2f}")
         run_id = uuid.uuid4().hex[:8]
@@ -301,9 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         base_rate = report("baseline (1 client)", base, base_wall)
 
         load_tag = f"load-{run_id}"
+        phases_before = phases_finished(db_url) if db_url else 0
         load, load_wall = run_load(url, tokens, args.clients, args.jobs_per_client, load_tag)
         rate = report(f"load ({args.clients} x {args.jobs_per_client})", load, load_wall)
         print(f"throughput ratio load / baseline: {rate / base_rate:.2f}x")
+        if db_url:
+            print(
+                f"phases finished by the controller during the load: "
+                f"{phases_finished(db_url) - phases_before}"
+            )
 
         ok = True
         if db_url:
@@ -317,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
             ok = False
         return 0 if ok else 1
     finally:
-        if proc is not None:
+        for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
