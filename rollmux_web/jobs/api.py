@@ -16,26 +16,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from rollmux_web.api.errors import error_response
+from rollmux_web.api.schema import ApiErrorSerializer
 from rollmux_web.jobs.models import JobStatus
 from rollmux_web.jobs.selectors import DEFAULT_ORDERING, ORDERINGS, job_get, job_list
 from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializer
 from rollmux_web.jobs.services import JobRejected, job_cancel, job_submit
 
 
-class ErrorBodySerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
-
-
-class ErrorSerializer(serializers.Serializer):
-    """The single API error shape."""
-
-    error = ErrorBodySerializer()
-
-
 def _err(description: str) -> OpenApiResponse:
-    return OpenApiResponse(ErrorSerializer, description=description)
+    return OpenApiResponse(ApiErrorSerializer, description=description)
 
 
 AUTH_ERRORS = {

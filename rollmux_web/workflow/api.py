@@ -10,22 +10,13 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from rollmux_web.api.schema import ApiErrorSerializer
 from rollmux_web.workflow import selectors
 from rollmux_web.workflow.models import PhaseRecord
 
 
-class _ErrorBody(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
-
-
-class _Error(serializers.Serializer):
-    error = _ErrorBody()
-
-
 def _err(description: str) -> OpenApiResponse:
-    return OpenApiResponse(_Error, description=description)
+    return OpenApiResponse(ApiErrorSerializer, description=description)
 
 
 AUTH_ERRORS = {401: _err("not authenticated"), 403: _err("not allowed for your role")}
@@ -172,6 +163,4 @@ class GroupDetailView(GenericAPIView):
     )
     def get(self, request: Request, group_id: str) -> Response:
         group = selectors.group_get(user=request.user, group_id=_id(group_id))
-        return Response(
-            GroupSerializer(selectors.group_data(group, user=request.user, detail=True)).data
-        )
+        return Response(GroupSerializer(selectors.group_data(group, user=request.user)).data)

@@ -55,12 +55,13 @@ def _placements_prefetch() -> Prefetch[Any]:
 
 
 def _allocations_prefetch() -> Prefetch[Any]:
+    # every allocation, not only the open ones: a released group lists the nodes it had
     return Prefetch(
         "allocations",
-        queryset=NodeAllocation.objects.select_related("node", "node__cluster", "node__gpu_type")
-        .filter(end__isnull=True)
-        .order_by("node__name"),
-        to_attr="open_allocations",
+        queryset=NodeAllocation.objects.select_related(
+            "node", "node__cluster", "node__gpu_type"
+        ).order_by("node__name", "start", "pk"),
+        to_attr="all_allocations",
     )
 
 
@@ -84,14 +85,13 @@ def group_get(*, user: Any, group_id: int) -> ExecutionGroup:
     return group
 
 
-def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dict[str, Any]:
-    """Return a group as API data: members (others' hidden), nodes and its meta-iteration."""
-    viewer = visible_tenant_ids(user)
+def group_data(group: ExecutionGroup, *, user: Any) -> dict[str, Any]:
+    """Return a group as API data: members, past ones too (others' hidden), nodes and its
+    meta-iteration. A released group lists the nodes it had; an active one those it holds."""
+    viewer = visible_tenant_ids(user)  # remembered on the user: one query per request
     placements = list(group.placements.all())  # type: ignore[attr-defined]
     members = []
     for p in placements:
-        if not detail and p.ended_at is not None:
-            continue
         entry: dict[str, Any] = {
             "active": p.ended_at is None,
             "rollout_nodes": sorted(n.name for n in p.rollout_nodes.all()),
@@ -117,13 +117,21 @@ def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dic
         else:
             entry.update(hidden=True)
         members.append(entry)
-    allocations = getattr(group, "open_allocations", None)
-    if allocations is None:
-        allocations = list(
-            NodeAllocation.objects.filter(group=group, end__isnull=True).select_related(
-                "node", "node__cluster", "node__gpu_type"
-            )
+    every = getattr(group, "all_allocations", None)
+    if every is None:
+        every = list(
+            NodeAllocation.objects.filter(group=group)
+            .select_related("node", "node__cluster", "node__gpu_type")
+            .order_by("node__name", "start", "pk")
         )
+    allocations = [a for a in every if a.end is None]
+    if group.released_at is not None:
+        last: dict[int, NodeAllocation] = {}
+        for a in every:  # each node's latest allocation to this group
+            last[a.node_id] = a
+        shown = sorted(last.values(), key=lambda a: a.node.name)
+    else:
+        shown = allocations
     nodes = [
         {
             "name": a.node.name,
@@ -133,7 +141,7 @@ def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dic
             "state": a.node.state,
             "since": a.start,
         }
-        for a in allocations
+        for a in shown
     ]
     data: dict[str, Any] = {
         "id": group.pk,
@@ -149,8 +157,6 @@ def group_data(group: ExecutionGroup, *, user: Any, detail: bool = False) -> dic
     active = [p for p in placements if p.ended_at is None]
     if active:
         core = converters.core_group(group, list(allocations), active)
-        from django.conf import settings
-
         meta = plan_meta_iteration(core, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
         data["meta_iteration"] = {
             "t_cycle_s": meta.t_cycle,
