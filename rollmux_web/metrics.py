@@ -11,7 +11,9 @@ Two kinds of series:
   database on each scrape of /metrics, so they are right whichever process answers.
 
 Access: /metrics needs `Authorization: Bearer <ROLLMUX_METRICS_TOKEN>` when the token is
-set. Expose it only on an internal network either way (the counts per tenant are not public).
+set; without a token it is open in embedded mode only and refused (401) with
+ROLLMUX_EMBEDDED=false. Expose it only on an internal network either way (the counts per
+tenant are not public).
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ def process_registry() -> CollectorRegistry:
 def _authorized(request: HttpRequest) -> bool:
     token = getattr(settings, "ROLLMUX_METRICS_TOKEN", "")
     if not token:
-        return True
+        # Open only in embedded mode (make run, tests): production without a token is closed.
+        return bool(getattr(settings, "ROLLMUX_EMBEDDED", True))
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
@@ -149,7 +152,11 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     from rollmux_web.metrics_db import database_registry
 
     if not _authorized(request):
-        response = HttpResponse("metrics token required\n", status=401, content_type="text/plain")
+        response = HttpResponse(
+            "metrics token required (set ROLLMUX_METRICS_TOKEN and send it as a Bearer token)\n",
+            status=401,
+            content_type="text/plain",
+        )
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     body = generate_latest(process_registry()) + generate_latest(database_registry())

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
+import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -62,31 +64,27 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
 
 
 def database_from_url(url: str) -> dict[str, object]:
-    """Return a DATABASES entry for a postgres:// or sqlite:/// URL."""
+    """Return a DATABASES entry for a postgres:// or sqlite:/// URL.
+
+    dj-database-url does the parsing, so every query option (`?sslmode=require&
+    connect_timeout=5`, ...) reaches the driver as OPTIONS; the checks before it turn the
+    URLs it would misread into a clear ImproperlyConfigured.
+    """
     parsed = urlparse(url)
     if parsed.scheme in ("postgres", "postgresql"):
-        name = parsed.path.lstrip("/")
-        if not name:
+        if not parsed.path.lstrip("/"):
             raise ImproperlyConfigured(f"DATABASE_URL {url!r} names no database")
         try:
-            port = parsed.port
+            _ = parsed.port
         except ValueError:
             raise ImproperlyConfigured(f"DATABASE_URL {url!r} has a non-numeric port") from None
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(name),
-            "USER": unquote(parsed.username or ""),
-            "PASSWORD": unquote(parsed.password or ""),
-            "HOST": parsed.hostname or "",
-            "PORT": str(port or ""),
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
-        }
+        db = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
+        db["PORT"] = str(db.get("PORT") or "")
+        return db
     if parsed.scheme == "sqlite":
-        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-        if not path:
+        if not url.startswith("sqlite:///") or url == "sqlite:///":
             raise ImproperlyConfigured(f"DATABASE_URL {url!r}: use sqlite:///path/to/file")
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+        return dict(dj_database_url.parse(url))
     raise ImproperlyConfigured(
         f"DATABASE_URL scheme {parsed.scheme!r} is not supported: use postgres:// or sqlite:///"
     )
@@ -109,9 +107,14 @@ def embedded_secret_key(path: Path) -> str:
     return path.read_text().strip()
 
 
+# Embedded (the default): make run, tests, a laptop. false = production: a real SECRET_KEY,
+# HTTPS only (HSTS, secure cookies, redirect), /metrics behind its token.
+EMBEDDED = env_bool("ROLLMUX_EMBEDDED", True)
+ROLLMUX_EMBEDDED = EMBEDDED
+
 _secret = os.environ.get("SECRET_KEY", "")
 if not _secret:
-    if DEBUG or env_bool("ROLLMUX_EMBEDDED", True):
+    if DEBUG or EMBEDDED:
         # Embedded default (make run, tests): a per-checkout key under var/ (git-ignored).
         # Production sets SECRET_KEY; docker-compose refuses to start without it.
         _secret = embedded_secret_key(BASE_DIR / "var" / "secret_key")
@@ -119,6 +122,11 @@ if not _secret:
         raise ImproperlyConfigured("SECRET_KEY must be set when ROLLMUX_EMBEDDED=false")
 elif len(_secret) < 16:
     raise ImproperlyConfigured("SECRET_KEY is too short: use at least 16 characters")
+elif not EMBEDDED and (len(_secret) < 50 or len(set(_secret)) < 5):
+    # what `manage.py check --deploy` asks of a production key (security.W009)
+    raise ImproperlyConfigured(
+        "SECRET_KEY is too weak for ROLLMUX_EMBEDDED=false: use at least 50 random characters"
+    )
 SECRET_KEY = _secret
 
 ALLOWED_HOSTS = [
@@ -141,6 +149,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
+    "axes",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
@@ -158,7 +167,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "rollmux_web.health.middleware.HealthMiddleware",  # probes: before Host checks/redirects
+    "rollmux_web.middleware.ErrorShapeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -168,6 +179,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "rollmux_web.metrics.MetricsMiddleware",
+    # last, as django-axes asks: it turns a lockout flagged during authenticate() into a 429
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "rollmux_web.urls"
@@ -200,6 +213,13 @@ DATABASES = {
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# django-axes first: it refuses a locked-out username or address before the password is
+# even checked (see "Login throttling" in README.md).
+AUTHENTICATION_BACKENDS = [
+    "rollmux_web.accounts.throttling.LoginLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -234,8 +254,21 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rollmux_web.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "rollmux_web.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "rollmux_web.api.schema.ErrorDocumentingAutoSchema",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rollmux_web.api.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_PARSER_CLASSES": [
+        "rollmux_web.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rollmux_web.accounts.throttling.TokenRateThrottle",
+        "rollmux_web.accounts.throttling.AnonRateThrottle",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "RollMux API",
@@ -300,6 +333,73 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
+# --- HTTPS and browser security -------------------------------------------------------
+# Production (ROLLMUX_EMBEDDED=false) is HTTPS only and passes `manage.py check --deploy`
+# (CI runs it). Behind a proxy that terminates TLS set ROLLMUX_TLS_PROXY=true: the proxy
+# must then set X-Forwarded-Proto (and overwrite any value the client sent).
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if env_bool("ROLLMUX_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    USE_X_FORWARDED_HOST = env_bool("ROLLMUX_USE_X_FORWARDED_HOST", False)
+SECURE_SSL_REDIRECT = env_bool("ROLLMUX_SECURE_SSL_REDIRECT", not EMBEDDED)
+# Prometheus and health probes scrape over the internal network, often in plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$", r"^health"]
+SECURE_HSTS_SECONDS = env_int("ROLLMUX_HSTS_SECONDS", 0 if EMBEDDED else 31_536_000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("ROLLMUX_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("ROLLMUX_HSTS_PRELOAD", True)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("ROLLMUX_SECURE_COOKIES", not EMBEDDED)
+# A strict policy: every script and style is a file under /static/ (htmx included, no CDN),
+# no inline script, style or event handler anywhere, no eval.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
+# --- Login throttling (django-axes) and API rate limits (DRF) ---------------------------
+# Failed logins are counted per username and, separately, per client address, on the login
+# form, the Django admin and POST /api/v1/auth/token/ alike (all go through authenticate()):
+# after AXES_FAILURE_LIMIT failures that username, or that address, gets 429 until the
+# cool-off has passed, even with the right password. Each lockout is in the audit log.
+AXES_FAILURE_LIMIT = env_int("ROLLMUX_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_float("ROLLMUX_LOGIN_COOLOFF_MINUTES", 15.0, minimum=0.1) / 60.0
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_CALLABLE = "rollmux_web.accounts.throttling.lockout_response"
+AXES_VERBOSE = False
+# The client address: REMOTE_ADDR, or behind a TLS proxy the address it appends last to
+# X-Forwarded-For (the only entry a client cannot forge).
+AXES_CLIENT_IP_CALLABLE = "rollmux_web.accounts.throttling.client_ip"
+# Per-token request rate on the API ("" = no limit); anonymous requests (the token
+# endpoint) get their own, per address. Counters live in the cache (Redis when set).
+ROLLMUX_API_TOKEN_RATE = env_str("ROLLMUX_API_TOKEN_RATE", "6000/min")
+ROLLMUX_API_ANON_RATE = env_str("ROLLMUX_API_ANON_RATE", "120/min")
+# API tokens expire (0 = never); `rollmux login` reuses a live CLI token of the user and
+# keeps at most ROLLMUX_CLI_TOKENS_PER_USER of them (the oldest are revoked).
+ROLLMUX_TOKEN_TTL_DAYS = env_float("ROLLMUX_TOKEN_TTL_DAYS", 90.0, minimum=0.0)
+ROLLMUX_CLI_TOKENS_PER_USER = env_int("ROLLMUX_CLI_TOKENS_PER_USER", 5, minimum=1)
+# last_used_at is written at most once per this many seconds per token (no write per GET).
+ROLLMUX_TOKEN_TOUCH_S = env_float("ROLLMUX_TOKEN_TOUCH_S", 60.0, minimum=0.0)
+
+# The cache holds the rate-limit counters: shared by every process in production (Redis),
+# per process when embedded (make run, tests).
+CACHE_URL = env_str("ROLLMUX_CACHE_URL", "" if EMBEDDED else REDIS_URL)
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    if CACHE_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}

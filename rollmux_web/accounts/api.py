@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import authenticate
+from django.contrib.auth.signals import user_logged_in
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import AllowAny
@@ -24,19 +25,34 @@ from rollmux_web.accounts.serializers import (
 )
 from rollmux_web.accounts.services import token_create
 from rollmux_web.api.permissions import HasRole
-from rollmux_web.api.schema import ErrorDocumentingAutoSchema
+from rollmux_web.api.schema import ApiErrorSerializer, ErrorDocumentingAutoSchema
 
 
 @method_decorator(sensitive_post_parameters("password"), name="dispatch")
 class TokenObtainView(APIView):
-    """POST username + password, get a new API token (what `rollmux login` calls)."""
+    """POST username + password, get a new API token (what `rollmux login` calls).
+
+    The token expires after ROLLMUX_TOKEN_TTL_DAYS; a user keeps at most
+    ROLLMUX_CLI_TOKENS_PER_USER live tokens from logins (older ones are revoked). Repeated
+    failures lock the username and the address out for a while (429, see README).
+    """
 
     # No session/CSRF here: the credentials in the body are the authentication.
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
     schema = ErrorDocumentingAutoSchema()
 
-    @extend_schema(request=LoginSerializer, responses={201: TokenResponseSerializer})
+    @extend_schema(
+        request=LoginSerializer,
+        responses={
+            201: TokenResponseSerializer,
+            429: OpenApiResponse(
+                ApiErrorSerializer,
+                description="too many failed logins for this username or address, or too "
+                "many requests from this address: Retry-After says when to try again",
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         data = LoginSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -49,8 +65,13 @@ class TokenObtainView(APIView):
         # endpoint does not reveal which usernames exist.
         if user is None or not user.is_active or user_role(user) is None:
             raise ValidationError({"non_field_errors": ["Invalid username or password."]})
-        _, key = token_create(user=user, name=data.validated_data["name"])
-        return Response({"token": key, "user": user_summary(user)}, status=status.HTTP_201_CREATED)
+        # a login like the form's: axes clears the username's failures, last_login is set
+        user_logged_in.send(sender=user.__class__, request=request._request, user=user)
+        token, key = token_create(user=user, name=data.validated_data["name"], via_login=True)
+        return Response(
+            {"token": key, "expires_at": token.expires_at, "user": user_summary(user)},
+            status=status.HTTP_201_CREATED,
+        )
 
 
 class MeView(APIView):

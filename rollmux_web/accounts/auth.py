@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from rollmux_web.accounts.models import ApiToken
+from rollmux_web.accounts.services import token_touch
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -20,14 +21,21 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'")
         key = header[1].decode(errors="ignore")
+        # one query: the token, its user and the user's profile (the role every view checks)
         token = (
-            ApiToken.objects.select_related("user")
+            ApiToken.objects.select_related("user", "user__profile")
             .filter(digest=ApiToken.hash_key(key), revoked_at__isnull=True)
             .first()
         )
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token")
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if token.expired(now):
+            raise exceptions.AuthenticationFailed(
+                f"Token {token.prefix}… expired at {token.expires_at:%Y-%m-%d %H:%M} UTC: run "
+                "`rollmux login` or create a new one at /accounts/tokens/"
+            )
+        token_touch(token=token, now=now)
         return token.user, token
 
     def authenticate_header(self, request: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -58,12 +59,19 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # null: never expires (ROLLMUX_TOKEN_TTL_DAYS=0)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # minted by POST /api/v1/auth/token/ (`rollmux login`): capped per user
+    via_login = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
     @staticmethod
     def hash_key(key: str) -> str:

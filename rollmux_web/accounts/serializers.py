@@ -23,6 +23,9 @@ class UserSummarySerializer(serializers.Serializer):
 
 class TokenResponseSerializer(serializers.Serializer):
     token = serializers.CharField(help_text="shown once; send as 'Authorization: Bearer <token>'")
+    expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="when the token stops working (null: never)"
+    )
     user = UserSummarySerializer()
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
@@ -12,22 +14,73 @@ from rollmux_web.accounts.models import ApiToken
 from rollmux_web.audit.services import audit_record
 
 
+def token_expiry(now: Any) -> Any:
+    """Return when a token created now expires (None: ROLLMUX_TOKEN_TTL_DAYS=0, never)."""
+    days = float(settings.ROLLMUX_TOKEN_TTL_DAYS)
+    return now + timedelta(days=days) if days > 0 else None
+
+
 @transaction.atomic
-def token_create(*, user: Any, name: str = "default") -> tuple[ApiToken, str]:
-    """Create an API token for the user and return it with its key (never stored in clear)."""
+def token_create(
+    *, user: Any, name: str = "default", via_login: bool = False
+) -> tuple[ApiToken, str]:
+    """Create an API token for the user and return it with its key (never stored in clear).
+
+    A token from a login (`rollmux login`, POST /api/v1/auth/token/) counts against the
+    user's cap of ROLLMUX_CLI_TOKENS_PER_USER live login tokens: the oldest beyond it are
+    revoked, so logging in again and again does not pile up live credentials.
+    """
     name = (name or "default").strip()[:64] or "default"
+    now = timezone.now()
     key = ApiToken.new_key()
     token = ApiToken.objects.create(
-        user=user, name=name, prefix=key[:12], digest=ApiToken.hash_key(key)
+        user=user,
+        name=name,
+        prefix=key[:12],
+        digest=ApiToken.hash_key(key),
+        expires_at=token_expiry(now),
+        via_login=via_login,
     )
     # The prefix identifies the token in the audit log; the key itself is never recorded.
     audit_record(
         actor=user,
         action="token.create",
         obj=token,
-        after={"name": token.name, "prefix": token.prefix},
+        after={"name": token.name, "prefix": token.prefix, "expires_at": _iso(token.expires_at)},
     )
+    if via_login:
+        live = ApiToken.objects.filter(user=user, via_login=True, revoked_at__isnull=True)
+        surplus = list(live.order_by("-created_at", "-id")[settings.ROLLMUX_CLI_TOKENS_PER_USER :])
+        for old in surplus:
+            ApiToken.objects.filter(pk=old.pk).update(revoked_at=now)
+            audit_record(
+                actor=user,
+                action="token.revoke",
+                obj=old,
+                before={"name": old.name, "prefix": old.prefix, "revoked": False},
+                after={"name": old.name, "prefix": old.prefix, "revoked": True, "why": "cap"},
+            )
     return token, key
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def token_touch(*, token: ApiToken, now: Any) -> None:
+    """Record that the token was used, at most once per ROLLMUX_TOKEN_TOUCH_S (not a write
+    per request: a GET must not write)."""
+    interval = float(settings.ROLLMUX_TOKEN_TOUCH_S)
+    last = token.last_used_at
+    if last is not None and (now - last).total_seconds() < interval:
+        return
+    # Conditional: of concurrent requests with the same stale value, one writes.
+    stale = ApiToken.objects.filter(pk=token.pk)
+    if last is None:
+        stale = stale.filter(last_used_at__isnull=True)
+    else:
+        stale = stale.filter(last_used_at__lt=now - timedelta(seconds=interval))
+    stale.update(last_used_at=now)
 
 
 @transaction.atomic

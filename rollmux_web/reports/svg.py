@@ -117,7 +117,7 @@ def bar_chart_svg(
     out = [
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(title)}" '
-        'style="max-width:100%;height:auto">'
+        ">"
         f"<title>{_a(title)}</title>"
         f'<text x="0" y="16" font-size="13" font-weight="600">{_a(title)}</text>'
     ]
@@ -188,7 +188,7 @@ def burn_down_svg(
     out = [
         f'<svg class="chart burn-down" xmlns="http://www.w3.org/2000/svg" role="img" '
         f'width="100%" viewBox="0 0 {width} {height}" aria-label="{_a(label)}: {_a(desc)}" '
-        'style="display:block;height:auto">'
+        ">"
         f"<title>{_a(label)}</title><desc>{_a(desc)}</desc>"
         f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#98a2b3"/>'
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base}" stroke="#98a2b3"/>'

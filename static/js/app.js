@@ -15,3 +15,10 @@
     t.style.top = (e.clientY + 12) + "px";
   });
 })();
+
+// Forms with data-confirm ask before they submit (no inline handlers: the CSP forbids them).
+document.addEventListener("submit", function (e) {
+  var form = e.target;
+  var question = form && form.getAttribute ? form.getAttribute("data-confirm") : null;
+  if (question && !window.confirm(question)) { e.preventDefault(); }
+}, true);

@@ -41,3 +41,42 @@ def test_another_tenants_job_is_a_404_page_in_the_site(
 def test_the_favicon_is_served(client: Any) -> None:
     resp = client.get("/favicon.ico")
     assert resp.status_code == 302 and resp["Location"].endswith("favicon.svg")
+
+
+def test_make_run_debug_mode_shows_the_branded_404_page(
+    client: Any, world: Any, settings: Any
+) -> None:
+    settings.DEBUG = True  # what `make run` sets
+    for path in ("/no-such-page/", "/jobs/999999/"):
+        resp = client_as_alice(client, world).get(path)
+        assert resp.status_code == 404, path
+        html = resp.content.decode()
+        assert "There is no such page" in html, path
+        assert "Using the URLconf" not in html and "technical_404" not in html, path
+    # the API keeps its JSON 404 in DEBUG too
+    resp = client.get("/api/v1/jobs/999999/")
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+
+
+def client_as_alice(client: Any, world: Any) -> Any:
+    client.force_login(world.alice)
+    return client
+
+
+def test_json_nested_a_thousand_levels_deep_is_a_400(client: Any, world: Any) -> None:
+    for body in ("[" * 1000 + "]" * 1000, '{"a":' * 1000 + "1" + "}" * 1000):
+        resp = client.post("/api/v1/auth/token/", body, content_type="application/json")
+        assert resp.status_code == 400
+        assert "nested too deeply" in resp.json()["error"]["message"]
+
+
+def test_a_body_over_the_upload_limit_is_a_413_in_the_api_error_shape(
+    api_as: Any, world: Any, settings: Any
+) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    big = '{"name": "' + "x" * 20_000 + '"}'
+    for path in ("/api/v1/auth/token/", "/api/v1/jobs/"):
+        resp = api_as("alice").post(path, big, content_type="application/json")
+        assert resp.status_code == 413, path
+        err = resp.json()["error"]
+        assert err["code"] == "request_too_large" and "10,000 bytes" in err["message"]

@@ -21,6 +21,7 @@ BASE_ENV = {
     "DJANGO_SETTINGS_MODULE": "rollmux_web.settings",
     "PYTHONPATH": str(ROOT),
 }
+PRODUCTION_KEY = "d8Fq2-vLr9ZkP0wXa7TnB4yHcE6mJ1sUgQ3oRi5VbN-tYeW_zKxA"
 PROGRAM = (
     "import django; django.setup(); from django.conf import settings; "
     "print(settings.DATABASES['default']['ENGINE'])"
@@ -40,6 +41,9 @@ BAD = [
     ({"REDIS_URL": "http://127.0.0.1:6379/0"}, "REDIS_URL"),
     ({"SECRET_KEY": "short"}, "SECRET_KEY"),
     ({"ROLLMUX_EMBEDDED": "false"}, "SECRET_KEY"),
+    # check --deploy's rule for a production key: 50 characters, not one repeated
+    ({"ROLLMUX_EMBEDDED": "false", "SECRET_KEY": "x" * 60}, "SECRET_KEY"),
+    ({"ROLLMUX_EMBEDDED": "false", "SECRET_KEY": "k3y-" * 10}, "SECRET_KEY"),
     ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS"),
 ]
 GOOD = [
@@ -55,7 +59,7 @@ GOOD = [
     (
         {
             "REDIS_URL": "redis://127.0.0.1:6379/3",
-            "SECRET_KEY": "x" * 50,
+            "SECRET_KEY": PRODUCTION_KEY,
             "ROLLMUX_EMBEDDED": "false",
         },
         "django.db.backends.sqlite3",
@@ -129,3 +133,100 @@ def test_embedded_secret_key_is_random_per_checkout_and_stable(tmp_path: Path) -
     assert first == again and len(first) >= 50
     assert other != first
     assert (tmp_path / "var" / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_database_url_keeps_every_option():
+    from rollmux_web.settings import database_from_url
+
+    db = database_from_url(
+        "postgres://app:pw@db.example:5432/rollmux?sslmode=require&connect_timeout=5"
+        "&application_name=rollmux-web"
+    )
+    assert db["OPTIONS"] == {
+        "sslmode": "require",
+        "connect_timeout": 5,
+        "application_name": "rollmux-web",
+    }
+    assert (db["NAME"], db["HOST"], db["CONN_MAX_AGE"]) == ("rollmux", "db.example", 60)
+
+
+PRODUCTION = {
+    "ROLLMUX_EMBEDDED": "false",
+    "SECRET_KEY": PRODUCTION_KEY,
+    "ALLOWED_HOSTS": "rollmux.example.internal",
+}
+
+
+def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        env={**BASE_ENV, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_deploy_passes_cleanly_with_production_settings():
+    # --fail-level WARNING: a single deploy warning (HSTS, SSL redirect, cookie flags,
+    # a weak key) fails the run; CI runs this test.
+    result = _manage(PRODUCTION, "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_check_deploy_warns_about_embedded_settings():
+    # the same check on the embedded defaults reports what production turns on
+    result = _manage({"DEBUG": "false"}, "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode != 0
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in result.stderr + result.stdout
+
+
+# A request through Django's test client in a production-configured process.
+REQUEST = (
+    "import django, json; django.setup(); from django.test import Client; "
+    "r = Client().get('/accounts/login/', HTTP_HOST='rollmux.example.internal', **{extra}); "
+    "print(json.dumps({{'status': r.status_code, 'location': r.headers.get('Location'), "
+    "'hsts': r.headers.get('Strict-Transport-Security'), "
+    "'csp': r.headers.get('Content-Security-Policy'), 'cookies': "
+    "{{k: dict(v) for k, v in r.cookies.items()}}}}))"
+)
+
+
+def _request(env: dict[str, str], extra: str) -> dict[str, object]:
+    import json
+
+    result = subprocess.run(
+        [sys.executable, "-c", REQUEST.format(extra=extra)],
+        env={**BASE_ENV, **PRODUCTION, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_production_redirects_http_and_sends_hsts_and_csp_over_https():
+    plain = _request({}, "{}")
+    assert plain["status"] == 301
+    assert str(plain["location"]).startswith("https://rollmux.example.internal/")
+    secure = _request({}, "{'secure': True}")
+    assert secure["status"] == 200
+    assert secure["hsts"] == "max-age=31536000; includeSubDomains; preload"
+    csp = str(secure["csp"])
+    assert "script-src 'self'" in csp and "style-src 'self'" in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert "frame-ancestors 'none'" in csp and "object-src 'none'" in csp
+    cookie = secure["cookies"]["csrftoken"]  # type: ignore[index]
+    assert cookie["secure"] is True
+
+
+def test_behind_a_tls_proxy_the_forwarded_proto_counts_only_when_configured():
+    forwarded = "{'HTTP_X_FORWARDED_PROTO': 'https'}"
+    assert _request({}, forwarded)["status"] == 301  # a client's own header is not trusted
+    behind = _request({"ROLLMUX_TLS_PROXY": "true"}, forwarded)
+    assert behind["status"] == 200 and str(behind["hsts"]).startswith("max-age=31536000")
