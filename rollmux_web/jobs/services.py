@@ -19,6 +19,7 @@ from rollmux_web.jobs.selectors import ACTIVE_STATUSES, job_get
 from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.spec import SPEC_FIELDS, spec_values
 from rollmux_web.quotas.selectors import QuotaUsage, quota_usage
+from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import ports
 
 
@@ -216,24 +217,29 @@ def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = Non
         raise PermissionDenied("Your role may not submit jobs.")
     now = now or timezone.now()
     data = validate_spec(user=user, spec=spec)
-    with transaction.atomic():
-        _check_quotas(tenant=data["tenant"], spec=data, now=now)
-        job = Job.objects.create(
-            **{name: data.get(name) for name in SPEC_FIELDS},
-            submitter=user,
-            status=JobStatus.QUEUED,
-            reason="waiting for the planner",
-        )
-        audit_record(
-            actor=user,
-            action="job.submit",
-            obj=job,
-            tenant=job.tenant.name,
-            after={**_audit_view(job), "channel": channel},
-        )
-        tenant_name = job.tenant.name
-        transaction.on_commit(lambda: metrics.SUBMISSIONS.labels(tenant_name, channel).inc())
-        transaction.on_commit(ports.request_planning)
+    # a deadlock or serialisation failure reruns the whole write (never a 500)
+    return atomic_with_retry(lambda: _submit(user=user, data=data, channel=channel, now=now))
+
+
+def _submit(*, user: Any, data: dict[str, Any], channel: str, now: datetime) -> Job:
+    """Write the job and its audit entry after the quota checks (in the caller's transaction)."""
+    _check_quotas(tenant=data["tenant"], spec=data, now=now)
+    job = Job.objects.create(
+        **{name: data.get(name) for name in SPEC_FIELDS},
+        submitter=user,
+        status=JobStatus.QUEUED,
+        reason="waiting for the planner",
+    )
+    audit_record(
+        actor=user,
+        action="job.submit",
+        obj=job,
+        tenant=job.tenant.name,
+        after={**_audit_view(job), "channel": channel},
+    )
+    tenant_name = job.tenant.name
+    transaction.on_commit(lambda: metrics.SUBMISSIONS.labels(tenant_name, channel).inc())
+    transaction.on_commit(ports.request_planning)
     return job
 
 

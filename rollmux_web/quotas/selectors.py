@@ -125,17 +125,21 @@ def quota_usage(
     """Return every quota of the tenants with its usage now and this month.
 
     The one source of these numbers: job submission refuses with them and /quotas/ shows
-    them, so a page and a refusal never disagree. With `lock`, the quota rows are locked
-    (FOR UPDATE, inside the caller's transaction) so two submissions of one tenant cannot
-    both pass the "at once" check.
+    them, so a page and a refusal never disagree.
+
+    With `lock` (inside the caller's transaction, which then inserts the job and commits)
+    the rows of the quotas with a GPU cap are locked (FOR UPDATE OF the quota only, in one
+    order) just before the live jobs are counted, so two submissions of one tenant cannot
+    both pass the "at once" check, and the lock is held only for that count, the job's
+    insert and the commit: everything else here (prices, the month's usage) is read before
+    it, and a tenant without a GPU cap takes no lock at all. Budgets need no lock: the
+    month's usage comes from phase records, which submissions do not write.
     """
     from rollmux_web.jobs.models import Job
     from rollmux_web.jobs.selectors import ACTIVE_STATUSES, pool_prices
 
-    # 1. the quota rows (only they are locked, not the tenant or GPU type they join)
+    # 1. the quota rows (read, not locked yet)
     qs = Quota.objects.select_related("tenant", "gpu_type").filter(tenant__in=tenants)
-    if lock:
-        qs = qs.select_for_update(of=("self",))
     quotas = list(qs.order_by("tenant__name", "gpu_type__name"))
     if not quotas:
         return []
@@ -147,15 +151,29 @@ def quota_usage(
         if pool is not None:
             kinds[pool.gpu_type.pk].append(kind)
             price[pool.gpu_type.pk] = pool.price_per_gpu_hour
-    # 3. GPUs requested by live jobs, per tenant and pool kind
+    # 3. busy GPU-hours this month, per tenant and pool kind
+    month = busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now)
+    # 4. lock the capped quotas (by primary key: every submission locks in the same order,
+    # so two cannot deadlock), re-reading their caps: an admin may have changed one
+    capped = sorted(q.pk for q in quotas if q.max_gpus is not None)
+    if lock and capped:
+        caps = dict(
+            Quota.objects.select_for_update(of=("self",))
+            .filter(pk__in=capped)
+            .order_by("pk")
+            .values_list("pk", "max_gpus")
+        )
+        for q in quotas:
+            if q.pk in caps:
+                q.max_gpus = caps[q.pk]
+    # 5. GPUs requested by live jobs, per tenant and pool kind (after the lock: this read
+    # sees every job that an earlier holder of the lock committed)
     live = {
         row["tenant_id"]: {"rollout": row["rollout"] or 0, "train": row["train"] or 0}
         for row in Job.objects.filter(tenant_id__in=tenant_ids, status__in=ACTIVE_STATUSES)
         .values("tenant_id")
         .annotate(rollout=Sum("rollout_gpus"), train=Sum("train_gpus"))
     }
-    # 4. busy GPU-hours this month, per tenant and pool kind
-    month = busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now)
     out = []
     for q in quotas:
         pool_kinds = tuple(kinds.get(q.gpu_type_id, ()))

@@ -157,6 +157,8 @@ def group_data(group: ExecutionGroup, *, user: Any) -> dict[str, Any]:
     active = [p for p in placements if p.ended_at is None]
     if active:
         core = converters.core_group(group, list(allocations), active)
+        from django.conf import settings
+
         meta = plan_meta_iteration(core, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
         data["meta_iteration"] = {
             "t_cycle_s": meta.t_cycle,

@@ -53,7 +53,9 @@ def queue_plan(*, now: datetime | None = None) -> PlanSummary:
         if not got or (is_postgres() and not try_plan_lock()):
             return PlanSummary(ran=False)
         queued = list(
-            Job.objects.select_for_update()
+            # of=self: lock the job rows only, not the tenant and SLO class joined below
+            # (a submission's foreign-key check on its tenant would wait for the whole pass)
+            Job.objects.select_for_update(of=("self",))
             .filter(status=JobStatus.QUEUED, cancel_requested=False)
             .select_related("slo_class", "tenant")
             .order_by("-priority", "submitted_at", "pk")

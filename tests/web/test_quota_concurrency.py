@@ -1,0 +1,161 @@
+"""Concurrent submissions on PostgreSQL: the GPU cap holds, tenants without a cap take no
+lock, and deadlocks are retried inside the service instead of reaching the caller."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+
+from rollmux_web.jobs.models import Job
+from rollmux_web.jobs.services import JobRejected, job_submit
+from rollmux_web.quotas.models import Quota
+from rollmux_web.transactions import atomic_with_retry
+from rollmux_web.workflow import ports
+from tests.factories import job_spec
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+class _NoTriggers:
+    def request_planning(self) -> None: ...
+
+    def request_cancel(self, job_id: int) -> None: ...
+
+    def node_state_changed(self, node_id: int) -> None: ...
+
+
+class _NoDispatch:
+    """Accepts phase orders and runs nothing (these tests are about the database locks)."""
+
+    def dispatch(self, order: Any) -> None: ...
+
+    def probe(self, order: Any) -> Any:
+        return ports.Probe("running")
+
+    def release(self, job_id: int, placement_id: int) -> None: ...
+
+
+@pytest.fixture(autouse=True)
+def _quiet_ports() -> Iterator[None]:
+    with ports.override(triggers=_NoTriggers(), dispatcher=_NoDispatch()):  # type: ignore[arg-type]
+        yield
+
+
+def _in_threads(n: int, fn: Callable[[int], Any]) -> list[Any]:
+    """Run fn(i) in n threads started together; return each result or exception."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except BaseException as exc:  # noqa: BLE001  (the test inspects it)
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def test_concurrent_submissions_never_pass_the_gpu_cap(world: Any) -> None:
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h20, max_gpus=32)  # 4 jobs of 8
+    users = [world.alice, world.bob]
+    results = _in_threads(
+        10,
+        lambda i: job_submit(user=users[i % 2], spec=job_spec(name=f"race-{i}"), channel="t"),
+    )
+    accepted = [r for r in results if isinstance(r, Job)]
+    refused = [r for r in results if isinstance(r, JobRejected)]
+    assert len(accepted) == 4 and len(refused) == 6, results
+    assert {r.code for r in refused} == {"quota_exceeded"}
+    assert Job.objects.filter(tenant=world.vision).count() == 4
+
+
+def test_a_tenant_without_a_gpu_cap_takes_no_quota_lock(world: Any) -> None:
+    # Its quota row caps only dollars: another transaction holding that row must not delay
+    # a submission (before: every submission took FOR UPDATE on the tenant's quota rows).
+    quota = Quota.objects.create(tenant=world.vision, gpu_type=world.h20, monthly_gpu_hours=1e6)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction.atomic():
+            Quota.objects.select_for_update().get(pk=quota.pk)
+            holding.set()
+            release.wait(20)
+        connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(10)
+    try:
+        done = _in_threads(
+            1,
+            lambda i: _with_lock_timeout(
+                lambda: job_submit(user=world.alice, spec=job_spec(), channel="t")
+            ),
+        )
+    finally:
+        release.set()
+        holder.join(20)
+    assert isinstance(done[0], Job), done
+
+
+def _with_lock_timeout(fn: Callable[[], Any]) -> Any:
+    with connection.cursor() as cur:
+        cur.execute("SET lock_timeout = '3s'")  # a wait for the lock fails instead of hanging
+    return fn()
+
+
+def test_a_deadlock_is_retried_inside_the_service_and_both_callers_succeed(world: Any) -> None:
+    # Two transactions lock the same two rows in opposite orders: PostgreSQL aborts one
+    # (deadlock_detected), atomic_with_retry runs it again, and both return.
+    a = Quota.objects.create(tenant=world.vision, gpu_type=world.h20, max_gpus=64)
+    b = Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=64)
+    first_locked = threading.Barrier(2)
+    attempts = [0, 0]
+
+    def opposite(i: int) -> str:
+        order = [a.pk, b.pk] if i == 0 else [b.pk, a.pk]
+
+        def body() -> str:
+            attempts[i] += 1
+            Quota.objects.select_for_update().get(pk=order[0])
+            if attempts[i] == 1:
+                first_locked.wait(10)
+            Quota.objects.select_for_update().get(pk=order[1])
+            return "ok"
+
+        with connection.cursor() as cur:
+            cur.execute("SET deadlock_timeout = '100ms'")
+        return atomic_with_retry(body, what="test")
+
+    results = _in_threads(2, opposite)
+    assert results == ["ok", "ok"], results
+    assert sorted(attempts) == [1, 2]  # exactly one of them was rolled back and rerun
+
+
+def test_concurrent_submissions_and_planning_passes_never_surface_a_deadlock(world: Any) -> None:
+    from rollmux_web.workflow.services import queue_plan
+
+    def work(i: int) -> Any:
+        if i == 0:
+            return [queue_plan() for _ in range(4)]
+        user = world.alice if i % 2 else world.charlie
+        return [
+            job_submit(user=user, spec=job_spec(name=f"mix-{i}-{k}"), channel="t") for k in range(6)
+        ]
+
+    results = _in_threads(5, work)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors
+    assert Job.objects.filter(name__startswith="mix-").count() == 24
