@@ -51,6 +51,9 @@ class Strategy(StrEnum):
     DIRECT_PACKING = "direct_packing"
     ROLLOUT_SCALING = "rollout_scaling"
     NEW_GROUP = "new_group"
+    # issue 14: both phases on the job's own training nodes, alone (veRL-style); a
+    # co-located group has no rollout nodes and admits no one
+    COLOCATED = "colocated"
 
 
 class PlacementStatus(IntEnum):
@@ -73,6 +76,10 @@ class GpuType:
     # (drained) ones included, down ones not
     nodes: int | None = None
     nodes_down: int = 0  # nodes of the pool out of service, not in `nodes` (named in reasons)
+    # A rollout phase on this GPU type takes the profile's time x this factor (profiles
+    # are measured on the rollout type: 1.0 there; on the training type 1.0 is the
+    # trace-format spec's co-located assumption, 1.5 a slower one)
+    rollout_speed_factor: float = 1.0
 
     @property
     def node_price_per_hour(self) -> float:

@@ -285,6 +285,7 @@ def _parse_gpu_type(name: str, obj: Any, text: str) -> GpuType:
     gpus_per_node = integer("gpus_per_node", minimum=1)
     host_mem = num("host_mem_gb", exclusive_minimum=0.0)
     nodes = integer("nodes", required=False, minimum=0)
+    speed = num("rollout_speed_factor", required=False, exclusive_minimum=0.0)
     assert price is not None and gpus_per_node is not None and host_mem is not None
     return GpuType(
         name=name,
@@ -292,6 +293,7 @@ def _parse_gpu_type(name: str, obj: Any, text: str) -> GpuType:
         gpus_per_node=gpus_per_node,
         host_mem_gb=host_mem,
         nodes=nodes,
+        rollout_speed_factor=1.0 if speed is None else speed,
     )
 
 
@@ -386,6 +388,8 @@ def cluster_to_dict(spec: ClusterSpec) -> dict[str, Any]:
             "host_mem_gb": gpu_type.host_mem_gb,
             "nodes": gpu_type.nodes,
         }
+        if gpu_type.rollout_speed_factor != 1.0:
+            types[gpu_type.name]["rollout_speed_factor"] = gpu_type.rollout_speed_factor
     return {
         "rollout_gpu_type": spec.rollout.name,
         "train_gpu_type": spec.train.name,

@@ -80,6 +80,7 @@ from scheduler.model import (
     Strategy,
 )
 from scheduler.planner.algorithm1 import (
+    EPS,
     JOIN_ALLOWANCE_META_ITERATIONS,
     Candidate,
     Choice,
@@ -89,6 +90,7 @@ from scheduler.planner.algorithm1 import (
     new_group_candidate,
 )
 from scheduler.planner.baselines import baseline_choice
+from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import PlannerIndex, build_index, planner_index
 from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
@@ -121,6 +123,7 @@ def place(
     objective: str = "marginal",
     progress: Mapping[str, JobProgress] | None = None,
     prune_saturated: bool = True,
+    colocated: bool = False,
 ) -> PlacementResult:
     """Place `job` on `state` with `policy`; see the module docstring for the rules.
 
@@ -128,7 +131,9 @@ def place(
     marginal $/h they add (`"marginal"`, the paper's) or by the expected remaining
     cost they add (`"expected"`, scheduler.planner.objective, which reads the running
     jobs' `progress`); `prune_saturated=False` drops line 4's skip of saturated
-    groups and leaves the SLO check alone to decide.
+    groups and leaves the SLO check alone to decide; `colocated=True` lets the job
+    run alone on its training nodes when that is cheapest under its SLO
+    (scheduler.planner.colocated, at the training type's rollout speed factor).
 
     1. validate the arguments and the job against the cluster (INFEASIBLE: never);
     2. read the state's index and the free nodes with room for the job;
@@ -183,9 +188,16 @@ def place(
     if policy == "solo-disagg":
         best = new_group_candidate(req)
     elif policy == "rollmux" and objective == "expected":
-        best = choose_by_expected_cost(req, index.summaries, progress or {})
+        factor = spec.train.rollout_speed_factor if colocated else None
+        best = choose_by_expected_cost(
+            req, index.summaries, progress or {}, colocated_factor=factor
+        )
     elif policy == "rollmux":
         best = choose(req, index.summaries)
+        if colocated:
+            alone = colocated_candidate(req, spec.train.rollout_speed_factor)
+            if alone is not None and (best is None or alone[0].delta < best[0].delta - EPS):
+                best = alone
     else:
         best = baseline_choice(req, index.summaries, policy=policy, rng=rng)
     if best is None:
@@ -209,6 +221,7 @@ def _fit(job: JobProfile, cand: Candidate, slowdown: dict[str, float]) -> Placem
         Strategy.DIRECT_PACKING: f"direct packing into {where}",
         Strategy.ROLLOUT_SCALING: f"rollout scaling of {where} (+{cand.new_count} rollout nodes)",
         Strategy.NEW_GROUP: f"isolated in {where}",
+        Strategy.COLOCATED: f"co-located alone on {len(cand.train)} training node(s)",
     }[cand.strategy]
     return PlacementResult(
         PlacementStatus.FIT,

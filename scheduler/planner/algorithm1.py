@@ -169,6 +169,8 @@ def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | N
     #    training nodes (the paper only scales the rollout pool).
     if not s.size or s.size >= req.max_group_size or s.n_train < req.n_train:
         return None
+    if not s.group.rollout_nodes:  # a co-located group (scheduler.planner.colocated)
+        return None
     if req.prune_saturated and s.t_load >= s.t_cycle:
         return None
     # 2. Cheap lower bounds of line 7: the cycle can only grow, and the job's training

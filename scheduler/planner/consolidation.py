@@ -38,6 +38,10 @@ Rules (decisions where the issue is silent, marked [I]):
    the restart added when it shares a node with the mover (the mover's cold first
    phase holds that node). Members left behind only get faster.
 5. At most `max_moves_per_job` moves per job (default 2).
+6. With `colocated` a job alone in a disaggregated group may move onto training
+   nodes of its own (the co-located strategy), and a co-located job into a group
+   when a partner makes that cheaper; `plan_consolidation` names such a new group
+   `<job>:colocated` provisionally (the caller gives it its real id).
 """
 
 from __future__ import annotations
@@ -47,12 +51,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.cluster import make_node
+from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import (
     ClusterState,
     Group,
     JobProfile,
     Member,
     Placement,
+    PlacementResult,
     PlacementStatus,
     Pool,
     Strategy,
@@ -60,7 +66,9 @@ from scheduler.model import (
 from scheduler.planner import JOIN_ALLOWANCE_META_ITERATIONS, apply_placement, place, remove_job
 from scheduler.planner.objective import (
     JobProgress,
+    expected_roll_s,
     expected_solo_s,
+    expected_train_s,
     members_remaining_cost,
     remaining_iterations,
 )
@@ -99,11 +107,19 @@ class ConsolidationConfig:
     # [I] also try to move the members of one-member groups when someone leaves: the
     # departure may have opened the room they could not find at arrival
     singletons: bool = True
+    # the admission options the re-placement uses (scheduler.planner.place)
+    objective: str = "marginal"
+    prune_saturated: bool = True
+    colocated: bool = False
 
 
 @dataclass(frozen=True)
 class Move:
-    """Move `job_id` from `from_group` to `placement` (an existing group)."""
+    """Move `job_id` from `from_group` to `placement`: an existing group, or co-located.
+
+    `group_id` names the destination: the placement's group, or for a co-located
+    placement (a new group) the id the caller gives it (`dataclasses.replace`).
+    """
 
     job_id: str
     from_group: str
@@ -111,12 +127,19 @@ class Move:
     saving_usd: float  # expected remaining cost saved, restart included
     restart_s: float
     predicted_slowdown: dict[str, float] = field(default_factory=dict)
+    group_id: str = ""
 
     @property
     def reason(self) -> str:
         """Say what the move does, for the job page and the audit log."""
         return (
-            f"moved from group {self.from_group} to group {self.placement.group_id}: "
+            f"moved from group {self.from_group} to "
+            + (
+                f"group {self.placement.group_id}"
+                if self.placement.group_id
+                else "its own training nodes (co-located)"
+            )
+            + ": "
             f"saves ${self.saving_usd:,.2f} expected ({self.restart_s:.0f} s restart included)"
         )
 
@@ -176,15 +199,25 @@ def best_move(
     # 1. Algorithm 1's best placement for the rest of the job, without it.
     without, _released = remove_job(state, job_id)
     rest = replace(job, iterations=remaining)
-    result = place(rest, without, policy="rollmux", max_group_size=cfg.max_group_size)
+    result = place(
+        rest,
+        without,
+        policy="rollmux",
+        max_group_size=cfg.max_group_size,
+        objective=cfg.objective,
+        progress=progress,
+        prune_saturated=cfg.prune_saturated,
+        colocated=cfg.colocated and bool(member.rollout_nodes),
+    )
     placement = result.placement
     if result.status is not PlacementStatus.FIT or placement is None:
         return None
-    if placement.group_id is None or placement.group_id == source.id:
+    if placement.group_id == source.id or placement.strategy is Strategy.NEW_GROUP:
         return None
-    if placement.strategy is Strategy.NEW_GROUP:
-        return None
-    target = next(g for g in without.groups if g.id == placement.group_id)
+    target = next(
+        (g for g in without.groups if g.id == placement.group_id),
+        Group("", (), (), ()),  # co-located: a new group of its own
+    )
     restart = cfg.restart_s(job)
     switch = state.spec.switch_overhead_s
     # 4. Every SLO over the whole run, restart included.
@@ -217,8 +250,9 @@ def best_move(
     # 2. The saving in expected remaining dollars, restart included.
     price = _prices(state, placement)
     left = tuple(m for m in source.members if m.job.id != job_id)
+    factor = state.spec.train.rollout_speed_factor
     before = members_remaining_cost(
-        source.members, price, progress, switch_overhead_s=switch
+        source.members, price, progress, switch_overhead_s=switch, colocated_factor=factor
     ) + members_remaining_cost(target.members, price, progress, switch_overhead_s=switch)
     # The mover's cold first phase holds the nodes it shares, so the destination
     # members pinned to them are delayed by the restart too.
@@ -230,12 +264,25 @@ def best_move(
     after = members_remaining_cost(
         left, price, progress, switch_overhead_s=switch
     ) + members_remaining_cost(
-        target.members + (moved,), price, progress, switch_overhead_s=switch, extra_s=delayed
+        target.members + (moved,),
+        price,
+        progress,
+        switch_overhead_s=switch,
+        extra_s=delayed,
+        colocated_factor=factor,
     )
     saving = before - after
     if saving <= cfg.min_saving_usd:
         return None
-    return Move(job_id, source.id, placement, saving, restart, dict(result.predicted_slowdown))
+    return Move(
+        job_id,
+        source.id,
+        placement,
+        saving,
+        restart,
+        dict(result.predicted_slowdown),
+        placement.group_id or "",
+    )
 
 
 def apply_move(state: ClusterState, move: Move) -> ClusterState:
@@ -244,10 +291,10 @@ def apply_move(state: ClusterState, move: Move) -> ClusterState:
     if found is None:
         raise KeyError(f"job {move.job_id!r} is in no co-execution group")
     _, member = found
+    if not move.group_id:
+        raise ValueError(f"the move of {move.job_id!r} to a new group needs its group_id")
     without, _released = remove_job(state, move.job_id)
-    target = move.placement.group_id
-    assert target is not None
-    return apply_placement(without, member.job, move.placement, group_id=target)
+    return apply_placement(without, member.job, move.placement, group_id=move.group_id)
 
 
 def plan_consolidation(
@@ -281,7 +328,93 @@ def plan_consolidation(
         if not options:
             break
         best = max(options, key=lambda mv: (mv.saving_usd, mv.job_id))
+        if not best.group_id:  # co-located: a provisional id, for the moves after it
+            best = replace(best, group_id=f"{best.job_id}:colocated")
         moves.append(best)
         current = apply_move(current, best)
         candidates.discard(best.job_id)
     return moves
+
+
+@dataclass(frozen=True)
+class ArrivalPlan:
+    """Where an arriving job goes, and the co-located jobs to move in with it."""
+
+    result: PlacementResult
+    movers: tuple[Move, ...] = ()  # co-located jobs to move into the job's new group
+
+
+def place_with_partners(
+    job: JobProfile,
+    state: ClusterState,
+    *,
+    now: float,
+    progress: Mapping[str, JobProgress],
+    config: ConsolidationConfig | None = None,
+    colocated: bool = False,
+) -> ArrivalPlan:
+    """Place an arriving job; open a group for co-located jobs to join when that pays.
+
+    A co-located job runs alone and admits no one, so a newcomer that would pair well
+    with it never meets it. When Algorithm 1 (with the co-located strategy if
+    `colocated`) opens a new group for the newcomer or puts it on its own training
+    nodes, the planner also tries the newcomer in a new disaggregated group with the
+    co-located jobs moving into it (checkpoint at their next iteration boundary,
+    restart): it does so when the moves' savings exceed what the new group costs the
+    newcomer over co-location (both in expected remaining dollars, restarts
+    included).
+    """
+    cfg = config or ConsolidationConfig()
+
+    def placed(colocated: bool) -> PlacementResult:
+        return place(
+            job,
+            state,
+            policy="rollmux",
+            max_group_size=cfg.max_group_size,
+            objective=cfg.objective,
+            progress=progress,
+            prune_saturated=cfg.prune_saturated,
+            colocated=colocated,
+        )
+
+    first = placed(colocated)
+    if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
+        return ArrivalPlan(first)
+    if not any(not g.rollout_nodes for g in state.groups):
+        return ArrivalPlan(first)
+    alt = first if first.strategy is Strategy.NEW_GROUP else placed(False)
+    if alt.strategy is not Strategy.NEW_GROUP or alt.placement is None:
+        return ArrivalPlan(first)
+    gid = f"{job.id}:new"
+    trial = apply_placement(state, job, alt.placement, group_id=gid)
+    mine = dict(progress) | {job.id: JobProgress(now)}
+    factor = state.spec.train.rollout_speed_factor
+    n = job.iterations
+    extra = 0.0  # what the new group costs the newcomer over its first choice
+    if first is not alt:
+        extra = (
+            alt.marginal_cost_per_hour * n * expected_solo_s(job)
+            - first.marginal_cost_per_hour
+            * n
+            * (factor * expected_roll_s(job) + expected_train_s(job))
+        ) / SECONDS_PER_HOUR
+    colocated_jobs = {g.members[0].job.id for g in state.groups if not g.rollout_nodes}
+    movers: list[Move] = []
+    current = trial
+    while colocated_jobs:
+        found = [
+            mv
+            for job_id in sorted(colocated_jobs)
+            if (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
+            and mv.group_id == gid
+        ]
+        if not found:
+            break
+        best = max(found, key=lambda mv: (mv.saving_usd, mv.job_id))
+        movers.append(best)
+        current = apply_move(current, best)
+        colocated_jobs.discard(best.job_id)
+    if sum(mv.saving_usd for mv in movers) <= extra + cfg.min_saving_usd:
+        return ArrivalPlan(first)
+    return ArrivalPlan(alt, tuple(movers))

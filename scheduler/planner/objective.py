@@ -35,6 +35,7 @@ from scheduler.planner.algorithm1 import (
     check_slo,
     new_group_candidate,
 )
+from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
 
 
@@ -70,12 +71,21 @@ def _expected(member: Member) -> Member:
     )
 
 
-def expected_meta_s(members: Sequence[Member], *, switch_overhead_s: float) -> float:
-    """Return the steady meta-iteration of `members` with expected phase durations."""
+def expected_meta_s(
+    members: Sequence[Member], *, switch_overhead_s: float, colocated_factor: float = 1.0
+) -> float:
+    """Return the steady meta-iteration of `members` with expected phase durations.
+
+    A co-located member (no rollout nodes: it is alone) runs its rollout on its
+    training nodes at `colocated_factor` x its rollout time.
+    """
     if not members:
         return 0.0
     if len(members) == 1:
-        return expected_solo_s(members[0].job)
+        job = members[0].job
+        if not members[0].rollout_nodes:
+            return colocated_factor * expected_roll_s(job) + expected_train_s(job)
+        return expected_solo_s(job)
     times = steady_iteration_times(
         [_expected(m) for m in members], switch_overhead_s=switch_overhead_s
     )
@@ -95,6 +105,7 @@ def members_remaining_cost(
     *,
     switch_overhead_s: float,
     extra_s: Mapping[str, float] | None = None,
+    colocated_factor: float = 1.0,
 ) -> float:
     """Return the expected dollars the nodes of `members` cost until each is released.
 
@@ -113,7 +124,7 @@ def members_remaining_cost(
     for remaining, _, member in left:
         if remaining > done_iterations:
             now += (remaining - done_iterations) * expected_meta_s(
-                active, switch_overhead_s=switch_overhead_s
+                active, switch_overhead_s=switch_overhead_s, colocated_factor=colocated_factor
             )
             done_iterations = remaining
         leave = now + extra.get(member.job.id, 0.0)
@@ -145,6 +156,8 @@ def choose_by_expected_cost(
     req: Request,
     summaries: Sequence[GroupSummary],
     progress: Mapping[str, JobProgress],
+    *,
+    colocated_factor: float | None = None,
 ) -> Choice | None:
     """Return the admissible placement that adds the least expected remaining cost.
 
@@ -154,13 +167,25 @@ def choose_by_expected_cost(
     for its expected solo life). Adding a member never shortens anyone's life nor
     frees a node, so a candidate adds at least its new nodes held for the job's
     expected solo life: candidates are tried in that lower bound's order and the
-    search stops when it cannot beat the best found.
+    search stops when it cannot beat the best found. With `colocated_factor` (the
+    training type's rollout speed factor) the co-located placement competes too, at
+    its nodes for its expected co-located life.
     """
     job = req.job
     life_h = job.iterations * expected_solo_s(job) / SECONDS_PER_HOUR
     new = new_group_candidate(req)
     best: Choice | None = new
     best_value = new[0].delta * life_h if new is not None else float("inf")
+    if colocated_factor is not None:
+        alone = colocated_candidate(req, colocated_factor)
+        if alone is not None:
+            co_life_h = (
+                job.iterations
+                * (colocated_factor * expected_roll_s(job) + expected_train_s(job))
+                / SECONDS_PER_HOUR
+            )
+            if alone[0].delta * co_life_h < best_value - EPS:
+                best, best_value = alone, alone[0].delta * co_life_h
     price: dict[str, float] = {x: n.price_per_hour for x, n in req.nodes.items()}
     price.update(req.pools[Pool.ROLLOUT].price)
     before: dict[str, float] = {}

@@ -88,18 +88,26 @@ class Policy(Protocol):
         job: JobProfile,
         state: ClusterState,
         progress: Mapping[str, JobProgress] | None = None,
+        now: float = 0.0,
     ) -> PlacementResult: ...
+    def arrival_movers(self) -> Sequence[str]: ...
     def apply(
         self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
     ) -> ClusterState: ...
     def remove(self, state: ClusterState, job_id: str) -> ClusterState: ...
-    def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime: ...
+    def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime: ...
     def job_done(self, result: Any, job_id: str) -> bool: ...
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
     ) -> Sequence[str]: ...
     def move(
-        self, state: ClusterState, job_id: str, now: float, progress: Mapping[str, JobProgress]
+        self,
+        state: ClusterState,
+        job_id: str,
+        now: float,
+        progress: Mapping[str, JobProgress],
+        *,
+        new_group_id: str | None = None,
     ) -> tuple[ClusterState, Move] | None: ...
 
 
@@ -162,6 +170,7 @@ class PhaseRecord:
     start_s: float
     end_s: float
     switch: bool
+    restart_s: float = 0.0  # a moved job's restart, paid by its first phase after the move
 
 
 @dataclass
@@ -269,7 +278,12 @@ class Simulation:
         self.busy_s: dict[str, float] = {}
         self.node_free_at: dict[str, float] = {}
         self.peak_nodes = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
-        self.admissions = {"direct_packing": 0, "rollout_scaling": 0, "new_group": 0}
+        self.admissions = {
+            "direct_packing": 0,
+            "rollout_scaling": 0,
+            "new_group": 0,
+            "colocated": 0,
+        }
         self.latencies: list[float] = []
         self.phases: list[PhaseRecord] = []
         self.total_phases = 2 * sum(job.iterations for job in jobs)
@@ -278,6 +292,7 @@ class Simulation:
         self.to_move: set[str] = set()  # jobs to re-plan at their next iteration boundary
         self.restart_due: dict[str, float] = {}  # a mover's restart, paid by its next phase
         self.moves: list[MoveRecord] = []
+        self.rollout_factor = {p: spec.gpu_type(p).rollout_speed_factor for p in Pool}
 
     # -- event heap -----------------------------------------------------------
     def _push(self, event: _Event) -> None:
@@ -307,7 +322,7 @@ class Simulation:
         record = self.jobs[job_id]
         job = record.profile
         started = time.perf_counter()
-        result = self.policy.place(job, self.state, self._progress())
+        result = self.policy.place(job, self.state, self._progress(), self.now)
         self.latencies.append(time.perf_counter() - started)
         if result.status is not PlacementStatus.FIT or result.placement is None:
             if result.status is PlacementStatus.INFEASIBLE:
@@ -330,7 +345,8 @@ class Simulation:
         self._sync_allocation()
         runtime = self.runtimes.get(group_id)
         if runtime is None:
-            runtime = self.policy.runtime(group_id, self.spec)
+            colocated = not placement.rollout_nodes
+            runtime = self.policy.runtime(group_id, self.spec, colocated=colocated)
             self.runtimes[group_id] = runtime
         member = Member(
             job=job, rollout_nodes=placement.rollout_nodes, train_nodes=placement.train_nodes
@@ -346,6 +362,8 @@ class Simulation:
             self.admissions.get(str(placement.strategy), 0) + 1
         )
         self.group_of[job_id] = group_id
+        # co-located jobs the planner moves into the newcomer's group (next boundary)
+        self.to_move.update(self.policy.arrival_movers())
         self._start_ready(group_id)
         return PlacementStatus.FIT
 
@@ -371,10 +389,13 @@ class Simulation:
             else:
                 draws = record.roll if start.kind is PhaseKind.ROLLOUT else record.train
                 duration = draws[index]
+                if start.kind is PhaseKind.ROLLOUT:
+                    # on the training type (co-located) a rollout takes f x its time
+                    duration *= self.rollout_factor[self.node_pool[start.nodes[0]]]
             if start.switch:
                 duration += self.spec.switch_overhead_s
-            if self.restart_due:
-                duration += self.restart_due.pop(start.job_id, 0.0)
+            restart = self.restart_due.pop(start.job_id, 0.0) if self.restart_due else 0.0
+            duration += restart
             end = self.now + duration
             for node in start.nodes:
                 if self.node_free_at.get(node, 0.0) > self.now + EPS:
@@ -396,6 +417,7 @@ class Simulation:
                         self.now,
                         end,
                         start.switch,
+                        restart,
                     )
                 )
             self.seq += 1
@@ -453,14 +475,23 @@ class Simulation:
         planned = self.policy.move(self.state, job_id, self.now, self._progress())
         if planned is None:
             return False
+        if planned[1].placement.group_id is None:  # a new (co-located) group
+            self.next_group += 1
+            new_id = f"g{self.next_group:04d}"
+            planned = self.policy.move(
+                self.state, job_id, self.now, self._progress(), new_group_id=new_id
+            )
+            assert planned is not None
         self.state, move = planned
         record = self.jobs[job_id]
-        target = move.placement.group_id
-        assert target is not None
+        target = move.group_id
         self.runtimes[group_id].remove(job_id)
         if not any(g.id == group_id for g in self.state.groups):
             del self.runtimes[group_id]
         self._sync_allocation()
+        if target not in self.runtimes:
+            colocated = not move.placement.rollout_nodes
+            self.runtimes[target] = self.policy.runtime(target, self.spec, colocated=colocated)
         member = Member(record.profile, move.placement.rollout_nodes, move.placement.train_nodes)
         self.runtimes[target].admit(
             member, iterations=record.profile.iterations, start_iteration=record.iterations_done

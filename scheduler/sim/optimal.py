@@ -9,8 +9,10 @@ partition of the members into rollout sharing classes (members of one class are
 pinned to the same rollout nodes, as many as the largest of them needs; every
 member shares the group's training nodes, as many as the largest needs). That
 covers direct packing (a class of several jobs), rollout scaling (one class per
-job on shared training nodes) and isolated groups (singletons), in every
-combination, with hindsight of every arrival and every drawn duration.
+job on shared training nodes), isolated groups (singletons) and a job alone
+co-located on its training nodes (the planner's fourth strategy, within its SLO at
+the training type's rollout speed factor), in every combination, with hindsight
+of every arrival and every drawn duration.
 
 A plan is admissible only if, for every group, the worst-case round-robin
 meta-iteration of ALL its members together (the core's `plan_meta_iteration`,
@@ -64,10 +66,12 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
+from scheduler.planner.colocated import colocated_iteration_s
 from scheduler.planner.objective import JobProgress
 from scheduler.sim.engine import RunResult, simulate
 from scheduler.sim.metrics import total_cost_usd
 from scheduler.sim.policies import (
+    COLOCATED_CLASS,
     OPTIMAL_MAX_JOBS,
     CorePolicy,
     PlanEntry,
@@ -192,6 +196,14 @@ def admissible_arrangements(
                 checked += 1
                 if _admissible(_candidate_group(members, classes, spec), spec):
                     options.append(classes)
+            if size == 1:
+                # alone co-located (no rollout classes): within its SLO at the training
+                # type's rollout speed factor, as the planner's co-located strategy
+                checked += 1
+                if colocated_iteration_s(members[0], spec.train.rollout_speed_factor) <= members[
+                    0
+                ].slo * members[0].t_solo_max_s * (1 + SLO_SLACK):
+                    options.append([])
             if options:
                 admissible[mask] = options
     return admissible, checked
@@ -290,6 +302,8 @@ def search_optimal(
 def plan_for(
     members: Sequence[JobProfile], classes: Sequence[Sequence[int]], *, key: str
 ) -> dict[str, PlanEntry]:
+    if not classes:  # a job alone, co-located
+        return {j.id: PlanEntry(group=key, rollout_class=COLOCATED_CLASS) for j in members}
     plan: dict[str, PlanEntry] = {}
     for c, block in enumerate(classes):
         for i in block:
@@ -309,11 +323,12 @@ class ExcludedPolicy(PlannedPolicy):
         job: JobProfile,
         state: ClusterState,
         progress: Mapping[str, JobProgress] | None = None,
+        now: float = 0.0,
     ) -> PlacementResult:
         """Refuse excluded jobs, place the others as planned."""
         if job.id in self.excluded:
             return PlacementResult(PlacementStatus.INFEASIBLE, self.excluded[job.id])
-        return super().place(job, state, progress)
+        return super().place(job, state, progress, now)
 
 
 def run_optimal(

@@ -42,6 +42,7 @@ from scheduler.planner.consolidation import (
     Move,
     apply_move,
     best_move,
+    place_with_partners,
     plan_consolidation,
 )
 from scheduler.planner.objective import JobProgress
@@ -61,6 +62,9 @@ class Levers:
     singletons: bool = True  # consolidation also tries one-member groups
     objective: str = "expected"  # rank admissions by expected remaining cost (or "marginal")
     prune_saturated: bool = True  # Algorithm 1's line 4 (False: the SLO check alone)
+    colocated: bool = True  # the 4th strategy: alone on its training nodes when cheapest
+    # [I] may an ARRIVAL go co-located (False: only a lone job, at a consolidation)
+    colocated_on_arrival: bool = False
 
 
 DEFAULT_LEVERS = Levers()
@@ -179,10 +183,20 @@ class StaticPlacement:
         return ()
 
     def move(
-        self, state: ClusterState, job_id: str, now: float, progress: Mapping[str, JobProgress]
+        self,
+        state: ClusterState,
+        job_id: str,
+        now: float,
+        progress: Mapping[str, JobProgress],
+        *,
+        new_group_id: str | None = None,
     ) -> tuple[ClusterState, Move] | None:
         """Move nothing."""
         return None
+
+    def arrival_movers(self) -> Sequence[str]:
+        """Name no job to move on an arrival."""
+        return ()
 
 
 def _job_done(result: Any, job_id: str) -> bool:
@@ -226,6 +240,7 @@ class ColocatedPolicy(StaticPlacement):
         job: JobProfile,
         state: ClusterState,
         progress: Mapping[str, JobProgress] | None = None,
+        now: float = 0.0,
     ) -> PlacementResult:
         """Take `train_gpus` worth of free training nodes, or say why not."""
         spec = state.spec
@@ -270,7 +285,7 @@ class ColocatedPolicy(StaticPlacement):
         """Drop the job's group and release its nodes."""
         return _remove_member(state, job_id)
 
-    def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime:
+    def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime:
         """Return a runtime that runs the job's phases back to back."""
         return SoloRuntime()
 
@@ -299,12 +314,15 @@ class CorePolicy:
         consolidation: ConsolidationConfig | None = None,
         objective: str = "marginal",
         prune_saturated: bool = True,
+        colocated: bool = False,
     ) -> None:
         self.name = name
         self.max_group_size = max_group_size
         self.consolidation = consolidation
         self.objective = objective
         self.prune_saturated = prune_saturated
+        self.colocated = colocated
+        self._movers: list[str] = []
         # random and greedy-most-idle draw from this; seeded so runs reproduce.
         self.rng = random.Random(seed)
 
@@ -313,8 +331,25 @@ class CorePolicy:
         job: JobProfile,
         state: ClusterState,
         progress: Mapping[str, JobProgress] | None = None,
+        now: float = 0.0,
     ) -> PlacementResult:
-        """Call the core planner with this policy (and rollmux's levers)."""
+        """Call the core planner with this policy (and rollmux's levers).
+
+        With consolidation and the co-located strategy, an arrival may also name
+        co-located jobs to move into the newcomer's new group (`arrival_movers`).
+        """
+        self._movers = []
+        if self.consolidation is not None and self.consolidation.colocated:
+            plan = place_with_partners(
+                job,
+                state,
+                now=now,
+                progress=progress or {},
+                config=self.consolidation,
+                colocated=self.colocated,
+            )
+            self._movers = [m.job_id for m in plan.movers]
+            return plan.result
         return place(
             job,
             state,
@@ -324,6 +359,7 @@ class CorePolicy:
             objective=self.objective,
             progress=progress,
             prune_saturated=self.prune_saturated,
+            colocated=self.colocated,
         )
 
     def apply(
@@ -337,7 +373,7 @@ class CorePolicy:
         new_state, _released = remove_job(state, job_id)
         return new_state
 
-    def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime:
+    def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime:
         """Return the core's round-robin runtime for a new co-execution group.
 
         `solo-disagg` never puts a second member in a group, and a one-member
@@ -345,13 +381,18 @@ class CorePolicy:
         gives the identical schedule (tests/scheduler/test_sim.py checks it) at a
         fraction of the cost, which keeps a 200-job trace fast to simulate.
         """
-        if self.name == "solo-disagg":
+        if self.name == "solo-disagg" or colocated:
+            # a co-located group has one member, whose rollouts run on its training nodes
             return SoloRuntime()
         return GroupRuntime(group_id, switch_overhead_s=spec.switch_overhead_s)
 
     def job_done(self, result: Any, job_id: str) -> bool:
         """Read the core's FinishResult."""
         return _job_done(result, job_id)
+
+    def arrival_movers(self) -> Sequence[str]:
+        """Return the co-located jobs the last `place` moves into the newcomer's group."""
+        return tuple(self._movers)
 
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
@@ -365,23 +406,41 @@ class CorePolicy:
         return [m.job_id for m in moves]
 
     def move(
-        self, state: ClusterState, job_id: str, now: float, progress: Mapping[str, JobProgress]
+        self,
+        state: ClusterState,
+        job_id: str,
+        now: float,
+        progress: Mapping[str, JobProgress],
+        *,
+        new_group_id: str | None = None,
     ) -> tuple[ClusterState, Move] | None:
-        """Re-plan `job_id`'s move on the state of now; return the new state and the move."""
+        """Re-plan `job_id`'s move on the state of now; return the new state and the move.
+
+        A move into a new (co-located) group is named `new_group_id`; without one such
+        a move is returned with the state unchanged, so the engine can name it.
+        """
         if self.consolidation is None:
             return None
         found = best_move(state, job_id, now=now, progress=progress, config=self.consolidation)
         if found is None:
             return None
+        if found.placement.group_id is None and new_group_id is None:
+            return state, found
+        found = replace(found, group_id=found.placement.group_id or new_group_id or "")
         return apply_move(state, found), found
 
 
 # --- a fixed plan (used by `optimal`) ----------------------------------------------
 
 
+# The rollout class of a job the plan runs co-located (alone on its training nodes).
+COLOCATED_CLASS = "colocated"
+
+
 @dataclass(frozen=True)
 class PlanEntry:
-    """Where a planned job goes: a group key and a rollout sharing class in it."""
+    """Where a planned job goes: a group key and a rollout sharing class in it
+    (`COLOCATED_CLASS`: alone, both phases on its training nodes)."""
 
     group: str
     rollout_class: str
@@ -432,10 +491,21 @@ class PlannedPolicy(StaticPlacement):
         job: JobProfile,
         state: ClusterState,
         progress: Mapping[str, JobProgress] | None = None,
+        now: float = 0.0,
     ) -> PlacementResult:
         """Build the planned placement against the nodes live now."""
         spec = state.spec
         entry = self.plan[job.id]
+        if entry.rollout_class == COLOCATED_CLASS:
+            free = free_nodes(state, Pool.TRAIN)[: nodes_needed(job, spec, Pool.TRAIN)]
+            if len(free) < nodes_needed(job, spec, Pool.TRAIN):
+                return PlacementResult(PlacementStatus.RETRY, "not enough free nodes for the plan")
+            return PlacementResult(
+                PlacementStatus.FIT,
+                "planned by the offline optimum (co-located)",
+                Placement(job.id, Strategy.COLOCATED, None, (), tuple(free), tuple(free)),
+                marginal_cost_per_hour=sum(n.price_per_hour for n in state.nodes if n.name in free),
+            )
         group = self._live_group(state, entry.group)
         roll_need = nodes_needed(job, spec, Pool.ROLLOUT)
         train_need = nodes_needed(job, spec, Pool.TRAIN)
@@ -496,9 +566,9 @@ class PlannedPolicy(StaticPlacement):
         """Drop the job; release the nodes no remaining member is pinned to."""
         return _remove_member(state, job_id)
 
-    def runtime(self, group_id: str, spec: ClusterSpec) -> Runtime:
+    def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime:
         """Use the core's round-robin runtime, as `rollmux` does."""
-        return self.core.runtime(group_id, spec)
+        return self.core.runtime(group_id, spec, colocated=colocated)
 
     def job_done(self, result: Any, job_id: str) -> bool:
         """Read the core's FinishResult."""
@@ -522,6 +592,9 @@ def make_policy(
                 max_moves_per_job=lv.max_moves_per_job,
                 max_group_size=max_group_size,
                 singletons=lv.singletons,
+                objective=lv.objective,
+                prune_saturated=lv.prune_saturated,
+                colocated=lv.colocated,
             )
             if lv.consolidation
             else None
@@ -533,6 +606,7 @@ def make_policy(
             consolidation=consolidation,
             objective=lv.objective,
             prune_saturated=lv.prune_saturated,
+            colocated=lv.colocated and lv.colocated_on_arrival,
         )
     if name in CORE_POLICIES:
         return CorePolicy(name, seed=seed, max_group_size=max_group_size)

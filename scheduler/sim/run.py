@@ -68,7 +68,9 @@ def run_simulation(
         step(1.0)
     report["ratios"] = ratios(report["policies"])
     if lower_bound and jobs:
-        bound = trace_lower_bound(jobs, spec, seed=seed)
+        bound = trace_lower_bound(
+            jobs, spec, seed=seed, rollout_speed_on_train=spec.train.rollout_speed_factor
+        )
         report["lower_bound"] = {
             "cost_usd": round(bound.cost_usd, 2),
             "busy_cost_usd": round(bound.busy_cost_usd, 2),

@@ -68,3 +68,39 @@ def test_without_the_saturation_prune_a_third_small_job_scales_onto_the_idle_tra
 def test_an_unknown_objective_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="objective 'cheapest'"):
         place(job("a", 100, 100), empty_state(SPEC), objective="cheapest")
+
+
+def colocated_spec(factor: float) -> ClusterSpec:
+    train = GpuType("H800", 5.28, 8, 2048, 8, rollout_speed_factor=factor)
+    return ClusterSpec(GpuType("H20", 1.85, 8, 2048, 8), train, 2.0)
+
+
+def test_a_lone_job_goes_co_located_when_that_is_cheapest_and_no_one_joins_it() -> None:
+    spec = colocated_spec(1.0)
+    lone = job("lone", 300, 100, slo=1.2)
+    res = place(lone, empty_state(spec), colocated=True)
+    assert res.strategy is Strategy.COLOCATED and res.placement is not None
+    assert res.placement.rollout_nodes == () and len(res.placement.train_nodes) == 1
+    assert res.marginal_cost_per_hour == pytest.approx(8 * 5.28)  # one H800 node, no H20
+    assert res.predicted_slowdown == {"lone": pytest.approx(1.0)}
+    state = apply_placement(empty_state(spec), lone, res.placement, group_id="g0")
+    # an identical job would pack into a disaggregated group of `lone`; it cannot
+    # join a co-located one (its training nodes run lone's rollouts too)
+    twin = place(job("twin", 300, 100, slo=1.2), state, colocated=False)
+    assert twin.strategy is Strategy.NEW_GROUP
+    # the same objective with the expected-cost ranking
+    assert place(lone, empty_state(spec), colocated=True, objective="expected").strategy is (
+        Strategy.COLOCATED
+    )
+
+
+def test_a_slower_rollout_on_the_training_type_can_break_the_slo_of_co_location() -> None:
+    spec = colocated_spec(1.5)
+    # rollout-heavy: (1.5 x 300 + 100) / 400 = 1.375 > SLO 1.2 -> a new group instead
+    assert place(job("a", 300, 100, slo=1.2), empty_state(spec), colocated=True).strategy is (
+        Strategy.NEW_GROUP
+    )
+    # within SLO 1.5 it is admissible, and cheaper than a new group per hour
+    res = place(job("b", 300, 100, slo=1.5), empty_state(spec), colocated=True)
+    assert res.strategy is Strategy.COLOCATED
+    assert res.predicted_slowdown["b"] == pytest.approx(1.375)

@@ -96,7 +96,7 @@ def test_durations_are_drawn_in_range_and_charged_with_switch_overhead() -> None
         job = result.jobs[phase.job_id].profile
         lo, hi = (job.roll_min, job.t_roll_max_s) if phase.kind is PhaseKind.ROLLOUT else (
             job.train_min, job.t_train_max_s)  # fmt: skip
-        extra = spec.switch_overhead_s if phase.switch else 0.0
+        extra = (spec.switch_overhead_s if phase.switch else 0.0) + phase.restart_s
         switches += phase.switch
         assert lo + extra - 1e-6 <= phase.end_s - phase.start_s <= hi + extra + 1e-6
     assert switches > 0  # rollmux shared nodes on this trace, so some switches were paid
@@ -160,7 +160,7 @@ def test_solo_runtime_schedule_equals_the_core_group_runtime() -> None:
     """solo-disagg uses SoloRuntime for speed; it must schedule exactly like GroupRuntime."""
 
     class WithGroupRuntime(CorePolicy):
-        def runtime(self, group_id: str, spec: ClusterSpec) -> Any:
+        def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Any:
             return GroupRuntime(group_id, switch_overhead_s=spec.switch_overhead_s)
 
     jobs = small_trace(10)
@@ -253,7 +253,9 @@ def test_run_simulation_report_shape_and_progress() -> None:
         ):  # fmt: skip
             assert key in figures
         assert set(figures["bubble_fraction"]) == {"rollout", "train"}
-        assert set(figures["admissions"]) == {"direct_packing", "rollout_scaling", "new_group"}
+        assert set(figures["admissions"]) == {
+            "direct_packing", "rollout_scaling", "new_group", "colocated"
+        }  # fmt: skip
         assert set(figures["decision_latency_ms"]) == {"p50", "p99", "max"}
     ratios = report["ratios"]
     policies = report["policies"]

@@ -71,3 +71,34 @@ def test_consolidation_lowers_the_cost_of_bursts_against_algorithm_1_as_publishe
     # expected remaining cost falls; actual durations may make one a wash)
     assert min(savings) > 0.97, savings
     assert sum(savings) / len(savings) > 1.02, savings
+
+
+def test_a_job_left_alone_moves_onto_its_training_nodes_at_the_next_departure() -> None:
+    from scheduler.model import ClusterSpec, GpuType
+
+    def one(job_id: str, roll: float, iterations: int, arrival: float) -> JobProfile:
+        return JobProfile(
+            id=job_id, arrival_s=arrival, iterations=iterations, rollout_gpus=8, train_gpus=8,
+            t_roll_max_s=roll, t_train_max_s=100.0, host_mem_gb=400, slo=1.5,
+        )  # fmt: skip
+
+    # `a` opens a group, `b` packs into it; `b` leaves after 10 iterations and `a`,
+    # alone for 190 more, is cheaper co-located: it moves (restart), rollouts on H800
+    jobs = [one("a", 200.0, 200, 0.0), one("b", 150.0, 10, 1.0)]
+    for factor in (1.0, 1.5):
+        spec = ClusterSpec(
+            GpuType("H20", 1.85, 8, 2048, 4),
+            GpuType("H800", 5.28, 8, 2048, 4, rollout_speed_factor=factor),
+            2.0,
+        )
+        result = simulate(jobs, spec, make_policy("rollmux", seed=1), seed=1, record_phases=True)
+        assert [m.job_id for m in result.moves] == ["a"]
+        move = result.moves[0]
+        after = [p for p in result.phases if p.job_id == "a" and p.start_s >= move.at_s - 1e-6]
+        assert all(result.node_pool[n].value == "train" for p in after for n in p.nodes)
+        first = after[0]
+        assert first.kind is PhaseKind.ROLLOUT and first.restart_s == pytest.approx(197.0)
+        # its rollouts now take the training type's factor x the drawn time (200 s here)
+        later = [p for p in after[1:] if p.kind is PhaseKind.ROLLOUT]
+        assert all(p.end_s - p.start_s == pytest.approx(200.0 * factor) for p in later)
+        assert summarise(result)["completed"] == 2

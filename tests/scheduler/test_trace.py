@@ -225,7 +225,23 @@ BAD_CLUSTER_CASES = [
         "required",
     ),
     ("switch_negative", _cluster(switch_overhead_s=-2), "switch_overhead_s", ">= 0"),
+    (
+        "rollout_speed_zero",
+        _cluster(gpu_types__H800__rollout_speed_factor=0),
+        "gpu_types.H800.rollout_speed_factor",
+        "> 0",
+    ),
 ]
+
+
+def test_the_rollout_speed_factor_is_optional_and_round_trips() -> None:
+    from scheduler.trace import cluster_to_dict
+
+    assert parse_cluster_json(_cluster()).train.rollout_speed_factor == 1.0
+    slow = parse_cluster_json(_cluster(gpu_types__H800__rollout_speed_factor=1.5))
+    assert slow.train.rollout_speed_factor == 1.5 and slow.rollout.rollout_speed_factor == 1.0
+    again = parse_cluster_json(json.dumps(cluster_to_dict(slow)))
+    assert again == slow
 
 
 @pytest.mark.parametrize(

@@ -191,7 +191,7 @@ def test_the_simulator_runs_sync_phases_and_counts_them_in_the_solo_time() -> No
 
 def test_solo_runtime_syncs_exactly_like_the_group_runtime() -> None:
     class WithGroupRuntime(CorePolicy):
-        def runtime(self, group_id: str, spec: ClusterSpec) -> Any:
+        def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Any:
             return GroupRuntime(group_id, switch_overhead_s=spec.switch_overhead_s)
 
     jobs = [
