@@ -6,61 +6,48 @@ memory: residency) and `reload` before the next one (a warm start), `checkpoint`
 training phase and `restore` when a resubmitted job resumes from its last completed iteration.
 
 Built-in names: `emulated`, `toy-rl` and `external` (a trainer that owns its loop and uses
-`rollmux.phase`). Anything else is an import path "package.module:Class". This package
-imports neither Django nor Ray: runners run inside Ray actors or in-process threads.
+`rollmux.phase`). Anything else is an import path "package.module:Class" under one of the
+allowlisted packages the controller passes (`RunnerContext.runner_packages`): a name outside
+them is refused before anything is imported. This package imports neither Django nor Ray:
+runners run inside Ray actors or in-process threads. The protocols and contexts are in
+`base` (the implementations import them from there, so the registry here can import the
+implementations without a cycle).
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+from workers.runners.base import (
+    Peer,
+    PoolRunner,
+    RolloutSide,
+    Runner,
+    RunnerContext,
+    TrainerSide,
+    WorkerContext,
+)
+
+__all__ = [
+    "BUILTIN_RUNNERS",
+    "Peer",
+    "PoolRunner",
+    "RolloutSide",
+    "Runner",
+    "RunnerContext",
+    "RunnerLoadError",
+    "TrainerSide",
+    "WorkerContext",
+    "make_runner",
+    "pool_sides",
+    "runner_class",
+    "validate_runner_name",
+]
 
 PROTOCOL_METHODS = ("setup", "rollout", "train", "offload", "reload", "checkpoint", "restore")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-@dataclass(frozen=True)
-class RunnerContext:
-    """Everything a runner knows about its job: the profile and how to scale time."""
-
-    job_id: int
-    iterations: int
-    t_roll_min_s: float
-    t_roll_max_s: float
-    t_train_min_s: float
-    t_train_max_s: float
-    host_mem_gb: float
-    time_scale: float = 1.0
-    seed: int = 0
-    channel: dict[str, Any] = field(default_factory=dict)  # for `external`: how to reach it
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunnerContext:
-        return cls(**data)
-
-
-@runtime_checkable
-class Runner(Protocol):
-    """The protocol every runner implements (built-in or a user's class)."""
-
-    def setup(self, ctx: RunnerContext) -> None: ...
-
-    def rollout(self, iteration: int) -> dict[str, float]: ...
-
-    def train(self, iteration: int) -> dict[str, float]: ...
-
-    def offload(self) -> None: ...
-
-    def reload(self) -> None: ...
-
-    def checkpoint(self) -> bytes: ...
-
-    def restore(self, blob: bytes) -> None: ...
 
 
 class RunnerLoadError(ValueError):
@@ -86,8 +73,16 @@ def _builtin(name: str) -> type[Any] | None:
 BUILTIN_RUNNERS = ("emulated", "toy-rl", "external")
 
 
-def runner_class(name: str) -> type[Any]:
-    """Return the runner class for a name: a built-in or "package.module:Class"."""
+def _allowed(module_name: str, packages: tuple[str, ...]) -> bool:
+    return any(module_name == p or module_name.startswith(p + ".") for p in packages)
+
+
+def runner_class(name: str, packages: tuple[str, ...] | None = None) -> type[Any]:
+    """Return the runner class for a name: a built-in or "package.module:Class".
+
+    With `packages` (what a worker is given), an import path outside those packages is
+    refused before its module is imported: a worker never imports what is not allowlisted.
+    """
     builtin = _builtin(name)
     if builtin is not None:
         return builtin
@@ -97,6 +92,12 @@ def runner_class(name: str) -> type[Any]:
             "nor an import path of the form package.module:Class"
         )
     module_name, _, attr = name.partition(":")
+    if packages is not None and not _allowed(module_name, packages):
+        allowed = ", ".join(packages) or "none"
+        raise RunnerLoadError(
+            f"runner {name!r}: {module_name!r} is not in an allowlisted runner package"
+            f" (allowed: {allowed})"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -104,21 +105,51 @@ def runner_class(name: str) -> type[Any]:
     cls = getattr(module, attr, None)
     if cls is None or not isinstance(cls, type):
         raise RunnerLoadError(f"runner {name!r}: {module_name!r} has no class {attr!r}")
-    missing = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
-    if missing:
-        raise RunnerLoadError(f"runner {name!r} lacks the runner methods: {', '.join(missing)}")
+    if _two_sided(cls) is None:
+        missing = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
+        if missing:
+            raise RunnerLoadError(f"runner {name!r} lacks the runner methods: {', '.join(missing)}")
     return cls
 
 
-def validate_runner_name(name: str) -> str | None:
+def validate_runner_name(name: str, packages: tuple[str, ...] | None = None) -> str | None:
     """Return an error message for a runner name that cannot be loaded, or None when it can."""
     try:
-        runner_class(name)
+        runner_class(name, packages)
     except RunnerLoadError as exc:
         return str(exc)
     return None
 
 
-def make_runner(name: str) -> Runner:
+def make_runner(name: str, packages: tuple[str, ...] | None = None) -> Runner:
     """Instantiate the runner for a job (not yet set up)."""
-    return runner_class(name)()  # type: ignore[no-any-return]
+    return runner_class(name, packages)()  # type: ignore[no-any-return]
+
+
+def _two_sided(cls: type[Any]) -> tuple[type[Any], type[Any]] | None:
+    """Return (rollout side, trainer side) when the class is a two-sided runner.
+
+    A subclass that overrides a single-object method of a two-sided class (as users'
+    runners built on `EmulatedRunner` do) is a single-object runner: its override must run.
+    """
+    rollout, trainer = getattr(cls, "rollout_side", None), getattr(cls, "trainer_side", None)
+    if not (isinstance(rollout, type) and isinstance(trainer, type)):
+        return None
+    for klass in cls.__mro__:
+        if "rollout_side" in vars(klass):
+            return rollout, trainer
+        if any(m in vars(klass) for m in PROTOCOL_METHODS):
+            return None
+    return None
+
+
+def pool_sides(name: str, packages: tuple[str, ...] | None = None) -> tuple[type[Any], type[Any]]:
+    """Return the (rollout side, trainer side) classes for a runner name; a single-object
+    runner comes wrapped in the adapter (`workers.runners.adapter`)."""
+    cls = runner_class(name, packages)
+    sides = _two_sided(cls)
+    if sides is not None:
+        return sides
+    from workers.runners.adapter import single_object_sides
+
+    return single_object_sides(cls)

@@ -13,8 +13,9 @@ import json
 import random
 import time
 import zlib
+from typing import Any
 
-from workers.runners import RunnerContext
+from workers.runners.base import RunnerContext, WorkerContext
 
 # 400 GB of declared state -> about 4 MB of real buffer.
 STATE_FRACTION = 1e-5
@@ -78,3 +79,127 @@ class EmulatedRunner:
 
     def restore(self, blob: bytes) -> None:
         self.iterations_trained = int(json.loads(blob)["iterations_trained"])
+
+
+# --- the two-sided form (one worker per GPU of the job's nodes, on Ray) -------------------
+
+# 14 GB of bf16 weights (a 7B model) -> 140 KB moved per sync: a real blob, scaled down.
+WEIGHTS_FRACTION = 1e-5
+BATCH_BYTES = 4096  # one rollout worker's batch (token ids and rewards, scaled down)
+
+
+def weights_nbytes(ctx: RunnerContext) -> int:
+    """Return the size of the emulated weight blob: the model's weights scaled down."""
+    return max(1024, int(ctx.weights_gb * 2**30 * WEIGHTS_FRACTION))
+
+
+def _stamp(blob: bytes | bytearray) -> int:
+    return int.from_bytes(blob[:8], "little")
+
+
+class EmulatedRollout:
+    """A rollout worker: sleeps its phase over a resident state, reports the weights it has."""
+
+    def __init__(self) -> None:
+        self.ctx: WorkerContext | None = None
+        self.state: _State | None = None
+        self.weights_version = 0  # iterations trained into the weights this worker holds
+        self.weights_crc = 0
+
+    def setup(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.state = _State(ctx.job, ctx.world_size)
+
+    def rollout(self, iteration: int) -> tuple[dict[str, float], bytes]:
+        assert self.ctx is not None
+        duration = phase_duration(self.ctx.job, iteration, "rollout")
+        time.sleep(duration)
+        batch = iteration.to_bytes(8, "little") + bytes(BATCH_BYTES - 8)
+        return {"emulated_s": duration, "weights_version": float(self.weights_version)}, batch
+
+    def receive_weights(self, weights: bytes, version: int) -> dict[str, float]:
+        if _stamp(weights) != version:
+            raise RuntimeError(f"weights of version {_stamp(weights)} arrived for {version}")
+        self.weights_version = version
+        self.weights_crc = zlib.crc32(weights)
+        return {"weights_bytes": float(len(weights))}
+
+    def offload(self) -> None:
+        if self.state is not None:
+            self.state.offload()
+
+    def reload(self) -> None:
+        if self.state is not None:
+            self.state.reload()
+
+    def restore(self, blob: bytes) -> None:
+        self.weights_version = int(json.loads(blob)["iterations_trained"])
+
+
+class EmulatedTrainer:
+    """A trainer worker: sleeps its phase, stamps the weights with the iterations trained."""
+
+    def __init__(self) -> None:
+        self.ctx: WorkerContext | None = None
+        self.state: _State | None = None
+        self.weights = bytearray()
+        self.iterations_trained = 0
+
+    def setup(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.state = _State(ctx.job, ctx.world_size)
+        self.weights = bytearray(weights_nbytes(ctx.job))
+
+    def train(self, iteration: int, batches: list[Any]) -> dict[str, float]:
+        assert self.ctx is not None
+        seen = sorted(_stamp(b) for b in batches if b)
+        if any(s != iteration for s in seen):
+            raise RuntimeError(f"training {iteration} got batches of iterations {seen}")
+        duration = phase_duration(self.ctx.job, iteration, "train")
+        time.sleep(duration)
+        self.iterations_trained = iteration + 1
+        self.weights[:8] = self.iterations_trained.to_bytes(8, "little")
+        return {
+            "emulated_s": duration,
+            "iterations_trained": float(self.iterations_trained),
+            "batches": float(len(seen)),
+        }
+
+    def send_weights(self) -> bytes:
+        return bytes(self.weights)
+
+    def offload(self) -> None:
+        if self.state is not None:
+            self.state.offload()
+
+    def reload(self) -> None:
+        if self.state is not None:
+            self.state.reload()
+
+    def checkpoint(self) -> bytes:
+        return json.dumps({"iterations_trained": self.iterations_trained}).encode()
+
+    def restore(self, blob: bytes) -> None:
+        self.iterations_trained = int(json.loads(blob)["iterations_trained"])
+        self.weights[:8] = self.iterations_trained.to_bytes(8, "little")
+
+
+class _State:
+    """A worker's share of the job's resident state: device buffer <-> host copy."""
+
+    def __init__(self, ctx: RunnerContext, workers: int) -> None:
+        size = max(1, int(ctx.host_mem_gb * 2**30 * STATE_FRACTION / max(1, workers)))
+        self.device: bytearray | None = bytearray(size)
+        self.host: bytes | None = None
+
+    def offload(self) -> None:
+        if self.device is not None:
+            self.host, self.device = bytes(self.device), None
+
+    def reload(self) -> None:
+        if self.device is None and self.host is not None:
+            self.device = bytearray(self.host)
+
+
+EmulatedRunner.rollout_side = EmulatedRollout  # type: ignore[attr-defined]
+EmulatedRunner.trainer_side = EmulatedTrainer  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ checkpoint/restore are the trainer's business (the shim calls are no-ops).
 from __future__ import annotations
 
 import rollmux
-from workers.runners import RunnerContext
+from workers.runners.base import RunnerContext
 
 
 class ExternalRunner:
