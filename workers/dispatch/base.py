@@ -29,23 +29,30 @@ class PhaseOrder:
     checkpoint_dir: str = ""
     resume_iteration: int = 0  # restore the checkpoint taken after this many iterations
     group_id: int | None = None  # echoed in the report (the controller locks the group first)
+    # the job's nodes per pool: its rollout workers live on the first, its trainers on the
+    # second (one worker per GPU of each node; empty: every pinned node serves both)
+    rollout_nodes: tuple[str, ...] = ()
+    train_nodes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["nodes"] = list(self.nodes)
-        data["pinned_nodes"] = list(self.pinned_nodes)
+        for key in _NODE_TUPLES:
+            data[key] = list(data[key])
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PhaseOrder:
         data = dict(data)
-        data["nodes"] = tuple(data["nodes"])
-        data["pinned_nodes"] = tuple(data["pinned_nodes"])
+        for key in _NODE_TUPLES:
+            data[key] = tuple(data.get(key) or ())
         return cls(**data)
 
     @property
     def host_name(self) -> str:
         return host_name(self.job_id, self.placement_id)
+
+
+_NODE_TUPLES = ("nodes", "pinned_nodes", "rollout_nodes", "train_nodes")
 
 
 def host_name(job_id: int, placement_id: int) -> str:
@@ -59,6 +66,9 @@ class Outcome(StrEnum):
     OK = "ok"  # the phase ran
     ERROR = "error"  # the job's own failure: its runner raised, or it overran
     LOST = "lost"  # the platform's: the host (actor) died, or the dispatch never arrived
+    # the job's runner cannot be loaded (not allowlisted, not importable, not a runner):
+    # the same code fails the same way on any node, so the job fails at once, never retried
+    LOAD_ERROR = "load-error"
 
 
 @dataclass
@@ -66,13 +76,17 @@ class PhaseReport:
     """The end of a phase as its host saw it (times are Unix seconds)."""
 
     phase_id: int
-    outcome: str  # "ok", "error: ...", or "lost: ..." when the host died (see `result`)
+    outcome: str  # "ok", "error: ...", "load-error: ..." or "lost: ..." (see `result`)
     started_at: float | None = None
     finished_at: float | None = None
     warm: bool | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     group_id: int | None = None
     job_id: int | None = None
+    # where it ran: the Ray node id and the GPU ids Ray gave its workers, per inventory node
+    ray_node_ids: dict[str, str] = field(default_factory=dict)
+    gpu_ids: dict[str, list[int]] = field(default_factory=dict)
+    bytes_moved: int | None = None  # sync: bytes that crossed from the training pool
 
     @property
     def ok(self) -> bool:
@@ -91,6 +105,11 @@ class PhaseReport:
     def failed(cls, phase_id: int, result: Outcome, why: str, **fields: Any) -> PhaseReport:
         """Return the report of a phase that did not run to its end (`result` ERROR or LOST)."""
         return cls(phase_id, f"{result.value}: {why}"[:480], **fields)
+
+    @property
+    def load_error(self) -> bool:
+        """The runner could not be loaded: never retried (it would fail the same way)."""
+        return self.result is Outcome.LOAD_ERROR
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,38 +1,55 @@
 """The resident host of one job placement: runs its phases and keeps its state between them.
 
-Used as the body of the Ray actor (`ray_dispatcher`) and directly by the inline dispatcher;
-it imports neither Django nor Ray. A host runs one phase at a time for its job; calls for a
-phase it already ran return the stored report (a re-dispatch after a lost message is safe).
+`PhaseHost` is the bookkeeping every host shares: one phase at a time, the stored report
+of every phase it ran (a re-dispatch after a lost message gets that report, not a second
+run), the phase events it publishes to the broker itself, and the outcome of a failure:
+`load-error: ...` (the runner cannot be loaded: never retried), `error: ...` (the
+runner raised) or `lost: ...` (a worker or its node died).
+
+`JobHost` runs a single-object runner in this process: the in-process dispatcher's host.
+The Ray dispatcher's host (`ray_dispatcher.JobCoordinator`) drives one worker per GPU of
+the job's nodes instead. Neither imports Django; this module does not import Ray.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
-from workers.dispatch.base import PhaseOrder, PhaseReport
-from workers.runners import Runner, RunnerContext, make_runner
+from workers.dispatch.base import Outcome, PhaseOrder, PhaseReport
+from workers.dispatch.storage import CheckpointStore
+from workers.runners import Runner, RunnerContext, RunnerLoadError, make_runner
 
-KEEP_CHECKPOINTS = 2
+
+class WorkerLost(RuntimeError):
+    """A worker of the job (or the node it ran on) died mid-phase."""
 
 
-class JobHost:
+class PhaseHost:
     def __init__(self, runner: str, context: dict[str, Any], checkpoint_dir: str = "") -> None:
         self.runner_name = runner
         self.context = RunnerContext.from_dict(context)
-        self.checkpoint_dir = checkpoint_dir
-        self.runner: Runner | None = None
-        self.resident = False  # state offloaded to host memory after a phase
+        self.store = CheckpointStore(checkpoint_dir)
+        self.set_up = False
         self.results: dict[int, PhaseReport] = {}
         self.current: int | None = None
         self._lock = threading.Lock()
         self._publisher: Any = None
-        self.setup_error: str | None = None
+
+    # --- what a host does (subclasses) ---------------------------------------------------
+    def _setup(self, order: PhaseOrder) -> None:
+        """Cold start: load the runner, restore the checkpoint of a resumed job."""
+        raise NotImplementedError
+
+    def _reload(self) -> None:
+        """Warm start: bring the resident state back from host memory before a phase."""
+
+    def _run(self, order: PhaseOrder, report: PhaseReport) -> dict[str, float]:
+        """Run the phase; fill where it ran into `report`; return its metrics."""
+        raise NotImplementedError
 
     # --- the phase ---------------------------------------------------------------------
     def run_phase(
@@ -57,38 +74,29 @@ class JobHost:
                 "workers.tasks.phase_started",
                 {"phase_id": order.phase_id, "started_at": started},
             )
-        warm = self.runner is not None and self.resident
+        warm = self.set_up
+        result = PhaseReport(
+            phase_id=order.phase_id, outcome="ok", group_id=order.group_id, job_id=order.job_id
+        )
         metrics: dict[str, float] = {}
         try:
             t0 = time.perf_counter()
-            if self.runner is None:
+            if not self.set_up:
                 self._setup(order)
+                self.set_up = True
             else:
-                self.runner.reload()
+                self._reload()
             metrics["load_s"] = time.perf_counter() - t0
-            assert self.runner is not None
-            if order.kind == "rollout":
-                metrics.update(self.runner.rollout(order.iteration))
-            else:
-                metrics.update(self.runner.train(order.iteration))
-            self.runner.offload()
-            self.resident = True
-            if order.kind == "train":
-                self._checkpoint(order.iteration + 1)
-            outcome = "ok"
+            metrics.update(self._run(order, result))
+        except RunnerLoadError as exc:
+            result.outcome = f"{Outcome.LOAD_ERROR.value}: {exc}"[:480]
+        except WorkerLost as exc:
+            result.outcome = f"lost: {exc}"[:480]
         except Exception as exc:  # the runner's error fails the phase, not the host
-            outcome = f"error: {type(exc).__name__}: {exc}"[:480]
+            result.outcome = f"error: {type(exc).__name__}: {exc}"[:480]
             metrics["traceback_lines"] = float(len(traceback.format_exc().splitlines()))
-        result = PhaseReport(
-            phase_id=order.phase_id,
-            outcome=outcome,
-            started_at=started,
-            finished_at=time.time(),
-            warm=warm,
-            metrics={k: float(v) for k, v in metrics.items()},
-            group_id=order.group_id,
-            job_id=order.job_id,
-        )
+        result.started_at, result.finished_at, result.warm = started, time.time(), warm
+        result.metrics = {k: float(v) for k, v in metrics.items()}
         with self._lock:
             self.results[order.phase_id] = result
             self.current = None
@@ -107,44 +115,6 @@ class JobHost:
     def ping(self) -> int:
         return os.getpid()
 
-    def stats(self) -> dict[str, Any]:
-        stats = getattr(self.runner, "stats", None)
-        return {"pid": os.getpid(), "phases": len(self.results), **(stats() if stats else {})}
-
-    # --- setup, checkpoints -------------------------------------------------------------
-    def _setup(self, order: PhaseOrder) -> None:
-        runner = make_runner(self.runner_name)
-        runner.setup(self.context)
-        if order.resume_iteration > 0:
-            blob = self._read_checkpoint(order.resume_iteration)
-            if blob is not None:
-                runner.restore(blob)
-        self.runner = runner
-
-    def _ckpt_path(self, iterations_done: int) -> Path:
-        return Path(self.checkpoint_dir) / f"job-{self.context.job_id}-it{iterations_done}.ckpt"
-
-    def _checkpoint(self, iterations_done: int) -> None:
-        if not self.checkpoint_dir or self.runner is None:
-            return
-        blob = self.runner.checkpoint()
-        path = self._ckpt_path(iterations_done)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(blob)
-        tmp.replace(path)  # atomic: a crash never leaves a half-written checkpoint
-        old = self._ckpt_path(iterations_done - KEEP_CHECKPOINTS)
-        with contextlib.suppress(FileNotFoundError):
-            old.unlink()
-
-    def _read_checkpoint(self, iterations_done: int) -> bytes | None:
-        if not self.checkpoint_dir:
-            return None
-        try:
-            return self._ckpt_path(iterations_done).read_bytes()
-        except FileNotFoundError:
-            return None
-
     # --- reporting ----------------------------------------------------------------------
     def _publish(self, report: dict[str, Any] | None, task: str, payload: dict[str, Any]) -> None:
         """Send a phase event straight to the broker (no-op without one)."""
@@ -158,3 +128,41 @@ class JobHost:
             self._publisher.send_task(task, args=[payload], queue=report.get("queue", "rollmux"))
         except Exception:  # the broker is down: reconcile recovers from `status`
             traceback.print_exc()
+
+
+class JobHost(PhaseHost):
+    """A single-object runner in this process (the in-process dispatcher's host)."""
+
+    def __init__(self, runner: str, context: dict[str, Any], checkpoint_dir: str = "") -> None:
+        super().__init__(runner, context, checkpoint_dir)
+        self.runner: Runner | None = None
+
+    def _setup(self, order: PhaseOrder) -> None:
+        runner = make_runner(self.runner_name, self.context.runner_packages)
+        runner.setup(self.context)
+        if order.resume_iteration > 0:
+            blob = self.store.read(self.context.job_id, order.resume_iteration)
+            if blob is not None:
+                runner.restore(blob)
+        self.runner = runner
+
+    def _reload(self) -> None:
+        if self.runner is not None:
+            self.runner.reload()
+
+    def _run(self, order: PhaseOrder, report: PhaseReport) -> dict[str, float]:
+        assert self.runner is not None
+        metrics: dict[str, float] = {}
+        if order.kind == "rollout":
+            metrics.update(self.runner.rollout(order.iteration))
+        elif order.kind == "train":
+            metrics.update(self.runner.train(order.iteration))
+        # "sync": one object holds both sides' state, nothing to move
+        self.runner.offload()
+        if order.kind == "train":
+            self.store.write(self.context.job_id, order.iteration + 1, self.runner.checkpoint())
+        return metrics
+
+    def stats(self) -> dict[str, Any]:
+        stats = getattr(self.runner, "stats", None)
+        return {"pid": os.getpid(), "phases": len(self.results), **(stats() if stats else {})}

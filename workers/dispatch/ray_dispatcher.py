@@ -1,23 +1,28 @@
-"""Ray dispatch: one detached actor per job placement, pinned to the job's nodes.
+"""Ray dispatch: per job placement, a coordinator actor and one worker actor per GPU of each
+of the job's nodes, each pinned to its own Ray node.
 
-Every Node row maps to a Ray custom resource `node:<name>` (Node.ray_resource). The actor
-of a placement asks for a sliver (0.001) of each of its nodes' resources, so Ray places it
-exactly where those nodes are advertised; the controller (the core's per-node FIFO queues)
-keeps a node to one phase at a time. On one machine, `ray.init(address="local")` advertises
-every node's resource (the `resources` callable it is given: the composition root reads
-the Node rows); in production each Ray node
-advertises its own (`ray start --resources='{"node:h20-0": 1}'`).
+Where work runs (see workers/README.md "Placement on Ray nodes"):
+- every Ray node that serves an inventory node carries the node label
+  `rollmux.io/node=<name>` (`ray start --labels=rollmux.io/node=h20-0`); the dispatcher
+  finds the Ray node of each inventory node by that label (`NodeDirectory`);
+- a node's GPUs are one placement group per node (`rollmux-gpus-<name>`, one {"GPU": 1}
+  bundle per GPU, its bundles label-selected onto that node, detached): a worker for GPU i
+  is created in bundle i with a fractional GPU (1 / ROLLMUX_GPU_SHARE), so Ray gives it
+  exactly that GPU (`ray.get_gpu_ids()`, `CUDA_VISIBLE_DEVICES`) and the resident workers
+  of several jobs share the node's GPUs over time, the way veRL colocates its workers; a
+  node without GPUs gets one worker, pinned by a label selector;
+- one local Ray with no labelled node (`make run`, address "local") serves every
+  inventory node itself: all of a job's workers run on it.
 
-Actors are detached and named `job-<id>-p<placement>` in namespace "rollmux": they outlive
-the Celery worker that created them (a killed worker loses no resident state) and any worker
-finds them by name. Each holds its job's state in host memory between phases (residency);
-a phase is a method call. The actor publishes `phase_started`/`phase_finished` to the broker
-itself; this process's completion callback covers the cases it cannot: no broker (embedded
-mode) or a dead actor.
-
-Limitation: one actor per placement needs every pinned node's resource on one Ray node; a
-job whose rollout and training nodes are separate Ray nodes needs one actor per pool (not
-built here).
+The coordinator (`JobCoordinator`, detached, named `job-<id>-p<placement>` in namespace
+"rollmux", placed on the controller's own Ray node when it can be) outlives the Celery worker
+that created it, runs each phase on the workers of the phase's pool, moves the batches and
+weights between them through the object store (it passes object refs; the data goes actor
+to actor), writes no data itself, and publishes `phase_started`/`phase_finished` to the
+broker. Its workers are its own (non-detached) actors: releasing or killing the
+coordinator takes them with it. A worker (or its node) dying mid-phase fails the phase as
+`lost: node <name> died` at once; this process also watches Ray's node table
+(`watch_nodes`) so a node lost between phases is noticed within a second or two.
 
 This is the only module of the project that imports `ray`.
 """
@@ -30,23 +35,335 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.placement_group import get_placement_group, placement_group
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from workers.dispatch.base import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
-from workers.dispatch.host import JobHost
+from workers.dispatch.host import PhaseHost, WorkerLost
+from workers.dispatch.pool import PoolWorker
+from workers.runners import RunnerLoadError
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "rollmux"
-ACTOR_SLIVER = 0.001
+NODE_LABEL = "rollmux.io/node"  # the inventory node a Ray node serves
 PROBE_TIMEOUT_S = 10.0
+CREATE_TIMEOUT_S = float(os.environ.get("ROLLMUX_WORKER_CREATE_TIMEOUT_S", "60"))
+GPU_SHARE = int(os.environ.get("ROLLMUX_GPU_SHARE", "8"))  # resident jobs per GPU, at most
 
-JobHostActor = ray.remote(num_cpus=0, max_restarts=0)(JobHost)
+
+# --------------------------------------------------------------------------------------
+# which Ray node serves which inventory node
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RayNode:
+    node_id: str
+    gpus: int
+    labelled: bool  # False: the one local Ray that stands in for every node
+
+
+class NodeDirectory:
+    """Inventory node name -> the live Ray node that serves it, from Ray's node table."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        alive = [n for n in nodes if n.get("Alive")]
+        self.by_name: dict[str, RayNode] = {}
+        for n in alive:
+            name = (n.get("Labels") or {}).get(NODE_LABEL)
+            if name:
+                gpus = int(n.get("Resources", {}).get("GPU", 0))
+                self.by_name[name] = RayNode(n["NodeID"], gpus, True)
+        # No labelled node at all and a single live Ray node: a local Ray that serves every
+        # inventory node (the embedded default and single-machine tests).
+        self.local = (
+            RayNode(alive[0]["NodeID"], int(alive[0].get("Resources", {}).get("GPU", 0)), False)
+            if not self.by_name and len(alive) == 1
+            else None
+        )
+
+    @classmethod
+    def read(cls) -> NodeDirectory:
+        return cls(ray.nodes())  # type: ignore[no-untyped-call]
+
+    def find(self, name: str) -> RayNode | None:
+        return self.by_name.get(name) or self.local
+
+    def missing(self, names: tuple[str, ...]) -> list[str]:
+        return [n for n in names if self.find(n) is None]
+
+
+def missing_reason(missing: list[str]) -> str:
+    labels = ", ".join(f"{NODE_LABEL}={n}" for n in missing)
+    return f"no live Ray node serves {', '.join(missing)} (none has the label {labels})"
+
+
+def _node_gpu_group(name: str, gpus: int) -> Any:
+    """Return the node's GPU placement group (one 1-GPU bundle per GPU), creating it once."""
+    pg_name = f"rollmux-gpus-{name}"
+    try:
+        return get_placement_group(pg_name)
+    except ValueError:
+        pass
+    try:
+        return placement_group(
+            [{"GPU": 1}] * gpus,
+            strategy="STRICT_PACK",
+            name=pg_name,
+            lifetime="detached",
+            bundle_label_selector=[{NODE_LABEL: name}] * gpus,
+        )
+    except Exception:  # another coordinator created it meanwhile
+        return get_placement_group(pg_name)
+
+
+# --------------------------------------------------------------------------------------
+# the actors
+# --------------------------------------------------------------------------------------
+
+
+class _RayPoolWorker(PoolWorker):
+    def _put(self, value: Any) -> Any:
+        return ray.put(value)
+
+    def _get(self, refs: list[Any]) -> list[Any]:
+        return list(ray.get(refs))
+
+    def _where(self) -> tuple[str, tuple[int, ...]]:
+        gpu_ids = tuple(int(g) for g in ray.get_gpu_ids())  # type: ignore[no-untyped-call]
+        return ray.get_runtime_context().get_node_id(), gpu_ids
+
+
+PoolWorkerActor = ray.remote(num_cpus=0, max_restarts=0)(_RayPoolWorker)
+
+
+@dataclass
+class _Worker:
+    handle: Any
+    role: str
+    rank: int
+    node: str
+    ray_node_id: str = ""
+    gpu_ids: tuple[int, ...] = ()
+    holds_weights: bool = True
+    labelled: bool = True  # pinned to a labelled Ray node (False: the one local Ray)
+
+
+class JobCoordinator(PhaseHost):
+    """The Ray host of one placement: drives its workers phase by phase."""
+
+    def __init__(self, runner: str, context: dict[str, Any], checkpoint_dir: str = "") -> None:
+        super().__init__(runner, context, checkpoint_dir)
+        self.pools: dict[str, list[_Worker]] = {"rollout": [], "train": []}
+        self.batches: list[list[Any]] = []  # the last rollout's batches (refs), for training
+        self.trained = 0  # iterations trained into the trainers' weights
+        self.synced = 0  # the version of the weights the rollout workers hold
+        self.last_sync: dict[str, float] = {}
+
+    # --- cold start --------------------------------------------------------------------------
+    def _setup(self, order: PhaseOrder) -> None:
+        self.trained = self.synced = order.resume_iteration
+        directory = NodeDirectory.read()
+        nodes = {
+            "rollout": order.rollout_nodes or order.pinned_nodes,
+            "train": order.train_nodes or order.pinned_nodes,
+        }
+        missing = directory.missing(tuple(nodes["rollout"]) + tuple(nodes["train"]))
+        if missing:
+            raise RuntimeError(missing_reason(missing))
+        specs: list[tuple[str, int, str, RayNode, int]] = []
+        for role, names in nodes.items():
+            rank = 0
+            for name in names:
+                where = directory.find(name)
+                assert where is not None
+                for gpu in range(max(1, where.gpus)):
+                    specs.append((role, rank, name, where, gpu))
+                    rank += 1
+        peers = [{"role": r, "rank": k, "node": n} for r, k, n, _, _ in specs]
+        sizes = {role: sum(1 for s in specs if s[0] == role) for role in nodes}
+        workers, calls = [], []
+        for role, rank, name, where, gpu in specs:
+            handle: Any = PoolWorkerActor.options(**self._placement(name, where, gpu)).remote(
+                self.runner_name, role, self.context.to_dict(), self.store.uri
+            )
+            spec = {"rank": rank, "world_size": sizes[role], "node": name, "peers": peers}
+            workers.append(_Worker(handle, role, rank, name, labelled=where.labelled))
+            calls.append(handle.setup.remote(spec, order.resume_iteration))
+        ready, pending = ray.wait(calls, num_returns=len(calls), timeout=CREATE_TIMEOUT_S)
+        if pending:
+            waiting = sorted({w.node for w, c in zip(workers, calls, strict=True) if c in pending})
+            for w in workers:
+                ray.kill(w.handle, no_restart=True)
+            raise RuntimeError(
+                f"workers on {', '.join(waiting)} not created within {CREATE_TIMEOUT_S:.0f} s:"
+                f" Ray has no free GPU share there (at most {GPU_SHARE} resident jobs per GPU)"
+            )
+        infos = self._gather(workers, calls)
+        errors = sorted({i["load_error"] for i in infos if i.get("load_error")})
+        if errors:
+            for w in workers:
+                ray.kill(w.handle, no_restart=True)
+            raise RunnerLoadError("; ".join(errors))
+        for w, info in zip(workers, infos, strict=True):
+            w.ray_node_id, w.gpu_ids = info["ray_node_id"], tuple(info["gpu_ids"])
+            w.holds_weights = info.get("holds_weights", True)
+            self.pools[w.role].append(w)
+
+    @staticmethod
+    def _placement(name: str, where: RayNode, gpu: int) -> dict[str, Any]:
+        """Return the Ray options that pin a worker onto its node (and GPU)."""
+        if not where.labelled:
+            return {}
+        if where.gpus == 0:
+            return {"label_selector": {NODE_LABEL: name}}
+        return {
+            "num_gpus": 1.0 / GPU_SHARE,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                _node_gpu_group(name, where.gpus), placement_group_bundle_index=gpu
+            ),
+        }
+
+    def _gather(self, workers: list[_Worker], calls: list[Any]) -> list[Any]:
+        """Wait for one call per worker; a dead worker (or node) is `WorkerLost`."""
+        try:
+            return list(ray.get(calls))
+        except RayTaskError as exc:  # the runner raised: fail the phase with its error
+            cause = exc.cause if isinstance(exc.cause, Exception) else exc
+            raise cause from None
+        except RayActorError as exc:
+            dead = self._dead_nodes(workers)
+            where = f"node {', '.join(dead)} died" if dead else "a worker died"
+            raise WorkerLost(f"{where} ({type(exc).__name__})") from exc
+
+    @staticmethod
+    def _dead_nodes(workers: list[_Worker]) -> list[str]:
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+        return sorted({w.node for w in workers if w.ray_node_id not in alive})
+
+    def _call(self, role: str, method: str, *args: Any) -> list[Any]:
+        workers = self.pools[role]
+        return self._gather(workers, [getattr(w.handle, method).remote(*args) for w in workers])
+
+    # --- phases ------------------------------------------------------------------------------
+    def _run(self, order: PhaseOrder, report: PhaseReport) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if order.kind == "rollout":
+            if self.synced < self.trained:  # no sync phase ran (t_sync_s = 0): sync first
+                metrics.update({f"sync_{k}": v for k, v in self._sync().items()})
+            results = self._call("rollout", "rollout", order.iteration)
+            self.batches = [r["batch"] for r in results]
+            metrics.update(_mean([r["metrics"] for r in results]))
+        elif order.kind == "train":
+            batches = [ref for batch in self.batches for ref in batch]
+            trainers = self.pools["train"]
+            calls = [
+                w.handle.train.remote(order.iteration, batches, w.rank == 0 and bool(self.store))
+                for w in trainers
+            ]
+            results = self._gather(trainers, calls)
+            self.batches = []
+            self.trained = order.iteration + 1
+            metrics.update(results[0]["metrics"])
+        elif order.kind == "sync":
+            metrics.update(self._sync())
+            report.bytes_moved = int(metrics["cross_pool_bytes"])
+        pool = self.pools["train" if order.kind == "train" else "rollout"]
+        report.ray_node_ids = {w.node: w.ray_node_id for w in pool}
+        gpus: dict[str, set[int]] = {}
+        for w in pool:
+            gpus.setdefault(w.node, set()).update(w.gpu_ids)
+        report.gpu_ids = {node: sorted(ids) for node, ids in gpus.items()}
+        metrics["workers"] = float(len(pool))
+        return metrics
+
+    def _sync(self) -> dict[str, float]:
+        """Send the trainers' weights to every rollout worker (paper section 6):
+
+        1. scatter: the weights are cut into one shard per rollout worker; shard j goes from
+           its trainer (trainers take turns) to rollout worker j, so exactly one copy of the
+           weights crosses from the training pool to the rollout pool;
+        2. broadcast: each rollout worker fetches the other shards from its rollout peers
+           (inside the rollout pool; peers on one node share its object store).
+        """
+        t0 = time.perf_counter()
+        version = self.trained
+        rollout = self.pools["rollout"]
+        holders = [w for w in self.pools["train"] if w.holds_weights] or self.pools["train"]
+        n = len(rollout)
+        sender = {j: holders[j % len(holders)] for j in range(n)}
+        sent = self._gather(
+            holders,
+            [
+                h.handle.send_shards.remote([j for j in range(n) if sender[j] is h], n)
+                for h in holders
+            ],
+        )
+        shards = {j: ref for batch in sent for j, ref in batch}
+        received = self._gather(
+            rollout, [w.handle.receive_shard.remote(w.rank, shards[w.rank]) for w in rollout]
+        )
+        t_scatter = time.perf_counter() - t0
+        # each shard crossed once, from its trainer's node into its rollout worker's node
+        cross = sum(
+            r["bytes"]
+            for w, r in zip(rollout, received, strict=True)
+            if sender[w.rank].ray_node_id != w.ray_node_id or not _labelled(w)
+        )
+        local = [(r["index"], r["ref"]) for r in received]
+        done = self._gather(rollout, [w.handle.assemble.remote(local, version) for w in rollout])
+        self.synced = version
+        weights = int(done[0]["bytes"])
+        self.last_sync = {
+            "cross_pool_bytes": float(cross),
+            "weights_bytes": float(weights),
+            "shards": float(n),
+            "scatter_s": t_scatter,
+            "sync_s": time.perf_counter() - t0,
+            "weights_version": float(version),
+        }
+        return dict(self.last_sync)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "phases": len(self.results),
+            "workers": {
+                role: [
+                    {"rank": w.rank, "node": w.node, "ray_node_id": w.ray_node_id,
+                     "gpu_ids": list(w.gpu_ids)}
+                    for w in pool
+                ]
+                for role, pool in self.pools.items()
+            },
+            "trained": self.trained,
+            "synced": self.synced,
+        }  # fmt: skip
+
+
+def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for row in rows for k in row}
+    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
+
+
+def _labelled(worker: _Worker) -> bool:
+    """False on the one local Ray, where both pools share a node (the bytes still count)."""
+    return bool(worker.node) and worker.ray_node_id != "" and worker.labelled
+
+
+JobCoordinatorActor = ray.remote(num_cpus=0, max_restarts=0)(JobCoordinator)
 
 
 _init_lock = threading.Lock()
@@ -125,6 +442,7 @@ class RayDispatcher:
         self._lock = threading.Lock()
         self._jobs: queue.Queue[Callable[[], None]] | None = None
         self._missing_checked: set[str] = set()
+        self._stopped = threading.Event()
 
     # --- plumbing -------------------------------------------------------------------
     def _submit(self, fn: Callable[[], None]) -> None:
@@ -154,26 +472,74 @@ class RayDispatcher:
             handle = self._handles.get(name)
         if handle is not None:
             return handle
-        handle = JobHostActor.options(
+        handle = JobCoordinatorActor.options(
             name=name,
             namespace=NAMESPACE,
             lifetime="detached",
             get_if_exists=True,
             max_concurrency=4,  # `status` answers while a phase runs
-            resources={f"node:{n}": ACTOR_SLIVER for n in order.pinned_nodes},
+            # on the controller's own Ray node when it can (not a GPU node: it survives the
+            # loss of any of the job's nodes and reports it), anywhere else otherwise
+            scheduling_strategy=NodeAffinitySchedulingStrategy(
+                ray.get_runtime_context().get_node_id(), soft=True
+            ),
         ).remote(order.runner, order.context, order.checkpoint_dir)
         with self._lock:
             self._handles[name] = handle
         return handle
 
-    def _missing_resources(self, order: PhaseOrder) -> list[str]:
-        wanted = [f"node:{n}" for n in order.pinned_nodes if n not in self._missing_checked]
+    def _missing_nodes(self, order: PhaseOrder) -> list[str]:
+        wanted = tuple(n for n in order.pinned_nodes if n not in self._missing_checked)
         if not wanted:
             return []
-        advertised = ray.cluster_resources()  # type: ignore[no-untyped-call]
-        missing = [r for r in wanted if r not in advertised]
-        self._missing_checked.update(n for n in order.pinned_nodes if f"node:{n}" not in missing)
+        missing = NodeDirectory.read().missing(wanted)
+        self._missing_checked.update(n for n in wanted if n not in missing)
         return missing
+
+    def watch_nodes(
+        self, on_lost: Callable[[str, str], None], *, interval_s: float = 0.5
+    ) -> threading.Thread:
+        """Call on_lost(node name, reason) once for each labelled Ray node that dies.
+
+        Ray's GCS marks a node dead when its raylet stops answering health checks
+        (`health_check_period_ms` x `health_check_failure_threshold`); this reads the node
+        table every `interval_s`, so a lost node is noticed within seconds, not by a
+        phase deadline.
+        """
+        ensure_ray(self.address, self.resources)
+
+        def loop() -> None:
+            seen: dict[str, str] = {}  # Ray node id -> inventory node, while alive
+            while not self._stopped.is_set():
+                try:
+                    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+                except Exception:
+                    log.exception("reading Ray's node table failed")
+                    self._stopped.wait(interval_s)
+                    continue
+                for n in nodes:
+                    name = (n.get("Labels") or {}).get(NODE_LABEL)
+                    if not name:
+                        continue
+                    if n.get("Alive"):
+                        seen[n["NodeID"]] = name
+                    elif seen.pop(n["NodeID"], None) is not None:
+                        with self._lock:
+                            self._missing_checked.discard(name)
+                        why = n.get("DeathReasonMessage") or "its raylet stopped answering"
+                        reason = f"Ray node {n['NodeID'][:12]} died: {why}"[:400]
+                        try:
+                            on_lost(name, reason)
+                        except Exception:
+                            log.exception("handling the loss of node %s failed", name)
+                self._stopped.wait(interval_s)
+
+        thread = threading.Thread(target=loop, name="rollmux-node-watch", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     # --- Dispatcher ---------------------------------------------------------------------
     def warm(self) -> None:
@@ -186,15 +552,12 @@ class RayDispatcher:
     def _dispatch(self, order: PhaseOrder) -> None:
         try:
             ensure_ray(self.address, self.resources)
-            missing = self._missing_resources(order)
+            missing = self._missing_nodes(order)
             if missing:
-                # Ray would keep the actor pending forever: fail the phase with the reason.
-                self.on_report(
-                    PhaseReport(
-                        order.phase_id,
-                        f"error: Ray advertises no resource {', '.join(missing)}",
-                    )
-                )
+                # Ray would keep its workers pending forever: fail the phase with the reason.
+                report = PhaseReport(order.phase_id, f"error: {missing_reason(missing)}")
+                report.group_id, report.job_id = order.group_id, order.job_id
+                self.on_report(report)
                 return
             ref = self._actor(order).run_phase.remote(order.to_dict(), self.report)
         except Exception as exc:
