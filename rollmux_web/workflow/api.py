@@ -24,6 +24,18 @@ AUTH_ERRORS = {401: _err("not authenticated"), 403: _err("not allowed for your r
 
 class PhaseSerializer(serializers.ModelSerializer):
     duration_s = serializers.SerializerMethodField()
+    nodes = serializers.ListField(
+        child=serializers.CharField(), source="node_names", read_only=True,
+        help_text="the inventory nodes it ran on (a sync: the job's rollout nodes, the receivers)",
+    )  # fmt: skip
+    ray_node_ids = serializers.DictField(
+        child=serializers.CharField(), read_only=True,
+        help_text="per node, the id of the Ray node that ran it (empty: in-process dispatcher)",
+    )  # fmt: skip
+    gpu_ids = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()), read_only=True,
+        help_text="per node, the GPU ids Ray gave the phase's workers there",
+    )  # fmt: skip
 
     class Meta:
         model = PhaseRecord
@@ -34,7 +46,11 @@ class PhaseSerializer(serializers.ModelSerializer):
             "placement",
             "iteration",
             "kind",
+            "nodes",
             "node_names",
+            "ray_node_ids",
+            "gpu_ids",
+            "bytes_moved",
             "state",
             "warm_start",
             "queued_at",

@@ -12,6 +12,7 @@ from rollmux_web.inventory.models import Node as NodeRow
 from rollmux_web.inventory.models import NodeState, PoolKind
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.workflow import sync
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation
 from rollmux_web.workflow.models import Placement as PlacementRow
 from scheduler.model import Group, JobProfile, Member, Node, Pool
@@ -29,12 +30,20 @@ def group_id_str(group_id: int) -> str:
     return str(group_id)
 
 
-def job_profile(job: Job, *, slo: float | None = None, tenant: str | None = None) -> JobProfile:
+def job_profile(
+    job: Job,
+    *,
+    slo: float | None = None,
+    tenant: str | None = None,
+    t_sync_s: float | None = None,
+) -> JobProfile:
     """Return the core profile of a job (its remaining iterations: a resubmitted job resumes).
 
     Its `time_scale` is the effective one (`time_scale_of`: the job's own, else the
     settings default for the emulating runners, else 1): the clock its phases run on,
-    which decides the groups it may share.
+    which decides the groups it may share. `t_sync_s`: its weight-sync seconds per
+    iteration (`workflow.sync.t_sync_s`: measured once it ran); None: the estimate from its
+    model's size.
     """
     return JobProfile(
         id=job_id_str(job.pk),
@@ -52,6 +61,7 @@ def job_profile(job: Job, *, slo: float | None = None, tenant: str | None = None
         model=job.model,
         priority=job.priority,
         time_scale=time_scale_of(job.runner, job.time_scale),
+        t_sync_s=sync.estimate_s(job) if t_sync_s is None else t_sync_s,
     )
 
 
@@ -71,9 +81,9 @@ def core_node(node: NodeRow, prices: dict[int, Decimal]) -> Node:
     )
 
 
-def member(placement: PlacementRow) -> Member:
+def member(placement: PlacementRow, *, t_sync_s: float | None = None) -> Member:
     return Member(
-        job=job_profile(placement.job),
+        job=job_profile(placement.job, t_sync_s=t_sync_s),
         rollout_nodes=tuple(sorted(n.name for n in placement.rollout_nodes.all())),
         train_nodes=tuple(sorted(n.name for n in placement.train_nodes.all())),
     )

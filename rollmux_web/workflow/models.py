@@ -157,6 +157,13 @@ class PhaseRecord(models.Model):
     reported_at = models.DateTimeField(null=True, blank=True)
     recovered = models.BooleanField(default=False)
     metrics = models.JSONField(default=dict, blank=True)  # e.g. toy-rl reward
+    # Where it ran, as its host saw it: per inventory node, the Ray node id and the GPU ids
+    # Ray gave the phase's workers there (empty for the in-process dispatcher).
+    ray_node_ids = models.JSONField(default=dict, blank=True)
+    gpu_ids = models.JSONField(default=dict, blank=True)
+    bytes_moved = models.BigIntegerField(
+        null=True, blank=True, help_text="sync: bytes that crossed from the training pool"
+    )
 
     class Meta:
         ordering = ["started_at", "id"]

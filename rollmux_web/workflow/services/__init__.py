@@ -29,7 +29,7 @@ from rollmux_web.workflow.services.orders import (
     job_time_scale,
     order_for,
     phase_order,
-    placement_nodes,
+    placement_pools,
     runner_context,
 )
 from rollmux_web.workflow.services.planning import PlanSummary, queue_plan
@@ -51,7 +51,7 @@ __all__ = [
     "phase_order",
     "phase_start",
     "phases_reconcile",
-    "placement_nodes",
+    "placement_pools",
     "queue_plan",
     "runner_context",
 ]

@@ -43,7 +43,11 @@ from scheduler.model import PhaseKind
 
 log = logging.getLogger(__name__)
 
-_STATE_OF = {Outcome.OK: PhaseState.SUCCEEDED, Outcome.ERROR: PhaseState.FAILED}
+_STATE_OF = {
+    Outcome.OK: PhaseState.SUCCEEDED,
+    Outcome.ERROR: PhaseState.FAILED,
+    Outcome.LOAD_ERROR: PhaseState.FAILED,
+}
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -86,6 +90,9 @@ def phase_finish(
             "finished_at": _ts(report.finished_at) or now,
             "outcome": report.outcome[:500],
             "metrics": report.metrics,
+            "ray_node_ids": report.ray_node_ids,
+            "gpu_ids": report.gpu_ids,
+            "bytes_moved": report.bytes_moved,
             "reported_at": now,
         }
         if recovered:
@@ -117,7 +124,7 @@ def phase_finish(
                     member_remove(runtime, job.pk)
                     lost = result is Outcome.LOST
                     placement_end(placement, EndReason.FAILED, now, effects, kill=lost)
-                    job_fail_or_resubmit(job, report.outcome, now)
+                    job_fail_or_resubmit(job, report.outcome, now, retry=not report.load_error)
         if not effects.group_released:
             phases_start(group, runtime, now, effects, placements=placements)
             runtime_save(group, runtime)

@@ -72,12 +72,21 @@ def _failed_attempts(job: Job) -> int:
     return Placement.objects.filter(job=job, end_reason=EndReason.FAILED).count()
 
 
-def job_fail_or_resubmit(job: Job, outcome: str, now: datetime) -> None:
-    """Resubmit a failed job (it resumes from iterations_done) or fail it for good."""
+def job_fail_or_resubmit(job: Job, outcome: str, now: datetime, *, retry: bool = True) -> None:
+    """Resubmit a failed job (it resumes from iterations_done) or fail it for good.
+
+    `retry=False` (its runner cannot be loaded: it would fail the same way anywhere) fails
+    it at once."""
     failures = _failed_attempts(job)
     limit = settings.ROLLMUX_MAX_ATTEMPTS
     if job.cancel_requested:
         job_finish(job, JobStatus.CANCELLED, now, reason="cancelled after a failed phase")
+    elif not retry:
+        job.status = JobStatus.FAILED
+        job.reason = f"failed, not retried: {outcome}"[:500]
+        job.error = outcome
+        job.finished_at = now
+        job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
     elif failures < limit:
         job.status = JobStatus.QUEUED
         job.reason = (

@@ -18,7 +18,7 @@ from django.db.models.functions import Coalesce
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.services.effects import Effects
-from rollmux_web.workflow.services.orders import phase_order
+from rollmux_web.workflow.services.orders import Pools, phase_order
 from scheduler.group_runtime import GroupRuntime
 
 log = logging.getLogger(__name__)
@@ -50,10 +50,10 @@ def open_placements(group: ExecutionGroup) -> dict[int, Placement]:
     }
 
 
-def _pinned_nodes(runtime: GroupRuntime, job_id: int) -> tuple[str, ...]:
-    """Return every node a member is pinned to (its host's Ray resources)."""
+def _pools(runtime: GroupRuntime, job_id: int) -> Pools:
+    """Return a member's (rollout nodes, training nodes): where its workers live."""
     member = runtime.member(str(job_id))
-    return tuple(sorted(set(member.rollout_nodes) | set(member.train_nodes)))
+    return tuple(member.rollout_nodes), tuple(member.train_nodes)
 
 
 def phases_start(
@@ -109,7 +109,7 @@ def phases_start(
     created = PhaseRecord.objects.bulk_create(rows)
     for phase in created:
         effects.orders.append(
-            phase_order(phase, jobs[phase.job_id], _pinned_nodes(runtime, phase.job_id))
+            phase_order(phase, jobs[phase.job_id], _pools(runtime, phase.job_id))
         )
     started_jobs = [j for j in jobs if jobs[j].status == JobStatus.PLACED]
     if started_jobs:

@@ -8,6 +8,7 @@ from django.conf import settings
 
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.workflow import sync
 from rollmux_web.workflow.models import PhaseRecord, Placement
 from rollmux_web.workflow.ports import PhaseOrder
 
@@ -34,11 +35,19 @@ def runner_context(job: Job) -> dict[str, Any]:
             "redis_url": settings.REDIS_URL,
             "timeout_s": settings.ROLLMUX_EXTERNAL_TIMEOUT_S,
         },
+        "model": job.model,
+        "weights_gb": sync.weights_gb(job.model),
+        "runner_packages": list(settings.ROLLMUX_RUNNER_PACKAGES),
     }
 
 
-def phase_order(phase: PhaseRecord, job: Job, pinned: tuple[str, ...]) -> PhaseOrder:
-    """Return what the dispatcher needs to run a phase record on the job's resident host."""
+Pools = tuple[tuple[str, ...], tuple[str, ...]]  # (rollout nodes, training nodes)
+
+
+def phase_order(phase: PhaseRecord, job: Job, pools: Pools) -> PhaseOrder:
+    """Return what the dispatcher needs to run a phase record on the job's resident host
+    (`pools`: the job's rollout nodes and training nodes, where its workers live)."""
+    rollout, train = pools
     return PhaseOrder(
         phase_id=phase.pk,
         job_id=job.pk,
@@ -46,24 +55,26 @@ def phase_order(phase: PhaseRecord, job: Job, pinned: tuple[str, ...]) -> PhaseO
         kind=phase.kind,
         iteration=phase.iteration,
         nodes=tuple(phase.node_names),
-        pinned_nodes=pinned,
+        pinned_nodes=tuple(sorted(set(rollout) | set(train))),
         runner=job.runner,
         context=runner_context(job),
-        checkpoint_dir=str(settings.ROLLMUX_CHECKPOINT_DIR),
+        checkpoint_dir=settings.ROLLMUX_CHECKPOINT_URI or str(settings.ROLLMUX_CHECKPOINT_DIR),
         resume_iteration=phase.iteration,
         group_id=phase.group_id,
+        rollout_nodes=rollout,
+        train_nodes=train,
     )
 
 
-def placement_nodes(placement: Placement) -> tuple[str, ...]:
-    """Return every node a placement is pinned to (its host's Ray resources), sorted."""
-    names = {n.name for n in placement.rollout_nodes.all()} | {
-        n.name for n in placement.train_nodes.all()
-    }
-    return tuple(sorted(names))
+def placement_pools(placement: Placement) -> Pools:
+    """Return a placement's (rollout nodes, training nodes), each sorted."""
+    return (
+        tuple(sorted(n.name for n in placement.rollout_nodes.all())),
+        tuple(sorted(n.name for n in placement.train_nodes.all())),
+    )
 
 
 def order_for(phase_id: int) -> PhaseOrder:
     """Return the order of one phase record (read from the database)."""
     phase = PhaseRecord.objects.select_related("job", "placement").get(pk=phase_id)
-    return phase_order(phase, phase.job, placement_nodes(phase.placement))
+    return phase_order(phase, phase.job, placement_pools(phase.placement))

@@ -14,7 +14,7 @@ from django.utils import timezone
 from rollmux_web import metrics
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow import converters, snapshot
+from rollmux_web.workflow import converters, snapshot, sync
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Placement
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
@@ -70,8 +70,9 @@ def queue_plan(*, now: datetime | None = None) -> PlanSummary:
                 summary.waiting[job.pk] = str(exc)
             return summary
         effects = Effects()
+        measured = sync.measured_s(j.pk for j in queued)  # a resubmitted job's sync times
         for job in queued:
-            profile = converters.job_profile(job)
+            profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, measured))
             decided = time.perf_counter()
             result = place(
                 profile, state, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
@@ -157,7 +158,7 @@ def _placement_persist(
     )
     job.save(update_fields=["status", "placed_at", "attempts", "reason", "updated_at"])
     runtime = runtime_load(group)
-    member = converters.member(row)
+    member = converters.member(row, t_sync_s=profile.t_sync_s)
     runtime.admit(member, iterations=job.iterations, start_iteration=job.iterations_done)
     phases_start(group, runtime, now, effects)
     runtime_save(group, runtime)

@@ -23,7 +23,7 @@ from rollmux_web.workflow.services.controller import phase_finish
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
 from rollmux_web.workflow.services.locks import ACTIVE_PHASE_STATES, controller_serial, lock_group
-from rollmux_web.workflow.services.orders import job_time_scale, phase_order, placement_nodes
+from rollmux_web.workflow.services.orders import job_time_scale, phase_order, placement_pools
 from scheduler.model import PhaseKind
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def phases_reconcile(
         "job", "placement"
     )
     for phase in active:
-        order = phase_order(phase, phase.job, placement_nodes(phase.placement))
+        order = phase_order(phase, phase.job, placement_pools(phase.placement))
         try:
             probe = dispatcher.probe(order)
         except Exception as exc:
