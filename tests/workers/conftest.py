@@ -10,7 +10,20 @@ from typing import Any
 import pytest
 
 from rollmux_web.workflow import ports
+from tests.workers.multinode import multinode_cluster, order_multinode_last
 from workers.dispatch import PhaseOrder, PhaseReport, Probe
+
+__all__ = ["multinode_cluster"]
+
+
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    order_multinode_last(items)
+
+
+@pytest.fixture(autouse=True)
+def _user_runners_allowlisted(settings: Any) -> None:
+    """The tests' own runners (tests/workers/user_runners.py) are an allowlisted package."""
+    settings.ROLLMUX_RUNNER_PACKAGES = ("tests.workers.user_runners",)
 
 
 def make_job(world: Any, **overrides: Any) -> Any:

@@ -1,0 +1,99 @@
+"""The one multi-node Ray cluster the multi-node tests share (imported by the conftest).
+
+A head (the controller's Ray node: this test process connects to it) plus one Ray node per
+inventory node of the multi-node world, each its own raylet process on loopback, built with
+`ray.cluster_utils.Cluster`: 2 H20 + 2 H800 nodes, 2 GPUs declared each (`num_gpus` on a
+CPU machine), labelled `rollmux.io/node=<name>`. Health checks are tightened so a killed
+raylet is declared dead in about a second (production keeps Ray's defaults, ~15 s).
+
+The single local Ray of the other Ray tests (`ray_cluster`) cannot share a process with
+it, so the tests that use this cluster run last (`order_multinode_last`) and the fixture
+shuts that local Ray down first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+HEAD_PORT = 8145  # the ray helper's port range (8140-8149); never Redis's 6379
+NODES = ("h20-0", "h20-1", "h800-0", "h800-1")
+GPUS_PER_NODE = 2
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+    "no_proxy": "127.0.0.1,localhost,::1",
+}
+# a killed raylet is dead after ~3 missed checks of 300 ms (Ray's default: 5 x 3 s)
+FAST_HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 300,
+    "health_check_timeout_ms": 300,
+    "health_check_failure_threshold": 3,
+}
+
+
+@dataclass
+class MultiNode:
+    cluster: Any
+    nodes: dict[str, Any]  # inventory name -> ray._private.node.Node (its raylet process)
+    address: str
+
+    def ray_node_id(self, name: str) -> str:
+        return str(self.nodes[name].node_id)
+
+    def add(self, name: str) -> Any:
+        """Start a Ray node for an inventory node (again, after a kill)."""
+        from workers.dispatch.ray_dispatcher import NODE_LABEL
+
+        node = self.cluster.add_node(
+            num_cpus=0, num_gpus=GPUS_PER_NODE, labels={NODE_LABEL: name}, wait=True
+        )
+        self.nodes[name] = node
+        return node
+
+
+def start_cluster(names: tuple[str, ...] = NODES, *, port: int = HEAD_PORT) -> MultiNode:
+    """Start a head and one labelled Ray node per name; connect this process to it."""
+    os.environ.update(RAY_ENV)
+    from ray.cluster_utils import Cluster
+
+    from workers.dispatch import ray_dispatcher
+
+    ray_dispatcher.shutdown_ray()  # a local Ray of earlier tests, if any
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "gcs_server_port": port,
+            "include_dashboard": False,
+            "_system_config": FAST_HEALTH_CHECKS,
+        },
+    )
+    multinode = MultiNode(cluster, {}, str(cluster.address))
+    for name in names:
+        multinode.add(name)
+    ray_dispatcher.ensure_ray(multinode.address)
+    return multinode
+
+
+@pytest.fixture(scope="session")
+def multinode_cluster() -> Iterator[MultiNode]:
+    from workers.dispatch import ray_dispatcher
+
+    multinode = start_cluster()
+    yield multinode
+    ray_dispatcher.shutdown_ray()
+    multinode.cluster.shutdown()
+
+
+def order_multinode_last(items: list[Any]) -> None:
+    """Run the tests that use the multi-node cluster after every other test."""
+    items.sort(key=lambda item: "multinode_cluster" in getattr(item, "fixturenames", ()))
