@@ -11,7 +11,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 RAY_ENV := RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled \
 	http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1
 
-.PHONY: install run test check lint fmt types contracts templates bench
+.PHONY: install run run-cluster test check lint fmt types contracts templates bench
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -24,6 +24,11 @@ install: $(VENV)/.installed
 
 run: install
 	./bin/run.sh
+
+# The demo on a local multi-node Ray: a head plus one raylet per inventory node (2 H20 +
+# 2 H800, 2 GPUs each), its own SQLite database; Ctrl-C stops the Ray processes it started.
+run-cluster: install
+	$(PY) bin/run_cluster.py
 
 test: install
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \

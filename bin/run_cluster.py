@@ -1,0 +1,154 @@
+"""`make run-cluster`: the demo on a local multi-node Ray cluster (one raylet per node).
+
+1. migrate its own SQLite database (var/cluster.sqlite3: `make run`'s data is untouched),
+   seed the demo users and a small inventory: 2 H20 + 2 H800 nodes, 2 GPUs each;
+2. start a Ray head (the controller's node: no GPUs) and one Ray node per inventory node,
+   each its own raylet process on loopback, labelled `rollmux.io/node=<name>` and
+   declaring the node's GPUs (`ray.cluster_utils.Cluster`; `ray start --address` refuses
+   to join a second node on one machine with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0);
+3. submit a few small demo jobs (the first run only) and serve the web app (embedded:
+   Celery runs in the web process, which dispatches to the cluster).
+
+Ctrl-C or SIGTERM stops the web server, then exactly the Ray processes this script
+started (by their pids, through the Cluster's process handles): never a machine-wide
+`ray stop`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+    "no_proxy": "127.0.0.1,localhost,::1",
+}
+NODES = {"H20": ("h20-0", "h20-1"), "H800": ("h800-0", "h800-1")}
+GPUS_PER_NODE = 2
+DEMO_JOBS = [  # name, runner, model, t_roll (min, max), t_train (min, max), iterations
+    ("cluster-emu-a", "emulated", "Qwen2.5-7B", (240, 300), (80, 100), 40),
+    ("cluster-emu-b", "emulated", "Qwen2.5-7B", (200, 260), (90, 110), 40),
+    ("cluster-toy-rl", "toy-rl", "toy", (120, 160), (60, 80), 60),
+]
+
+
+def _django(db: Path) -> None:
+    os.environ["DATABASE_URL"] = f"sqlite:///{db}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rollmux_web.settings")
+    os.environ.setdefault("DEBUG", "true")
+    import django
+
+    django.setup()
+
+
+def seed(db: Path) -> None:
+    """Migrate, seed the demo users, shrink the inventory to the cluster's four nodes."""
+    from django.core.management import call_command
+
+    call_command("migrate", "--noinput", verbosity=0)
+    call_command("seed_demo", "--if-empty", "--no-jobs")
+    from rollmux_web.inventory.models import GpuType, Node
+    from rollmux_web.workflow.models import NodeAllocation
+
+    wanted = {name for names in NODES.values() for name in names}
+    GpuType.objects.filter(name__in=NODES).update(gpus_per_node=GPUS_PER_NODE)
+    used = set(NodeAllocation.objects.values_list("node__name", flat=True))
+    Node.objects.exclude(name__in=wanted).exclude(name__in=used).delete()
+    Node.objects.filter(name__in=wanted).update(gpus=GPUS_PER_NODE)
+
+
+def submit_demo_jobs() -> None:
+    from django.contrib.auth.models import User
+
+    from rollmux_web.jobs.models import Job
+    from rollmux_web.jobs.services import job_submit
+
+    if Job.objects.exists():
+        return
+    user = User.objects.get(username="alice")
+    tenant = user.profile.tenants.first()
+    for name, runner, model, (rmin, rmax), (tmin, tmax), iterations in DEMO_JOBS:
+        spec = {
+            "name": name, "tenant": tenant.name if tenant else None, "model": model,
+            "slo_class": "bronze", "runner": runner, "rollout_gpus": GPUS_PER_NODE,
+            "train_gpus": GPUS_PER_NODE, "t_roll_min_s": float(rmin), "t_roll_max_s": float(rmax),
+            "t_train_min_s": float(tmin), "t_train_max_s": float(tmax), "host_mem_gb": 200.0,
+            "iterations": iterations,
+        }  # fmt: skip
+        job = job_submit(user=user, spec=spec, channel="seed")
+        print(f"  job #{job.pk} {job.name} ({runner})")
+
+
+def start_cluster(port: int) -> Any:
+    """Start the head and one labelled Ray node per inventory node; return the Cluster."""
+    from ray.cluster_utils import Cluster
+
+    from rollmux_web.inventory.models import Node
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "gcs_server_port": port, "include_dashboard": False},
+        shutdown_at_exit=True,
+    )
+    for node in Node.objects.order_by("name"):
+        cluster.add_node(
+            num_cpus=0, num_gpus=node.gpus, labels={"rollmux.io/node": node.name}, wait=True
+        )
+        print(f"  Ray node for {node.name}: {node.gpus} GPUs, label rollmux.io/node={node.name}")
+    return cluster
+
+
+def main() -> int:
+    os.environ.update(RAY_ENV)
+    port = int(os.environ.get("ROLLMUX_CLUSTER_PORT", "8146"))
+    http = os.environ.get("ROLLMUX_HTTP_ADDR", "127.0.0.1:8000")
+    db = ROOT / "var" / "cluster.sqlite3"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    _django(db)
+    seed(db)
+    print(f"Ray head on 127.0.0.1:{port}, one Ray node per inventory node:")
+    t0 = time.monotonic()
+    cluster = start_cluster(port)
+    print(f"  cluster up in {time.monotonic() - t0:.1f} s")
+    submit_demo_jobs()
+    env = dict(os.environ, ROLLMUX_DISPATCHER="ray", ROLLMUX_RAY_ADDRESS=str(cluster.address))
+    env.pop("REDIS_URL", None)  # embedded: Celery runs in the web process
+    web = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", http, "--noreload"], cwd=ROOT, env=env
+    )
+    print(f"RollMux on http://{http}  (alice / demo-alice, admin / demo-admin); Ctrl-C stops")
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return web.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if web.poll() is None:
+            web.terminate()
+            try:
+                web.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                web.kill()
+        cluster.shutdown()  # the head and every node process it started, by pid
+        print("stopped the web server and the Ray processes this script started")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
