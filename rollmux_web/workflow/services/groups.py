@@ -108,9 +108,7 @@ def phases_start(
     # it ever were, the IntegrityError aborts the whole event (nothing half-applied).
     created = PhaseRecord.objects.bulk_create(rows)
     for phase in created:
-        effects.orders.append(
-            phase_order(phase, jobs[phase.job_id], _pools(runtime, phase.job_id))
-        )
+        effects.orders.append(phase_order(phase, jobs[phase.job_id], _pools(runtime, phase.job_id)))
     started_jobs = [j for j in jobs if jobs[j].status == JobStatus.PLACED]
     if started_jobs:
         # a resubmitted job keeps the start of its first attempt
