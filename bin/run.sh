@@ -19,6 +19,8 @@ if [ -n "${REDIS_URL:-}" ]; then
     -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux & pids+=($!)
   # what-if simulations: their own process, so they never slow the controller down
   .venv/bin/celery -A rollmux_web worker -n sim@%h -l INFO -P solo -Q rollmux-sim & pids+=($!)
+  # notification deliveries (mail servers, webhooks): off the controller's queue too
+  .venv/bin/celery -A rollmux_web worker -n notify@%h -l INFO -P threads -c 4 -Q rollmux-notify & pids+=($!)
   .venv/bin/celery -A rollmux_web beat -l INFO -s "${TMPDIR:-/tmp}/rollmux-celerybeat" & pids+=($!)
 fi
 echo "RollMux on http://127.0.0.1:8000  (log in as alice / demo-alice, admin / demo-admin)"

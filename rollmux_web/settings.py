@@ -161,6 +161,7 @@ INSTALLED_APPS = [
     "rollmux_web.workflow",
     "rollmux_web.audit",
     "rollmux_web.reports",
+    "rollmux_web.notifications",
     # the composition root: wires the web app's ports to the dispatchers and triggers
     "workers",
 ]
@@ -299,10 +300,16 @@ CELERY_TASK_DEFAULT_QUEUE = "rollmux"
 # What-if simulations are CPU-heavy and long: they get their own queue and worker, so a
 # simulation never holds up the group controller's phase events (the switch path).
 ROLLMUX_SIM_QUEUE = "rollmux-sim"
-CELERY_TASK_ROUTES = {"reports.run_whatif": {"queue": ROLLMUX_SIM_QUEUE}}
+# Notification deliveries wait on other people's mail servers and webhooks: their own queue.
+ROLLMUX_NOTIFY_QUEUE = "rollmux-notify"
+CELERY_TASK_ROUTES = {
+    "reports.run_whatif": {"queue": ROLLMUX_SIM_QUEUE},
+    "rollmux_web.notifications.tasks.*": {"queue": ROLLMUX_NOTIFY_QUEUE},
+}
 CELERY_BEAT_SCHEDULE = {
     "plan-safety-net": {"task": "workers.tasks.plan", "schedule": 30.0},
     "reconcile": {"task": "workers.tasks.reconcile", "schedule": 15.0},
+    "notifications-sweep": {"task": "rollmux_web.notifications.tasks.sweep", "schedule": 60.0},
 }
 
 # --- Scheduling and execution ------------------------------------------------
@@ -336,6 +343,33 @@ ROLLMUX_DISPATCH_GRACE_S = env_float("ROLLMUX_DISPATCH_GRACE_S", 20.0, minimum=0
 ROLLMUX_ASYNC_COMMIT_PHASE_EVENTS = env_bool("ROLLMUX_ASYNC_COMMIT_PHASE_EVENTS", True)
 # Empty: /metrics is open (serve it on an internal network); set: scrapers send it as a Bearer token.
 ROLLMUX_METRICS_TOKEN = env_str("ROLLMUX_METRICS_TOKEN", "")
+
+# --- Notifications (rollmux_web/notifications) -----------------------------------
+# Mail goes through SMTP from the environment; without EMAIL_HOST it is printed to the log.
+EMAIL_HOST = env_str("EMAIL_HOST", "")
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = env_int("EMAIL_PORT", 587 if env_bool("EMAIL_USE_TLS", False) else 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "rollmux@localhost")
+# The site's public URL, for links in notifications (e.g. https://rollmux.example.internal).
+ROLLMUX_PUBLIC_URL = env_str("ROLLMUX_PUBLIC_URL", "")
+ROLLMUX_NOTIFY_MAX_ATTEMPTS = env_int("ROLLMUX_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+ROLLMUX_NOTIFY_BACKOFF_S = env_float("ROLLMUX_NOTIFY_BACKOFF_S", 30.0, minimum=0.0)
+ROLLMUX_NOTIFY_BACKOFF_MAX_S = env_float("ROLLMUX_NOTIFY_BACKOFF_MAX_S", 3600.0, minimum=0.0)
+# Webhooks to loopback/private addresses are refused (no user may make the server call its
+# own network) unless this is set (a receiver on the same private network, tests).
+ROLLMUX_WEBHOOK_ALLOW_PRIVATE = env_bool("ROLLMUX_WEBHOOK_ALLOW_PRIVATE", False)
+# A phase slower than its declared worst case by more than this fraction: "job drifting".
+ROLLMUX_DRIFT_TOLERANCE = env_float("ROLLMUX_DRIFT_TOLERANCE", 0.1, minimum=0.0)
 
 LOGGING = {
     "version": 1,

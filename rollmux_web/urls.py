@@ -15,6 +15,7 @@ urlpatterns = [
     path("inventory/", include("rollmux_web.inventory.urls")),
     path("quotas/", include("rollmux_web.quotas.urls")),
     path("audit/", include("rollmux_web.audit.urls")),
+    path("notifications/", include("rollmux_web.notifications.urls")),
     path("api/v1/", include("rollmux_web.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

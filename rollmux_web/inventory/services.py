@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from rollmux_web import events
 from rollmux_web.audit.services import audit_record, save_changes, snapshot
 from rollmux_web.inventory.models import (
     Cluster,
@@ -278,6 +279,8 @@ def node_update(*, actor: Any, node_id: int, data: Mapping[str, Any]) -> Node:
         audit_record(actor=actor, action=action, obj=node, before=before, after=after)
     if after["state"] != before["state"]:
         transaction.on_commit(lambda: _after_node_state_change(node.pk))
+        if after["state"] == NodeState.DOWN:
+            events.publish(events.NODE_DOWN, node=node)
     return node
 
 

@@ -12,11 +12,13 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rollmux_web import metrics
+from rollmux_web import events, metrics
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
+from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.ports import Outcome, PhaseReport
 from rollmux_web.workflow.services.departures import (
@@ -120,6 +122,7 @@ def phase_finish(
             if job.status not in TERMINAL_STATUSES:
                 if result is Outcome.OK:
                     _after_success(job, phase, placement, runtime, finish, now, effects)
+                    _check_drift(job, phase, report)
                 else:
                     member_remove(runtime, job.pk)
                     lost = result is Outcome.LOST
@@ -133,6 +136,29 @@ def phase_finish(
             ended = report.finished_at  # observed after the dispatch (on_commit runs in order)
             transaction.on_commit(lambda: metrics.observe_switch(ended))
     return True
+
+
+def _check_drift(job: Job, phase: ClaimedPhase, report: PhaseReport) -> None:
+    """Publish "job drifting" when a phase took longer, in profile seconds, than the job
+    declared as its worst case (by more than ROLLMUX_DRIFT_TOLERANCE): the planner's
+    estimates for the job and its group no longer hold. No query: the numbers are at hand."""
+    declared = {PhaseKind.ROLLOUT.value: job.t_roll_max_s, PhaseKind.TRAIN.value: job.t_train_max_s}
+    worst = declared.get(phase.kind)
+    if not worst or report.started_at is None or report.finished_at is None:
+        return
+    profile_s = (report.finished_at - report.started_at) * time_scale_of(job.runner, job.time_scale)
+    if profile_s > worst * (1.0 + settings.ROLLMUX_DRIFT_TOLERANCE):
+        events.publish(
+            events.JOB_DRIFTING,
+            job=job,
+            key=f"{events.JOB_DRIFTING}:{job.pk}:{phase.placement_id}",  # once per placement
+            detail={
+                "phase": phase.kind,
+                "iteration": phase.iteration + 1,
+                "profile_s": round(profile_s, 3),
+                "declared_s": worst,
+            },
+        )
 
 
 def _after_success(
@@ -158,6 +184,7 @@ def _after_success(
         member_remove(runtime, job.pk)
         placement_end(placement, EndReason.COMPLETED, now, effects)
         job_finish(job, JobStatus.COMPLETED, now)
+        events.publish(events.JOB_COMPLETED, job=job)
     elif job.cancel_requested:
         # cancel takes effect at the phase boundary: drop the job's next phase
         member_remove(runtime, job.pk)

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from rollmux_web import metrics
+from rollmux_web import events, metrics
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.workflow import ports
@@ -96,12 +96,14 @@ def job_fail_or_resubmit(job: Job, outcome: str, now: datetime, *, retry: bool =
         job.error = outcome
         job.save(update_fields=["status", "reason", "error", "updated_at"])
         transaction.on_commit(lambda: metrics.count_resubmission("failed"))
+        events.publish(events.JOB_RESUBMITTED, job=job, detail={"reason": job.reason})
     else:
         job.status = JobStatus.FAILED
         job.reason = f"failed {failures} times (limit {limit}): {outcome}"[:500]
         job.error = outcome
         job.finished_at = now
         job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
+        events.publish(events.JOB_FAILED, job=job, detail={"reason": job.reason})
 
 
 def job_finish(job: Job, status: str, now: datetime, *, reason: str = "") -> None:
@@ -198,6 +200,7 @@ def _node_down(*, node_id: int, now: datetime | None) -> list[int]:
                 )
                 job.save(update_fields=["status", "reason", "updated_at"])
                 transaction.on_commit(lambda: metrics.count_resubmission("node_down"))
+                events.publish(events.JOB_RESUBMITTED, job=job, detail={"reason": job.reason})
                 resubmitted.append(job.pk)
             if ExecutionGroup.objects.filter(pk=group.pk, released_at__isnull=True).exists():
                 phases_start(group, runtime, now, effects)

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rollmux_web import metrics
+from rollmux_web import events, metrics
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import converters, snapshot, sync
@@ -90,6 +90,7 @@ def queue_plan(*, now: datetime | None = None) -> PlanSummary:
                 job.error = result.reason
                 job.finished_at = now
                 job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
+                events.publish(events.JOB_FAILED, job=job, detail={"reason": job.reason})
                 summary.infeasible[job.pk] = result.reason
         effects.replan = False
         effects.schedule()
@@ -157,6 +158,15 @@ def _placement_persist(
         f" (predicted slowdown {slowdown:.2f})"
     )
     job.save(update_fields=["status", "placed_at", "attempts", "reason", "updated_at"])
+    events.publish(
+        events.JOB_PLACED,
+        job=job,
+        detail={
+            "group": group.pk,
+            "strategy": placement.strategy.value.replace("_", " "),
+            "predicted_slowdown": slowdown,
+        },
+    )
     runtime = runtime_load(group)
     member = converters.member(row, t_sync_s=profile.t_sync_s)
     runtime.admit(member, iterations=job.iterations, start_iteration=job.iterations_done)

@@ -1,0 +1,99 @@
+"""The notifications page: your subscriptions, a form to add one, the delivery log. Thin:
+services write, selectors read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from rollmux_web import events
+from rollmux_web.accounts.access import visible_tenant_ids
+from rollmux_web.accounts.models import Tenant
+from rollmux_web.accounts.selectors import is_admin, visible_tenants
+from rollmux_web.notifications import selectors, services, tasks
+from rollmux_web.notifications.models import Channel, Scope
+
+
+def _context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    scopes = [
+        (v, label) for v, label in Scope.choices if v != Scope.CLUSTER or is_admin(request.user)
+    ]
+    return {
+        "subscriptions": list(selectors.subscriptions_for(request.user)),
+        "deliveries": selectors.deliveries_for(request.user),
+        "kinds": list(events.KINDS.items()),
+        "channels": Channel.choices,
+        "scopes": scopes,
+        "tenants": list(visible_tenants(request.user)),
+        "errors": {},
+        "values": {"events": [], "scope": Scope.MINE, "channel": Channel.EMAIL},
+        **extra,
+    }
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def index(request: HttpRequest) -> HttpResponse:
+    """List subscriptions and deliveries; POST adds a subscription."""
+    if request.method == "POST":
+        values: dict[str, Any] = {
+            "channel": str(request.POST.get("channel", "")),
+            "target": str(request.POST.get("target", "")),
+            "scope": str(request.POST.get("scope", Scope.MINE)),
+            "tenant": str(request.POST.get("tenant", "")),
+            "events": [str(e) for e in request.POST.getlist("events")],
+        }
+        tenant = None
+        if values["tenant"]:
+            visible = visible_tenant_ids(request.user)
+            tenant = Tenant.objects.filter(name=values["tenant"]).first()
+            if tenant is not None and visible is not None and tenant.pk not in visible:
+                tenant = None  # another tenant's name reads as no tenant at all
+        try:
+            services.subscription_create(
+                user=request.user,
+                channel=values["channel"],
+                target=values["target"],
+                events_wanted=values["events"],
+                scope=values["scope"],
+                tenant=tenant,
+            )
+        except ValidationError as exc:
+            ctx = _context(request, errors=exc.message_dict, values=values)
+            return render(request, "notifications/index.html", ctx, status=400)
+        messages.success(request, f"Saved: notifications to {values['target']}.")
+        return redirect("notifications:index")
+    response = render(request, "notifications/index.html", _context(request))
+    response["Cache-Control"] = "no-store"  # the page shows webhook secrets to their owners
+    return response
+
+
+@login_required
+@require_POST
+def delete(request: HttpRequest, subscription_id: int) -> HttpResponse:
+    services.subscription_delete(user=request.user, subscription_id=subscription_id)
+    messages.success(request, "Subscription removed.")
+    return redirect("notifications:index")
+
+
+@login_required
+@require_POST
+def rotate(request: HttpRequest, subscription_id: int) -> HttpResponse:
+    services.subscription_rotate_secret(user=request.user, subscription_id=subscription_id)
+    messages.success(request, "New signing secret: update your receiver.")
+    return redirect("notifications:index")
+
+
+@login_required
+@require_POST
+def test(request: HttpRequest, subscription_id: int) -> HttpResponse:
+    delivery = services.send_test(user=request.user, subscription_id=subscription_id)
+    tasks.enqueue([delivery.pk])
+    messages.success(request, "Test delivery queued: see the log below.")
+    return redirect("notifications:index")
