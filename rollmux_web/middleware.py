@@ -3,7 +3,9 @@
 1. A body over DATA_UPLOAD_MAX_MEMORY_SIZE: 413 in the API's JSON error shape under /api/
    (checked from Content-Length before anything reads the body; a chunked body that grows
    past the limit is caught when Django refuses to read it), a plain 413 page elsewhere.
-2. With DEBUG on (`make run`), a page that does not exist still gets the branded 404 page,
+2. A query parameter given twice on /api/ is a 400 naming it: every API parameter takes one
+   value (the OpenAPI schema says so), and silently using the last one would hide a bug.
+3. With DEBUG on (`make run`), a page that does not exist still gets the branded 404 page,
    not Django's debug page listing every URL pattern; the API keeps its JSON 404.
 """
 
@@ -29,6 +31,13 @@ def _too_large(request: HttpRequest) -> HttpResponse:
     return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
 
 
+def _repeated(names: list[str]) -> HttpResponse:
+    fields = {n: ["Give this parameter once."] for n in names}
+    message = f"{names[0]}: Give this parameter once."
+    body = {"error": {"code": "invalid", "message": message, "fields": fields}}
+    return HttpResponse(json.dumps(body), status=400, content_type="application/json")
+
+
 def _branded_404(request: HttpRequest) -> HttpResponse:
     return HttpResponse(loader.render_to_string("404.html", request=request), status=404)
 
@@ -45,6 +54,10 @@ class ErrorShapeMiddleware:
             length = 0
         if limit is not None and length > limit:
             return _too_large(request)
+        if request.path.startswith("/api/"):
+            repeated = sorted(k for k, v in request.GET.lists() if len(v) > 1)
+            if repeated:
+                return _repeated(repeated)
         response = self.get_response(request)
         if (
             settings.DEBUG

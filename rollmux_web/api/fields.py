@@ -69,3 +69,14 @@ class StrictIntegerField(_Strict, serializers.IntegerField):
 
 class StrictFloatField(_Strict, serializers.FloatField):
     pass
+
+
+def query_choice(params: Any, name: str, choices: list[str]) -> str | None:
+    """Return a query parameter that must be one of `choices` (the schema's enum), or None
+    when absent or empty; another value is a 400 naming the parameter and the choices."""
+    value = query_text(params, name)
+    if value is not None and value not in choices:
+        raise serializers.ValidationError(
+            {name: [f"Must be one of {', '.join(choices)}; got {value!r}."]}
+        )
+    return value

@@ -29,11 +29,15 @@ class ApiErrorSerializer(serializers.Serializer):
 
 
 DESCRIPTIONS = {
-    "400": "invalid input (fields name each problem); nothing was saved",
+    "400": "invalid input: a body field or a query parameter (fields name each problem); "
+    "nothing was saved",
     "401": "not authenticated (missing, invalid or revoked token)",
     "403": "not allowed for your role",
     "404": "no such object (or another tenant's), or a page past the end",
     "409": "still in use; cannot delete",
+    "413": "the request body is larger than the server accepts",
+    "414": "the request line (path and query) is longer than the server accepts",
+    "429": "too many requests for this token (or address): Retry-After says when to retry",
 }
 
 
@@ -41,17 +45,22 @@ class ErrorDocumentingAutoSchema(AutoSchema):
     """Add the error responses the view can return to whatever success response it documents."""
 
     def _error_codes(self) -> list[str]:
-        codes: list[str] = []
+        # 400 everywhere: a body or a parameter can be invalid on every operation (a query
+        # parameter given twice is refused on all of them)
+        codes: list[str] = ["400"]
         public = any(isinstance(p, AllowAny) for p in self.view.get_permissions())
         has_path_param = "{" in self.path
-        if self.method in ("POST", "PUT", "PATCH") or (self.method == "GET" and not has_path_param):
-            codes.append("400")
         if not public:
             codes += ["401", "403"]
         if has_path_param or (self.method == "GET" and self._is_list_view()):
             codes.append("404")
         if self.method == "DELETE":
             codes.append("409")
+        if self.method in ("POST", "PUT", "PATCH"):
+            codes.append("413")
+        # Any request may meet the front server's limit on the request line and the rate
+        # limits (per token, or per address when anonymous).
+        codes += ["414", "429"]
         return codes
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:

@@ -13,6 +13,11 @@ from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 from rollmux_web.audit import selectors
 from rollmux_web.audit.serializers import AuditEntrySerializer
 
+# what the filter accepts, so schema-driven clients send what validates
+DATE_OR_DATETIME = {
+    "anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]
+}
+
 
 @extend_schema_view(
     list=extend_schema(
@@ -24,10 +29,10 @@ from rollmux_web.audit.serializers import AuditEntrySerializer
             OpenApiParameter("object_type", OpenApiTypes.STR),
             OpenApiParameter("tenant", OpenApiTypes.STR),
             OpenApiParameter(
-                "since", OpenApiTypes.STR, description="date or ISO datetime (inclusive)"
+                "since", DATE_OR_DATETIME, description="date or ISO datetime (inclusive)"
             ),
             OpenApiParameter(
-                "until", OpenApiTypes.STR, description="date (whole day included) or ISO datetime"
+                "until", DATE_OR_DATETIME, description="date (whole day included) or ISO datetime"
             ),
         ]
     )

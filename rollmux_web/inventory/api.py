@@ -10,7 +10,7 @@ from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from rollmux_web.api.fields import query_text
+from rollmux_web.api.fields import query_choice, query_text
 from rollmux_web.api.permissions import AdminWritesOthersRead
 from rollmux_web.api.schema import ErrorDocumentingAutoSchema
 from rollmux_web.inventory import selectors, services
@@ -77,7 +77,7 @@ class NodeViewSet(viewsets.ModelViewSet):
         return selectors.node_list(
             cluster=query_text(params, "cluster"),
             gpu_type=query_text(params, "gpu_type"),
-            state=query_text(params, "state"),
+            state=query_choice(params, "state", list(NodeState.values)),
         ).order_by("cluster__kind", "name")
 
 

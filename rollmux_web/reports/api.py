@@ -16,8 +16,12 @@ from rollmux_web.reports import exports, selectors
 from rollmux_web.reports.forms import DateRangeForm
 
 RANGE_PARAMS = [
-    OpenApiParameter("start", str, description="first day (YYYY-MM-DD, UTC); default: month start"),
-    OpenApiParameter("end", str, description="last day, inclusive (YYYY-MM-DD); default: today"),
+    OpenApiParameter(
+        "start", OpenApiTypes.DATE, description="first day (YYYY-MM-DD, UTC); default: month start"
+    ),
+    OpenApiParameter(
+        "end", OpenApiTypes.DATE, description="last day, inclusive (YYYY-MM-DD); default: today"
+    ),
 ]
 MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
 ROUNDING = (
