@@ -145,6 +145,10 @@ class JobProfile:
     # but the last (nothing reads the last weights), on the job's rollout nodes. Counted
     # in the iteration (T_solo) and on the rollout side of the meta-iteration.
     t_sync_s: float = 0.0
+    # The job's observed mean solo iteration time (profile seconds) once it has run
+    # (the live planner learns it from its phase records); None: not known yet. The
+    # SLO check (scheduler.slo) uses it instead of the distribution's mean.
+    observed_solo_s: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.time_scale) and self.time_scale > 0):
@@ -154,6 +158,11 @@ class JobProfile:
         if not (math.isfinite(self.t_sync_s) and self.t_sync_s >= 0):
             raise ValueError(
                 f"job {self.id!r}: t_sync_s must be a finite number >= 0, got {self.t_sync_s!r}"
+            )
+        observed = self.observed_solo_s
+        if observed is not None and not (math.isfinite(observed) and observed > 0):
+            raise ValueError(
+                f"job {self.id!r}: observed_solo_s must be a finite number > 0, got {observed!r}"
             )
 
     @property
@@ -246,6 +255,9 @@ class PlacementResult:
     # predicted co-execution slowdown (T_meta / T_solo, worst case) per job id in
     # the resulting group, the new job included
     predicted_slowdown: dict[str, float] = field(default_factory=dict)
+    # probability that each member of the resulting group meets its SLO
+    # (scheduler.stochastic.slo_probabilities), the new job included
+    slo_probability: dict[str, float] = field(default_factory=dict)
 
     @property
     def strategy(self) -> Strategy | None:

@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.cluster import node_name
-from scheduler.meta_iteration import steady_iteration_times
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
 from scheduler.planner.index import GroupSummary
+from scheduler.slo import DEFAULT_SLO_MARGIN, check_group, expected_solo_s
+from scheduler.stochastic import slo_probabilities
 
 # Floating-point slack of every time and memory comparison of the planner.
 EPS = 1e-9
@@ -131,6 +132,10 @@ class Request:
     switch_overhead_s: float
     max_group_size: int
     prune_saturated: bool = True  # line 4; False leaves the SLO check alone to decide
+    slo_margin: float | None = DEFAULT_SLO_MARGIN  # scheduler.slo; None: worst case alone
+    # refuse a placement that gives a member a lower probability of meeting its SLO
+    # (scheduler.stochastic); None: not checked
+    min_slo_probability: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,31 +295,29 @@ def check_slo(
     train: tuple[str, ...],
     *,
     switch_overhead_s: float,
+    slo_margin: float | None = DEFAULT_SLO_MARGIN,
 ) -> dict[str, float] | None:
-    """Return every member's predicted slowdown in G + job, or None if an SLO breaks (line 7)."""
+    """Return every member's predicted slowdown in G + job, or None if an SLO breaks (line 7).
+
+    The slowdowns are worst-case (every phase at its maximum); the SLOs are checked by
+    scheduler.slo.check_group: on worst-case durations against worst-case solo times,
+    and on expected durations against expected solo times.
+    """
     members = group.members + (Member(job, rollout, train),)
-    times = steady_iteration_times(members, switch_overhead_s=switch_overhead_s)
-    t_cycle = max(m.job.t_solo_max_s for m in members)
-    load: dict[str, float] = {}
-    for m in members:
-        for x in m.rollout_nodes:
-            load[x] = load.get(x, 0.0) + m.job.rollout_pool_max_s
-        for x in m.train_nodes:
-            load[x] = load.get(x, 0.0) + m.job.t_train_max_s
-    floor = max(t_cycle, max(load.values()))
-    out: dict[str, float] = {}
-    for m, t in zip(members, times, strict=True):
-        t = max(t, floor)
-        if t > m.job.slo * m.job.t_solo_max_s + EPS:
-            return None
-        out[m.job.id] = t / m.job.t_solo_max_s
+    check = check_group(members, switch_overhead_s=switch_overhead_s, margin=slo_margin)
+    if not check.ok:
+        return None
     # The joiner also waits for its turn in the meta-iteration in progress (see
     # scheduler.group_runtime): spread over its iterations, that must fit its SLO too.
     n = job.iterations
-    t_new = out[job.id] * job.t_solo_max_s
+    t_new = check.worst_s[-1]
     if t_new * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n > job.slo * job.t_solo_max_s + EPS:
         return None
-    return out
+    if check.expected_s:
+        e_new = check.expected_s[-1]
+        if e_new * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n > job.slo * expected_solo_s(job) + EPS:
+            return None
+    return {m.job.id: t / m.job.t_solo_max_s for m, t in zip(members, check.worst_s, strict=True)}
 
 
 def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidate]:
@@ -355,10 +358,20 @@ def choose(req: Request, summaries: Sequence[GroupSummary]) -> Choice | None:
             assert new is not None
             return new if best is None else best
         slow = check_slo(
-            c.summary.group, job, c.rollout, c.train, switch_overhead_s=req.switch_overhead_s
+            c.summary.group,
+            job,
+            c.rollout,
+            c.train,
+            switch_overhead_s=req.switch_overhead_s,
+            slo_margin=req.slo_margin,
         )
         if slow is None:  # line 7: pruned (the paper's "infinite cost")
             continue
+        if req.min_slo_probability is not None:
+            members = c.summary.group.members + (Member(job, c.rollout, c.train),)
+            p = slo_probabilities(members, switch_overhead_s=req.switch_overhead_s)
+            if min(p.values()) < req.min_slo_probability:
+                continue
         t = slow[job.id] * job.t_solo_max_s
         if t < best_time - EPS:
             best, best_time = (c, slow), t

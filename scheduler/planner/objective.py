@@ -38,6 +38,9 @@ from scheduler.planner.algorithm1 import (
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
 
+# what the drawn solo time averages to: the SLO check's expectation (re-exported)
+from scheduler.slo import expected_solo_s as expected_solo_s
+
 
 @dataclass(frozen=True)
 class JobProgress:
@@ -56,11 +59,6 @@ def expected_roll_s(job: JobProfile) -> float:
 def expected_train_s(job: JobProfile) -> float:
     """Return the expected training duration: the mean of [t_train_min_s, t_train_max_s]."""
     return (job.train_min + job.t_train_max_s) / 2.0
-
-
-def expected_solo_s(job: JobProfile) -> float:
-    """Return the expected solo iteration time (what the drawn solo time averages to)."""
-    return expected_roll_s(job) + expected_train_s(job)
 
 
 def _expected(member: Member) -> Member:
@@ -196,7 +194,9 @@ def choose_by_expected_cost(
             break
         assert c.summary is not None
         group = c.summary.group
-        slow = check_slo(group, job, c.rollout, c.train, switch_overhead_s=switch)
+        slow = check_slo(
+            group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+        )
         if slow is None:
             continue
         if group.id not in before:

@@ -1,0 +1,146 @@
+"""The distribution-aware SLO check (scheduler.slo) and the SLO probability (scheduler.stochastic)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from scheduler.cluster import empty_state
+from scheduler.model import ClusterState, JobProfile, PhaseKind, Strategy
+from scheduler.planner import apply_placement, place
+from scheduler.slo import check_group, expected_profile, expected_solo_s
+from scheduler.stochastic import duration_model, slo_probabilities
+from tests.scheduler.builders import cluster_spec, job, member
+
+# A long job whose actual phases sit close to their maximum (90-100%), and a short one
+# whose phases vary from half their maximum: on worst-case durations B fits in A's
+# bubbles (B's window 1.5 x 290 = 435 s >= A's 400 s cycle, the join wait included),
+# but A's actual cycle (~380 s) is more than 1.5 x B's actual solo time (~217.5 s).
+LONG = job("A", 300, 100, slo=1.5, roll_min=270, train_min=90)
+SHORT = job("B", 90, 200, slo=1.5, roll_min=45, train_min=100)
+# B's shape with phases that vary like A's (90-100% of their maximum).
+ALIKE = job("C", 90, 200, slo=1.5, roll_min=81, train_min=180)
+
+
+def with_first(first: JobProfile) -> ClusterState:
+    state = empty_state(cluster_spec(4, 4, overhead=0.0))
+    res = place(first, state)
+    assert res.placement is not None
+    return apply_placement(state, first, res.placement, group_id="g")
+
+
+def test_expected_solo_time_is_the_distribution_mean_or_the_observed_one() -> None:
+    assert expected_solo_s(SHORT) == pytest.approx(67.5 + 150)
+    assert expected_solo_s(replace(SHORT, t_sync_s=5.0)) == pytest.approx(222.5)
+    assert expected_solo_s(replace(SHORT, observed_solo_s=260.0)) == 260.0
+    exact = expected_profile(job("X", 100, 50), margin=0.03)
+    assert (exact.t_roll_max_s, exact.t_train_max_s) == (100, 50)  # never above the max
+    with pytest.raises(ValueError, match="observed_solo_s"):
+        replace(SHORT, observed_solo_s=0.0)
+
+
+def test_a_short_member_is_not_packed_when_the_long_ones_actual_cycle_breaks_its_slo() -> None:
+    state = with_first(LONG)
+    # The paper's worst-case check alone would pack B into A's group ...
+    paper = place(SHORT, state, slo_margin=None)
+    assert paper.strategy is Strategy.DIRECT_PACKING
+    # ... where B would feel ~380 / 217.5 = 1.75x > 1.5: the expected check refuses.
+    check = check_group(
+        (member(LONG, ("r1",), ("t1",)), member(SHORT, ("r1",), ("t1",))), switch_overhead_s=0.0
+    )
+    assert check.worst_s == (400.0, 400.0) and check.held == (True, False)
+    ours = place(SHORT, state)
+    assert ours.strategy is Strategy.NEW_GROUP  # sharing the training node only fails too
+
+
+def test_a_member_whose_phases_vary_like_the_long_ones_still_shares() -> None:
+    state = with_first(LONG)
+    res = place(ALIKE, state)
+    assert res.strategy is Strategy.DIRECT_PACKING
+    # Exact phases: the expected check is the worst-case one.
+    exact_state = with_first(job("A", 300, 100, slo=1.5))
+    assert place(job("E", 90, 200, slo=1.5), exact_state).strategy is Strategy.DIRECT_PACKING
+
+
+def test_an_observed_mean_replaces_the_profile_in_the_check() -> None:
+    state = with_first(LONG)
+    # B has run and its mean solo iteration was 285 s (close to its 290 s max).
+    learned = replace(SHORT, observed_solo_s=285.0)
+    assert place(learned, state).strategy is Strategy.DIRECT_PACKING
+
+
+# --- the probability ----------------------------------------------------------------------
+
+
+def test_a_job_alone_meets_its_slo_with_certainty() -> None:
+    p = slo_probabilities([member(SHORT)], switch_overhead_s=2.0)
+    assert p == {"B": 1.0}
+    res = place(SHORT, empty_state(cluster_spec(4, 4)))
+    assert res.slo_probability == {"B": 1.0}
+
+
+def test_the_probability_falls_for_the_member_whose_actual_ratio_is_lower() -> None:
+    risky = slo_probabilities(
+        [member(LONG, ("r1",), ("t1",)), member(SHORT, ("r2",), ("t1",))], switch_overhead_s=0.0
+    )
+    assert risky["A"] == 1.0  # A sets the cycle: its own draws are on both sides
+    assert risky["B"] < 0.01  # ~380 s against 1.5 x ~217.5 s, whatever B draws
+    alike = ALIKE
+    safe = slo_probabilities(
+        [member(LONG, ("r1",), ("t1",)), member(alike, ("r2",), ("t1",))], switch_overhead_s=0.0
+    )
+    assert safe["C"] > 0.99
+    # Deterministic by default; an injected rng gives its own sample.
+    assert risky == slo_probabilities(
+        [member(LONG, ("r1",), ("t1",)), member(SHORT, ("r2",), ("t1",))], switch_overhead_s=0.0
+    )
+    other = slo_probabilities(
+        [member(LONG, ("r1",), ("t1",)), member(alike, ("r2",), ("t1",))],
+        switch_overhead_s=0.0,
+        rng=np.random.default_rng(7),
+    )
+    assert other["C"] > 0.99
+
+
+def test_few_remaining_iterations_make_a_borderline_member_less_certain() -> None:
+    a = job("A", 300, 100, slo=1.2, roll_min=150, train_min=50)
+    b = job("B", 200, 150, slo=1.2, roll_min=100, train_min=75)
+    members = [member(a, ("r1",), ("t1",)), member(b, ("r2",), ("t1",))]
+    many = slo_probabilities(members, switch_overhead_s=0.0, remaining_iterations={"B": 1000})
+    few = slo_probabilities(members, switch_overhead_s=0.0, remaining_iterations={"B": 3})
+    assert 0.0 < few["B"] < 1.0
+    assert abs(many["B"] - 0.5) > abs(few["B"] - 0.5)  # the mean over 1000 is all but sure
+
+
+def test_a_fit_carries_each_members_probability_and_a_floor_can_refuse() -> None:
+    state = with_first(LONG)
+    res = place(ALIKE, state)
+    assert res.placement is not None and set(res.slo_probability) == {"A", "C"}
+    assert all(0.99 < p <= 1.0 for p in res.slo_probability.values())
+    strict = place(ALIKE, state, min_slo_probability=1.01)  # nothing shared passes
+    assert strict.strategy is Strategy.NEW_GROUP
+
+
+def test_observed_phases_are_fitted_and_give_quantiles() -> None:
+    model = duration_model(SHORT)
+    assert model.source == "profile" and model.mean_solo_s == pytest.approx(217.5, rel=1e-6)
+    assert model.quantile(PhaseKind.ROLLOUT, 0.75) == pytest.approx(45 + 0.75 * 45, rel=1e-6)
+    seen = duration_model(SHORT, observed_rollout_s=[80, 85, 90], observed_train_s=[100, 100])
+    assert seen.source == "observed"
+    assert seen.quantile(PhaseKind.ROLLOUT, 0.5) == pytest.approx(85.0, rel=1e-3)
+    assert seen.quantile(PhaseKind.TRAIN, 0.9) == pytest.approx(100.0, rel=1e-6)
+    with pytest.raises(ValueError, match="q must be"):
+        seen.quantile(PhaseKind.TRAIN, 1.5)
+    with pytest.raises(ValueError, match="observed durations"):
+        duration_model(SHORT, observed_rollout_s=[100, -1])
+    # A group built from observed models uses them.
+    p = slo_probabilities(
+        [member(LONG, ("r1",), ("t1",)), member(SHORT, ("r2",), ("t1",))],
+        switch_overhead_s=0.0,
+        models={
+            "B": duration_model(SHORT, observed_rollout_s=[88, 90], observed_train_s=[198, 200])
+        },
+    )
+    assert p["B"] > 0.99  # B runs near its max after all: 288 s solo, 1.5 x 288 >= 400
