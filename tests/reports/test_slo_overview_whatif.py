@@ -225,7 +225,12 @@ def test_preview_into_another_tenants_group_names_neither_group_nor_job(
     allocate(g, "h20-0", now, None)
     allocate(g, "h800-0", now, None)
     place(g, job, rollout=["h20-0"], train=["h800-0"], joined=now)
-    query = {**PREVIEW, "t_roll_max_s": "500", "t_train_max_s": "500", "time_scale": "1"}
+    # Exact phases like the resident's: the SLO check on expected durations packs it too.
+    query = {
+        **PREVIEW,
+        **dict.fromkeys(("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s"), "500"),
+        "time_scale": "1",
+    }
     html = client_as("alice").get("/whatif/preview/", query).content.decode()
     assert "another tenant's jobs" in html and "direct packing" in html
     assert f"/groups/{g.pk}/" not in html  # alice would get a 404 there
