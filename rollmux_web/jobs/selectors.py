@@ -194,6 +194,21 @@ def current_price(gpu_type: GpuType, *, at: datetime | None = None) -> Decimal:
     return price if price is not None else Decimal("0")
 
 
+def prices_now(*, gpu_type_ids: set[int], at: datetime | None = None) -> dict[int, Decimal]:
+    """Return per GPU type id the price per GPU-hour in effect at `at` (one query; a type
+    without a price is absent: current_price's 0)."""
+    at = at or timezone.now()
+    out: dict[int, Decimal] = {}
+    rows = (
+        GpuPrice.objects.filter(gpu_type_id__in=gpu_type_ids, effective_from__lte=at)
+        .order_by("gpu_type_id", "-effective_from")
+        .values_list("gpu_type_id", "price_per_gpu_hour")
+    )
+    for type_id, price in rows:
+        out.setdefault(type_id, price)
+    return out
+
+
 @dataclass(frozen=True)
 class PoolPrice:
     gpu_type: GpuType
@@ -202,13 +217,20 @@ class PoolPrice:
 
 def pool_prices() -> dict[str, PoolPrice | None]:
     """Return the GPU type and current price of the rollout and training pools."""
-    out: dict[str, PoolPrice | None] = {}
-    for kind in (PoolKind.ROLLOUT, PoolKind.TRAIN):
-        cluster = Cluster.objects.filter(kind=kind).select_related("gpu_type").first()
-        out[str(kind)] = (
-            PoolPrice(cluster.gpu_type, current_price(cluster.gpu_type)) if cluster else None
-        )
-    return out
+    # two queries for both pools: each kind's first cluster (the model's ordering), then the
+    # prices of their GPU types in force now
+    first: dict[str, Cluster] = {}
+    for cluster in Cluster.objects.filter(
+        kind__in=(PoolKind.ROLLOUT, PoolKind.TRAIN)
+    ).select_related("gpu_type"):
+        first.setdefault(str(cluster.kind), cluster)
+    prices = prices_now(gpu_type_ids={c.gpu_type_id for c in first.values()})
+    return {
+        str(kind): PoolPrice(c.gpu_type, prices.get(c.gpu_type_id, Decimal("0")))
+        if (c := first.get(str(kind)))
+        else None
+        for kind in (PoolKind.ROLLOUT, PoolKind.TRAIN)
+    }
 
 
 @dataclass(frozen=True)

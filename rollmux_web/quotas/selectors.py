@@ -133,7 +133,8 @@ def quota_usage(
     both pass the "at once" check, and the lock is held only for that count, the job's
     insert and the commit: everything else here (prices, the month's usage) is read before
     it, and a tenant without a GPU cap takes no lock at all. Budgets need no lock: the
-    month's usage comes from phase records, which submissions do not write.
+    month's usage comes from phase records, which submissions do not write (and with `lock`
+    it is not read when no quota has a monthly limit).
     """
     from rollmux_web.jobs.models import Job
     from rollmux_web.jobs.selectors import ACTIVE_STATUSES, pool_prices
@@ -151,8 +152,14 @@ def quota_usage(
         if pool is not None:
             kinds[pool.gpu_type.pk].append(kind)
             price[pool.gpu_type.pk] = pool.price_per_gpu_hour
-    # 3. busy GPU-hours this month, per tenant and pool kind
-    month = busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now)
+    # 3. busy GPU-hours this month, per tenant and pool kind (for an admission, only when a
+    # quota has a monthly limit to check them against)
+    budgeted = any(
+        q.monthly_gpu_hours is not None or q.monthly_budget_usd is not None for q in quotas
+    )
+    month = (
+        busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now) if budgeted or not lock else {}
+    )
     # 4. lock the capped quotas (by primary key: every submission locks in the same order,
     # so two cannot deadlock), re-reading their caps: an admin may have changed one
     capped = sorted(q.pk for q in quotas if q.max_gpus is not None)

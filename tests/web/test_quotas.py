@@ -317,3 +317,23 @@ def test_quota_form_with_a_nul_byte_is_a_field_error(client_as, world):
     resp = client_as("admin").post("/quotas/new/", {"tenant": "vi\x00sion", "gpu_type": "H20"})
     assert resp.status_code == 400
     assert 'id="error-tenant"' in resp.content.decode()
+
+
+def test_a_submission_through_the_api_costs_a_bounded_number_of_queries(api_as, world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import job_spec
+
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h20, max_gpus=800)
+    api = api_as("alice")
+    api.post("/api/v1/jobs/", job_spec(name="warm"), format="json")  # last_used_at written
+    with CaptureQueriesContext(connection) as ctx:
+        assert api.post("/api/v1/jobs/", job_spec(name="counted"), format="json").status_code == 201
+    sql = [q["sql"] for q in ctx.captured_queries]
+    # 13 statements (token with user and profile, SLO class, runner allowlist, pool limits x2,
+    # tenant, quotas, pool types and prices x2, the cap's lock, live GPUs, job, audit) and
+    # the test transaction's savepoint pair; it was 18 with a write of last_used_at per call
+    assert len(sql) <= 15, "\n".join(s[:120] for s in sql)
+    assert not any("workflow_phaserecord" in s for s in sql)  # no budget: no month's usage
+    assert not any(s.startswith("UPDATE") for s in sql)
