@@ -1,9 +1,11 @@
 """Root URLs. Each app owns its `urls.py` (pages) and `api_urls.py` (REST, under /api/v1/)."""
 
+from csp.constants import UNSAFE_INLINE
+from csp.decorators import csp_update
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic.base import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from rollmux_web import metrics
 
@@ -18,7 +20,15 @@ urlpatterns = [
     path("notifications/", include("rollmux_web.notifications.urls")),
     path("api/v1/", include("rollmux_web.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # Swagger UI (vendored): its start-up script is a separate file (the split view), but it
+    # inserts its own style elements, so inline styles are allowed on this page only
+    path(
+        "api/docs/",
+        csp_update({"style-src": [UNSAFE_INLINE]})(
+            SpectacularSwaggerSplitView.as_view(url_name="schema")
+        ),
+        name="swagger-ui",
+    ),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("django-admin/", admin.site.urls),
     path("favicon.ico", RedirectView.as_view(url="/static/favicon.svg")),
