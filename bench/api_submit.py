@@ -152,6 +152,13 @@ def start_controller(env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
     """Start the controller worker and beat as bin/run.sh does (inline dispatcher)."""
     celery = str(Path(PY).with_name("celery"))
     common = {"cwd": ROOT, "env": {**env, "ROLLMUX_DISPATCHER": "inline"}}
+    # tasks left in this Redis db by earlier runs name rows of other databases
+    subprocess.run(
+        [celery, "-A", "rollmux_web", "purge", "-f", "-Q", "rollmux"],
+        capture_output=True,
+        timeout=120,
+        **common,  # type: ignore[arg-type]
+    )
     worker = [celery, "-A", "rollmux_web", "worker", "-n", f"bench-controller-{os.getpid()}@%h"]
     worker += ["-l", "WARNING", "-P", "threads", "-c", "2", "-Q", "rollmux"]
     beat = [celery, "-A", "rollmux_web", "beat", "-l", "WARNING"]
