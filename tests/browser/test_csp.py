@@ -23,9 +23,11 @@ def test_pages_raise_no_csp_violation_and_previews_keep_the_token_out_of_urls(
     violations: list[str] = []
     page.on(
         "console",
-        lambda msg: violations.append(f"{page.url}: {msg.text}")
-        if "Content Security Policy" in msg.text or "Content-Security-Policy" in msg.text
-        else None,
+        lambda msg: (
+            violations.append(f"{page.url}: {msg.text}")
+            if "Content Security Policy" in msg.text or "Content-Security-Policy" in msg.text
+            else None
+        ),
     )
     urls: list[str] = []
     page.on("request", lambda req: urls.append(req.url))
