@@ -198,6 +198,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "rollmux_web.accounts.context_processors.persona",
+                "rollmux_web.sso.context_processors.sso",
             ],
         },
     }
@@ -219,8 +220,54 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # even checked (see "Login throttling" in README.md).
 AUTHENTICATION_BACKENDS = [
     "rollmux_web.accounts.throttling.LoginLockoutBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's password backend with the break-glass rule (ROLLMUX_PASSWORD_LOGIN)
+    "rollmux_web.sso.backends.PasswordBackend",
 ]
+
+# --- Single sign-on: OpenID Connect (mozilla-django-oidc; rollmux_web/sso) ---------------
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
+ROLLMUX_SSO = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("OIDC_RP_SCOPES", "openid email profile groups")
+OIDC_TIMEOUT = env_float("OIDC_TIMEOUT", 10.0, minimum=1.0)
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+LOGIN_REDIRECT_URL_FAILURE = "/sso/failed/"
+if ROLLMUX_SSO:
+    _missing = [
+        name
+        for name in (
+            "OIDC_RP_CLIENT_SECRET",
+            "OIDC_OP_AUTHORIZATION_ENDPOINT",
+            "OIDC_OP_TOKEN_ENDPOINT",
+            "OIDC_OP_USER_ENDPOINT",
+        )
+        if not globals()[name]
+    ]
+    if OIDC_RP_SIGN_ALGO.startswith("RS") and not OIDC_OP_JWKS_ENDPOINT:
+        _missing.append("OIDC_OP_JWKS_ENDPOINT")
+    if _missing:
+        raise ImproperlyConfigured(f"OIDC_RP_CLIENT_ID is set: also set {', '.join(_missing)}")
+    AUTHENTICATION_BACKENDS.append("rollmux_web.sso.backends.OIDCBackend")
+ROLLMUX_SSO_LABEL = env_str("ROLLMUX_SSO_LABEL", "Sign in with single sign-on")
+# The claim rule (rollmux_web/sso/claims.py): which claims name the user, tenants and role.
+ROLLMUX_OIDC_USERNAME_CLAIM = env_str("ROLLMUX_OIDC_USERNAME_CLAIM", "preferred_username")
+ROLLMUX_OIDC_TENANTS_CLAIM = env_str("ROLLMUX_OIDC_TENANTS_CLAIM", "groups")
+ROLLMUX_OIDC_TENANT_PATTERN = env_str(
+    "ROLLMUX_OIDC_TENANT_PATTERN", r"^rollmux-tenant-(?P<tenant>[a-z0-9][a-z0-9_-]*)$"
+)
+ROLLMUX_OIDC_ROLE_CLAIM = env_str("ROLLMUX_OIDC_ROLE_CLAIM", "groups")
+ROLLMUX_OIDC_ROLES = env_str("ROLLMUX_OIDC_ROLES", "rollmux-admins=admin,rollmux-finance=finance")
+# "all": anyone may log in by password; "admins": only admins (break-glass), others use SSO
+ROLLMUX_PASSWORD_LOGIN = env_str("ROLLMUX_PASSWORD_LOGIN", "all")
+if ROLLMUX_PASSWORD_LOGIN not in ("all", "admins"):
+    raise ImproperlyConfigured(
+        f"Unexpected value ROLLMUX_PASSWORD_LOGIN={ROLLMUX_PASSWORD_LOGIN!r}: use all or admins"
+    )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

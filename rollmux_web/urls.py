@@ -18,6 +18,7 @@ urlpatterns = [
     path("quotas/", include("rollmux_web.quotas.urls")),
     path("audit/", include("rollmux_web.audit.urls")),
     path("notifications/", include("rollmux_web.notifications.urls")),
+    path("sso/", include("rollmux_web.sso.urls")),
     path("api/v1/", include("rollmux_web.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI (vendored): its start-up script is a separate file (the split view), but it
