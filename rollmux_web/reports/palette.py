@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 PALETTE_HUES = (212, 28, 140, 280, 355, 48, 175, 320, 95, 250)
-UNKNOWN_JOB = ("#ccc", "#666")
+
+
+class JobShades(NamedTuple):
+    """One job's hue in three shades: rollout light, weight sync middle, training dark."""
+
+    rollout: str
+    sync: str
+    train: str
+
+    def of(self, kind: str) -> str:
+        """Return the shade of a phase kind ("rollout", "sync" or "train")."""
+        return self.rollout if kind == "rollout" else self.sync if kind == "sync" else self.train
+
+
+UNKNOWN_JOB = JobShades("#ccc", "#999", "#666")
 
 POLICY_COLOURS = {
     "rollmux": "#2f5bea",
@@ -17,12 +32,12 @@ POLICY_COLOURS = {
 }
 
 
-def job_colours(job_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
-    """Return (rollout = light, training = dark) shades of one hue per job."""
+def job_colours(job_ids: Iterable[int]) -> dict[int, JobShades]:
+    """Return the shades of one hue per job (rollout light, sync middle, training dark)."""
     out = {}
     for i, jid in enumerate(sorted(set(job_ids))):
         hue = PALETTE_HUES[i % len(PALETTE_HUES)]
-        out[jid] = (f"hsl({hue},70%,74%)", f"hsl({hue},62%,36%)")
+        out[jid] = JobShades(f"hsl({hue},70%,74%)", f"hsl({hue},66%,55%)", f"hsl({hue},62%,36%)")
     return out
 
 

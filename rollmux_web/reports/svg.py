@@ -14,15 +14,74 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
-from rollmux_web.reports.timeline import LANE_H, Timeline
+from rollmux_web.reports.timeline import LANE_H, PhaseBar, Timeline
 
 
 def _a(value: object) -> str:
     return escape(str(value), quote=True)
 
 
+# hatches: a bubble (allocated, idle), a failed or lost phase, a control-plane delay
+DEFS = (
+    "<defs>"
+    '<pattern id="bubble-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff4f2"/>'
+    '<line x1="0" y1="0" x2="0" y2="6" stroke="#f2b8ae" stroke-width="2"/></pattern>'
+    '<pattern id="failed-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(-45)"><line x1="0" y1="0" x2="0" y2="6" stroke="#b42318" '
+    'stroke-width="2.5"/></pattern>'
+    '<pattern id="delay-hatch" width="8" height="8" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><rect width="8" height="8" fill="#fef0c7"/>'
+    '<line x1="0" y1="0" x2="0" y2="8" stroke="#dc6803" stroke-width="3"/></pattern>'
+    "</defs>"
+)
+LANE_FILL = {"rollout": "#f7f9ff", "train": "#f9f7fb"}
+
+
+def _bar(bar: PhaseBar) -> list[str]:
+    """Return one phase's element(s): the bar, a hatch over a failed or lost one, and its
+    start marker (warm: a green wedge, cold: a red one; both outlined so they show on
+    light and dark shades alike)."""
+    ids = "" if bar.job_id is None else f'data-phase="{bar.phase_id}" data-job="{bar.job_id}" '
+    state = " failed" if bar.failed else ""
+    attrs = (
+        f'class="bar {bar.kind}{" running" if bar.running else ""}{state}" {ids}'
+        f'data-tip="{_a(bar.tip)}"'
+    )
+    edge = ' stroke="#b42318" stroke-width="1.5"' if bar.failed else ""
+    out = []
+    if len(bar.rects) == 1:
+        r = bar.rects[0]
+        out.append(
+            f'<rect {attrs} x="{r.x}" y="{r.y}" width="{r.w}" height="{LANE_H}" '
+            f'fill="{bar.fill}"{edge}/>'
+        )
+    else:
+        out.append(f'<g {attrs} fill="{bar.fill}"{edge}>')
+        out.extend(
+            f'<rect x="{r.x}" y="{r.y}" width="{r.w}" height="{LANE_H}"/>' for r in bar.rects
+        )
+        out.append("</g>")
+    if bar.failed:
+        out.extend(
+            f'<rect class="failed-hatch" x="{r.x}" y="{r.y}" width="{r.w}" height="{LANE_H}" '
+            'fill="url(#failed-hatch)" pointer-events="none" aria-hidden="true"/>'
+            for r in bar.rects
+        )
+    if bar.warm_start is not None and bar.rects and bar.rects[0].w >= 6:
+        colour = "#12b76a" if bar.warm_start else "#c0362c"
+        for r in bar.rects:
+            out.append(
+                f'<path class="{"warm" if bar.warm_start else "cold"}" '
+                f'd="M{r.x} {r.y}h9l-9 11z" fill="{colour}" stroke="#fff" stroke-width="1" '
+                'pointer-events="none" aria-hidden="true"/>'
+            )
+    return out
+
+
 def timeline_svg(tl: Timeline) -> SafeString:
-    """Return the Gantt chart: lanes per node, bubbles, one element per phase record."""
+    """Return the Gantt chart: lanes per node under pool titles, bubbles, control-plane
+    delays, one element per phase record."""
     out: list[str] = []
     desc = (
         f"{tl.phase_count} phases from {tl.t0:%Y-%m-%d %H:%M:%S} to {tl.t1:%Y-%m-%d %H:%M:%S} UTC"
@@ -34,24 +93,27 @@ def timeline_svg(tl: Timeline) -> SafeString:
         f'aria-label="{_a(tl.title)} timeline: {_a(desc)}" '
         f'data-t0="{tl.t0.timestamp():.3f}" data-t1="{tl.t1.timestamp():.3f}" '
         f'data-left="{tl.plot_left}" data-right="{tl.plot_right}">'
-        f"<title>{_a(tl.title)} timeline</title><desc>{_a(desc)}</desc>"
-        '<defs><pattern id="bubble-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff4f2"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#f2b8ae" stroke-width="2"/></pattern></defs>'
+        f"<title>{_a(tl.title)} timeline</title><desc>{_a(desc)}</desc>{DEFS}"
     )
     bottom = tl.height - 22
+    top = tl.lanes[0].y if tl.lanes else 20
     for tick in tl.ticks:
         out.append(
-            f'<line class="grid" x1="{tick.x}" x2="{tick.x}" y1="{tl.lanes[0].y if tl.lanes else 20}"'
+            f'<line class="grid" x1="{tick.x}" x2="{tick.x}" y1="{top}"'
             f' y2="{bottom}" stroke="#eef0f3"/>'
             f'<text x="{tick.x}" y="{bottom + 14}" font-size="11" text-anchor="middle" '
             f'fill="#667085">{_a(tick.label)}</text>'
         )
+    for head in tl.pool_heads:
+        out.append(
+            f'<text class="pool-head" x="6" y="{head.y + 12}" font-size="11" font-weight="600" '
+            f'fill="#475467">{_a(head.title)}</text>'
+        )
     for lane in tl.lanes:
         out.append(
-            f'<g class="lane" data-node="{_a(lane.node)}">'
+            f'<g class="lane" data-node="{_a(lane.node)}" data-pool="{_a(lane.pool)}">'
             f'<rect x="{tl.plot_left}" y="{lane.y}" width="{tl.plot_right - tl.plot_left}" '
-            f'height="{LANE_H + 4}" fill="{"#f7f9ff" if lane.pool == "rollout" else "#f9f7fb"}"/>'
+            f'height="{LANE_H + 4}" fill="{LANE_FILL.get(lane.pool, "#f9f7fb")}"/>'
             f'<text x="{tl.plot_left - 6}" y="{lane.y + LANE_H / 2 + 6}" font-size="12" '
             f'text-anchor="end" fill="#1d2330">{_a(lane.node)}</text></g>'
         )
@@ -60,37 +122,18 @@ def timeline_svg(tl: Timeline) -> SafeString:
             f'<rect class="bubble" x="{b.x}" y="{b.y}" width="{b.w}" height="{LANE_H}" rx="3" '
             f'fill="url(#bubble-hatch)" data-tip="{_a(b.tip)}"/>'
         )
+    for d in tl.delays:
+        out.append(
+            f'<rect class="delay" x="{d.x}" y="{d.y}" width="{d.w}" height="{LANE_H}" '
+            f'fill="url(#delay-hatch)" stroke="#dc6803" data-tip="{_a(d.tip)}"/>'
+        )
     for agg in tl.aggregates:
         out.append(
             f'<rect class="agg" x="{agg.x}" y="{agg.y}" width="{agg.w}" height="{LANE_H}" '
             f'fill="{agg.fill}" fill-opacity="{agg.opacity}" data-tip="{_a(agg.tip)}"/>'
         )
     for bar in tl.bars:
-        ids = "" if bar.job_id is None else f'data-phase="{bar.phase_id}" data-job="{bar.job_id}" '
-        attrs = (
-            f'class="bar {bar.kind}{" running" if bar.running else ""}" {ids}'
-            f'data-tip="{_a(bar.tip)}"'
-        )
-        if len(bar.rects) == 1:
-            r = bar.rects[0]
-            out.append(
-                f'<rect {attrs} x="{r.x}" y="{r.y}" width="{r.w}" height="{LANE_H}" '
-                f'fill="{bar.fill}"/>'
-            )
-        else:
-            out.append(f'<g {attrs} fill="{bar.fill}">')
-            out.extend(
-                f'<rect x="{r.x}" y="{r.y}" width="{r.w}" height="{LANE_H}"/>' for r in bar.rects
-            )
-            out.append("</g>")
-        if bar.warm_start is not None and bar.rects and bar.rects[0].w >= 4:
-            # a cold start is a red wedge at the bar's start, a warm start a small white one
-            for r in bar.rects:
-                colour = "#ffffff" if bar.warm_start else "#c0362c"
-                out.append(
-                    f'<path class="{"warm" if bar.warm_start else "cold"}" '
-                    f'd="M{r.x} {r.y}h5l-5 7z" fill="{colour}" aria-hidden="true"/>'
-                )
+        out.extend(_bar(bar))
     if tl.empty_message:
         out.append(
             f'<text x="{(tl.plot_left + tl.plot_right) / 2}" y="{tl.height / 2}" font-size="14" '

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from rollmux_web.formatting import duration
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.reports.intervals import clip, merge, subtract
-from rollmux_web.reports.palette import UNKNOWN_JOB, job_colours
+from rollmux_web.reports.palette import UNKNOWN_JOB, JobShades, job_colours
 from rollmux_web.workflow.models import PhaseState
 
 BAR_LIMIT = 3000  # above this many phases in the window, sub-pixel bars are aggregated
@@ -26,6 +26,10 @@ LEFT = 120
 RIGHT = 16
 TOP = 28
 AXIS_H = 26
+POOL_HEAD_H = 16  # a pool's title row above its first lane
+DELAY_MIN_S = 1.0  # a report later than this after its phase's end is a control-plane delay
+FAILED_STATES = ("failed", "lost")
+POOL_TITLES = {PoolKind.ROLLOUT.value: "Rollout pool", PoolKind.TRAIN.value: "Training pool"}
 NO_LABEL = "a job"  # a phase whose job has no label (never its id: it may be another tenant's)
 
 
@@ -41,6 +45,16 @@ class PhaseRow(NamedTuple):
     started: float
     finished: float | None
     state: str
+    outcome: str = ""  # why a failed or lost phase ended
+
+
+class ReportDelay(NamedTuple):
+    """A phase whose end reached the controller late: its nodes idle for the control plane."""
+
+    nodes: tuple[str, ...]
+    finished: float  # the host's end stamp (epoch seconds)
+    reported: float  # when the controller applied it
+    recovered: bool  # the report was lost and `reconcile` recovered it
 
 
 class PreAggregated(NamedTuple):
@@ -73,6 +87,14 @@ class Lane:
 
 
 @dataclass(frozen=True)
+class PoolHead:
+    """The title row of a pool's lanes ("Rollout pool · 3 nodes")."""
+
+    y: float
+    title: str
+
+
+@dataclass(frozen=True)
 class BarRect:
     x: float
     y: float
@@ -91,6 +113,7 @@ class PhaseBar:
     tip: str
     warm_start: bool | None
     running: bool
+    failed: bool = False  # failed or lost: drawn hatched, with a red edge
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,16 @@ class AggRect:
 
 @dataclass(frozen=True)
 class Bubble:
+    x: float
+    y: float
+    w: float
+    tip: str
+
+
+@dataclass(frozen=True)
+class Delay:
+    """A control-plane delay on one lane: the phase had ended, the controller did not know."""
+
     x: float
     y: float
     w: float
@@ -147,10 +180,14 @@ class Timeline:
     ticks: tuple[Tick, ...]
     phase_count: int
     aggregated_count: int
-    legend: tuple[tuple[str, str, str], ...]  # (job label, light, dark)
+    legend: tuple[tuple[str, JobShades], ...]  # (job label, its shades)
     headline: tuple[PoolBubbles, ...]
-    live: bool
+    live: bool  # the window reaches now and the group or job is still running
     empty_message: str = ""
+    pool_heads: tuple[PoolHead, ...] = ()
+    delays: tuple[Delay, ...] = ()
+    kinds: frozenset[str] = frozenset()  # the phase kinds drawn (the legend names sync if any)
+    has_failed: bool = False
 
 
 def ticks(t0: datetime, t1: datetime, left: float, plot_w: float) -> tuple[Tick, ...]:
@@ -167,9 +204,10 @@ def ticks(t0: datetime, t1: datetime, left: float, plot_w: float) -> tuple[Tick,
     while t <= t1.timestamp():
         dt = datetime.fromtimestamp(t, tz=UTC)
         x = left + (t - t0.timestamp()) / span * plot_w
-        fmt = "%H:%M:%S" if step < 60 else ("%H:%M" if step < 86400 else "%m-%d")
+        # times as HH:MM[:SS]; a date (the product's one format, YYYY-MM-DD) at midnight
+        fmt = "%H:%M:%S" if step < 60 else ("%H:%M" if step < 86400 else "%Y-%m-%d")
         if step >= 3600 and step < 86400 and dt.hour == 0:
-            fmt = "%m-%d %H:%M"
+            fmt = "%Y-%m-%d %H:%M"
         out.append(Tick(x=round(x, 1), label=dt.strftime(fmt)))
         t += step
     return tuple(out)
@@ -188,30 +226,53 @@ class _Frame:
         return LEFT + (t - self.w0) * self.scale
 
 
+def _pool_of_kind(kind: str) -> str:
+    # rollouts and weight syncs run on the rollout pool (sync: its nodes receive)
+    return PoolKind.ROLLOUT if kind in ("rollout", "sync") else PoolKind.TRAIN
+
+
 def _lanes(
     rows: Sequence[PhaseRow], pre: Sequence[PreAggregated], pools: dict[str, str]
-) -> tuple[Lane, ...]:
-    """Return one lane per node, rollout pool first (a node of unknown pool by phase kind)."""
+) -> tuple[tuple[Lane, ...], tuple[PoolHead, ...], float]:
+    """Return one lane per node under its pool's title row, rollout pool first (a node of
+    unknown pool by phase kind), and the y below the last lane."""
     for r in rows:
         for n in r.nodes:
-            pools.setdefault(n, PoolKind.ROLLOUT if r.kind == "rollout" else PoolKind.TRAIN)
+            pools.setdefault(n, _pool_of_kind(r.kind))
     for p in pre:
         for n in p.nodes:
-            pools.setdefault(n, PoolKind.ROLLOUT if p.kind == "rollout" else PoolKind.TRAIN)
+            pools.setdefault(n, _pool_of_kind(p.kind))
     order = {PoolKind.ROLLOUT: 0, PoolKind.TRAIN: 1}
     names = sorted(pools, key=lambda n: (order.get(pools[n], 2), n))  # type: ignore[call-overload]
-    return tuple(
-        Lane(node=n, pool=pools[n], y=TOP + i * (LANE_H + LANE_GAP)) for i, n in enumerate(names)
-    )
+    lanes: list[Lane] = []
+    heads: list[PoolHead] = []
+    y = float(TOP)
+    for n in names:
+        pool = str(pools[n])
+        if not lanes or lanes[-1].pool != pool:
+            count = sum(1 for m in names if str(pools[m]) == pool)
+            title = POOL_TITLES.get(pool, f"{pool} pool")
+            heads.append(PoolHead(y=y, title=f"{title} · {count} node{'s' if count != 1 else ''}"))
+            y += POOL_HEAD_H
+        lanes.append(Lane(node=n, pool=pool, y=y))
+        y += LANE_H + LANE_GAP
+    return tuple(lanes), tuple(heads), y
 
 
 def _phase_tip(row: PhaseRow, label: str, now_ts: float, *, hidden: bool) -> str:
-    _pid, _jid, it, kind, nodes, warm, s, f, _state = row
+    """Return a bar's tooltip; iterations counted from 1, as on the job page."""
+    _pid, _jid, it, kind, nodes, warm, s, f, state, outcome = row
     took = f - s if f is not None else now_ts - s
     start_kind = "start unknown" if warm is None else ("warm start" if warm else "cold start")
+    ended = ""
+    if state in FAILED_STATES:
+        # why it failed names the job's own runner and error: not for another tenant's job
+        ended = f" · {state}"
+        if outcome and not hidden:
+            ended = f" · {outcome}" if outcome.startswith(state) else f"{ended}: {outcome}"
     return (
-        f"{label}{'' if hidden else f' · iteration {it}'} · {kind} · "
-        f"{duration(took)}{' (running)' if f is None else ''} · {start_kind}"
+        f"{label}{'' if hidden else f' · iteration {it + 1}'} · {kind} · "
+        f"{duration(took)}{' (running)' if f is None else ''}{ended} · {start_kind}"
         f" · {', '.join(nodes)}"
     )
 
@@ -220,7 +281,7 @@ def _bars(
     rows: Sequence[PhaseRow],
     frame: _Frame,
     lane_y: dict[str, float],
-    colours: dict[int, tuple[str, str]],
+    colours: dict[int, JobShades],
     labels: dict[int, str],
     *,
     aggregate: bool,
@@ -234,7 +295,7 @@ def _bars(
     aggregated = 0
     w0, w1, scale, now_ts = frame.w0, frame.w1, frame.scale, frame.now_ts
     for row in rows:
-        pid, jid, _it, kind, nodes, warm, s, f, state = row
+        pid, jid, _it, kind, nodes, warm, s, f, state, _outcome = row
         a = max(s, w0)
         b = min(f if f is not None else max(now_ts, s), w1)
         if b < a:
@@ -243,7 +304,6 @@ def _bars(
             busy[n].append((a, b))
         x = LEFT + (a - w0) * scale
         w = (b - a) * scale
-        light, dark = colours.get(jid, UNKNOWN_JOB)
         if aggregate and w < 1.0:
             aggregated += 1
             col = int((a - w0) * scale)
@@ -261,11 +321,12 @@ def _bars(
                 phase_id=None if hidden else pid,
                 job_id=None if hidden else jid,
                 kind=kind,
-                fill=light if kind == "rollout" else dark,
+                fill=colours.get(jid, UNKNOWN_JOB).of(kind),
                 rects=rects,
                 tip=_phase_tip(row, labels.get(jid, NO_LABEL), now_ts, hidden=hidden),
                 warm_start=warm,
                 running=f is None or state == PhaseState.RUNNING,
+                failed=state in FAILED_STATES,
             )
         )
     return bars, aggregated
@@ -275,7 +336,7 @@ def _aggregates(
     agg_cols: dict[str, dict[int, dict[tuple[int, str], float]]],
     lane_y: dict[str, float],
     scale: float,
-    colours: dict[int, tuple[str, str]],
+    colours: dict[int, JobShades],
     labels: dict[int, str],
 ) -> list[AggRect]:
     """Merge runs of neighbouring pixel columns of one lane with the same job, kind and shade."""
@@ -301,15 +362,14 @@ def _aggregates(
 
 
 def _agg_rect(
-    run: list[Any], y: float, colours: dict[int, tuple[str, str]], labels: dict[int, str]
+    run: list[Any], y: float, colours: dict[int, JobShades], labels: dict[int, str]
 ) -> AggRect:
     c0, c1, (jid, kind), opacity, secs = run
-    light, dark = colours.get(jid, UNKNOWN_JOB)
     return AggRect(
         x=float(LEFT + c0),
         y=y,
         w=float(c1 - c0 + 1),
-        fill=light if kind == "rollout" else dark,
+        fill=colours.get(jid, UNKNOWN_JOB).of(kind),
         opacity=opacity,
         tip=f"{c1 - c0 + 1} px of short phases, mostly {labels.get(jid, NO_LABEL)} {kind};"
         f" busy {duration(secs)}",
@@ -352,6 +412,31 @@ def _bubbles(
     return out
 
 
+def _delays(
+    delays: Sequence[ReportDelay], lane_y: dict[str, float], frame: _Frame, *, min_w: float
+) -> list[Delay]:
+    """Return a mark per lane over each control-plane delay (phase end to its late report)."""
+    out: list[Delay] = []
+    for nodes, finished, reported, recovered in delays:
+        a, b = max(finished, frame.w0), min(reported, frame.w1)
+        w = (b - a) * frame.scale
+        if w < min_w:
+            continue
+        why = "its report was lost; reconcile recovered it" if recovered else "its report came late"
+        for n in nodes:
+            if n in lane_y:
+                out.append(
+                    Delay(
+                        x=round(frame.x(a), 2),
+                        y=lane_y[n] + 2,
+                        w=round(w, 2),
+                        tip=f"control-plane delay on {n}: {duration(reported - finished)} between "
+                        f"a phase's end and the controller learning of it ({why})",
+                    )
+                )
+    return out
+
+
 def build_timeline(
     *,
     title: str,
@@ -368,16 +453,17 @@ def build_timeline(
     live: bool,
     with_headline: bool,
     masked: frozenset[int] = frozenset(),
+    delays: Sequence[ReportDelay] = (),
 ) -> Timeline:
     """Return the chart geometry of phase rows in [t0, t1) drawn `width` pixels wide.
 
     1. lanes per node; 2. a bar per phase (sub-pixel ones merged per lane and pixel
     column when there are over BAR_LIMIT); 3. bubbles: allocated but idle; 4. the
-    headline's bubble fractions per pool. Jobs in `masked` (other tenants') are drawn
-    under their label only: no phase id, job id or iteration number.
+    headline's bubble fractions per pool; 5. control-plane delays. Jobs in `masked`
+    (other tenants') are drawn under their label only: no phase id, job id or iteration.
     """
     width = max(400, min(int(width), 4000))
-    lanes = _lanes(rows, pre_aggregated, pools)
+    lanes, heads, bottom = _lanes(rows, pre_aggregated, pools)
     lane_y = {ln.node: ln.y for ln in lanes}
     plot_w = width - LEFT - RIGHT
     w0 = t0.timestamp()
@@ -416,7 +502,7 @@ def build_timeline(
     if with_headline:
         # the database's per-job sums stand in for the short phases in the headline
         pseudo = [
-            PhaseRow(0, s.job_id, 0, "", s.nodes, None, w0, w0 + s.busy_s, PhaseState.SUCCEEDED)
+            PhaseRow(0, s.job_id, 0, "", s.nodes, None, w0, w0 + s.busy_s, PhaseState.SUCCEEDED, "")
             for s in pre_job_sums
         ]
         headline = bubble_headline(rows + pseudo, pools, alloc_by_node, t0, t1, now)
@@ -425,7 +511,7 @@ def build_timeline(
         t0=t0,
         t1=t1,
         width=width,
-        height=TOP + len(lanes) * (LANE_H + LANE_GAP) + AXIS_H,
+        height=int(bottom) + AXIS_H,
         plot_left=LEFT,
         plot_right=width - RIGHT,
         lanes=lanes,
@@ -437,12 +523,14 @@ def build_timeline(
         ticks=ticks(t0, t1, LEFT, plot_w),
         phase_count=len(rows) + pre_count,
         aggregated_count=aggregated + pre_count,
-        legend=tuple(
-            (labels.get(jid, NO_LABEL), light, dark) for jid, (light, dark) in colours.items()
-        ),
+        legend=tuple((labels.get(jid, NO_LABEL), shades) for jid, shades in colours.items()),
         headline=headline,
         live=live,
         empty_message="" if rows or pre_aggregated else "No phase ran in this window.",
+        pool_heads=heads,
+        delays=tuple(_delays(delays, lane_y, frame, min_w=0.5)),
+        kinds=frozenset(r.kind for r in rows) | frozenset(p.kind for p in pre_aggregated),
+        has_failed=any(b.failed for b in bars),
     )
 
 
@@ -470,7 +558,7 @@ def bubble_headline(
     job_time: dict[int, float] = defaultdict(float)  # phase seconds (both kinds) in window
     job_nodes: dict[tuple[int, str], set[str]] = defaultdict(set)
     lo, hi, now_ts = t0.timestamp(), t1.timestamp(), now.timestamp()
-    for _pid, jid, _it, _kind, nodes, _warm, s, f, _state in rows:
+    for _pid, jid, _it, _kind, nodes, _warm, s, f, _state, _outcome in rows:
         d = min(hi, now_ts if f is None else f) - max(lo, s)
         if d <= 0:
             continue

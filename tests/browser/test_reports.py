@@ -63,7 +63,7 @@ def test_group_timeline_draws_one_bar_per_phase_record_with_tooltips_and_zoom(
     assert page.get_attribute("svg.timeline", "aria-label").startswith(f"Group {g.pk} timeline")
     bars.first.hover()
     tip = page.locator("#tooltip")
-    assert "iteration 0" in tip.inner_text() and "math-7b" in tip.inner_text()
+    assert "iteration 1 ·" in tip.inner_text() and "math-7b" in tip.inner_text()
     assert "share of bubbles reclaimed" in page.inner_text("#timeline-chart")
     snapshot(page, "group-timeline")
     # a window picked on the server: only the phases overlapping it are drawn
@@ -83,6 +83,34 @@ def test_group_timeline_draws_one_bar_per_phase_record_with_tooltips_and_zoom(
     page.wait_for_url("**start=2026-03-10T00:0*")
     page.wait_for_load_state("networkidle")
     assert page.locator("svg.timeline .bar").count() < expected
+
+
+def test_on_a_phone_the_gantt_scrolls_at_a_readable_text_size(
+    world: Any, chromium_browser: Any, live_server: Any
+) -> None:
+    g, _ = three_job_group(world)
+    context = chromium_browser.new_context(
+        viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True
+    )
+    phone = context.new_page()
+    try:
+        browser_login(phone, live_server, "alice")
+        phone.goto(f"{live_server.url}/groups/{g.pk}/")
+        svg = phone.locator("svg.timeline")
+        drawn = svg.bounding_box()
+        # the chart keeps its drawn width (not squeezed to 390 px) and its box scrolls
+        assert drawn["width"] == pytest.approx(int(svg.get_attribute("width")), abs=1)
+        scroll = phone.evaluate(
+            "() => { const b = document.querySelector('.timeline-scroll');"
+            " return [b.scrollWidth, b.clientWidth]; }"
+        )
+        assert scroll[0] > scroll[1] + 300
+        # a lane label renders at its 12 px, not the ~4 px a squeezed chart gave
+        label = phone.locator("svg.timeline g.lane text").first.bounding_box()
+        assert label["height"] >= 11
+        phone.screenshot(path=str(ARTIFACTS / "reports-gantt-phone.png"), full_page=True)
+    finally:
+        context.close()
 
 
 def test_overview_shows_pools_groups_and_waiting_jobs(

@@ -74,7 +74,9 @@ def test_the_timeline_has_one_bar_per_phase_record_in_the_window(world: Any) -> 
     )
     svg = str(timeline_svg(tl))
     assert svg.count('class="bar ') == 4
-    assert "iteration 0 · train · 10.0 min" in svg  # hover: job, iteration, phase, duration
+    assert (
+        "iteration 1 · train · 10.0 min" in svg
+    )  # hover: job, iteration (from 1, as the job page), phase, duration
 
 
 @pytest.mark.django_db

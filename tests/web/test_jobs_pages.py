@@ -248,7 +248,7 @@ def test_detail_shows_placement_and_phase_summary(client_as: Any, world: Any) ->
     assert "1.310×" in html
     assert "100.0" in html and "80.0" in html  # mean phase durations
     list_html = client_as("alice").get("/jobs/").content.decode()
-    assert f"group-{group.pk}" in list_html
+    assert f">group {group.pk}<" in list_html  # one spelling: "group 18"
 
 
 def test_nul_bytes_in_filters_and_form_values_are_not_server_errors(

@@ -32,7 +32,10 @@ class PoolStatus:
     busy: int
     idle: int
     free: int
-    unavailable: int
+    unavailable: int  # drained + down
+    drained: int = 0
+    draining: int = 0  # drained nodes still running the members they had
+    down: int = 0
 
 
 @dataclass
@@ -63,6 +66,44 @@ class Overview:
         return (self.cost_last_day / 24).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
+def pool_statuses(allocated_nodes: set[int]) -> list[PoolStatus]:
+    """Return each pool's nodes by what they do now.
+
+    A drained node counts as drained whatever it does (it takes no new member); `draining`
+    says how many of those still run the members they had. busy / idle / free are the
+    nodes that are up: allocated with a phase running, allocated without, not allocated.
+    """
+    running_names: set[str] = set()
+    for names in PhaseRecord.objects.filter(
+        state=PhaseState.RUNNING, finished_at__isnull=True
+    ).values_list("node_names", flat=True):
+        running_names.update(names)
+    out = []
+    for cluster in Cluster.objects.select_related("gpu_type").order_by("kind", "name"):
+        nodes = list(Node.objects.filter(cluster=cluster).values_list("id", "name", "state"))
+        up = [(nid, name) for nid, name, st in nodes if st == NodeState.UP]
+        drained = [nid for nid, _, st in nodes if st == NodeState.DRAINED]
+        busy = sum(1 for nid, name in up if nid in allocated_nodes and name in running_names)
+        idle = sum(1 for nid, name in up if nid in allocated_nodes and name not in running_names)
+        free = sum(1 for nid, _ in up if nid not in allocated_nodes)
+        out.append(
+            PoolStatus(
+                name=cluster.name,
+                kind=str(PoolKind(cluster.kind).label),
+                gpu_type=cluster.gpu_type.name,
+                total=len(nodes),
+                busy=busy,
+                idle=idle,
+                free=free,
+                unavailable=len(nodes) - busy - idle - free,
+                drained=len(drained),
+                draining=sum(1 for nid in drained if nid in allocated_nodes),
+                down=sum(1 for _, _, st in nodes if st == NodeState.DOWN),
+            )
+        )
+    return out
+
+
 def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
     """Return pools (busy/idle/free nodes), live groups, $/h now and last day, waiting jobs."""
     now_ = now_or(now)
@@ -73,32 +114,7 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
             "node_id", "group_id", "node__gpus", "node__gpu_type_id", "node__cluster__kind"
         )
     )
-    allocated_nodes = {a[0] for a in open_allocs}
-    running_names: set[str] = set()
-    for names in PhaseRecord.objects.filter(
-        state=PhaseState.RUNNING, finished_at__isnull=True
-    ).values_list("node_names", flat=True):
-        running_names.update(names)
-    pools = []
-    for cluster in Cluster.objects.select_related("gpu_type").order_by("kind", "name"):
-        nodes = list(Node.objects.filter(cluster=cluster).values_list("id", "name", "state"))
-        busy = sum(1 for nid, name, _ in nodes if nid in allocated_nodes and name in running_names)
-        idle = sum(
-            1 for nid, name, _ in nodes if nid in allocated_nodes and name not in running_names
-        )
-        free = sum(1 for nid, _, st in nodes if nid not in allocated_nodes and st == NodeState.UP)
-        pools.append(
-            PoolStatus(
-                name=cluster.name,
-                kind=str(PoolKind(cluster.kind).label),
-                gpu_type=cluster.gpu_type.name,
-                total=len(nodes),
-                busy=busy,
-                idle=idle,
-                free=free,
-                unavailable=len(nodes) - busy - idle - free,
-            )
-        )
+    pools = pool_statuses({a[0] for a in open_allocs})
     # live groups the user may see
     live = groups_for_user(user=user).filter(released_at__isnull=True)
     live_ids = list(live.values_list("id", flat=True))

@@ -99,7 +99,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     A job counts when one of its phases ran in the range. Its mean iteration time
     is the span from its first rollout start to its last training end over its
     completed iterations (each iteration a rollout then a training); its solo time
-    is the mean of (rollout + training) durations as they ran; its profile time is
+    is the mean of (rollout + training + weight sync) durations as they ran; its profile time is
     t_roll_max_s + t_train_max_s, divided by the job's time scale for emulated runners.
     """
     t0, t1 = day_range(start, end)
@@ -148,11 +148,9 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
         iters = [p for p in phases[jid].values() if "rollout" in p and "train" in p]
         if not iters:
             continue
-        solo = sum(
-            (p["rollout"][1] - p["rollout"][0]).total_seconds()
-            + (p["train"][1] - p["train"][0]).total_seconds()
-            for p in iters
-        ) / len(iters)
+        # an iteration's solo time is its phases as they ran: rollout, training and the
+        # weight sync to the rollout nodes (none after the last training)
+        solo = sum(sum((f - s).total_seconds() for s, f in p.values()) for p in iters) / len(iters)
         span_start = min(p["rollout"][0] for p in iters)
         span_end = max(p["train"][1] for p in iters)
         mean_iter = (span_end - span_start).total_seconds() / len(iters)

@@ -23,11 +23,13 @@ from rollmux_web.reports.selectors._sql import NODES_TXT, epoch, epoch_fields, n
 from rollmux_web.reports.selectors._time import now_or, parse_window
 from rollmux_web.reports.timeline import (
     BAR_LIMIT,
+    DELAY_MIN_S,
     LEFT,
     RIGHT,
     JobBusy,
     PhaseRow,
     PreAggregated,
+    ReportDelay,
     Spans,
     Timeline,
     build_timeline,
@@ -102,17 +104,51 @@ def phase_rows(flt: Q, t0: datetime | None, t1: datetime | None) -> list[PhaseRo
         qs.annotate(nodes_txt=NODES_TXT, **annotations)
         .order_by("started_at", "id")
         .values_list(
-            "id", "job_id", "iteration", "kind", "nodes_txt", "warm_start", s_col, f_col, "state"
+            "id",
+            "job_id",
+            "iteration",
+            "kind",
+            "nodes_txt",
+            "warm_start",
+            s_col,
+            f_col,
+            "state",
+            "outcome",
         )
     )
     if annotations:
         return [PhaseRow._make((*r[:4], nodes(r[4]), *r[5:])) for r in rows]
     return [
         PhaseRow._make(
-            (*r[:4], nodes(r[4]), r[5], epoch(r[6], exact=False), epoch(r[7], exact=False), r[8])
+            (*r[:4], nodes(r[4]), r[5], epoch(r[6], exact=False), epoch(r[7], exact=False), *r[8:])
         )
         for r in rows
     ]
+
+
+def report_delays(flt: Q, t0: datetime, t1: datetime) -> list[ReportDelay]:
+    """Return the phases in the window whose end reached the controller late: recovered by
+    reconcile after a lost report, or applied over DELAY_MIN_S after the host's end stamp
+    (the workflow records both: PhaseRecord.reported_at, .recovered)."""
+    late = Q(recovered=True) | Q(reported_at__gt=F("finished_at") + timedelta(seconds=DELAY_MIN_S))
+    rows = (
+        PhaseRecord.objects.filter(flt, finished_at__isnull=False, reported_at__isnull=False)
+        .filter(finished_at__lt=t1, reported_at__gt=t0)
+        .filter(late)
+        .annotate(nodes_txt=NODES_TXT)
+        .values_list("nodes_txt", "finished_at", "reported_at", "recovered")
+    )
+    return [
+        ReportDelay(nodes(raw), f.timestamp(), max(r, f).timestamp(), bool(rec))
+        for raw, f, r, rec in rows
+        if f is not None and r is not None
+    ]
+
+
+def window_is_live(active: bool, t1: datetime, now: datetime) -> bool:
+    """Return whether a chart shows the present: its object still runs and the window
+    reaches now (a zoomed past window is history: no "now", no polling)."""
+    return active and t1 >= now - timedelta(seconds=1)
 
 
 def group_labels(user: Any, group: ExecutionGroup) -> tuple[dict[int, str], frozenset[int]]:
@@ -165,8 +201,9 @@ def group_timeline(
         t1=t1,
         width=width,
         now=now_,
-        live=group.released_at is None,
+        live=window_is_live(group.released_at is None, t1, now_),
         with_headline=True,
+        delays=report_delays(Q(group_id=group.pk), t0, t1),
     )
 
 
@@ -196,8 +233,9 @@ def job_timeline(
         t1=t1,
         width=width,
         now=now_,
-        live=not job.is_terminal,
+        live=window_is_live(not job.is_terminal, t1, now_),
         with_headline=False,
+        delays=report_delays(Q(job_id=job.pk), t0, t1),
     )
 
 

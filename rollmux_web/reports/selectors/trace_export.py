@@ -26,7 +26,8 @@ def trace_events(
 ) -> dict[str, Any]:
     """Return Chrome/Perfetto trace JSON: one complete ("X") event per phase and node.
 
-    pid = pool, tid = node; ts and dur in microseconds since the first phase. A phase of
+    pid = pool, tid = node; ts and dur in microseconds since the first phase; event names
+    count iterations from 1 (as the job page), `args.iteration` is the record's (0-based). A phase of
     a job in `masked` (another tenant's) carries its label, kind, times and nodes only: no
     job id, phase id or iteration number.
     """
@@ -43,7 +44,7 @@ def trace_events(
                 "args": {"name": "Rollout pool" if pool == "rollout" else "Training pool"},
             }
         )
-    for phase_id, jid, it, kind, nodes, warm, s, f, state in rows:
+    for phase_id, jid, it, kind, nodes, warm, s, f, state, _outcome in rows:
         if f is None or base is None:
             continue
         hidden = jid in masked
@@ -70,7 +71,7 @@ def trace_events(
                 )
             events.append(
                 {
-                    "name": f"{label} {kind}" if hidden else f"{label} {kind} #{it}",
+                    "name": f"{label} {kind}" if hidden else f"{label} {kind} #{it + 1}",
                     "cat": kind,
                     "ph": "X",
                     "ts": round((s - base) * 1e6),

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from rollmux_web.formatting import duration, duration_in
+from rollmux_web.formatting import duration, duration_in, duration_unit
 
 register = template.Library()
 
@@ -64,3 +64,19 @@ def seconds(value: Any, unit: str = "") -> str:
     if value is None or value == "":
         return "—"
     return duration_in(float(value), unit) if unit else duration(float(value))
+
+
+@register.simple_tag
+def column_unit(rows: Any, *attrs: str) -> str:
+    """Return the one duration unit of a table column: that of its longest value.
+
+    `{% column_unit report.jobs "mean_iteration_s" "solo_iteration_s" as unit %}`, then
+    `{{ j.mean_iteration_s|seconds:unit }}` in every cell of those columns.
+    """
+    values = [
+        abs(float(v))
+        for row in rows
+        for a in attrs
+        if (v := (row.get(a) if isinstance(row, dict) else getattr(row, a, None))) is not None
+    ]
+    return duration_unit(max(values, default=0.0))[0]

@@ -154,7 +154,7 @@ def _placement_persist(
     job.placed_at = now
     job.attempts += 1
     job.reason = (
-        f"placed in group-{group.pk} by {placement.strategy.value.replace('_', ' ')}"
+        f"placed in group {group.pk} by {placement.strategy.value.replace('_', ' ')}"
         f" (predicted slowdown {slowdown:.2f})"
     )
     job.save(update_fields=["status", "placed_at", "attempts", "reason", "updated_at"])
