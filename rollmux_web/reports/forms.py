@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 from django import forms
@@ -25,9 +25,9 @@ class DateRangeForm(forms.Form):
         data = super().clean() or {}
         today = timezone.now().date()
         end = data.get("end") or today
-        start = data.get("start") or (
-            end.replace(day=1) if end.day > 1 else end - timedelta(days=30)
-        )
+        # the default is the end's calendar month to date (the month the burn-down shows),
+        # on its first day too: not a rolling month
+        start = data.get("start") or end.replace(day=1)
         if "start" in self.errors or "end" in self.errors:
             return data
         if end < start:
@@ -40,6 +40,19 @@ class DateRangeForm(forms.Form):
             )
         data["start"], data["end"] = start, end
         return data
+
+
+def month_shortcuts(today: date, *, months: int = 6) -> list[tuple[str, date, date]]:
+    """Return (label, first day, last day) of this month (to date) and the months before it."""
+    out = []
+    first = today.replace(day=1)
+    for i in range(months):
+        month_end = (first + timedelta(days=32)).replace(day=1) - timedelta(days=1)
+        last = today if i == 0 else month_end
+        label = f"{first:%B %Y}" + (" (to date)" if i == 0 else "")
+        out.append((label, first, last))
+        first = (first - timedelta(days=1)).replace(day=1)
+    return out
 
 
 # The submit form's fields the planner needs to answer (required for a preview) and the

@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from rollmux_web.accounts.access import group_get_for_user, job_get_for_user
@@ -24,7 +25,7 @@ from rollmux_web.reports import (
     whatif_selectors,
     whatif_services,
 )
-from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm
+from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm, month_shortcuts
 from rollmux_web.reports.models import WhatIfRun
 
 
@@ -154,6 +155,10 @@ def job_trace(request: HttpRequest, job_id: int) -> HttpResponse:
 # --------------------------------------------------------------------------- cost and SLO
 
 
+def _shortcuts() -> list[tuple[str, Any, Any]]:
+    return month_shortcuts(timezone.now().date())
+
+
 def _range(request: HttpRequest) -> tuple[DateRangeForm, Any, Any]:
     form = DateRangeForm(request.GET or None)
     if not request.GET:
@@ -167,7 +172,7 @@ def _range(request: HttpRequest) -> tuple[DateRangeForm, Any, Any]:
 @require_GET
 def cost_report(request: HttpRequest) -> HttpResponse:
     form, start, end = _range(request)
-    ctx: dict[str, Any] = {"form": form, "report": None}
+    ctx: dict[str, Any] = {"form": form, "report": None, "shortcuts": _shortcuts()}
     if start is not None:
         report = selectors.cost_report(user=request.user, start=start, end=end)
         ctx["report"] = report
@@ -249,7 +254,7 @@ def cost_parquet(request: HttpRequest) -> HttpResponse:
 @require_GET
 def slo_report(request: HttpRequest) -> HttpResponse:
     form, start, end = _range(request)
-    ctx: dict[str, Any] = {"form": form, "report": None}
+    ctx: dict[str, Any] = {"form": form, "report": None, "shortcuts": _shortcuts()}
     if start is not None:
         report = selectors.slo_report(user=request.user, start=start, end=end)
         ctx["report"] = report

@@ -63,7 +63,7 @@ def test_the_groups_column_names_its_groups(world: Any, client_as: Any) -> None:
 def test_the_range_inputs_hold_the_range_shown(world: Any, client_as: Any) -> None:
     today = timezone.now().date()
     default = client_as("finance").get("/reports/cost/").content.decode()
-    start = today.replace(day=1) if today.day > 1 else today - timedelta(days=30)
+    start = today.replace(day=1)  # this month to date, on its first day too
     assert f'name="start" value="{start:%Y-%m-%d}"' in default
     assert f'name="end" value="{today:%Y-%m-%d}"' in default
     slo = client_as("finance").get("/reports/slo/").content.decode()
@@ -128,3 +128,25 @@ def test_a_negative_saving_on_the_page_says_it_costs_more(world: Any, client_as:
     )
     assert "RollMux costs $35.92 more" in html  # $57.04 - $21.12
     assert "saving -$" not in html
+
+
+@pytest.mark.django_db
+def test_on_a_months_first_day_the_default_is_that_month_with_month_shortcuts(
+    world: Any, client_as: Any, monkeypatch: Any
+) -> None:
+    first = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    monkeypatch.setattr("rollmux_web.reports.forms.timezone.now", lambda: first)
+    html = client_as("finance").get("/reports/cost/").content.decode()
+    # December to date (the burn-down's month), not a rolling 30 days back into November
+    assert 'name="start" value="2026-12-01"' in html and 'name="end" value="2026-12-01"' in html
+    assert "2026-12-01 to 2026-12-01" in html
+    # shortcuts: this month to date, then whole months before it
+    assert (
+        'href="?start=2026-12-01&amp;end=2026-12-01" aria-current="page">December 2026 (to date)'
+        in html
+    )
+    assert 'href="?start=2026-11-01&amp;end=2026-11-30">November 2026</a>' in html
+    assert 'href="?start=2026-02-01&amp;end=2026-02-28"' not in html  # six months shown
+    assert 'href="?start=2026-07-01&amp;end=2026-07-31">July 2026</a>' in html
+    slo = client_as("finance").get("/reports/slo/").content.decode()
+    assert 'name="start" value="2026-12-01"' in slo and "November 2026" in slo
