@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollmux_web.formatting import duration, duration_unit
@@ -21,6 +21,39 @@ class WhatIfComparison:
     rows: list[PolicyRow]
     ratios: dict[str, float]
     charts: list[tuple[str, list[tuple[str, float, str]], str, str]]  # title, items, unit, fmt
+    # the cost ratios compare like with like only when every policy finished the same jobs
+    same_jobs: bool = True
+    finished: list[tuple[str, str]] = field(default_factory=list)  # (policy, "48 of 50")
+    infeasible: list[tuple[str, list[str]]] = field(default_factory=list)  # (policy, job ids)
+    never_started: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+def _unfinished(metrics: dict[str, Any], key: str) -> list[str]:
+    return [str(j.get("id", j)) if isinstance(j, dict) else str(j) for j in metrics.get(key) or []]
+
+
+def finished_sets(rows: list[PolicyRow]) -> dict[str, Any]:
+    """Return whether the policies finished the same jobs, each one's count, and the jobs each
+    could not place (infeasible) or never started, by trace id."""
+    finished = [
+        (r.name, f"{r.metrics.get('completed', 0):,} of {r.metrics.get('jobs', 0):,}") for r in rows
+    ]
+    infeasible = [(r.name, ids) for r in rows if (ids := _unfinished(r.metrics, "infeasible"))]
+    never = [(r.name, ids) for r in rows if (ids := _unfinished(r.metrics, "never_started"))]
+    left_out = {
+        r.name: frozenset(
+            _unfinished(r.metrics, "infeasible") + _unfinished(r.metrics, "never_started")
+        )
+        for r in rows
+    }
+    counts = {r.metrics.get("completed") for r in rows}
+    same = len(counts) <= 1 and len(set(left_out.values())) <= 1
+    return {
+        "same_jobs": same,
+        "finished": finished,
+        "infeasible": infeasible,
+        "never_started": never,
+    }
 
 
 # the charts: (metric key, title, unit, format, scale applied to the value), in the units the
@@ -103,4 +136,6 @@ def compare(result: dict[str, Any]) -> WhatIfComparison:
             fmt = "{:,.1f}"
         if items:
             charts.append((title, items, unit, fmt))
-    return WhatIfComparison(rows=rows, ratios=dict(result.get("ratios") or {}), charts=charts)
+    return WhatIfComparison(
+        rows=rows, ratios=dict(result.get("ratios") or {}), charts=charts, **finished_sets(rows)
+    )

@@ -178,6 +178,40 @@ def test_a_finished_run_compares_policies_and_stops_polling(world: Any, client_a
     assert client_as("charlie").get(f"/whatif/{run.pk}/").status_code == 404
 
 
+@pytest.mark.django_db
+def test_the_headline_says_when_policies_finished_different_jobs_and_names_the_infeasible(
+    world: Any, client_as: Any
+) -> None:
+    ok = {"jobs": 3, "completed": 3, "total_cost_usd": 90.0, "infeasible": [], "never_started": []}
+    short = {
+        "jobs": 3,
+        "completed": 2,
+        "total_cost_usd": 60.0,
+        "infeasible": [{"id": "job-7", "reason": "needs 24 rollout nodes, the pool has 16"}],
+        "never_started": [],
+    }
+    run = WhatIfRun.objects.create(
+        created_by=world.alice,
+        trace_text=SMALL_TRACE,
+        policies=["rollmux", "solo-disagg"],
+        status=WhatIfRun.Status.DONE,
+        progress=1.0,
+        result={
+            "policies": {"rollmux": short, "solo-disagg": ok},
+            "ratios": {"solo-disagg/rollmux": 1.5},
+        },
+    )
+    html = client_as("alice").get(f"/whatif/{run.pk}/").content.decode()
+    assert "The policies finished different sets of jobs" in html
+    assert "rollmux 2 of 3, solo-disagg 3 of 3" in html
+    assert "Infeasible under <strong>rollmux</strong>: job-7" in html
+    # the same jobs finished everywhere: no warning
+    run.result = {"policies": {"rollmux": ok, "solo-disagg": ok}, "ratios": {}}
+    run.save()
+    html = client_as("alice").get(f"/whatif/{run.pk}/").content.decode()
+    assert "different sets of jobs" not in html and "Infeasible under" not in html
+
+
 @pytest.fixture
 def eager(settings: Any) -> Iterator[None]:
     from rollmux_web.celery import app
