@@ -375,11 +375,6 @@ ROLLMUX_CHECKPOINT_URI = env_str("ROLLMUX_CHECKPOINT_URI", "")
 # planner's sync estimate for a job that has not run yet (rollmux_web/workflow/sync.py).
 ROLLMUX_CROSS_POOL_GBPS = env_float("ROLLMUX_CROSS_POOL_GBPS", 20.0, minimum=1e-6)
 ROLLMUX_IN_POOL_GBPS = env_float("ROLLMUX_IN_POOL_GBPS", 400.0, minimum=1e-6)
-# Import-path prefixes a worker may import a job's runner from (comma-separated); the
-# built-in runners are always allowed, anything outside these is never imported.
-ROLLMUX_RUNNER_PACKAGES = tuple(
-    p.strip() for p in env_str("ROLLMUX_RUNNER_PACKAGES", "").split(",") if p.strip()
-)
 # How long an `external` runner waits for the trainer (rollmux.phase) to finish a phase.
 ROLLMUX_EXTERNAL_TIMEOUT_S = env_float("ROLLMUX_EXTERNAL_TIMEOUT_S", 3600.0, minimum=1.0)
 # reconcile: a phase may run 3 x its worst-case duration plus this before it counts as overrun

@@ -52,7 +52,7 @@ def test_a_runner_outside_the_allowlist_fails_with_a_load_error_and_is_never_imp
     MARKER.unlink(missing_ok=True)
     report, _ = dispatch(order(1, "tests.workers.forbidden_runner:Runner", ("h20-0",), ("h800-0",)))
     assert report.load_error, report.outcome
-    assert "not in an allowlisted runner package" in report.outcome
+    assert "not covered by the runner allowlist" in report.outcome
     assert "tests.workers.user_runners" in report.outcome  # it says what is allowed
     assert not MARKER.exists(), "a worker imported a module no allowlist names"
 

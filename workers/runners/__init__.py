@@ -7,8 +7,8 @@ training phase and `restore` when a resubmitted job resumes from its last comple
 
 Built-in names: `emulated`, `toy-rl` and `external` (a trainer that owns its loop and uses
 `rollmux.phase`). Anything else is an import path "package.module:Class" under one of the
-allowlisted packages the controller passes (`RunnerContext.runner_packages`): a name outside
-them is refused before anything is imported. This package imports neither Django nor Ray:
+entries of the admin's runner allowlist the controller passes (`RunnerContext.
+runner_packages`): a name they do not cover is refused before anything is imported. This package imports neither Django nor Ray:
 runners run inside Ray actors or in-process threads. The protocols and contexts are in
 `base` (the implementations import them from there, so the registry here can import the
 implementations without a cycle).
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from typing import Any
 
 from workers.runners.base import (
@@ -73,8 +74,19 @@ def _builtin(name: str) -> type[Any] | None:
 BUILTIN_RUNNERS = ("emulated", "toy-rl", "external")
 
 
-def _allowed(module_name: str, packages: tuple[str, ...]) -> bool:
-    return any(module_name == p or module_name.startswith(p + ".") for p in packages)
+def _allowed(name: str, module_name: str, rules: tuple[str, ...]) -> bool:
+    """Return whether an allowlist entry covers the runner: "pkg" or "pkg.mod" covers every
+    "pkg.mod...:Class" under it, "pkg.mod:Class" exactly that class (the submission check's
+    rule, rollmux_web.inventory.runners.runner_permitted; the standard library never)."""
+    if module_name.split(".")[0] in sys.stdlib_module_names:
+        return False
+    for rule in rules:
+        if ":" in rule:
+            if name == rule:
+                return True
+        elif module_name == rule or module_name.startswith(rule + "."):
+            return True
+    return False
 
 
 def runner_class(name: str, packages: tuple[str, ...] | None = None) -> type[Any]:
@@ -92,11 +104,10 @@ def runner_class(name: str, packages: tuple[str, ...] | None = None) -> type[Any
             "nor an import path of the form package.module:Class"
         )
     module_name, _, attr = name.partition(":")
-    if packages is not None and not _allowed(module_name, packages):
+    if packages is not None and not _allowed(name, module_name, packages):
         allowed = ", ".join(packages) or "none"
         raise RunnerLoadError(
-            f"runner {name!r}: {module_name!r} is not in an allowlisted runner package"
-            f" (allowed: {allowed})"
+            f"runner {name!r} is not covered by the runner allowlist (allowed: {allowed})"
         )
     try:
         module = importlib.import_module(module_name)

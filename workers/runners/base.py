@@ -37,7 +37,7 @@ class RunnerContext:
     channel: dict[str, Any] = field(default_factory=dict)  # for `external`: how to reach it
     model: str = ""  # the job's model name (e.g. "Qwen2.5-7B")
     weights_gb: float = 0.0  # the model's weights (bf16) the sync phase moves
-    runner_packages: tuple[str, ...] = ()  # import-path prefixes a worker may import
+    runner_packages: tuple[str, ...] = ()  # the runner allowlist's entries (what may be imported)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.conf import settings
 
+from rollmux_web.inventory.runners import BUILTIN_RUNNERS
+from rollmux_web.inventory.selectors import runner_allowlist
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow import sync
@@ -37,7 +39,8 @@ def runner_context(job: Job) -> dict[str, Any]:
         },
         "model": job.model,
         "weights_gb": sync.weights_gb(job.model),
-        "runner_packages": list(settings.ROLLMUX_RUNNER_PACKAGES),
+        # what the job's workers may import: the admin's allowlist (a built-in needs none)
+        "runner_packages": [] if job.runner in BUILTIN_RUNNERS else runner_allowlist(),
     }
 
 
