@@ -93,5 +93,7 @@ def build_dispatcher() -> Dispatcher:
             report=report_config(),
             background=bool(settings.CELERY_TASK_ALWAYS_EAGER),
             resources=node_resources,
+            # a labelled Ray node that dies, is missing or rejoins: its inventory node follows
+            on_node_change=triggers.node_ray_changed,
         )
     raise ValueError(f"ROLLMUX_DISPATCHER={kind!r}: use 'ray' or 'inline'")

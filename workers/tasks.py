@@ -70,6 +70,15 @@ def node_changed_task(node_id: int) -> list[int]:
     return services.node_down_resubmit(node_id=int(node_id))
 
 
+@shared_task(name="workers.tasks.node_ray_changed", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
+def node_ray_changed_task(name: str, alive: bool, reason: str = "") -> bool:
+    """Mark a node down (its Ray node died or is missing) or up (it rejoined); the node
+    change then resubmits the jobs pinned to it (`node_changed_task`)."""
+    from rollmux_web.inventory import services as inventory
+
+    return inventory.node_ray_changed(name=str(name), alive=bool(alive), reason=str(reason))
+
+
 @shared_task(name="workers.tasks.reconcile", acks_late=True)  # type: ignore[untyped-decorator]
 def reconcile_task() -> dict[str, list[int]]:
     """Recover phases whose host died, whose report was lost or that overran; replan."""

@@ -58,6 +58,14 @@ def node_state_changed(node_id: int) -> None:
     _send(lambda: node_changed_task.delay(node_id), f"node change {node_id}")
 
 
+def node_ray_changed(name: str, alive: bool, reason: str = "") -> None:
+    """Follow a Ray node that died, is missing or rejoined (the Ray dispatcher's node
+    watcher): its inventory node goes down with the reason, or back up."""
+    from workers.tasks import node_ray_changed_task
+
+    _send(lambda: node_ray_changed_task.delay(name, alive, reason), f"Ray node change {name}")
+
+
 def report_phase_end(report: PhaseReport) -> None:
     """Hand a phase's end to the controller (the dispatchers' report sink). Raises when the
     broker refuses it: the dispatcher's caller logs it and `reconcile` re-reads the host."""

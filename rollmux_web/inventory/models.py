@@ -73,6 +73,9 @@ class Node(models.Model):
     gpus = models.PositiveIntegerField(default=8)
     host_mem_gb = models.FloatField()
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UP)
+    # why it is in that state when the platform set it (e.g. its Ray node died); empty when
+    # an operator set it
+    state_reason = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

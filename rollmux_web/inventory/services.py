@@ -31,7 +31,8 @@ from rollmux_web.inventory.runners import BUILTIN_RUNNERS, FORBIDDEN_RUNNER_ROOT
 
 GPU_TYPE_FIELDS = ["name", "gpus_per_node", "host_mem_gb"]
 CLUSTER_FIELDS = ["name", "kind", "gpu_type", "ray_address"]
-NODE_FIELDS = ["name", "cluster", "gpu_type", "gpus", "host_mem_gb", "state"]
+NODE_FIELDS = ["name", "cluster", "gpu_type", "gpus", "host_mem_gb", "state", "state_reason"]
+RAY_REASON = "Ray:"  # the head of a state_reason the Ray node watcher wrote
 
 
 PRICE_NOT_POSITIVE = (
@@ -288,7 +289,25 @@ def node_set_state(*, actor: Any, node_id: int, state: str) -> Node:
     """Mark a node up, drained (no new work) or down (its jobs get resubmitted)."""
     if state not in NodeState.values:
         raise ValidationError({"state": [f"Unknown state {state!r}: use up, drained or down."]})
-    return node_update(actor=actor, node_id=node_id, data={"state": state})
+    return node_update(actor=actor, node_id=node_id, data={"state": state, "state_reason": ""})
+
+
+def node_ray_changed(*, name: str, alive: bool, reason: str = "") -> bool:
+    """Follow the Ray node that serves an inventory node: down (with the reason) when it
+    died or is missing, up again when it rejoined, if Ray was what took it down (an
+    operator's down stays down). Return whether the node changed; idempotent."""
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=name).first()
+        if node is None:
+            return False
+        if not alive and node.state != NodeState.DOWN:
+            data = {"state": NodeState.DOWN, "state_reason": f"{RAY_REASON} {reason}"[:300]}
+        elif alive and node.state == NodeState.DOWN and node.state_reason.startswith(RAY_REASON):
+            data = {"state": NodeState.UP, "state_reason": ""}
+        else:
+            return False
+        node_update(actor=None, node_id=node.pk, data=data)
+    return True
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -10,10 +10,15 @@ from typing import Any
 import pytest
 
 from rollmux_web.workflow import ports
-from tests.workers.multinode import multinode_cluster, order_multinode_last
+from tests.workers.multinode import (
+    multinode_cluster,
+    multinode_workflow,
+    multinode_world,
+    order_multinode_last,
+)
 from workers.dispatch import PhaseOrder, PhaseReport, Probe
 
-__all__ = ["multinode_cluster"]
+__all__ = ["multinode_cluster", "multinode_workflow", "multinode_world"]
 USER_RUNNERS = "tests.workers.user_runners"
 
 

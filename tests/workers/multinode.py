@@ -94,6 +94,49 @@ def multinode_cluster() -> Iterator[MultiNode]:
     multinode.cluster.shutdown()
 
 
+@pytest.fixture
+def multinode_world(world: Any) -> Any:
+    """The test world shrunk to the cluster's inventory: 2 H20 + 2 H800 nodes of 2 GPUs."""
+    from rollmux_web.inventory.models import GpuType, Node
+
+    Node.objects.exclude(name__in=NODES).delete()
+    Node.objects.update(gpus=GPUS_PER_NODE)
+    GpuType.objects.update(gpus_per_node=GPUS_PER_NODE)
+    return world
+
+
+@pytest.fixture
+def multinode_workflow(
+    multinode_cluster: MultiNode, settings: Any, tmp_path: Any, clean_broker: None
+) -> Iterator[Any]:
+    """The workflow on the multi-node cluster, with a real Celery worker in this process."""
+    from celery.contrib.testing.worker import start_worker
+
+    from rollmux_web.celery import app
+    from rollmux_web.workflow import ports
+    from workers import triggers
+    from workers.composition import deliver_report, report_config
+    from workers.dispatch.ray_dispatcher import RayDispatcher
+
+    settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")  # one directory every node reaches
+    settings.ROLLMUX_EMBEDDED_BEAT = False
+    dispatcher = RayDispatcher(
+        address=multinode_cluster.address,
+        on_report=deliver_report,
+        report=report_config(),
+        on_node_change=triggers.node_ray_changed,  # the Ray node watcher, as in production
+    )
+    dispatcher.warm()
+    with (
+        ports.override(dispatcher=dispatcher),
+        start_worker(
+            app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
+        ),
+    ):
+        yield dispatcher
+    dispatcher.stop()
+
+
 def order_multinode_last(items: list[Any]) -> None:
     """Run the tests that use the multi-node cluster after every other test."""
     items.sort(key=lambda item: "multinode_cluster" in getattr(item, "fixturenames", ()))

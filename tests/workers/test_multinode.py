@@ -9,14 +9,12 @@ and every phase record says on which Ray node(s) it ran and which GPU ids it saw
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow import ports
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.sync import weights_gb
 from tests.workers.conftest import all_done, make_job, wait_for
@@ -28,42 +26,6 @@ from workers.runners.toy_rl import CONTEXTS, LENGTH, VOCAB
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.ray, pytest.mark.celery]
 CTX = RunnerContext(0, 1, 0.0, 0.0, 0.0, 0.0, 0.0)
-
-
-@pytest.fixture
-def small_world(world: Any) -> Any:
-    """The test world shrunk to the cluster: 2 H20 + 2 H800 nodes of 2 GPUs."""
-    from rollmux_web.inventory.models import GpuType, Node
-
-    Node.objects.exclude(name__in=["h20-0", "h20-1", "h800-0", "h800-1"]).delete()
-    Node.objects.update(gpus=GPUS_PER_NODE)
-    GpuType.objects.update(gpus_per_node=GPUS_PER_NODE)
-    return world
-
-
-@pytest.fixture
-def multinode_workflow(
-    multinode_cluster: MultiNode, settings: Any, tmp_path: Any, clean_broker: None
-) -> Iterator[Any]:
-    """The workflow on the multi-node cluster, with a real Celery worker in this process."""
-    from celery.contrib.testing.worker import start_worker
-
-    from rollmux_web.celery import app
-    from workers.composition import deliver_report, report_config
-    from workers.dispatch.ray_dispatcher import RayDispatcher
-
-    settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")  # one directory every node reaches
-    settings.ROLLMUX_EMBEDDED_BEAT = False
-    dispatcher = RayDispatcher(
-        address=multinode_cluster.address, on_report=deliver_report, report=report_config()
-    )
-    with (
-        ports.override(dispatcher=dispatcher),
-        start_worker(
-            app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
-        ),
-    ):
-        yield dispatcher
 
 
 def job(world: Any, name: str, **overrides: Any) -> Any:
@@ -92,9 +54,12 @@ def assert_no_node_ran_two_phases_at_once(phases: list[PhaseRecord]) -> None:
 
 
 def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_weights(
-    small_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode
+    multinode_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode
 ) -> None:
-    jobs = [job(small_world, f"m{i}", iterations=3, slo_class=small_world.bronze) for i in range(3)]
+    jobs = [
+        job(multinode_world, f"m{i}", iterations=3, slo_class=multinode_world.bronze)
+        for i in range(3)
+    ]
     ids = [j.pk for j in jobs]
     triggers.request_planning()
     wait_for(all_done(ids), timeout=120)
@@ -125,9 +90,9 @@ def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_wei
 
 
 def test_toy_rl_reward_rises_across_syncs_between_separate_nodes(
-    small_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode
+    multinode_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode
 ) -> None:
-    rl = job(small_world, "rl", runner="toy-rl", iterations=12, model="toy-0.5B")
+    rl = job(multinode_world, "rl", runner="toy-rl", iterations=12, model="toy-0.5B")
     triggers.request_planning()
     wait_for(all_done([rl.pk]), timeout=90)
     rl.refresh_from_db()

@@ -14,6 +14,7 @@ from workers.dispatch import PhaseOrder, PhaseReport
 from workers.runners import RunnerContext
 
 pytestmark = [pytest.mark.ray]
+changes: list[tuple[str, bool, str]] = []  # what the dispatcher told on_node_change
 
 
 def order(phase_id: int, runner: str, rollout: tuple[str, ...], train: tuple[str, ...]) -> Any:
@@ -34,7 +35,12 @@ def dispatch(multinode_cluster: Any) -> Any:
     from workers.dispatch.ray_dispatcher import RayDispatcher
 
     reports: queue.Queue[PhaseReport] = queue.Queue()
-    dispatcher = RayDispatcher(address=multinode_cluster.address, on_report=reports.put)
+    dispatcher = RayDispatcher(
+        address=multinode_cluster.address,
+        on_report=reports.put,
+        on_node_change=lambda *change: changes.append(change) if change[0] == "h20-7" else None,
+    )
+    changes.clear()
 
     def run(o: PhaseOrder) -> tuple[PhaseReport, float]:
         t0 = time.monotonic()
@@ -60,8 +66,10 @@ def test_a_runner_outside_the_allowlist_fails_with_a_load_error_and_is_never_imp
 def test_a_node_no_ray_node_serves_fails_the_phase_at_once_naming_its_label(
     dispatch: Any,
 ) -> None:
+    # and the dispatcher tells the inventory (through on_node_change) that it is missing
     report, took = dispatch(order(2, "emulated", ("h20-7",), ("h800-0",)))
-    assert report.outcome.startswith("error: no live Ray node serves h20-7"), report.outcome
-    assert "rollmux.io/node=h20-7" in report.outcome
-    assert not report.load_error
+    assert report.outcome == (
+        "lost: node h20-7: no live Ray node has the label rollmux.io/node=h20-7"
+    ), report.outcome  # the platform's failure (not the job's), naming what is missing
+    assert changes == [("h20-7", False, report.outcome.removeprefix("lost: node "))]
     assert took < 5.0, "a missing node must fail the phase at once, not after a timeout"

@@ -107,7 +107,7 @@ class NodeDirectory:
 
 def missing_reason(missing: list[str]) -> str:
     labels = ", ".join(f"{NODE_LABEL}={n}" for n in missing)
-    return f"no live Ray node serves {', '.join(missing)} (none has the label {labels})"
+    return f"{', '.join(missing)}: no live Ray node has the label {labels}"
 
 
 def _node_gpu_group(name: str, gpus: int) -> Any:
@@ -182,7 +182,7 @@ class JobCoordinator(PhaseHost):
         }
         missing = directory.missing(tuple(nodes["rollout"]) + tuple(nodes["train"]))
         if missing:
-            raise RuntimeError(missing_reason(missing))
+            raise WorkerLost(f"node {missing_reason(missing)}")
         specs: list[tuple[str, int, str, RayNode, int]] = []
         for role, names in nodes.items():
             rank = 0
@@ -367,6 +367,7 @@ JobCoordinatorActor = ray.remote(num_cpus=0, max_restarts=0)(JobCoordinator)
 
 
 _init_lock = threading.Lock()
+NodeChange = Callable[[str, bool, str], None]
 
 
 Resources = Callable[[], dict[str, float]]
@@ -431,8 +432,12 @@ class RayDispatcher:
         report: dict[str, Any] | None = None,
         background: bool = False,
         resources: Resources = _no_resources,
+        on_node_change: NodeChange | None = None,
     ) -> None:
         self.address = address
+        # (inventory node, alive, reason): a labelled Ray node died, is missing or rejoined
+        self.on_node_change = on_node_change
+        self._watching = False
         self.resources = resources  # what a local Ray advertises (address="local")
         self.on_report = on_report
         # broker settings handed to actors so they publish their own phase events
@@ -496,10 +501,9 @@ class RayDispatcher:
         self._missing_checked.update(n for n in wanted if n not in missing)
         return missing
 
-    def watch_nodes(
-        self, on_lost: Callable[[str, str], None], *, interval_s: float = 0.5
-    ) -> threading.Thread:
-        """Call on_lost(node name, reason) once for each labelled Ray node that dies.
+    def watch_nodes(self, on_change: NodeChange, *, interval_s: float = 0.5) -> threading.Thread:
+        """Call on_change(node name, alive, reason) when a labelled Ray node dies (once) and
+        for each labelled node alive (when first seen, and when it rejoins).
 
         Ray's GCS marks a node dead when its raylet stops answering health checks
         (`health_check_period_ms` x `health_check_failure_threshold`); this reads the node
@@ -511,6 +515,8 @@ class RayDispatcher:
         def loop() -> None:
             seen: dict[str, str] = {}  # Ray node id -> inventory node, while alive
             while not self._stopped.is_set():
+                if not ray.is_initialized():  # this process disconnected (shutdown)
+                    return
                 try:
                     nodes = ray.nodes()  # type: ignore[no-untyped-call]
                 except Exception:
@@ -522,29 +528,44 @@ class RayDispatcher:
                     if not name:
                         continue
                     if n.get("Alive"):
-                        seen[n["NodeID"]] = name
+                        if n["NodeID"] not in seen:
+                            seen[n["NodeID"]] = name
+                            self._tell(on_change, name, True, "")
                     elif seen.pop(n["NodeID"], None) is not None:
                         with self._lock:
                             self._missing_checked.discard(name)
                         why = n.get("DeathReasonMessage") or "its raylet stopped answering"
-                        reason = f"Ray node {n['NodeID'][:12]} died: {why}"[:400]
-                        try:
-                            on_lost(name, reason)
-                        except Exception:
-                            log.exception("handling the loss of node %s failed", name)
+                        self._tell(
+                            on_change, name, False, f"Ray node {n['NodeID'][:12]} died: {why}"
+                        )
                 self._stopped.wait(interval_s)
 
         thread = threading.Thread(target=loop, name="rollmux-node-watch", daemon=True)
         thread.start()
         return thread
 
+    @staticmethod
+    def _tell(on_change: NodeChange, name: str, alive: bool, reason: str) -> None:
+        try:
+            on_change(name, alive, reason[:280])
+        except Exception:
+            log.exception("handling the change of node %s failed", name)
+
     def stop(self) -> None:
         self._stopped.set()
 
     # --- Dispatcher ---------------------------------------------------------------------
     def warm(self) -> None:
-        """Connect to Ray now rather than on the first dispatch."""
+        """Connect to Ray now rather than on the first dispatch; start the node watcher."""
         ensure_ray(self.address, self.resources)
+        self._watch()
+
+    def _watch(self) -> None:
+        with self._lock:
+            if self._watching or self.on_node_change is None:
+                return
+            self._watching = True
+        self.watch_nodes(self.on_node_change)
 
     def dispatch(self, order: PhaseOrder) -> None:
         self._submit(lambda: self._dispatch(order))
@@ -552,10 +573,17 @@ class RayDispatcher:
     def _dispatch(self, order: PhaseOrder) -> None:
         try:
             ensure_ray(self.address, self.resources)
+            self._watch()
             missing = self._missing_nodes(order)
             if missing:
-                # Ray would keep its workers pending forever: fail the phase with the reason.
-                report = PhaseReport(order.phase_id, f"error: {missing_reason(missing)}")
+                # Ray would keep its workers pending forever: fail the phase at once (the
+                # platform's failure: `lost`), and take the nodes out of the inventory's
+                # service until a Ray node with their label joins.
+                reason = missing_reason(missing)
+                for name in missing:
+                    if self.on_node_change is not None:
+                        self.on_node_change(name, False, reason)
+                report = PhaseReport(order.phase_id, f"lost: node {reason}"[:480])
                 report.group_id, report.job_id = order.group_id, order.job_id
                 self.on_report(report)
                 return

@@ -9,6 +9,7 @@ dispatch them on commit. workers/README.md counts its round trips.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rollmux_web import events, metrics
+from rollmux_web.inventory.services import node_ray_changed
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
@@ -24,6 +26,7 @@ from rollmux_web.workflow.ports import Outcome, PhaseReport
 from rollmux_web.workflow.services.departures import (
     job_fail_or_resubmit,
     job_finish,
+    job_resubmit_node_down,
     placement_end,
 )
 from rollmux_web.workflow.services.effects import Effects
@@ -50,6 +53,16 @@ _STATE_OF = {
     Outcome.ERROR: PhaseState.FAILED,
     Outcome.LOAD_ERROR: PhaseState.FAILED,
 }
+
+
+# "lost: node h20-1 died (...)" / "lost: node h20-1: no live Ray node has the label ...":
+# the Ray dispatcher's outcome when a node the phase needs is gone
+_LOST_NODE = re.compile(r"^lost: node ([\w.-]+)")
+
+
+def _lost_node(outcome: str) -> str | None:
+    match = _LOST_NODE.match(outcome)
+    return match.group(1) if match else None
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -126,8 +139,16 @@ def phase_finish(
                 else:
                     member_remove(runtime, job.pk)
                     lost = result is Outcome.LOST
-                    placement_end(placement, EndReason.FAILED, now, effects, kill=lost)
-                    job_fail_or_resubmit(job, report.outcome, now, retry=not report.load_error)
+                    node = _lost_node(report.outcome) if lost else None
+                    if node is not None:  # its node died or is missing: the platform's loss
+                        # Ray's word: the node is down now, in this transaction, so the
+                        # planning pass this resubmission asks for cannot pick it again
+                        node_ray_changed(name=node, alive=False, reason=report.outcome[6:])
+                        placement_end(placement, EndReason.NODE_DOWN, now, effects, kill=True)
+                        job_resubmit_node_down(job, node, now)
+                    else:
+                        placement_end(placement, EndReason.FAILED, now, effects, kill=lost)
+                        job_fail_or_resubmit(job, report.outcome, now, retry=not report.load_error)
         if not effects.group_released:
             phases_start(group, runtime, now, effects, placements=placements)
             runtime_save(group, runtime)

@@ -106,6 +106,20 @@ def job_fail_or_resubmit(job: Job, outcome: str, now: datetime, *, retry: bool =
         events.publish(events.JOB_FAILED, job=job, detail={"reason": job.reason})
 
 
+def job_resubmit_node_down(job: Job, node: str, now: datetime) -> bool:
+    """Resubmit a job whose node went down (not counted as a failed attempt: the platform
+    failed, not the job); a job whose cancel was requested ends. Return whether queued."""
+    if job.cancel_requested:
+        job_finish(job, JobStatus.CANCELLED, now, reason="cancelled (its node went down)")
+        return False
+    job.status = JobStatus.QUEUED
+    job.reason = (
+        f"resubmitted: node {node} went down; resumes at iteration {job.iterations_done}"
+    )[:500]
+    job.save(update_fields=["status", "reason", "updated_at"])
+    return True
+
+
 def job_finish(job: Job, status: str, now: datetime, *, reason: str = "") -> None:
     job.status = status
     job.finished_at = now
@@ -190,15 +204,7 @@ def _node_down(*, node_id: int, now: datetime | None) -> list[int]:
                     runtime.finish(str(job.pk), PhaseKind(phase.kind))
             member_remove(runtime, job.pk)
             placement_end(placement, EndReason.NODE_DOWN, now, effects, kill=True)
-            if job.cancel_requested:
-                job_finish(job, JobStatus.CANCELLED, now, reason="cancelled (its node went down)")
-            else:
-                job.status = JobStatus.QUEUED
-                job.reason = (
-                    f"resubmitted: node {node.name} went down; resumes at iteration "
-                    f"{job.iterations_done}"
-                )
-                job.save(update_fields=["status", "reason", "updated_at"])
+            if job_resubmit_node_down(job, node.name, now):
                 transaction.on_commit(lambda: metrics.count_resubmission("node_down"))
                 events.publish(events.JOB_RESUBMITTED, job=job, detail={"reason": job.reason})
                 resubmitted.append(job.pk)
