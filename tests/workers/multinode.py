@@ -14,13 +14,13 @@ shuts that local Ray down first.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-HEAD_PORT = 8145  # the ray helper's port range (8140-8149); never Redis's 6379
 NODES = ("h20-0", "h20-1", "h800-0", "h800-1")
 GPUS_PER_NODE = 2
 RAY_ENV = {
@@ -60,8 +60,20 @@ class MultiNode:
         return node
 
 
-def start_cluster(names: tuple[str, ...] = NODES, *, port: int = HEAD_PORT) -> MultiNode:
-    """Start a head and one labelled Ray node per name; connect this process to it."""
+def free_port() -> int:
+    """Return a loopback port nothing listens on now (never Redis's 6379, which is taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_cluster(names: tuple[str, ...] = NODES, *, port: int | None = None) -> MultiNode:
+    """Start a head and one labelled Ray node per name; connect this process to it.
+
+    The head's GCS port is a free one unless given: two test runs on one machine (CI and a
+    developer, or two checkouts) must not join each other's cluster.
+    """
+    port = port or free_port()
     os.environ.update(RAY_ENV)
     from ray.cluster_utils import Cluster
 
