@@ -18,6 +18,7 @@ class Strategy(models.TextChoices):
     DIRECT_PACKING = "direct_packing", "direct packing"
     ROLLOUT_SCALING = "rollout_scaling", "rollout scaling"
     NEW_GROUP = "new_group", "new group"
+    COLOCATED = "colocated", "co-located"
 
 
 class EndReason(models.TextChoices):
