@@ -131,5 +131,12 @@ class PoolWorker:
         self.side.offload()
         return {"metrics": metrics, "bytes": len(weights)}
 
+    def shard_sizes(self, shards: list[tuple[int, list[Any]]]) -> dict[int, int]:
+        """Return the size of each shard (the flat sync baseline's accounting)."""
+        return {
+            j: len(data)
+            for (j, _), data in zip(shards, self._get([r[0] for _, r in shards]), strict=True)
+        }
+
     def ping(self) -> int:
         return os.getpid()

@@ -289,7 +289,7 @@ class JobCoordinator(PhaseHost):
         metrics["workers"] = float(len(pool))
         return metrics
 
-    def _sync(self) -> dict[str, float]:
+    def _sync(self, plan: str = "topology") -> dict[str, float]:
         """Send the trainers' weights to every rollout worker (paper section 6):
 
         1. scatter: the weights are cut into one shard per rollout worker; shard j goes from
@@ -297,6 +297,10 @@ class JobCoordinator(PhaseHost):
            weights crosses from the training pool to the rollout pool;
         2. broadcast: each rollout worker fetches the other shards from its rollout peers
            (inside the rollout pool; peers on one node share its object store).
+
+        `plan="flat"` is the baseline `bench/sync.py` compares with (veRL's flat gather):
+        every rollout worker fetches every shard from the trainers, so the weights cross
+        once per rollout node (Ray's object store keeps one copy per node).
         """
         t0 = time.perf_counter()
         version = self.trained
@@ -312,17 +316,26 @@ class JobCoordinator(PhaseHost):
             ],
         )
         shards = {j: ref for batch in sent for j, ref in batch}
-        received = self._gather(
-            rollout, [w.handle.receive_shard.remote(w.rank, shards[w.rank]) for w in rollout]
-        )
+        if plan == "flat":
+            local = sorted(shards.items())
+            sizes = self._gather(rollout, [w.handle.shard_sizes.remote(local) for w in rollout])
+            receivers = {w.ray_node_id for w in rollout}
+            senders = {h.ray_node_id for h in holders}
+            cross = sum(sizes[0].values()) * len(
+                receivers - senders if _labelled(rollout[0]) else receivers
+            )
+        else:
+            received = self._gather(
+                rollout, [w.handle.receive_shard.remote(w.rank, shards[w.rank]) for w in rollout]
+            )
+            # each shard crossed once, from its trainer's node into its rollout worker's node
+            cross = sum(
+                r["bytes"]
+                for w, r in zip(rollout, received, strict=True)
+                if sender[w.rank].ray_node_id != w.ray_node_id or not _labelled(w)
+            )
+            local = [(r["index"], r["ref"]) for r in received]
         t_scatter = time.perf_counter() - t0
-        # each shard crossed once, from its trainer's node into its rollout worker's node
-        cross = sum(
-            r["bytes"]
-            for w, r in zip(rollout, received, strict=True)
-            if sender[w.rank].ray_node_id != w.ray_node_id or not _labelled(w)
-        )
-        local = [(r["index"], r["ref"]) for r in received]
         done = self._gather(rollout, [w.handle.assemble.remote(local, version) for w in rollout])
         self.synced = version
         weights = int(done[0]["bytes"])
@@ -335,6 +348,13 @@ class JobCoordinator(PhaseHost):
             "weights_version": float(version),
         }
         return dict(self.last_sync)
+
+    def sync_once(self, plan: str) -> dict[str, float]:
+        """Run one sync by `plan` ("topology" or "flat") outside any phase (bench/sync.py)."""
+        with self._lock:
+            if self.current is not None:
+                raise RuntimeError("a phase is running")
+        return self._sync(plan)
 
     def stats(self) -> dict[str, Any]:
         return {
