@@ -16,8 +16,9 @@ What it measures, from the phase records (start/end stamped by the Ray actors th
   round trip through Redis (no DB), so the ratios show what the controller itself adds.
 
 It builds a scratch database (Django's test-database machinery: `test_<name>` of
-DATABASE_URL, dropped at the end), starts a local Ray advertising its nodes, and a Celery
-worker subprocess (threads pool) joined to that Ray.
+DATABASE_URL, dropped at the end), starts a local Ray advertising its nodes (or, with
+`--multinode`, a head plus one Ray node per inventory node, each its own raylet), and a
+Celery worker subprocess (threads pool) joined to that Ray.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollmux_bench \\
     REDIS_URL=redis://127.0.0.1:6379/4 .venv/bin/python bench/control_plane.py
@@ -232,14 +233,25 @@ def run(args: argparse.Namespace) -> None:
     settings.ROLLMUX_CHECKPOINT_DIR = str(ckpt)
     worker = None
     previous_ports = None
+    cluster = None
     try:
         world = make_world(args.rollout_nodes, args.train_nodes)
         from rollmux_web.inventory.models import Node
 
-        resources = {n.ray_resource: 1.0 for n in Node.objects.all()}
         t = time.perf_counter()
-        ray_dispatcher.ensure_ray("local", resources=lambda: resources)
-        print(f"local Ray up in {time.perf_counter() - t:.1f} s")
+        if args.multinode:
+            # a head + one Ray node (its own raylet) per inventory node, labelled with its
+            # name and declaring `--gpus` GPUs: one worker per GPU, pinned there
+            from tests.workers.multinode import start_cluster
+
+            names = tuple(Node.objects.order_by("name").values_list("name", flat=True))
+            cluster = start_cluster(names, port=args.ray_port, gpus=args.gpus)
+            print(f"multi-node Ray up in {time.perf_counter() - t:.1f} s: a head + {len(names)}"
+                  f" nodes x {args.gpus} GPUs")  # fmt: skip
+        else:
+            resources = {n.ray_resource: 1.0 for n in Node.objects.all()}
+            ray_dispatcher.ensure_ray("local", resources=lambda: resources)
+            print(f"local Ray up in {time.perf_counter() - t:.1f} s")
         address = ray_dispatcher.ray_address()
         previous_ports = ports.configure(
             dispatcher=RayDispatcher(
@@ -344,6 +356,8 @@ def run(args: argparse.Namespace) -> None:
         if previous_ports is not None:
             ports.restore(previous_ports)
         ray_dispatcher.shutdown_ray()
+        if cluster is not None:
+            cluster.cluster.shutdown()
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
@@ -359,6 +373,12 @@ def main() -> None:
     )
     parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
     parser.add_argument("--worker-log-level", default="WARNING")
+    parser.add_argument(
+        "--multinode", action="store_true",
+        help="one Ray node per inventory node (ray.cluster_utils.Cluster) instead of one local Ray",
+    )  # fmt: skip
+    parser.add_argument("--gpus", type=int, default=1, help="--multinode: GPUs per Ray node")
+    parser.add_argument("--ray-port", type=int, default=8144, help="--multinode: head GCS port")
     run(parser.parse_args())
 
 

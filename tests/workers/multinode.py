@@ -49,12 +49,12 @@ class MultiNode:
     def ray_node_id(self, name: str) -> str:
         return str(self.nodes[name].node_id)
 
-    def add(self, name: str) -> Any:
+    def add(self, name: str, gpus: int = GPUS_PER_NODE) -> Any:
         """Start a Ray node for an inventory node (again, after a kill)."""
         from workers.dispatch.ray_dispatcher import NODE_LABEL
 
         node = self.cluster.add_node(
-            num_cpus=0, num_gpus=GPUS_PER_NODE, labels={NODE_LABEL: name}, wait=True
+            num_cpus=0, num_gpus=gpus, labels={NODE_LABEL: name}, wait=True
         )
         self.nodes[name] = node
         return node
@@ -67,7 +67,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_cluster(names: tuple[str, ...] = NODES, *, port: int | None = None) -> MultiNode:
+def start_cluster(
+    names: tuple[str, ...] = NODES, *, port: int | None = None, gpus: int = GPUS_PER_NODE
+) -> MultiNode:
     """Start a head and one labelled Ray node per name; connect this process to it.
 
     The head's GCS port is a free one unless given: two test runs on one machine (CI and a
@@ -91,7 +93,7 @@ def start_cluster(names: tuple[str, ...] = NODES, *, port: int | None = None) ->
     )
     multinode = MultiNode(cluster, {}, str(cluster.address))
     for name in names:
-        multinode.add(name)
+        multinode.add(name, gpus)
     ray_dispatcher.ensure_ray(multinode.address)
     return multinode
 
