@@ -19,10 +19,18 @@ SERVICES = COMPOSE["services"]
 OUR_IMAGE = {name for name, svc in SERVICES.items() if svc.get("build")}
 
 
-def _command(name: str) -> list[str]:
+JOIN_RAY = ["python", "-m", "workers.join_ray"]
+
+
+def _command(name: str, *, launcher: bool = False) -> list[str]:
+    """Return a service's command; a command that first joins Ray as a node
+    (`workers.join_ray ... -- <command>`) gives the command it runs then, unless `launcher`."""
     cmd = SERVICES[name]["command"]
     assert isinstance(cmd, list), f"{name}: use the exec (list) form so no shell interprets it"
-    return [str(c) for c in cmd]
+    cmd = [str(c) for c in cmd]
+    if cmd[:3] == JOIN_RAY and not launcher:
+        return cmd[cmd.index("--") + 1 :]
+    return cmd
 
 
 def _option(cmd: list[str], *names: str) -> str | None:
@@ -35,12 +43,14 @@ def _option(cmd: list[str], *names: str) -> str | None:
     return None
 
 
-def _ray_workers() -> dict[str, dict[str, float]]:
+def _ray_workers() -> dict[str, tuple[dict[str, float], str]]:
+    """Return each Ray GPU node service's (resources, inventory node label)."""
     out = {}
     for name in OUR_IMAGE:
         cmd = _command(name)
         if cmd[:2] == ["ray", "start"] and "--head" not in cmd:
-            out[name] = json.loads(_option(cmd, "--resources") or "{}")
+            label = (_option(cmd, "--labels") or "").removeprefix("rollmux.io/node=")
+            out[name] = (json.loads(_option(cmd, "--resources") or "{}"), label)
     return out
 
 
@@ -53,7 +63,7 @@ def test_every_production_service_is_there():
 
 @pytest.mark.parametrize("name", sorted(OUR_IMAGE))
 def test_each_command_runs_a_program_installed_in_the_image(name):
-    program = _command(name)[0]
+    program = _command(name, launcher=True)[0]
     assert program in {"python", "gunicorn", "celery", "ray"}, program
     # The image installs the project like `make install` does: the same entry points.
     assert (VENV_BIN / program).exists() or shutil.which(program), f"{program} is not installed"
@@ -113,30 +123,29 @@ def test_ray_head_and_workers_advertise_h20_and_h800_nodes():
     assert head[:2] == ["ray", "start"] and "--head" in head and "--block" in head
     port = _option(head, "--port")
     workers = _ray_workers()
-    gpu_types = {k for res in workers.values() for k in res if not k.startswith("node:")}
-    assert gpu_types == {"H20", "H800"}
-    for name, res in workers.items():
+    assert {gpu for res, _ in workers.values() for gpu in res} == {"H20", "H800"}
+    for name, (res, label) in workers.items():
         cmd = _command(name)
         assert _option(cmd, "--address") == f"ray-head:{port}" and "--block" in cmd
-        nodes = [k for k in res if k.startswith("node:")]
-        assert len(nodes) == 1, f"{name} must pin exactly one inventory node"
-        gpu = next(k for k in res if not k.startswith("node:"))
-        assert res[gpu] == float(_option(cmd, "--num-gpus"))
+        assert label, f"{name} must be labelled with exactly one inventory node"
+        assert not any(k.startswith("node:") for k in res), "pin by label, not node: resources"
+        ((gpu, count),) = res.items()
+        assert count == float(_option(cmd, "--num-gpus"))
+    # the controller joins the same head as a Ray node (a driver on a node, no Ray Client)
+    join = _command("worker", launcher=True)
+    assert join[:3] == JOIN_RAY and _option(join, "--address") == f"ray-head:{port}"
 
 
-def test_ray_node_resources_match_the_inventory_naming():
+def test_ray_node_labels_match_the_inventory_naming():
     from rollmux_web.accounts.management.commands import seed_demo
-    from rollmux_web.inventory.models import Node
 
     seeded = {
         f"{prefix}-{i}" for prefix in ("h20", "h800") for i in range(seed_demo.NODES_PER_POOL)
     }
-    for res in _ray_workers().values():
-        node = next(k for k in res if k.startswith("node:"))
-        assert node.removeprefix("node:") in seeded
-        assert Node(name=node.removeprefix("node:")).ray_resource == node
-        gpu = next(k for k in res if not k.startswith("node:"))
-        assert node.startswith(f"node:{gpu.lower()}-")
+    for res, label in _ray_workers().values():
+        assert label in seeded
+        ((gpu, _),) = res.items()
+        assert label.startswith(f"{gpu.lower()}-")
 
 
 def test_app_services_point_at_compose_postgres_redis_and_ray(settings):
