@@ -357,10 +357,21 @@ CELERY_BEAT_SCHEDULE = {
     "plan-safety-net": {"task": "workers.tasks.plan", "schedule": 30.0},
     "reconcile": {"task": "workers.tasks.reconcile", "schedule": 15.0},
     "notifications-sweep": {"task": "rollmux_web.notifications.tasks.sweep", "schedule": 60.0},
+    "whatif-reconcile": {"task": "rollmux_web.reports.tasks.reconcile_whatif", "schedule": 30.0},
 }
 
 # --- Scheduling and execution ------------------------------------------------
 ROLLMUX_MAX_GROUP_SIZE = env_int("ROLLMUX_MAX_GROUP_SIZE", 5, minimum=1)
+# What-if runs (reports): refused at upload above the first three; a run is stopped (failed,
+# with the limit named) above the last two; a tenant has at most so many runs waiting or
+# running; a running run whose worker stopped beating is failed by the what-if reconcile.
+ROLLMUX_WHATIF_MAX_JOBS = env_int("ROLLMUX_WHATIF_MAX_JOBS", 5000, minimum=1)
+ROLLMUX_WHATIF_MAX_ITERATIONS = env_int("ROLLMUX_WHATIF_MAX_ITERATIONS", 100_000, minimum=1)
+ROLLMUX_WHATIF_MAX_EVENTS = env_int("ROLLMUX_WHATIF_MAX_EVENTS", 5_000_000, minimum=1)
+ROLLMUX_WHATIF_MAX_WALL_S = env_float("ROLLMUX_WHATIF_MAX_WALL_S", 900.0, minimum=1.0)
+ROLLMUX_WHATIF_MAX_MEMORY_MB = env_int("ROLLMUX_WHATIF_MAX_MEMORY_MB", 2048, minimum=16)
+ROLLMUX_WHATIF_MAX_QUEUED_PER_TENANT = env_int("ROLLMUX_WHATIF_MAX_QUEUED_PER_TENANT", 3, minimum=1)
+ROLLMUX_WHATIF_STALE_S = env_float("ROLLMUX_WHATIF_STALE_S", 60.0, minimum=5.0)
 ROLLMUX_SWITCH_OVERHEAD_S = env_float("ROLLMUX_SWITCH_OVERHEAD_S", 2.0, minimum=0.0)
 ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 20.0, minimum=1e-6)  # why: see seed_demo
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)

@@ -26,6 +26,10 @@ class WhatIfRun(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)  # claimed by a worker
+    # the worker's heartbeat while it simulates: a running run whose heartbeat stops had its
+    # worker die (reconcile fails it)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

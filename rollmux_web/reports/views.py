@@ -356,8 +356,15 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
                 except whatif_runs.TraceInvalid as exc:
                     form.add_error("trace", f"The trace is not in the format: {exc}")
                 else:
-                    for error in whatif_runs.policy_errors(jobs, list(data["policies"])):
+                    policies = list(data["policies"])  # (add_error drops it from data)
+                    field = "trace" if data["source"] == "upload" else "source"
+                    for error in whatif_runs.policy_errors(jobs, policies):
                         form.add_error("policies", error)
+                    for error in whatif_runs.limit_errors(jobs, policies, text=text):
+                        form.add_error(field, error)
+            if not form.errors:
+                for error in whatif_runs.queued_errors(whatif_services.run_tenant(request.user)):
+                    form.add_error(None, error)
             if not form.errors:
                 run = whatif_services.whatif_start(
                     user=request.user,

@@ -12,15 +12,19 @@ from rollmux_web.reports.models import WhatIfRun
 from rollmux_web.reports.tasks import run_whatif as run_whatif_task
 
 
+def run_tenant(user: Any) -> str:
+    """Return whose turn a user's runs take in the fair queue: their tenants ("" for admins
+    and finance, who see every tenant)."""
+    if sees_all_tenants(user):
+        return ""
+    return ",".join(visible_tenants(user).order_by("name").values_list("name", flat=True))
+
+
 def whatif_start(
     *, user: Any, source: str, trace_text: str, policies: list[str], seed: int
 ) -> WhatIfRun:
     """Create a what-if run and queue the simulator task after the commit."""
-    tenant = (
-        ""
-        if sees_all_tenants(user)
-        else ",".join(visible_tenants(user).values_list("name", flat=True))
-    )
+    tenant = run_tenant(user)
     with transaction.atomic():
         run = WhatIfRun.objects.create(
             created_by=user,
