@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from rollmux_web.inventory.models import GpuPrice, Node
 from rollmux_web.inventory.selectors import current_prices
@@ -43,9 +44,8 @@ def test_admin_changes_a_price_and_sees_it_in_the_audit_log(
     # drain a node in place (htmx swaps the row)
     node = Node.objects.get(name="h20-2")
     page.select_option(f"#node-{node.pk} select[name=state]", "drained")
-    page.wait_for_function(
-        f"document.querySelector('#node-{node.pk} select').value === 'drained' && document.querySelector('#node-{node.pk}').isConnected"
-    )
+    # locator waits, not wait_for_function: its string predicate is an eval, which the CSP forbids
+    expect(page.locator(f"#node-{node.pk} select[name=state]")).to_have_value("drained")
     page.wait_for_timeout(300)
     node.refresh_from_db()
     assert node.state == "drained" and triggered == [node.pk]
@@ -64,7 +64,7 @@ def test_admin_changes_a_price_and_sees_it_in_the_audit_log(
     # filter by action through htmx
     page.select_option("#f-action", "price.change")
     page.click("form.filters button[type=submit]")
-    page.wait_for_function("document.querySelectorAll('tr.audit-row').length === 1")
+    expect(page.locator("tr.audit-row")).to_have_count(1)
     assert "action=price.change" in page.url
 
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from rollmux_web.reports.selectors import cost_report
 from rollmux_web.workflow.models import PhaseRecord
@@ -210,10 +211,7 @@ def test_the_submit_form_shows_the_planners_preview(
             field.fill(value)
     page.locator("main form [name=host_mem_gb]").dispatch_event("change")
     page.wait_for_selector("#whatif .whatif-preview")
-    page.wait_for_function(
-        "document.querySelector('#whatif').innerText.includes('new co-execution group')",
-        timeout=15000,
-    )
+    expect(page.locator("#whatif")).to_contain_text("new co-execution group", timeout=15000)
     text = page.inner_text("#whatif")
     assert "starts a new co-execution group" in text and "$57.04/h" in text
     snapshot(page, "submit-preview")

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from rollmux_web.jobs.models import Job, JobStatus
 from tests.conftest import ARTIFACTS, browser_login
@@ -51,7 +52,7 @@ def test_alice_fixes_a_field_error_submits_and_finds_her_job(
     # 3. fix it: the error goes away inline, then the submission lands on the job page
     page.fill("#id_t_roll_min_s", "200")
     page.press("#id_t_roll_min_s", "Tab")
-    page.wait_for_function("document.querySelector('#err-t_roll_min_s li') === null")
+    expect(page.locator("#err-t_roll_min_s li")).to_have_count(0)
     page.click("#submit-job")
     page.wait_for_url(re.compile(r"/jobs/\d+/$"))
     job = Job.objects.get(name="browser-grpo")
