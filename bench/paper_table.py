@@ -1,6 +1,13 @@
-"""Regenerate the results table of docs/results.md: our ratios and SLO beside the paper's.
+"""Regenerate the results tables of docs/results.md: our ratios and SLO beside the paper's.
 
     .venv/bin/python bench/paper_table.py [--seeds 5] [--workers 2] [--out FILE]
+        [--rollout-speed-factor F] [--ablation] [--bursts]
+
+`--ablation` adds the per-lever table of issue 14 (rollmux under each `Levers`
+variant on the generated traces), `--bursts` the comparison with the MILP optimum on
+12- and 16-job bursts, and `--rollout-speed-factor` runs everything with the training
+type's rollout speed factor set (rollout on H800 takes F x its H20 time; the
+colocated baseline and rollmux's co-located strategy both pay it).
 
 For each of the paper-like and Philly-like generated traces (seeds 0..N-1) it runs
 rollmux, solo-disagg, colocated, random and greedy-most-idle on the spec's example
@@ -17,6 +24,7 @@ import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +33,43 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scheduler.model import ClusterSpec  # noqa: E402
 from scheduler.sim import run_simulation  # noqa: E402
-from scheduler.sim.gen import generate  # noqa: E402
+from scheduler.sim.engine import simulate  # noqa: E402
+from scheduler.sim.gen import generate, generate_paper, generate_philly  # noqa: E402
+from scheduler.sim.metrics import summarise, total_cost_usd  # noqa: E402
+from scheduler.sim.milp import run_burst_optimum, trace_lower_bound  # noqa: E402
+from scheduler.sim.policies import PUBLISHED, Levers, make_policy  # noqa: E402
 from scheduler.trace import default_cluster, load_cluster, load_trace  # noqa: E402
+
+# The ablation of issue 14: each lever alone on Algorithm 1 as published, then the
+# levers together (the default) and the default without each of them.
+ABLATION: dict[str, Levers] = {
+    "Algorithm 1 as published": PUBLISHED,
+    "+ expected-cost objective": replace(PUBLISHED, objective="expected"),
+    "+ consolidation": replace(PUBLISHED, consolidation=True),
+    "+ no saturation prune": replace(PUBLISHED, prune_saturated=False),
+    "+ long-tail migration": replace(PUBLISHED, long_tail=True),
+    "+ objective + consolidation": replace(PUBLISHED, objective="expected", consolidation=True),
+    "+ objective + consolidation + co-located": replace(
+        PUBLISHED, objective="expected", consolidation=True, colocated=True
+    ),
+    "all (the default)": Levers(),
+    "default - long-tail": replace(Levers(), long_tail=False),
+    "default - co-located": replace(Levers(), colocated=False),
+    "default - objective": replace(Levers(), objective="marginal"),
+    "default + saturation prune": replace(Levers(), prune_saturated=True),
+    "default + co-located on arrival": replace(Levers(), colocated_on_arrival=True),
+}
+
+
+def cluster(path: str | None, factor: float) -> ClusterSpec:
+    """Return the cluster spec with the training type's rollout speed factor set."""
+    spec = load_cluster(path) if path else default_cluster()
+    if factor == 1.0:
+        return spec
+    return replace(spec, train=replace(spec.train, rollout_speed_factor=factor))
+
 
 ONLINE = ["rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle"]
 SCENARIOS = REPO / "scheduler" / "sim" / "scenarios"
@@ -40,10 +82,10 @@ PAPER = {
 }
 
 
-def one_run(task: tuple[str, int, str | None]) -> dict[str, Any]:
+def one_run(task: tuple[str, int, str | None, float]) -> dict[str, Any]:
     """Run one trace (generated kind or scenario name) with one seed."""
-    name, seed, cluster = task
-    spec = load_cluster(cluster) if cluster else default_cluster()
+    name, seed, cluster_file, factor = task
+    spec = cluster(cluster_file, factor)
     if name in ("paper", "philly"):
         jobs = generate(name, seed)
     else:
@@ -53,7 +95,7 @@ def one_run(task: tuple[str, int, str | None]) -> dict[str, Any]:
     return {
         "trace": name,
         "seed": seed,
-        "cluster": cluster or "example (41+41 nodes)",
+        "cluster": cluster_file or "example (41+41 nodes)",
         "wall_s": round(time.perf_counter() - started, 1),
         "report": report,
     }
@@ -122,14 +164,14 @@ def details(runs: list[dict[str, Any]]) -> str:
     """Render a second table: cost/h, peaks, bubbles, waits for the generated traces."""
     lines = [
         "| trace | policy | avg $/h | peak GPUs | bubble rollout / train | mean slowdown (p99)"
-        " | mean queue delay s | random/rollmux cost | greedy/rollmux cost |",
-        "|---|---|---|---|---|---|---|---|---|",
+        " | mean queue delay s | cost / lower bound | random/rollmux cost | greedy/rollmux cost |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for trace in ("paper", "philly"):
         group = [r for r in runs if r["trace"] == trace and "example" in r["cluster"]]
         if not group:
             continue
-        for policy in ("rollmux", "solo-disagg", "colocated"):
+        for policy in ("rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle"):
             figs = [r["report"]["policies"][policy] for r in group]
             peak = {
                 t: round(float(np.mean([f["peak_gpus"][t] for f in figs])))
@@ -146,6 +188,7 @@ def details(runs: list[dict[str, Any]]) -> str:
                 f"| {np.mean([f['mean_slowdown'] for f in figs]):.2f} "
                 f"({np.mean([f['p99_slowdown'] for f in figs]):.2f}) "
                 f"| {np.mean([f['mean_queue_delay_s'] for f in figs]):,.0f} "
+                f"| {_range([f['cost_over_lower_bound'] for f in figs])}x "
                 + (
                     f"| {_range([a / b for a, b in zip(rnd, rm, strict=True)])}x "
                     f"| {_range([a / b for a, b in zip(grd, rm, strict=True)])}x |"
@@ -153,6 +196,121 @@ def details(runs: list[dict[str, Any]]) -> str:
                     else "| | |"
                 )
             )
+    return "\n".join(lines)
+
+
+def ablation_run(task: tuple[str, int, str, float]) -> dict[str, Any]:
+    """Run rollmux under one lever variant on one generated trace (and the baselines)."""
+    kind, seed, variant, factor = task
+    spec = cluster(None, factor)
+    jobs = generate(kind, seed)
+    started = time.process_time()
+    run = simulate(
+        jobs, spec, make_policy("rollmux", seed=seed, levers=ABLATION[variant]), seed=seed
+    )
+    cpu = time.process_time() - started
+    figures = summarise(run)
+    base = {
+        name: total_cost_usd(simulate(jobs, spec, make_policy(name, seed=seed), seed=seed))
+        for name in ("solo-disagg", "colocated")
+    }
+    bound = trace_lower_bound(
+        jobs, spec, seed=seed, rollout_speed_on_train=spec.train.rollout_speed_factor
+    ).cost_usd
+    return {
+        "trace": kind,
+        "seed": seed,
+        "variant": variant,
+        "cost": figures["total_cost_usd"],
+        "solo": base["solo-disagg"],
+        "colocated": base["colocated"],
+        "bound": bound,
+        "slo": figures["slo_attainment"],
+        "slo_profile": figures["slo_attainment_vs_profile"],
+        "moves": figures["moves"],
+        "admissions": figures["admissions"],
+        "cpu_s": cpu,
+    }
+
+
+def ablation_table(runs: list[dict[str, Any]], factor: float) -> str:
+    """Render the per-lever table (means over the seeds, min-max in brackets)."""
+    lines = [
+        f"rollout speed factor on the training type: {factor:g}",
+        "",
+        "| rollmux variant | paper-like: Solo-D / x | co-located / x | SLO drawn (min) "
+        "| cost / LB | Philly-like: Solo-D / x | co-located / x | SLO drawn (min) "
+        "| cost / LB | moves per trace | admissions DP/RS/NG/CO |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for variant in ABLATION:
+        cells = []
+        moves = []
+        adm: dict[str, int] = {}
+        for kind in ("paper", "philly"):
+            rs = [r for r in runs if r["variant"] == variant and r["trace"] == kind]
+            if not rs:
+                cells.append("| | | |")
+                continue
+            cells.append(
+                f"{_range([r['solo'] / r['cost'] for r in rs])}x "
+                f"| {_range([r['colocated'] / r['cost'] for r in rs])}x "
+                f"| {np.mean([r['slo'] for r in rs]) * 100:.1f}% "
+                f"({min(r['slo'] for r in rs) * 100:.1f}%) "
+                f"| {_range([r['cost'] / r['bound'] for r in rs])}x"
+            )
+            moves += [r["moves"] for r in rs]
+            for r in rs:
+                for key, value in r["admissions"].items():
+                    adm[key] = adm.get(key, 0) + value
+        total = sum(adm.values()) or 1
+        mix = "/".join(
+            f"{100 * adm.get(k, 0) / total:.0f}%"
+            for k in ("direct_packing", "rollout_scaling", "new_group", "colocated")
+        )
+        lines.append(f"| {variant} | {cells[0]} | {cells[1]} | {np.mean(moves):.0f} | {mix} |")
+    return "\n".join(lines)
+
+
+def burst_run(task: tuple[str, int, int]) -> dict[str, Any]:
+    """Compare rollmux (as published and with its levers) with the MILP optimum on a burst."""
+    kind, seed, size = task
+    spec = default_cluster()
+    make = generate_paper if kind == "paper" else generate_philly
+    jobs = [
+        replace(j, iterations=min(j.iterations, 25)) for j in make(seed, jobs=size, window_h=3.0)
+    ]
+    out: dict[str, Any] = {"trace": kind, "seed": seed, "size": size}
+    for colocated in (False, True):
+        run, best = run_burst_optimum(jobs, spec, seed=seed, colocated=colocated)
+        out[f"optimum_{colocated}"] = total_cost_usd(run)
+        out[f"lp_{colocated}"] = best.lp_relaxation_usd
+        out[f"milp_s_{colocated}"] = best.search.search_s
+    for name, levers in (("published", PUBLISHED), ("rollmux", Levers())):
+        policy = make_policy("rollmux", seed=seed, levers=levers)
+        out[name] = total_cost_usd(simulate(jobs, spec, policy, seed=seed))
+    return out
+
+
+def burst_table(runs: list[dict[str, Any]]) -> str:
+    """Render the MILP comparison: cost over the optimum, mean (min-max) per burst size."""
+    lines = [
+        "| bursts (runs) | rollmux / optimum (disaggregated plans) | rollmux / optimum "
+        "(plans may co-locate) | Algorithm 1 as published / the same two | "
+        "LP relaxation / MILP | MILP solve s (max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size in sorted({r["size"] for r in runs}):
+        rs = [r for r in runs if r["size"] == size]
+        lines.append(
+            f"| {size} jobs ({len(rs)}) "
+            f"| {_range([r['rollmux'] / r['optimum_False'] for r in rs], '{:.3f}')}x "
+            f"| {_range([r['rollmux'] / r['optimum_True'] for r in rs], '{:.3f}')}x "
+            f"| {np.mean([r['published'] / r['optimum_False'] for r in rs]):.3f}x / "
+            f"{np.mean([r['published'] / r['optimum_True'] for r in rs]):.3f}x "
+            f"| {np.mean([r['lp_True'] / r['optimum_True'] for r in rs]):.4f} "
+            f"| {max(r['milp_s_True'] for r in rs):.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -165,18 +323,39 @@ def main() -> int:
         "--unbounded-cluster",
         help="also run the generated traces on this cluster file (e.g. unbounded pools)",
     )
+    parser.add_argument("--rollout-speed-factor", type=float, default=1.0)
+    parser.add_argument("--ablation", action="store_true", help="also the per-lever table")
+    parser.add_argument("--bursts", action="store_true", help="also the MILP comparison")
     args = parser.parse_args()
-    tasks: list[tuple[str, int, str | None]] = []
+    factor = args.rollout_speed_factor
+    tasks: list[tuple[str, int, str | None, float]] = []
     for kind in ("paper", "philly"):
-        tasks += [(kind, seed, None) for seed in range(args.seeds)]
+        tasks += [(kind, seed, None, factor) for seed in range(args.seeds)]
     if args.unbounded_cluster:
         for kind in ("paper", "philly"):
-            tasks += [(kind, seed, args.unbounded_cluster) for seed in range(args.seeds)]
+            tasks += [(kind, seed, args.unbounded_cluster, factor) for seed in range(args.seeds)]
     for name in ("temporal-mux", "train-mux", "spatial-mux"):
-        tasks += [(name, seed, None) for seed in range(1, args.seeds + 1)]
+        tasks += [(name, seed, None, factor) for seed in range(1, args.seeds + 1)]
     started = time.perf_counter()
+    extra: list[str] = []
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         runs = list(pool.map(one_run, tasks))
+        if args.ablation:
+            lever_tasks = [
+                (kind, seed, variant, factor)
+                for variant in ABLATION
+                for kind in ("paper", "philly")
+                for seed in range(args.seeds)
+            ]
+            extra.append(ablation_table(list(pool.map(ablation_run, lever_tasks)), factor))
+        if args.bursts:
+            burst_tasks = [
+                (kind, seed, size)
+                for size in (12, 16)
+                for kind in ("paper", "philly")
+                for seed in range(args.seeds)
+            ]
+            extra.append(burst_table(list(pool.map(burst_run, burst_tasks))))
     for run in runs:
         slim = {
             "trace": run["trace"],
@@ -186,7 +365,7 @@ def main() -> int:
             "ratios": run["report"]["ratios"],
         }
         print(json.dumps(slim), file=sys.stderr)
-    text = table(runs) + "\n\n" + details(runs) + "\n"
+    text = "\n\n".join([table(runs), details(runs), *extra]) + "\n"
     print(text)
     print(f"({len(runs)} runs in {time.perf_counter() - started:.0f} s)")
     if args.out:

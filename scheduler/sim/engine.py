@@ -31,6 +31,7 @@ from scheduler.cluster import cluster_nodes
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
+    Group,
     JobProfile,
     Member,
     PhaseKind,
@@ -41,6 +42,7 @@ from scheduler.model import (
 )
 from scheduler.planner.consolidation import Move
 from scheduler.planner.objective import JobProgress
+from scheduler.sim.longtail import LongTailModel
 
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
 # whole job) before an arrival at the same instant is planned.
@@ -95,6 +97,8 @@ class Policy(Protocol):
         self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
     ) -> ClusterState: ...
     def remove(self, state: ClusterState, job_id: str) -> ClusterState: ...
+    @property
+    def long_tail(self) -> LongTailModel | None: ...
     def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime: ...
     def job_done(self, result: Any, job_id: str) -> bool: ...
     def on_departure(
@@ -140,6 +144,7 @@ class JobRecord:
     predicted_slowdown: float | None = None
     retries: int = 0
     iterations_done: int = 0
+    tail_fractions: list[float] | None = None  # long-tail model: tau / T per iteration
     moves: int = 0
     restart_s: float = 0.0  # seconds of restarts its moves cost it
 
@@ -171,6 +176,14 @@ class PhaseRecord:
     end_s: float
     switch: bool
     restart_s: float = 0.0  # a moved job's restart, paid by its first phase after the move
+    # when its nodes were free for another phase: end_s, or earlier for a rollout whose
+    # tail long-tail migration consolidated (scheduler.sim.longtail)
+    released_s: float | None = None
+
+    @property
+    def nodes_free_s(self) -> float:
+        """Return when the phase's nodes could start another phase."""
+        return self.end_s if self.released_s is None else self.released_s
 
 
 @dataclass
@@ -191,6 +204,7 @@ class RunResult:
     end_s: float
     phases: list[PhaseRecord] = field(default_factory=list)
     moves: list[MoveRecord] = field(default_factory=list)
+    tail_saved_s: float = 0.0  # node-seconds long-tail migration freed for the next rollout
 
 
 @dataclass(frozen=True)
@@ -293,6 +307,10 @@ class Simulation:
         self.restart_due: dict[str, float] = {}  # a mover's restart, paid by its next phase
         self.moves: list[MoveRecord] = []
         self.rollout_factor = {p: spec.gpu_type(p).rollout_speed_factor for p in Pool}
+        self.tail_end: dict[str, float] = {}  # job -> when its migrated rollout's tail ends
+        self.tail_saved_s = 0.0  # node-seconds long-tail migration handed to the next rollout
+        self._groups_seen: tuple[Group, ...] | None = None
+        self._group_by_id: dict[str, Group] = {}
 
     # -- event heap -----------------------------------------------------------
     def _push(self, event: _Event) -> None:
@@ -379,11 +397,27 @@ class Simulation:
         self.waiting = still
 
     # -- phases -----------------------------------------------------------------
+    def _shares_rollout_nodes(self, group_id: str, job_id: str, nodes: tuple[str, ...]) -> bool:
+        """Return True when another member of the group is pinned to one of `nodes`."""
+        if self._groups_seen is not self.state.groups:
+            self._groups_seen = self.state.groups
+            self._group_by_id = {g.id: g for g in self.state.groups}
+        group = self._group_by_id.get(group_id)
+        if group is None:
+            return False
+        mine = set(nodes)
+        return any(
+            m.job.id != job_id and not mine.isdisjoint(m.rollout_nodes) for m in group.members
+        )
+
     def _start_ready(self, group_id: str) -> None:
         runtime = self.runtimes[group_id]
+        long_tail = self.policy.long_tail
         for start in runtime.start_ready():
             record = self.jobs[start.job_id]
             index = start.iteration
+            start_s = self.now
+            drawn = 0.0
             if start.kind is PhaseKind.SYNC:
                 duration = record.profile.t_sync_s  # weight sync: not drawn
             else:
@@ -392,11 +426,32 @@ class Simulation:
                 if start.kind is PhaseKind.ROLLOUT:
                     # on the training type (co-located) a rollout takes f x its time
                     duration *= self.rollout_factor[self.node_pool[start.nodes[0]]]
+                drawn = duration
             if start.switch:
                 duration += self.spec.switch_overhead_s
             restart = self.restart_due.pop(start.job_id, 0.0) if self.restart_due else 0.0
             duration += restart
-            end = self.now + duration
+            if start.kind is PhaseKind.TRAIN and self.tail_end:
+                # long-tail migration: the rollout's nodes were released before its
+                # slowest response finished; its training starts when that one does
+                tail_end = self.tail_end.pop(start.job_id, self.now)
+                start_s = max(self.now, tail_end)
+            end = start_s + duration
+            release = end  # when the phase's nodes are free for another phase
+            if (
+                long_tail is not None
+                and start.kind is PhaseKind.ROLLOUT
+                and self.node_pool[start.nodes[0]] is Pool.ROLLOUT
+                and self._shares_rollout_nodes(group_id, start.job_id, start.nodes)
+            ):
+                if record.tail_fractions is None:
+                    record.tail_fractions = long_tail.tail_start_fractions(
+                        record.profile, self.seed
+                    )
+                tail_start = end - drawn + record.tail_fractions[index] * drawn
+                release = long_tail.release_s(start_s, tail_start, end)
+                self.tail_end[start.job_id] = end
+                self.tail_saved_s += end - release
             for node in start.nodes:
                 if self.node_free_at.get(node, 0.0) > self.now + EPS:
                     raise SimulationError(
@@ -405,8 +460,8 @@ class Simulation:
                     )
                 if node not in self.allocated_since:
                     raise SimulationError(f"node {node} runs a phase but is not allocated")
-                self.node_free_at[node] = end
-                self.busy_s[node] = self.busy_s.get(node, 0.0) + duration
+                self.node_free_at[node] = release
+                self.busy_s[node] = self.busy_s.get(node, 0.0) + (release - start_s)
             if self.record_phases:
                 self.phases.append(
                     PhaseRecord(
@@ -414,15 +469,16 @@ class Simulation:
                         start.kind,
                         index,
                         tuple(start.nodes),
-                        self.now,
+                        start_s,
                         end,
                         start.switch,
                         restart,
+                        release,
                     )
                 )
             self.seq += 1
             heapq.heappush(
-                self.heap, (end, PHASE_END, self.seq, start.job_id, start.kind, group_id)
+                self.heap, (release, PHASE_END, self.seq, start.job_id, start.kind, group_id)
             )
 
     def _progress(self) -> dict[str, JobProgress]:
@@ -555,6 +611,7 @@ class Simulation:
             end_s=end,
             phases=self.phases,
             moves=self.moves,
+            tail_saved_s=self.tail_saved_s,
         )
 
 

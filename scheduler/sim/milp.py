@@ -7,8 +7,9 @@ Two numbers the brute-force `optimal` policy cannot give (it stops at 8 jobs):
     HiGHS through `scipy.optimize.milp`. A column is one admissible *arrangement*:
     a subset of the jobs of at most `max_group_size` members together with a
     partition of it into rollout sharing classes (the placement: members of a class
-    share rollout nodes, every member shares the group's training nodes), exactly
-    the plan space of `scheduler.sim.optimal` and with its admissibility rule (the
+    share rollout nodes, every member shares the group's training nodes; a job
+    alone may also run co-located unless `colocated=False`), exactly the plan
+    space of `scheduler.sim.optimal` and with its admissibility rule (the
     worst-case round-robin meta-iteration keeps every member within its SLO against
     the profile, residency holds). Its cost is the group simulated alone with the
     run's draws. The program picks one column per group so that every job is in
@@ -67,6 +68,7 @@ from scheduler.cluster import nodes_needed
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import ClusterSpec, JobProfile, Pool
 from scheduler.sim.engine import RunResult, draw_durations, simulate
+from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.optimal import (
     OptimalSearch,
     admissible_arrangements,
@@ -93,9 +95,18 @@ class BurstOptimum:
 
 
 def burst_optimum(
-    jobs: Sequence[JobProfile], spec: ClusterSpec, *, seed: int, max_group_size: int = 5
+    jobs: Sequence[JobProfile],
+    spec: ClusterSpec,
+    *,
+    seed: int,
+    max_group_size: int = 5,
+    colocated: bool = True,
 ) -> BurstOptimum:
-    """Return the cheapest admissible static plan of `jobs` by set-partitioning MILP."""
+    """Return the cheapest admissible static plan of `jobs` by set-partitioning MILP.
+
+    `colocated=False` leaves the co-located arrangement out of the plan space (the
+    disaggregated-only optimum of the paper's comparison).
+    """
     if len(jobs) > MILP_MAX_JOBS:
         raise ValueError(
             f"the MILP enumerates its columns; at most {MILP_MAX_JOBS} jobs, got {len(jobs)}"
@@ -104,7 +115,9 @@ def burst_optimum(
     excluded = excluded_jobs(jobs, spec)
     runnable = runnable_jobs(jobs, excluded)
     n = len(runnable)
-    admissible, checked = admissible_arrangements(runnable, spec, max_group_size=max_group_size)
+    admissible, checked = admissible_arrangements(
+        runnable, spec, max_group_size=max_group_size, colocated=colocated
+    )
     columns = cost_arrangements(runnable, admissible, spec, seed=seed)
     plan: dict[str, PlanEntry] = {}
     if not n:
@@ -143,13 +156,20 @@ def burst_optimum(
 
 
 def run_burst_optimum(
-    jobs: Sequence[JobProfile], spec: ClusterSpec, *, seed: int, max_group_size: int = 5
+    jobs: Sequence[JobProfile],
+    spec: ClusterSpec,
+    *,
+    seed: int,
+    max_group_size: int = 5,
+    colocated: bool = True,
 ) -> tuple[RunResult, BurstOptimum]:
     """Solve the MILP, then replay its plan on the whole burst with the engine."""
     from scheduler.sim.optimal import ExcludedPolicy
 
-    best = burst_optimum(jobs, spec, seed=seed, max_group_size=max_group_size)
-    policy = ExcludedPolicy(best.search, runtime_policy=CorePolicy("rollmux", seed=seed))
+    best = burst_optimum(jobs, spec, seed=seed, max_group_size=max_group_size, colocated=colocated)
+    policy = ExcludedPolicy(
+        best.search, runtime_policy=CorePolicy("rollmux", seed=seed, long_tail=LongTailModel())
+    )
     return simulate(jobs, spec, policy, seed=seed), best
 
 

@@ -68,6 +68,7 @@ from scheduler.model import (
 from scheduler.planner.colocated import colocated_iteration_s
 from scheduler.planner.objective import JobProgress
 from scheduler.sim.engine import RunResult, simulate
+from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.metrics import total_cost_usd
 from scheduler.sim.policies import (
     COLOCATED_CLASS,
@@ -174,13 +175,18 @@ def runnable_jobs(jobs: Sequence[JobProfile], excluded: dict[str, str]) -> list[
 
 
 def admissible_arrangements(
-    runnable: Sequence[JobProfile], spec: ClusterSpec, *, max_group_size: int
+    runnable: Sequence[JobProfile],
+    spec: ClusterSpec,
+    *,
+    max_group_size: int,
+    colocated: bool = True,
 ) -> tuple[dict[int, list[list[list[int]]]], int]:
     """Return the admissible rollout-class partitions per subset mask, and how many were checked.
 
     Subsets are built up by size: a subset of an admissible group is admissible
     (fewer members never lengthen the meta-iteration nor fill a node), so a subset is
-    only tried when all its one-smaller subsets were admissible.
+    only tried when all its one-smaller subsets were admissible. With `colocated` a
+    job alone may also run co-located (the arrangement with no rollout classes).
     """
     n = len(runnable)
     admissible: dict[int, list[list[list[int]]]] = {}
@@ -196,7 +202,7 @@ def admissible_arrangements(
                 checked += 1
                 if _admissible(_candidate_group(members, classes, spec), spec):
                     options.append(classes)
-            if size == 1:
+            if size == 1 and colocated:
                 # alone co-located (no rollout classes): within its SLO at the training
                 # type's rollout speed factor, as the planner's co-located strategy
                 checked += 1
@@ -224,7 +230,7 @@ def cost_arrangements(
     durations it sees in the full run.
     """
     n = len(runnable)
-    runtime_policy = CorePolicy("rollmux", seed=seed)
+    runtime_policy = CorePolicy("rollmux", seed=seed, long_tail=LongTailModel())
     out: list[tuple[int, list[list[int]], float]] = []
     total = sum(len(v) for v in admissible.values()) or 1
     for mask, options in admissible.items():
@@ -342,6 +348,9 @@ def run_optimal(
     """Search the optimal plan, then replay it on the full trace."""
     search = search_optimal(jobs, spec, seed=seed, max_group_size=max_group_size, progress=progress)
     policy = ExcludedPolicy(
-        search, runtime_policy=CorePolicy("rollmux", seed=seed, max_group_size=max_group_size)
+        search,
+        runtime_policy=CorePolicy(
+            "rollmux", seed=seed, max_group_size=max_group_size, long_tail=LongTailModel()
+        ),
     )
     return simulate(jobs, spec, policy, seed=seed), search

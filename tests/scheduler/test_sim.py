@@ -70,7 +70,7 @@ def test_no_node_runs_two_phases_at_once_and_every_job_completes(policy: str, se
     by_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for phase in result.phases:
         for node in phase.nodes:
-            by_node[node].append((phase.start_s, phase.end_s))
+            by_node[node].append((phase.start_s, phase.nodes_free_s))
     allocated: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for node, start, end in result.allocations:
         allocated[node].append((start, end))

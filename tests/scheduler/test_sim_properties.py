@@ -52,7 +52,7 @@ def test_every_run_completes_without_overlap_and_cost_adds_up(
     by_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for phase in result.phases:
         for node in phase.nodes:
-            by_node[node].append((phase.start_s, phase.end_s))
+            by_node[node].append((phase.start_s, phase.nodes_free_s))
     for spans in by_node.values():
         spans.sort()
         assert all(b[0] >= a[1] - 1e-6 for a, b in zip(spans, spans[1:], strict=False))
