@@ -340,6 +340,14 @@ NODE_COLUMNS = [
 ]
 
 
+# `get KIND`: the API path and the table's columns
+LISTINGS: dict[str, tuple[str, list[Column]]] = {
+    "jobs": ("jobs/", JOB_COLUMNS),
+    "groups": ("groups/", GROUP_COLUMNS),
+    "nodes": ("nodes/", NODE_COLUMNS),
+}
+
+
 def describe_text(d: dict[str, Any]) -> str:
     """Return a job's description in kubectl-describe form."""
     job, est, phases, cost = d["job"], d["estimates"], d["phases"], d["cost"]
@@ -550,29 +558,13 @@ def _get_view(args: argparse.Namespace) -> Callable[[], tuple[str, bool]]:
     """Return a function that fetches and renders what `get`/`describe` asked for, and
     says whether a watch may stop (a described job that ended)."""
     output = args.output
-    if args.command in ("jobs", "get") and getattr(args, "kind", "jobs") == "jobs":
+    if args.command in ("jobs", "get"):
+        kind = getattr(args, "kind", "jobs")
+        path, columns = LISTINGS[kind]
         params: dict[str, Any] = {"page_size": args.limit}
-        if args.status:
-            params["status"] = args.status
-        if args.tenant:
-            params["tenant"] = args.tenant
-
-        def jobs() -> tuple[str, bool]:
-            rows, count = _list(args, "jobs/", params)
-            if output != "table":
-                return _dump(rows, output), False
-            text = render_table(JOB_COLUMNS, rows)
-            if count > len(rows):
-                text += f"\n({len(rows)} of {count} shown; use --limit)"
-            return text, False
-
-        return jobs
-    if args.command == "get":
-        path, columns = {"groups": ("groups/", GROUP_COLUMNS), "nodes": ("nodes/", NODE_COLUMNS)}[
-            args.kind
-        ]
-        params = {"page_size": args.limit}
-        if args.kind == "groups" and not args.all:
+        if kind == "jobs":
+            params |= {k: v for k in ("status", "tenant") if (v := getattr(args, k))}
+        if kind == "groups" and not args.all:
             params["active"] = "true"
 
         def listing() -> tuple[str, bool]:

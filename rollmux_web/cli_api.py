@@ -7,6 +7,7 @@ and workflow selectors; nothing here writes."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
@@ -32,6 +33,12 @@ from rollmux_web.reports.whatif_selectors import whatif_preview
 from rollmux_web.workflow.models import PhaseRecord, PhaseState
 
 
+def _solo_cost(value: Callable[[str], Any]) -> Any:
+    """Return the solo cost per iteration of a spec's or a job's GPUs and phase times."""
+    names = ("rollout_gpus", "train_gpus", "t_roll_max_s", "t_train_max_s")
+    return solo_cost_per_iteration(**{name: value(name) for name in names})
+
+
 def dry_run(*, user: Any, spec: Any) -> dict[str, Any]:
     """Return what submitting `spec` would do now, without submitting it.
 
@@ -44,12 +51,7 @@ def dry_run(*, user: Any, spec: Any) -> dict[str, Any]:
     if not can_submit(user):
         raise PermissionDenied("Your role may not submit jobs.")
     data = validate_spec(user=user, spec=spec)
-    cost = solo_cost_per_iteration(
-        rollout_gpus=data["rollout_gpus"],
-        train_gpus=data["train_gpus"],
-        t_roll_max_s=data["t_roll_max_s"],
-        t_train_max_s=data["t_train_max_s"],
-    )
+    cost = _solo_cost(data.__getitem__)
     out: dict[str, Any] = {
         "dry_run": True,
         "tenant": data["tenant"].name,
@@ -132,12 +134,7 @@ def estimates(job: Job) -> dict[str, Any]:
     remaining = None
     if not job.is_terminal:
         remaining = round(left * iteration_s * (slowdown or 1.0) / scale, 1)
-    cost = solo_cost_per_iteration(
-        rollout_gpus=job.rollout_gpus,
-        train_gpus=job.train_gpus,
-        t_roll_max_s=job.t_roll_max_s,
-        t_train_max_s=job.t_train_max_s,
-    )
+    cost = _solo_cost(lambda name: getattr(job, name))
     return {
         "solo_iteration_s": iteration_s,
         "predicted_slowdown": slowdown,

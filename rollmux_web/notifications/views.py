@@ -3,6 +3,7 @@ services write, selectors read."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -74,26 +75,39 @@ def index(request: HttpRequest) -> HttpResponse:
     return response
 
 
+def _act(request: HttpRequest, done: str, action: Callable[[], object]) -> HttpResponse:
+    action()
+    messages.success(request, done)
+    return redirect("notifications:index")
+
+
 @login_required
 @require_POST
 def delete(request: HttpRequest, subscription_id: int) -> HttpResponse:
-    services.subscription_delete(user=request.user, subscription_id=subscription_id)
-    messages.success(request, "Subscription removed.")
-    return redirect("notifications:index")
+    return _act(
+        request,
+        "Subscription removed.",
+        lambda: services.subscription_delete(user=request.user, subscription_id=subscription_id),
+    )
 
 
 @login_required
 @require_POST
 def rotate(request: HttpRequest, subscription_id: int) -> HttpResponse:
-    services.subscription_rotate_secret(user=request.user, subscription_id=subscription_id)
-    messages.success(request, "New signing secret: update your receiver.")
-    return redirect("notifications:index")
+    return _act(
+        request,
+        "New signing secret: update your receiver.",
+        lambda: services.subscription_rotate_secret(
+            user=request.user, subscription_id=subscription_id
+        ),
+    )
 
 
 @login_required
 @require_POST
 def test(request: HttpRequest, subscription_id: int) -> HttpResponse:
-    delivery = services.send_test(user=request.user, subscription_id=subscription_id)
-    tasks.enqueue([delivery.pk])
-    messages.success(request, "Test delivery queued: see the log below.")
-    return redirect("notifications:index")
+    def send() -> None:
+        delivery = services.send_test(user=request.user, subscription_id=subscription_id)
+        tasks.enqueue([delivery.pk])
+
+    return _act(request, "Test delivery queued: see the log below.", send)
