@@ -72,6 +72,11 @@ PHASE_SWITCH = Histogram(
     "Time from a phase's end (its host's clock) to the controller dispatching the next phase",
     buckets=SWITCH_BUCKETS,
 )
+NOTIFICATIONS = Counter(
+    "rollmux_notification_deliveries",
+    "Notification delivery attempts, by channel (email, webhook) and outcome",
+    ["channel", "outcome"],
+)
 RESUBMISSIONS = Counter(
     "rollmux_job_resubmissions",
     "Jobs put back in the queue after a failed phase or a down node, by reason",
@@ -93,6 +98,11 @@ def observe_wait(slo_class: str, seconds: float) -> None:
 def observe_switch(phase_finished_at: float) -> None:
     """Record a phase switch: from the reported end (epoch seconds) to now."""
     PHASE_SWITCH.observe(max(time.time() - phase_finished_at, 0.0))
+
+
+def count_delivery(channel: str, outcome: str) -> None:
+    """Count one notification delivery attempt (outcome: sent, retrying, failed)."""
+    NOTIFICATIONS.labels(channel, outcome).inc()
 
 
 def count_resubmission(reason: str) -> None:

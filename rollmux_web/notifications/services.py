@@ -34,7 +34,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from rollmux_web import events
+from rollmux_web import events, metrics
 from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import is_admin
@@ -557,11 +557,13 @@ def deliver(delivery_id: int) -> Outcome:
             Delivery.objects.filter(pk=delivery_id).update(
                 status=DeliveryStatus.FAILED, next_try_at=None, **fields
             )
+            metrics.count_delivery(sub.channel, "failed")
             return Outcome("failed")
         wait = backoff_s(delivery.attempts)
         Delivery.objects.filter(pk=delivery_id).update(
             status=DeliveryStatus.RETRYING, next_try_at=now + timedelta(seconds=wait), **fields
         )
+        metrics.count_delivery(sub.channel, "retrying")
         return Outcome("retrying", wait)
     Delivery.objects.filter(pk=delivery_id).update(
         status=DeliveryStatus.SENT,
@@ -570,6 +572,7 @@ def deliver(delivery_id: int) -> Outcome:
         last_error="",
         next_try_at=None,
     )
+    metrics.count_delivery(sub.channel, "sent")
     return Outcome("sent")
 
 

@@ -165,6 +165,7 @@ def exported(client, world, settings, django_capture_on_commit_callbacks, api_as
     """Return {sample name: label names} from /metrics after real activity: a planning
     pass (a placement and a wait), a phase switch, a resubmission, quotas, API calls."""
     from rollmux_web.inventory.models import Node, NodeState
+    from rollmux_web.notifications import services as notifications
     from rollmux_web.quotas.models import Quota
     from rollmux_web.workflow import ports
     from rollmux_web.workflow.models import Placement
@@ -196,6 +197,14 @@ def exported(client, world, settings, django_capture_on_commit_callbacks, api_as
         with django_capture_on_commit_callbacks(execute=True):
             resp = api_as("alice").post("/api/v1/jobs/", job_spec(), format="json")
         assert resp.status_code == 201, resp.content
+        settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+        sub = notifications.subscription_create(
+            user=world.alice,
+            channel="email",
+            target="a@example.internal",
+            events_wanted=["job.placed"],
+        )
+        notifications.deliver(notifications.send_test(user=world.alice, subscription_id=sub.pk).pk)
     finally:
         ports.restore(previous_ports)
     resp = client.get("/metrics")
@@ -254,7 +263,7 @@ def test_compose_runs_prometheus_with_these_rules_and_scrapes_every_rollmux_proc
     assert secret in prom["secrets"] and secret in COMPOSE["secrets"]
     assert COMPOSE["secrets"][secret]["environment"] == "ROLLMUX_METRICS_TOKEN"
     assert ",web" in SERVICES["web"]["environment"]["ALLOWED_HOSTS"]  # the scrape's Host
-    for service in ("worker", "sim-worker"):
+    for service in ("worker", "sim-worker", "notify-worker"):
         port = SERVICES[service]["environment"]["ROLLMUX_WORKER_METRICS_PORT"]
         assert f"{service}:{port}" in targets["rollmux-worker"]
     assert SERVICES["sim-worker"]["environment"]["PROMETHEUS_MULTIPROC_DIR"]  # prefork pool
