@@ -106,7 +106,7 @@ def count_delivery(channel: str, outcome: str) -> None:
 
 
 def count_resubmission(reason: str) -> None:
-    """Count a job put back in the queue (reason: failed or node_down)."""
+    """Count a job put back in the queue (reason: failed, lost (its host died) or node_down)."""
     RESUBMISSIONS.labels(reason).inc()
 
 

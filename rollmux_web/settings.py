@@ -358,7 +358,11 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "workers.tasks.reconcile", "schedule": 15.0},
     "notifications-sweep": {"task": "rollmux_web.notifications.tasks.sweep", "schedule": 60.0},
     "whatif-reconcile": {"task": "rollmux_web.reports.tasks.reconcile_whatif", "schedule": 30.0},
+    # overdue phase reports (a lost message costs about a second of idle nodes)
+    "watch": {"task": "workers.tasks.watch", "schedule": 1.0},
 }
+# reconnect to Redis within a second after an outage (kombu's default backs off to 30 s)
+CELERY_WORKER_CONSUMER = "workers.consumer:QuickReconnectConsumer"
 
 # --- Scheduling and execution ------------------------------------------------
 ROLLMUX_MAX_GROUP_SIZE = env_int("ROLLMUX_MAX_GROUP_SIZE", 5, minimum=1)

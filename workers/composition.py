@@ -45,7 +45,7 @@ def install() -> None:
     # beat itself, so jobs left queued or running by a previous run get picked up.
     if any(cmd in arg for arg in sys.argv[:2] for cmd in SERVER_COMMANDS):
         embedded.set_serving()
-        embedded.ensure_started(triggers.run_reconcile)
+        embedded.ensure_started(triggers.run_reconcile, triggers.run_watch)
 
 
 def report_config() -> dict[str, Any] | None:

@@ -36,9 +36,10 @@ def runs_work_here() -> bool:
     return not settings.CELERY_TASK_ALWAYS_EAGER or _serving.is_set()
 
 
-def ensure_started(tick: Callable[[], None]) -> None:
+def ensure_started(tick: Callable[[], None], fast_tick: Callable[[], None] | None = None) -> None:
     """Start the in-process beat thread once, in embedded (eager) mode only; it calls `tick`
-    (the safety net: `triggers.run_reconcile`) every reconcile interval."""
+    (the safety net: `triggers.run_reconcile`) every reconcile interval and `fast_tick`
+    (`triggers.run_watch`: overdue phase reports) every second."""
     if _started.is_set() or not settings.CELERY_TASK_ALWAYS_EAGER:
         return
     if not getattr(settings, "ROLLMUX_EMBEDDED_BEAT", True):
@@ -48,21 +49,28 @@ def ensure_started(tick: Callable[[], None]) -> None:
             return
         _started.set()
         threading.Thread(
-            target=_beat, args=(tick,), name="rollmux-embedded-beat", daemon=True
+            target=_beat, args=(tick, fast_tick), name="rollmux-embedded-beat", daemon=True
         ).start()
 
 
-def _beat(tick: Callable[[], None]) -> None:
+def _beat(tick: Callable[[], None], fast_tick: Callable[[], None] | None) -> None:
     from django.db import close_old_connections
 
     schedule: dict[str, dict[str, Any]] = settings.CELERY_BEAT_SCHEDULE
     interval = float(schedule["reconcile"]["schedule"])
     time.sleep(2.0)  # let the server finish starting, then catch up at once
+    next_tick = time.monotonic()
     while True:
-        try:
-            tick()
-        except Exception:
-            log.exception("embedded beat: reconcile failed")
-        finally:
-            close_old_connections()
-        time.sleep(interval)
+        due = [tick] if time.monotonic() >= next_tick else []
+        if due:
+            next_tick = time.monotonic() + interval
+        elif fast_tick is not None:
+            due = [fast_tick]
+        for fn in due:
+            try:
+                fn()
+            except Exception:
+                log.exception("embedded beat: %s failed", getattr(fn, "__name__", fn))
+            finally:
+                close_old_connections()
+        time.sleep(1.0 if fast_tick is not None else interval)

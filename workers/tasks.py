@@ -93,6 +93,13 @@ def reconcile_task() -> dict[str, list[int]]:
     }
 
 
+@shared_task(name="workers.tasks.watch", acks_late=True, ignore_result=True, expires=5)  # type: ignore[untyped-decorator]
+def watch_task() -> dict[str, list[int]]:
+    """Recover the phases whose end report is overdue (beat, every second)."""
+    summary = services.phases_watch()
+    return {"recovered": summary.recovered, "lost": summary.lost}
+
+
 @shared_task(name="workers.tasks.ping")  # type: ignore[untyped-decorator]
 def ping_task() -> str:
     """Answer "pong" (liveness checks and the control-plane benchmark's broker baseline)."""

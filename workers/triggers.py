@@ -26,7 +26,7 @@ def _send(fn: Callable[[], Any], what: str) -> None:
     if not embedded.runs_work_here():
         log.info("embedded mode, not the server process: %s left to the server's beat", what)
         return
-    embedded.ensure_started(run_reconcile)
+    embedded.ensure_started(run_reconcile, run_watch)
     try:
         fn()
     except Exception:
@@ -79,3 +79,10 @@ def run_reconcile() -> None:
     from workers.tasks import reconcile_task
 
     reconcile_task.delay()
+
+
+def run_watch() -> None:
+    """Recover overdue phase reports once (the embedded beat's one-second tick)."""
+    from workers.tasks import watch_task
+
+    watch_task.delay()

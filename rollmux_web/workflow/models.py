@@ -68,7 +68,9 @@ class Placement(models.Model):
     rollout_nodes = models.ManyToManyField(Node, related_name="rollout_placements")
     train_nodes = models.ManyToManyField(Node, related_name="train_placements")
     created_at = models.DateTimeField(auto_now_add=True)
-    ended_at = models.DateTimeField(null=True, blank=True, help_text="when the job left the group")
+    ended_at = models.DateTimeField(
+        null=True, blank=True, db_index=True, help_text="when the job left the group"
+    )
     end_reason = models.CharField(
         max_length=16, blank=True, choices=EndReason.choices, help_text="empty while open"
     )
@@ -90,7 +92,12 @@ class Placement(models.Model):
 
 
 class NodeAllocation(models.Model):
-    """A node allocated to a group from `start` to `end` (null while allocated). Cost = time x price."""
+    """A node allocated to a group from `start` to `end` (null while allocated). Cost = time x price.
+
+    On PostgreSQL an exclusion constraint (migration 0006, btree_gist) also forbids two
+    allocations of one node whose [start, end) ranges overlap: a node is never billed to
+    two groups at once.
+    """
 
     node_id: int
     group_id: int
@@ -157,6 +164,10 @@ class PhaseRecord(models.Model):
     # control plane's sake: the timeline marks finished_at -> reported_at as such a delay.
     reported_at = models.DateTimeField(null=True, blank=True)
     recovered = models.BooleanField(default=False)
+    # When its end report is due: started_at + the job's worst case for this phase kind
+    # (profile seconds / time scale). The watch task probes the hosts of running phases
+    # past it, so a lost report costs about a second, not a reconcile interval.
+    due_at = models.DateTimeField(null=True, blank=True)
     metrics = models.JSONField(default=dict, blank=True)  # e.g. toy-rl reward
     # Where it ran, as its host saw it: per inventory node, the Ray node id and the GPU ids
     # Ray gave the phase's workers there (empty for the in-process dispatcher).
@@ -171,8 +182,21 @@ class PhaseRecord(models.Model):
         indexes = [
             models.Index(fields=["group", "started_at"]),
             models.Index(fields=["job", "iteration"]),
+            models.Index(
+                fields=["due_at"], condition=models.Q(state="running"), name="phase_running_due"
+            ),
         ]
         constraints = [
             # a phase of an iteration of a placement runs once (idempotent dispatch)
             models.UniqueConstraint(fields=["placement", "iteration", "kind"], name="uniq_phase"),
         ]
+
+
+class PlanWait(models.Model):
+    """A queued job the planner could not place, and the capacity it saw then: the next
+    passes leave it out until `planning.capacity_key()` changes (requeue on change)."""
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, primary_key=True, related_name="plan_wait"
+    )
+    capacity = models.CharField(max_length=255)

@@ -78,10 +78,14 @@ def test_an_emulated_job_is_compared_with_its_profile_at_its_time_scale(world: A
 @pytest.mark.django_db
 def test_a_cancelled_job_is_not_counted_as_running(world: Any, api_as: Any) -> None:
     sec = timedelta(seconds=1)
-    for name, status in (("gone", JobStatus.CANCELLED), ("going", JobStatus.RUNNING)):
+    # (two groups: two nodes, one is never allocated to two groups at once)
+    for name, status, node in (
+        ("gone", JobStatus.CANCELLED, "h20-0"),
+        ("going", JobStatus.RUNNING, "h20-1"),
+    ):
         job = make_job(world, name=name, status=status, time_scale=100.0)
         g = make_group(created=T0)
-        allocate(g, "h20-0", T0, T0 + M)
+        allocate(g, node, T0, T0 + M)
         pl = place(g, job, rollout=[], train=[], joined=T0)
         phase(pl, iteration=0, kind="rollout", nodes=[], start=T0, minutes=0.1)
         phase(pl, iteration=0, kind="train", nodes=[], start=T0 + 6 * sec, minutes=0.1)

@@ -14,7 +14,7 @@ The decision cycle, in the paper's words:
 | a job arrives, departs, a node changes: plan | `planning` | `queue_plan` (Algorithm 1 per queued job, by `scheduler.planner.place`) |
 | a phase ends (the runtime hook): next phases | `controller` | `phase_finish` (`GroupRuntime.finish` -> `start_ready`) |
 | a cancel, a node down: the job leaves | `departures` | `job_stop`, `node_down_resubmit` |
-| a report lost, a host dead, an overrun | `reconcile` | `phases_reconcile` |
+| a report lost, a host dead, an overrun | `reconcile` | `phases_watch` (overdue phases, every second), `phases_reconcile` (everything, every 15 s) |
 
 Helpers: `locks` (the row and advisory locks, the phase claim), `groups` (a group's
 runtime snapshot and the phase records it starts), `orders` (PhaseOrders), `effects`
@@ -37,6 +37,7 @@ from rollmux_web.workflow.services.reconcile import (
     ReconcileSummary,
     phase_deadline,
     phases_reconcile,
+    phases_watch,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "phase_order",
     "phase_start",
     "phases_reconcile",
+    "phases_watch",
     "placement_pools",
     "queue_plan",
     "runner_context",

@@ -86,7 +86,7 @@ def phase_finish(
     not from the host's own message. Returns False when the report was already applied (or
     the phase was given up on).
     """
-    now = now or timezone.now()
+    given_now = now
     if report.group_id is not None and report.job_id is not None:
         group_id = report.group_id  # the host knows: saves a query
     else:
@@ -100,6 +100,9 @@ def phase_finish(
     result = report.result
     with controller_serial(), transaction.atomic():
         group = lock_group(group_id, phase_event=True)
+        # After the lock: whatever this event ends (a node allocation) ends after what the
+        # transaction that held the lock before it started (issue 12 item 5).
+        now = given_now or timezone.now()
         fields: dict[str, Any] = {
             "state": _STATE_OF.get(result, PhaseState.LOST),
             "finished_at": _ts(report.finished_at) or now,
@@ -138,6 +141,8 @@ def phase_finish(
                     _check_drift(job, phase, report)
                 else:
                     member_remove(runtime, job.pk)
+                    # a lost host is the platform's failure, not the job's: its attempt
+                    # is not counted against ROLLMUX_MAX_ATTEMPTS (departures)
                     lost = result is Outcome.LOST
                     node = _lost_node(report.outcome) if lost else None
                     if node is not None:  # its node died or is missing: the platform's loss
@@ -147,8 +152,11 @@ def phase_finish(
                         placement_end(placement, EndReason.NODE_DOWN, now, effects, kill=True)
                         job_resubmit_node_down(job, node, now)
                     else:
-                        placement_end(placement, EndReason.FAILED, now, effects, kill=lost)
-                        job_fail_or_resubmit(job, report.outcome, now, retry=not report.load_error)
+                        reason = EndReason.LOST if lost else EndReason.FAILED
+                        placement_end(placement, reason, now, effects, kill=lost)
+                        job_fail_or_resubmit(
+                            job, report.outcome, now, retry=not report.load_error, lost=lost
+                        )
         if not effects.group_released:
             phases_start(group, runtime, now, effects, placements=placements)
             runtime_save(group, runtime)

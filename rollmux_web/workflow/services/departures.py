@@ -68,17 +68,26 @@ def placement_end(
     effects.replan = True
 
 
-def _failed_attempts(job: Job) -> int:
-    return Placement.objects.filter(job=job, end_reason=EndReason.FAILED).count()
+# A job that keeps losing its host is most likely killing it (out of memory, a crash in
+# native code): after this many times ROLLMUX_MAX_ATTEMPTS lost hosts it fails too.
+LOST_HOSTS_PER_ATTEMPT = 3
 
 
-def job_fail_or_resubmit(job: Job, outcome: str, now: datetime, *, retry: bool = True) -> None:
+def job_fail_or_resubmit(
+    job: Job, outcome: str, now: datetime, *, retry: bool = True, lost: bool = False
+) -> None:
     """Resubmit a failed job (it resumes from iterations_done) or fail it for good.
 
-    `retry=False` (its runner cannot be loaded: it would fail the same way anywhere) fails
-    it at once."""
-    failures = _failed_attempts(job)
+    Only the job's own failures (its runner raised, it overran) count against
+    ROLLMUX_MAX_ATTEMPTS; a lost host (`lost`: the actor died, the platform's failure) does
+    not, up to LOST_HOSTS_PER_ATTEMPT times that limit. `retry=False` (its runner cannot
+    be loaded: it would fail the same way anywhere) fails it at once.
+    """
+    ends = Placement.objects.filter(job=job, end_reason__in=(EndReason.FAILED, EndReason.LOST))
+    failures = ends.filter(end_reason=EndReason.FAILED).count()
+    losses = ends.filter(end_reason=EndReason.LOST).count()
     limit = settings.ROLLMUX_MAX_ATTEMPTS
+    exhausted = failures >= limit or losses >= limit * LOST_HOSTS_PER_ATTEMPT
     if job.cancel_requested:
         job_finish(job, JobStatus.CANCELLED, now, reason="cancelled after a failed phase")
     elif not retry:
@@ -87,19 +96,22 @@ def job_fail_or_resubmit(job: Job, outcome: str, now: datetime, *, retry: bool =
         job.error = outcome
         job.finished_at = now
         job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
-    elif failures < limit:
+    elif not exhausted:
         job.status = JobStatus.QUEUED
-        job.reason = (
-            f"resubmitted after failure {failures}/{limit}, resumes at iteration "
-            f"{job.iterations_done}: {outcome}"
-        )[:500]
+        if lost:
+            why = f"resubmitted after its host was lost (not counted as a failure, {failures}/{limit})"
+        else:
+            why = f"resubmitted after failure {failures}/{limit}"
+        job.reason = f"{why}, resumes at iteration {job.iterations_done}: {outcome}"[:500]
         job.error = outcome
         job.save(update_fields=["status", "reason", "error", "updated_at"])
-        transaction.on_commit(lambda: metrics.count_resubmission("failed"))
+        kind = "lost" if lost else "failed"
+        transaction.on_commit(lambda: metrics.count_resubmission(kind))
         events.publish(events.JOB_RESUBMITTED, job=job, detail={"reason": job.reason})
     else:
         job.status = JobStatus.FAILED
-        job.reason = f"failed {failures} times (limit {limit}): {outcome}"[:500]
+        count = f"lost its host {losses} times" if lost else f"failed {failures} times"
+        job.reason = f"{count} (limit {limit}): {outcome}"[:500]
         job.error = outcome
         job.finished_at = now
         job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
@@ -131,16 +143,21 @@ def job_stop(*, job_id: int, now: datetime | None = None) -> bool:
     """Stop a job whose cancel was requested: at once if no phase of it is running (it
     waits in its group's queue, or is not placed yet), else `phase_finish` does it at the
     phase boundary. Return whether it stopped now."""
-    now = now or timezone.now()
+    given_now = now
     placement = Placement.objects.filter(job_id=job_id, ended_at__isnull=True).first()
     if placement is None:
         with transaction.atomic():
             n = Job.objects.filter(
                 pk=job_id, cancel_requested=True, status__in=(JobStatus.QUEUED, JobStatus.PLACED)
-            ).update(status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
+            ).update(
+                status=JobStatus.CANCELLED,
+                finished_at=given_now or timezone.now(),
+                updated_at=given_now or timezone.now(),
+            )
         return bool(n)
     with controller_serial(), transaction.atomic():
         group = lock_group(placement.group_id)
+        now = given_now or timezone.now()  # after the lock (see controller.phase_finish)
         placement = Placement.objects.get(pk=placement.pk)
         job = Job.objects.select_for_update().get(pk=job_id)
         if placement.ended_at is not None or job.status in TERMINAL_STATUSES:
@@ -171,7 +188,7 @@ def node_down_resubmit(*, node_id: int, now: datetime | None = None) -> list[int
 
 
 def _node_down(*, node_id: int, now: datetime | None) -> list[int]:
-    now = now or timezone.now()
+    given_now = now
     node = Node.objects.get(pk=node_id)
     if node.state != NodeState.DOWN:
         return []
@@ -185,6 +202,7 @@ def _node_down(*, node_id: int, now: datetime | None) -> list[int]:
     for placement_id, group_id in hit:
         with controller_serial(), transaction.atomic():
             group = lock_group(group_id)
+            now = given_now or timezone.now()  # after the lock (see controller.phase_finish)
             placement = Placement.objects.get(pk=placement_id)
             if placement.ended_at is not None:
                 continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Value
@@ -18,10 +18,14 @@ from django.db.models.functions import Coalesce
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.services.effects import Effects
-from rollmux_web.workflow.services.orders import Pools, phase_order
+from rollmux_web.workflow.services.orders import Pools, phase_order, phase_worst_s
 from scheduler.group_runtime import GroupRuntime
 
 log = logging.getLogger(__name__)
+
+# How long after its worst case a phase's end report counts as overdue (the watch task then
+# asks its host): reports arrive within milliseconds; this covers dispatch and clock slack.
+DUE_SLACK_S = 1.0
 
 
 def runtime_load(group: ExecutionGroup) -> GroupRuntime:
@@ -101,6 +105,8 @@ def phases_start(
                 warm_start=not start.cold,
                 queued_at=now,
                 started_at=now,
+                due_at=now
+                + timedelta(seconds=phase_worst_s(start.kind.value, jobs[job_id]) + DUE_SLACK_S),
             )
         )
     # One INSERT for all. The uniqueness of (placement, iteration, kind) cannot be hit here:

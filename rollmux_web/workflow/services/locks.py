@@ -7,17 +7,20 @@ Which rows each transaction locks, and in which order, is described in workers/R
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import Field
 from django.db.models.expressions import RawSQL
 
 from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState
+
+log = logging.getLogger(__name__)
 
 PLAN_LOCK_KEY = 0x524F4C4C  # "ROLL": the advisory lock id of the planner
 ACTIVE_PHASE_STATES = (PhaseState.RUNNING,)
@@ -41,12 +44,28 @@ def controller_serial() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def plan_serial() -> Iterator[bool]:
-    """Yield True when this process may plan (SQLite: a process lock; PostgreSQL: always,
-    the advisory lock decides inside the transaction)."""
+def plan_session_lock() -> Iterator[bool]:
+    """Yield whether this pass may plan: True once it holds the planner lock for its whole
+    length (its batches commit one by one inside it), False when another pass holds it.
+
+    PostgreSQL: a session advisory lock, released at the end (or when the connection
+    closes: a killed worker's lock dies with it). SQLite (the embedded default, one
+    process): a process lock, and the controller's lock too (SQLite has one writer).
+    """
     if is_postgres():
-        with controller_serial():
-            yield True
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [PLAN_LOCK_KEY])
+            got = bool(cur.fetchone()[0])
+        try:
+            yield got
+        finally:
+            if got:
+                try:
+                    with connection.cursor() as cur:
+                        cur.execute("SELECT pg_advisory_unlock(%s)", [PLAN_LOCK_KEY])
+                except DatabaseError:  # (an outer transaction broke): closing releases it
+                    log.warning("could not release the planner lock; closing the connection")
+                    connection.close()
         return
     got = _sqlite_plan_lock.acquire(blocking=False)
     try:
@@ -58,13 +77,6 @@ def plan_serial() -> Iterator[bool]:
     finally:
         if got:
             _sqlite_plan_lock.release()
-
-
-def try_plan_lock() -> bool:
-    """Take the planner lock for the current transaction; False if another pass holds it."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [PLAN_LOCK_KEY])
-        return bool(cur.fetchone()[0])
 
 
 def lock_group(group_id: int, *, phase_event: bool = False) -> ExecutionGroup:

@@ -13,11 +13,19 @@ from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow import sync
 from rollmux_web.workflow.models import PhaseRecord, Placement
 from rollmux_web.workflow.ports import PhaseOrder
+from scheduler.model import PhaseKind
 
 
 def job_time_scale(job: Job) -> float:
     """Return the speed-up applied to the job's profile durations (see `time_scale_of`)."""
     return time_scale_of(job.runner, job.time_scale)
+
+
+def phase_worst_s(kind: str, job: Job) -> float:
+    """Return the wall-clock seconds a phase of this kind takes at worst (the job's declared
+    maximum over its time scale; a sync phase is bounded by the training phase's)."""
+    worst = job.t_roll_max_s if kind == PhaseKind.ROLLOUT.value else job.t_train_max_s
+    return worst / job_time_scale(job)
 
 
 def runner_context(job: Job) -> dict[str, Any]:

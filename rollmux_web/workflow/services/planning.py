@@ -1,4 +1,12 @@
-"""Planning: place the queued jobs (the paper's Algorithm 1, run by the core, persisted here)."""
+"""Planning: place the queued jobs (the paper's Algorithm 1, run by the core, persisted here).
+
+A pass holds the planner lock for its whole length (one pass at a time, whichever worker
+runs it) but writes in short transactions: the queued jobs are claimed and placed in
+batches, so no transaction holds job or group rows for long. Jobs that did not fit are
+not planned again until the capacity they wait for changes (requeue on change, as
+Kueue does): a pass records the capacity it saw in `PlanWait`, and the next pass skips
+them while `capacity_key()` is unchanged.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +17,22 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from rollmux_web import events, metrics
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import converters, snapshot, sync
-from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Placement
+from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Placement, PlanWait
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
-from rollmux_web.workflow.services.locks import is_postgres, lock_group, plan_serial, try_plan_lock
+from rollmux_web.workflow.services.locks import lock_group, plan_session_lock
 from scheduler.model import ClusterState, JobProfile, PlacementResult, PlacementStatus
+
+BATCH_JOBS = 100  # queued jobs claimed per transaction
+STALE_RETRIES = 3  # snapshots re-read for one job whose group changed under the batch
 
 
 @dataclass
@@ -30,71 +43,183 @@ class PlanSummary:
     placed: list[int] = field(default_factory=list)
     waiting: dict[int, str] = field(default_factory=dict)
     infeasible: dict[int, str] = field(default_factory=dict)
+    skipped: int = 0  # waiting jobs not planned again: the capacity they wait for is unchanged
+
+
+class _StaleSnapshot(Exception):
+    """A group the snapshot placed a job into was released meanwhile (its last member left
+    after the snapshot was read): read the cluster again."""
+
+
+def capacity_key() -> str:
+    """Return a fingerprint of what can make a waiting job fit: nodes freed (an allocation
+    ended), members leaving (headroom in a group), the inventory (nodes added, taken up,
+    drained, down, resized). The planner's own placements leave it unchanged."""
+    freed = NodeAllocation.objects.aggregate(last=Max("end"))["last"]
+    left = Placement.objects.aggregate(last=Max("ended_at"))["last"]
+    inventory = sorted(
+        (row["state"], row["n"], row["gpus"], str(row["changed"]))
+        for row in Node.objects.order_by()
+        .values("state")
+        .annotate(n=Count("pk"), gpus=Sum("gpus"), changed=Max("updated_at"))
+    )
+    return f"{freed}|{left}|{inventory}"[:255]
 
 
 def queue_plan(*, now: datetime | None = None) -> PlanSummary:
     """Run one planning pass: place every queued job the cluster can take now.
 
     1. take the planner lock (one pass at a time, whichever worker runs it);
-    2. snapshot nodes, active groups and queued jobs from the database;
-    3. call the core planner per queued job (priority desc, then submission time), applying
-       each decision to the snapshot so the next job sees it;
-    4. persist: Placement (+ nodes), ExecutionGroup for a new group, NodeAllocation for
-       newly taken nodes, job placed; admit the job to its group's runtime and record the
-       phases that start now;
-    5. leave RETRY jobs queued with their reason, fail INFEASIBLE ones;
-    6. on commit: dispatch the started phases.
+    2. read the queued jobs (priority desc, then submission time); leave out those waiting
+       for a capacity that has not changed since they last tried;
+    3. snapshot nodes and active groups (`snapshot.cluster_state`);
+    4. per batch of jobs, one transaction: claim the jobs still queued (row locks on the
+       job rows only), call the core planner per job, applying each decision to the
+       snapshot so the next job sees it; persist a FIT (Placement, ExecutionGroup for a
+       new group, NodeAllocations from `now`, taken after the lock and the snapshot, job
+       placed; admit the job to its group's runtime and record the phases that start);
+    5. leave RETRY jobs queued with their reason (and the capacity they saw), fail
+       INFEASIBLE ones;
+    6. on each commit: dispatch the started phases.
     """
+    with plan_session_lock() as got:
+        if not got:
+            return PlanSummary(ran=False)
+        return _pass(now)
+
+
+def _pass(now: datetime | None) -> PlanSummary:
+    summary = PlanSummary(ran=True)
+    key = capacity_key()
+    rows = (
+        Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
+        .order_by("-priority", "submitted_at", "pk")
+        .values_list("pk", "plan_wait__capacity", "reason")
+    )
+    todo = []
+    for pk, waited_on, reason in rows:
+        if waited_on == key:
+            summary.waiting[pk] = reason
+            summary.skipped += 1
+        else:
+            todo.append(pk)
+    if not todo:
+        return summary
+    try:
+        state = snapshot.cluster_state()
+    except snapshot.NoPoolConfigured as exc:
+        _no_pool(todo, str(exc), key, summary)
+        return summary
+    for start in range(0, len(todo), BATCH_JOBS):
+        state = _batch_place(todo[start : start + BATCH_JOBS], state, key, now, summary)
+    return summary
+
+
+def _no_pool(job_ids: list[int], why: str, key: str, summary: PlanSummary) -> None:
+    def record() -> None:
+        for job in Job.objects.filter(pk__in=job_ids, status=JobStatus.QUEUED):
+            _set_reason(job, f"waiting: {why}")
+        _waits_record(job_ids, key)
+
+    atomic_with_retry(record, what="planning (no pool)")
+    summary.waiting.update(dict.fromkeys(job_ids, why))
+
+
+def _batch_place(
+    job_ids: list[int],
+    state: ClusterState,
+    key: str,
+    now: datetime | None,
+    summary: PlanSummary,
+) -> ClusterState:
+    """Claim and place one batch of queued jobs in one transaction; return the snapshot with
+    its placements applied (a rolled-back batch leaves the caller's snapshot as it was)."""
     from scheduler.planner import place
 
-    now = now or timezone.now()
-    summary = PlanSummary(ran=True)
-    with plan_serial() as got, transaction.atomic():
-        if not got or (is_postgres() and not try_plan_lock()):
-            return PlanSummary(ran=False)
-        queued = list(
-            # of=self: lock the job rows only, not the tenant and SLO class joined below
-            # (a submission's foreign-key check on its tenant would wait for the whole pass)
-            Job.objects.select_for_update(of=("self",))
-            .filter(status=JobStatus.QUEUED, cancel_requested=False)
+    def batch() -> tuple[ClusterState, list[int], dict[int, str], dict[int, str]]:
+        state_now = state
+        placed: list[int] = []
+        waiting: dict[int, str] = {}
+        infeasible: dict[int, str] = {}
+        again: set[int] = set()
+        # Lock only the job rows (not the tenant / SLO class rows a join would lock too:
+        # submissions take FOR KEY SHARE on those), and only as a no-key update, which
+        # phase records and placements referencing the job (FOR KEY SHARE) do not wait on.
+        # Jobs cancelled or placed since the read drop out here (the conditional claim).
+        jobs = list(
+            Job.objects.select_for_update(of=("self",), no_key=True)
+            .filter(pk__in=job_ids, status=JobStatus.QUEUED, cancel_requested=False)
             .select_related("slo_class", "tenant")
             .order_by("-priority", "submitted_at", "pk")
         )
-        if not queued:
-            return summary
-        try:
-            state = snapshot.cluster_state()
-        except snapshot.NoPoolConfigured as exc:
-            for job in queued:
-                _set_reason(job, f"waiting: {exc}")
-                summary.waiting[job.pk] = str(exc)
-            return summary
+        # After the lock and the snapshot: an allocation this batch creates never starts
+        # before the end of the allocation it follows (the snapshot saw that end).
+        stamp = now or timezone.now()
         effects = Effects()
-        measured = sync.measured_s(j.pk for j in queued)  # a resubmitted job's sync times
-        for job in queued:
+        measured = sync.measured_s(j.pk for j in jobs)  # a resubmitted job's sync times
+        for job in jobs:
             profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, measured))
             decided = time.perf_counter()
             result = place(
-                profile, state, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
+                profile, state_now, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
             )
+            for _ in range(STALE_RETRIES):
+                if result.status is not PlacementStatus.FIT or result.placement is None:
+                    break
+                try:
+                    state_now = _placement_persist(job, profile, result, state_now, stamp, effects)
+                    break
+                except _StaleSnapshot:
+                    # a departure committed while this batch waited for the group's lock
+                    state_now = snapshot.cluster_state()
+                    stamp = now or timezone.now()  # after this snapshot, as above
+                    result = place(
+                        profile,
+                        state_now,
+                        policy="rollmux",
+                        max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
+                    )
+            else:  # stale every time: the cluster churns; the next pass tries again
+                result = PlacementResult(
+                    PlacementStatus.RETRY, "the cluster changed; planning again"
+                )
+                again.add(job.pk)
+                effects.replan = True
             metrics.observe_admission(result.status.name.lower(), time.perf_counter() - decided)
             if result.status is PlacementStatus.FIT and result.placement is not None:
-                state = _placement_persist(job, profile, result, state, now, effects)
-                summary.placed.append(job.pk)
+                placed.append(job.pk)
             elif result.status is PlacementStatus.RETRY:
                 _set_reason(job, result.reason)
-                summary.waiting[job.pk] = result.reason
+                waiting[job.pk] = result.reason
             else:
                 job.status = JobStatus.FAILED
                 job.reason = f"infeasible: {result.reason}"[:500]
                 job.error = result.reason
-                job.finished_at = now
+                job.finished_at = stamp
                 job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
                 events.publish(events.JOB_FAILED, job=job, detail={"reason": job.reason})
-                summary.infeasible[job.pk] = result.reason
-        effects.replan = False
+                infeasible[job.pk] = result.reason
+        # (a job left for the next pass records no wait: it is planned again regardless)
+        _waits_record([pk for pk in waiting if pk not in again], key)
+        PlanWait.objects.filter(job_id__in=placed + list(infeasible)).delete()
         effects.schedule()
-    return summary
+        return state_now, placed, waiting, infeasible
+
+    state, placed, waiting, infeasible = atomic_with_retry(batch, what="planning batch")
+    summary.placed += placed
+    summary.waiting.update(waiting)
+    summary.infeasible.update(infeasible)
+    return state
+
+
+def _waits_record(job_ids: list[int], key: str) -> None:
+    if job_ids:
+        PlanWait.objects.bulk_create(
+            [PlanWait(job_id=pk, capacity=key) for pk in job_ids],
+            update_conflicts=True,
+            unique_fields=["job"],
+            update_fields=["capacity"],
+        )
 
 
 def _set_reason(job: Job, reason: str) -> None:
@@ -121,6 +246,14 @@ def _placement_persist(
         group = ExecutionGroup.objects.create()
     else:
         group = lock_group(int(placement.group_id))
+        kept = (set(placement.rollout_nodes) | set(placement.train_nodes)) - set(
+            placement.new_nodes
+        )
+        held = NodeAllocation.objects.filter(
+            group=group, end__isnull=True, node__name__in=kept
+        ).count()
+        if group.released_at is not None or held != len(kept):
+            raise _StaleSnapshot(group.pk)  # a member left after the snapshot: nodes went
     state = apply_placement(state, profile, placement, group_id=str(group.pk))
     names = set(placement.rollout_nodes) | set(placement.train_nodes)
     nodes = {n.name: n for n in Node.objects.filter(name__in=names)}
@@ -135,10 +268,12 @@ def _placement_persist(
     )
     row.rollout_nodes.set([nodes[n] for n in placement.rollout_nodes])
     row.train_nodes.set([nodes[n] for n in placement.train_nodes])
-    for name in placement.new_nodes:
-        # The partial unique index (one open allocation per node) makes a double allocation
-        # impossible even if two planners ever ran at once.
-        NodeAllocation.objects.create(node=nodes[name], group=group, start=now)
+    # The exclusion constraint (no two allocations of a node overlap in time) and the
+    # partial unique index (one open allocation per node) make a double allocation
+    # impossible even if two planners ever ran at once.
+    NodeAllocation.objects.bulk_create(
+        [NodeAllocation(node=nodes[name], group=group, start=now) for name in placement.new_nodes]
+    )
     # the wait since submission, or since the resubmission that put it back in the queue
     queued_since = job.submitted_at
     if job.attempts:

@@ -23,8 +23,7 @@ from rollmux_web.workflow.services.controller import phase_finish
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
 from rollmux_web.workflow.services.locks import ACTIVE_PHASE_STATES, controller_serial, lock_group
-from rollmux_web.workflow.services.orders import job_time_scale, phase_order, placement_pools
-from scheduler.model import PhaseKind
+from rollmux_web.workflow.services.orders import phase_order, phase_worst_s, placement_pools
 
 log = logging.getLogger(__name__)
 
@@ -40,59 +39,90 @@ class ReconcileSummary:
 
 def phase_deadline(phase: PhaseRecord, job: Job) -> timedelta:
     """Return how long a phase may run before reconcile declares it overrun."""
-    worst = job.t_roll_max_s if phase.kind == PhaseKind.ROLLOUT.value else job.t_train_max_s
-    return timedelta(seconds=3 * worst / job_time_scale(job) + settings.ROLLMUX_PHASE_GRACE_S)
+    return timedelta(seconds=3 * phase_worst_s(phase.kind, job) + settings.ROLLMUX_PHASE_GRACE_S)
 
 
 def phases_reconcile(
     *, now: datetime | None = None, grace_s: float | None = None
 ) -> ReconcileSummary:
-    """Find phases whose host died, whose report was lost, or that overran; recover them."""
+    """Find phases whose host died, whose report was lost, or that overran; recover them;
+    restart groups with members but nothing running."""
     now = now or timezone.now()
     grace = timedelta(seconds=settings.ROLLMUX_DISPATCH_GRACE_S if grace_s is None else grace_s)
     summary = ReconcileSummary()
-    dispatcher = ports.dispatcher()
     active = PhaseRecord.objects.filter(state__in=ACTIVE_PHASE_STATES).select_related(
         "job", "placement"
     )
     for phase in active:
-        order = phase_order(phase, phase.job, placement_pools(phase.placement))
-        try:
-            probe = dispatcher.probe(order)
-        except Exception as exc:
-            log.warning("probe of phase %s failed: %s", phase.pk, exc)
-            continue
-        if probe.state == "done" and probe.report is not None:
-            if phase_finish(probe.report, recovered=True):
-                summary.recovered.append(phase.pk)
-        elif probe.state == "dead" and phase.queued_at < now - grace:
-            held_state = PhaseRecord.objects.filter(
-                placement_id=phase.placement_id, state=PhaseState.SUCCEEDED
-            ).exists()
-            if not held_state:
-                # The host never ran a phase of this placement (its first dispatch was lost
-                # before the actor existed): nothing resident was lost, start it again.
-                dispatcher.dispatch(order)
-                summary.redispatched.append(phase.pk)
-            elif phase_finish(
-                PhaseReport.failed(phase.pk, Outcome.LOST, "its host (actor) died"),
-                recovered=True,
-            ):
-                summary.lost.append(phase.pk)
-        elif probe.state == "unknown" and phase.queued_at < now - grace:
-            dispatcher.dispatch(order)
-            summary.redispatched.append(phase.pk)
-        elif probe.state == "running":
-            since = phase.started_at or phase.queued_at
-            if since < now - phase_deadline(phase, phase.job):
-                dispatcher.kill(phase.job_id, phase.placement_id)
-                if phase_finish(
-                    PhaseReport.failed(phase.pk, Outcome.ERROR, "overran its deadline"),
-                    recovered=True,
-                ):
-                    summary.overran.append(phase.pk)
+        _phase_check(phase, now, grace, summary)
     summary.advanced = _stalled_groups_advance(now)
     return summary
+
+
+def phases_watch(*, now: datetime | None = None) -> ReconcileSummary:
+    """Ask the hosts of running phases whose end report is overdue (past `due_at`: the
+    job's worst case plus a second) what became of them, and apply what they say.
+
+    The fast half of reconcile, run every second: a report lost on its way (a broker
+    outage, a controller killed while it held the message) costs about a second of idle
+    nodes instead of a reconcile interval. A phase still running (a real runner slower
+    than its declared worst case) is asked again later, at growing intervals.
+    """
+    now = now or timezone.now()
+    grace = timedelta(seconds=settings.ROLLMUX_DISPATCH_GRACE_S)
+    summary = ReconcileSummary()
+    overdue = PhaseRecord.objects.filter(
+        state__in=ACTIVE_PHASE_STATES, due_at__lt=now
+    ).select_related("job", "placement")
+    for phase in overdue:
+        if _phase_check(phase, now, grace, summary) == "running":
+            late = (now - (phase.started_at or phase.queued_at)).total_seconds()
+            PhaseRecord.objects.filter(pk=phase.pk, state=PhaseState.RUNNING).update(
+                due_at=now + timedelta(seconds=max(1.0, late / 2))
+            )
+    return summary
+
+
+def _phase_check(
+    phase: PhaseRecord, now: datetime, grace: timedelta, summary: ReconcileSummary
+) -> str | None:
+    """Probe one active phase's host and repair what it says; return the probe's state."""
+    dispatcher = ports.dispatcher()
+    order = phase_order(phase, phase.job, placement_pools(phase.placement))
+    try:
+        probe = dispatcher.probe(order)
+    except Exception as exc:
+        log.warning("probe of phase %s failed: %s", phase.pk, exc)
+        return None
+    if probe.state == "done" and probe.report is not None:
+        if phase_finish(probe.report, recovered=True):
+            summary.recovered.append(phase.pk)
+    elif probe.state == "dead" and phase.queued_at < now - grace:
+        held_state = PhaseRecord.objects.filter(
+            placement_id=phase.placement_id, state=PhaseState.SUCCEEDED
+        ).exists()
+        if not held_state:
+            # The host never ran a phase of this placement (its first dispatch was lost
+            # before the actor existed): nothing resident was lost, start it again.
+            dispatcher.dispatch(order)
+            summary.redispatched.append(phase.pk)
+        elif phase_finish(
+            PhaseReport.failed(phase.pk, Outcome.LOST, "its host (actor) died"), recovered=True
+        ):
+            summary.lost.append(phase.pk)
+    elif probe.state == "unknown" and phase.queued_at < now - grace:
+        dispatcher.dispatch(order)
+        summary.redispatched.append(phase.pk)
+    elif probe.state == "running":
+        since = phase.started_at or phase.queued_at
+        if since < now - phase_deadline(phase, phase.job):
+            dispatcher.kill(phase.job_id, phase.placement_id)
+            if phase_finish(
+                PhaseReport.failed(phase.pk, Outcome.ERROR, "overran its deadline"),
+                recovered=True,
+            ):
+                summary.overran.append(phase.pk)
+    return probe.state
 
 
 def _stalled_groups_advance(now: datetime) -> list[int]:
@@ -110,6 +140,7 @@ def _stalled_groups_advance(now: datetime) -> list[int]:
             group = lock_group(group_id)
             if not group.runtime_state:
                 continue
+            now = max(now, timezone.now())  # after the lock (see controller.phase_finish)
             runtime = runtime_load(group)
             effects = Effects()
             if phases_start(group, runtime, now, effects):
