@@ -70,8 +70,13 @@ def test_the_worker_exports_the_admissions_of_the_passes_it_runs(
         assert before.get(("rollmux_admission_attempts_total", (("result", "fit"),)), 0) == 0
         plan_task.delay()
         wait_for(lambda: Job.objects.get(pk=job.pk).status != JobStatus.QUEUED, timeout=30)
+        # the attempt is counted when decided, the wait when its batch commits
         wait_for(
-            lambda: _scrape().get(("rollmux_admission_attempts_total", (("result", "fit"),))) == 1,
+            lambda: (
+                _scrape().get(("rollmux_admission_attempts_total", (("result", "fit"),))) == 1
+                and ("rollmux_admission_wait_time_seconds_count", (("slo_class", "silver"),))
+                in _scrape()
+            ),
             timeout=10,
         )
         after = _scrape()
