@@ -94,7 +94,12 @@ class JobSloSerializer(serializers.Serializer):  # type: ignore[misc,unused-igno
     job = serializers.CharField()
     tenant = serializers.CharField()
     slo_class = serializers.CharField()
-    slo = serializers.FloatField()
+    slo = serializers.FloatField(help_text="the SLO class's value when the job was admitted")
+    slo_now = serializers.FloatField(
+        allow_null=True, help_text="the class's value today, when it changed since (else null)"
+    )
+    solo_source = serializers.CharField(help_text="how the solo iteration time was obtained")
+    profile_source = serializers.CharField(help_text="declared, profiled or learned")
     status = serializers.CharField()
     iterations_measured = serializers.IntegerField()
     mean_iteration_s = serializers.FloatField()
@@ -102,7 +107,7 @@ class JobSloSerializer(serializers.Serializer):  # type: ignore[misc,unused-igno
     profile_iteration_s = serializers.FloatField()
     slowdown_vs_solo = serializers.FloatField()
     slowdown_vs_profile = serializers.FloatField()
-    met = serializers.BooleanField()
+    met = serializers.BooleanField(allow_null=True, help_text="null: cancelled or failed (n/a)")
     groups = serializers.ListField(child=serializers.IntegerField())
 
 

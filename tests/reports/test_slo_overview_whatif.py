@@ -304,3 +304,45 @@ def test_preview_says_why_a_job_would_wait(world: Any, client_as: Any) -> None:
         .content.decode()
     )
     assert "Can never run on this cluster" in html and "Would wait" not in html
+
+
+@pytest.mark.django_db
+def test_the_slo_report_judges_each_job_by_the_slo_it_was_admitted_with(
+    world: Any, client_as: Any
+) -> None:
+    from rollmux_web.audit.models import AuditEntry
+    from rollmux_web.quotas.services import slo_class_update
+
+    job, _ = waiting_job(world, "tight", "vision", T0, world.silver)  # 1.25x, admitted at 1.5
+    AuditEntry.objects.all().delete()
+    slo_class_update(actor=world.admin, slo_class_id=world.silver.pk, data={"slowdown": 1.2})
+    # the change was made the day after that job's admission
+    AuditEntry.objects.filter(action="slo_class.update").update(at=T0 + timedelta(days=1))
+    # the class changed after the job's admission (its placement at T0): today's 1.2 would
+    # make it a violation; it was admitted against 1.5
+    report = slo_report(user=world.alice, start=DAY, end=DAY)
+    (j,) = report.jobs
+    assert (j.slo, j.slo_now) == (1.5, 1.2) and j.met and not report.violations
+    html = client_as("alice").get("/reports/slo/?start=2026-03-10&end=2026-03-10").content.decode()
+    assert 'silver (1.5×) <span class="muted">now 1.2×</span>' in html
+    assert "measured: the mean of its 2 completed iterations&#x27; own phases" in html
+    # a job admitted after the change is judged by the new value
+    late, _ = waiting_job(world, "late", "vision", datetime.now(tz=UTC) - 60 * M, world.silver)
+    today = datetime.now(tz=UTC).date()
+    (j2,) = slo_report(user=world.alice, start=today, end=today).jobs
+    assert j2.slo == 1.2 and j2.slo_now is None and not j2.met
+
+
+@pytest.mark.django_db
+def test_a_cancelled_job_is_not_applicable_in_the_slo_report(world: Any, client_as: Any) -> None:
+    job, _ = waiting_job(world, "stopped", "vision", T0, world.gold)  # 1.25x over a 1.1 SLO
+    job.status = JobStatus.CANCELLED
+    job.save()
+    report = slo_report(user=world.alice, start=DAY, end=DAY)
+    (j,) = report.jobs
+    assert not j.applicable and report.violations == []
+    assert report.overall.ended_early == 1 and report.overall.finished == 0
+    html = client_as("alice").get("/reports/slo/?start=2026-03-10&end=2026-03-10").content.decode()
+    assert "not applicable (cancelled)" in html
+    api = client_as("alice").get("/api/v1/reports/slo/?start=2026-03-10&end=2026-03-10").json()
+    assert api["jobs"][0]["met"] is None and api["jobs"][0]["solo_source"].startswith("measured")

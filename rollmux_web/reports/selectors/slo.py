@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Min, Q
 
 from rollmux_web.accounts.access import visible_tenant_ids
+from rollmux_web.audit.models import AuditEntry
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS, day_range
@@ -29,6 +30,14 @@ class JobSlo:
     solo_iteration_s: float
     profile_iteration_s: float
     group_ids: list[int]
+    slo_now: float | None = None  # the class's value today, when it changed since admission
+    solo_source: str = ""  # how the solo time was obtained, in words
+    profile_source: str = "declared"  # where the profile's phase times came from
+
+    @property
+    def applicable(self) -> bool:
+        """A cancelled or failed job has no SLO outcome: it did not run to its end."""
+        return self.status not in (JobStatus.CANCELLED, JobStatus.FAILED)
 
     @property
     def slowdown_vs_solo(self) -> float:
@@ -79,7 +88,7 @@ class SloReport:
 
     @property
     def violations(self) -> list[JobSlo]:
-        return [j for j in self.jobs if not j.met]
+        return [j for j in self.jobs if j.applicable and not j.met]
 
     @property
     def overall(self) -> SloAttainment:
@@ -91,6 +100,50 @@ class SloReport:
             s.in_progress += a.in_progress
             s.ended_early += a.ended_early
         return s
+
+
+def admitted_slos(classes: dict[int, tuple[int, float]]) -> dict[int, float]:
+    """Return each job's SLO as it was when the job was admitted (its first placement).
+
+    `classes` maps a job id to (its SLO class id, the class's value today). The value at
+    admission comes from the class's audited history (`slo_class.update`, before/after):
+    the value before the first change made after the admission, or today's value when
+    the class has not changed since.
+    """
+    if not classes:
+        return {}
+    admitted_at = dict(
+        Placement.objects.filter(job_id__in=list(classes))
+        .values("job_id")
+        .annotate(first=Min("created_at"))
+        .values_list("job_id", "first")
+    )
+    changes: dict[str, list[tuple[datetime, Any]]] = defaultdict(list)
+    for oid, at, before in (
+        AuditEntry.objects.filter(
+            action="slo_class.update",
+            object_id__in=sorted({str(c) for c, _ in classes.values()}),
+        )
+        .order_by("at", "id")
+        .values_list("object_id", "at", "before")
+    ):
+        if isinstance(before, dict) and "slowdown" in before:
+            changes[oid].append((at, before["slowdown"]))
+    out: dict[int, float] = {}
+    for jid, (class_id, today) in classes.items():
+        when = admitted_at.get(jid)
+        later = [v for at, v in changes.get(str(class_id), ()) if when is not None and at > when]
+        out[jid] = float(later[0]) if later else today
+    return out
+
+
+def _profile_sources(job_ids: list[int]) -> dict[int, str]:
+    """Return where each job's profile phase times came from (`Job.duration_source`:
+    declared, profiled or learned; "declared" where the field is not there yet)."""
+    field = "duration_source"  # added by the jobs app's profiling work
+    if not any(f.name == field for f in Job._meta.get_fields()):
+        return {}
+    return dict(Job.objects.filter(pk__in=job_ids).values_list("id", field))
 
 
 def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None) -> SloReport:
@@ -120,6 +173,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             "tenant__name",
             "slo_class__name",
             "slo_class__slowdown",
+            "slo_class_id",
             "status",
             "t_roll_max_s",
             "t_train_max_s",
@@ -144,7 +198,22 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     ):
         groups[jid].add(gid)
     out: list[JobSlo] = []
-    for jid, (_, name, tenant, cls, slo, status, rmax, tmax, runner, scale) in jobs.items():
+    admitted = admitted_slos({jid: (j[5], j[4]) for jid, j in jobs.items()})
+    sources = _profile_sources(list(jobs))
+    for jid, (
+        _,
+        name,
+        tenant,
+        cls,
+        slo_now,
+        _cls_id,
+        status,
+        rmax,
+        tmax,
+        runner,
+        scale,
+    ) in jobs.items():
+        slo = admitted.get(jid, slo_now)
         iters = [p for p in phases[jid].values() if "rollout" in p and "train" in p]
         if not iters:
             continue
@@ -165,6 +234,14 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
                 iterations_measured=len(iters),
                 mean_iteration_s=mean_iter,
                 solo_iteration_s=solo,
+                slo_now=slo_now if slo_now != slo else None,
+                solo_source=(
+                    f"measured: the mean of its {len(iters)} completed iteration"
+                    f"{'s' if len(iters) != 1 else ''}' own phases (rollout + training"
+                    f"{' + weight sync' if any('sync' in p for p in iters) else ''}) as they ran,"
+                    " waits excluded"
+                ),
+                profile_source=sources.get(jid, "declared"),
                 # emulated runs are sped up: compare with the profile at the same speed
                 profile_iteration_s=(rmax + tmax) / time_scale_of(runner, scale),
                 group_ids=sorted(groups.get(jid, ())),
@@ -180,7 +257,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             a.finished += 1
             a.met += int(j.met)
             a.met_vs_profile += int(j.met_vs_profile)
-        elif j.status in TERMINAL_STATUSES:
+        elif not j.applicable or j.status in TERMINAL_STATUSES:
             a.ended_early += 1
         else:
             a.in_progress += 1
@@ -214,6 +291,9 @@ def slo_report_json(report: SloReport) -> dict[str, Any]:
                 "tenant": j.tenant,
                 "slo_class": j.slo_class,
                 "slo": j.slo,
+                "slo_now": j.slo_now,
+                "solo_source": j.solo_source,
+                "profile_source": j.profile_source,
                 "status": j.status,
                 "iterations_measured": j.iterations_measured,
                 "mean_iteration_s": round(j.mean_iteration_s, 3),
@@ -221,7 +301,7 @@ def slo_report_json(report: SloReport) -> dict[str, Any]:
                 "profile_iteration_s": round(j.profile_iteration_s, 3),
                 "slowdown_vs_solo": round(j.slowdown_vs_solo, 4),
                 "slowdown_vs_profile": round(j.slowdown_vs_profile, 4),
-                "met": j.met,
+                "met": j.met if j.applicable else None,
                 "groups": j.group_ids,
             }
             for j in report.jobs
