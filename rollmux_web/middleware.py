@@ -11,13 +11,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template import loader
+
+from rollmux_web.api.errors import error_json
 
 TOO_LARGE = "request_too_large"
 
@@ -26,16 +27,13 @@ def _too_large(request: HttpRequest) -> HttpResponse:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     message = f"The request body is larger than the {limit:,} bytes this server accepts."
     if request.path.startswith("/api/"):
-        body = {"error": {"code": TOO_LARGE, "message": message, "fields": {}}}
-        return HttpResponse(json.dumps(body), status=413, content_type="application/json")
+        return error_json(TOO_LARGE, message, None, 413)
     return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
 
 
 def _repeated(names: list[str]) -> HttpResponse:
     fields = {n: ["Give this parameter once."] for n in names}
-    message = f"{names[0]}: Give this parameter once."
-    body = {"error": {"code": "invalid", "message": message, "fields": fields}}
-    return HttpResponse(json.dumps(body), status=400, content_type="application/json")
+    return error_json("invalid", f"{names[0]}: Give this parameter once.", fields, 400)
 
 
 def _branded_404(request: HttpRequest) -> HttpResponse:

@@ -16,7 +16,7 @@ from typing import Any
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework.throttling import BaseThrottle
 
@@ -52,10 +52,12 @@ def lockout_response(
     request: HttpRequest, original_response: Any, credentials: Any
 ) -> HttpResponse:
     """Answer a locked-out login with 429: the API's error shape, or the login page."""
+    # (imported here: api.errors imports DRF's views, whose settings import this module)
+    from rollmux_web.api.errors import error_json
+
     retry_after = str(cooloff_minutes() * 60)
     if request.path.startswith("/api/"):
-        body = {"error": {"code": LOCKOUT_CODE, "message": lockout_message(), "fields": {}}}
-        response: HttpResponse = JsonResponse(body, status=429)
+        response: HttpResponse = error_json(LOCKOUT_CODE, lockout_message(), None, 429)
     else:
         response = render(
             request,

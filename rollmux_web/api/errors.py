@@ -7,7 +7,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -30,12 +30,22 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     return out
 
 
+def error_body(code: str, message: str, fields: dict[str, list[str]] | None) -> dict[str, Any]:
+    """Return the API's error shape (api/schema.ApiErrorSerializer documents it)."""
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
 def error_response(
     code: str, message: str, fields: dict[str, list[str]] | None, http_status: int
 ) -> Response:
-    return Response(
-        {"error": {"code": code, "message": message, "fields": fields or {}}}, status=http_status
-    )
+    return Response(error_body(code, message, fields), status=http_status)
+
+
+def error_json(
+    code: str, message: str, fields: dict[str, list[str]] | None, http_status: int
+) -> JsonResponse:
+    """The error shape outside DRF (middleware, the login lockout)."""
+    return JsonResponse(error_body(code, message, fields), status=http_status)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
