@@ -39,6 +39,15 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Start each test with empty rate-limit counters (the cache: per process in tests), so
+    the anonymous limit on the token endpoint counts one test's requests, not the run's."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def world(db: Any) -> Any:
     from tests.factories import make_world

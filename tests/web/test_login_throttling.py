@@ -6,7 +6,6 @@ from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -19,9 +18,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters(settings: Any) -> None:
-    settings.AXES_FAILURE_LIMIT = 5
-    cache.clear()  # the rate-limit counters (per process when embedded)
+def _five_failures(settings: Any) -> None:
+    settings.AXES_FAILURE_LIMIT = 5  # (the rate-limit counters start empty: tests/conftest.py)
 
 
 def _token(client: Any, username: str, password: str, addr: str = "10.0.0.1") -> Any:
