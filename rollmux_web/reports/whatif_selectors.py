@@ -38,6 +38,8 @@ class PreviewMember:
     slowdown: float
     slo: float | None
     is_new: bool
+    # the chance it meets its SLO in the group (scheduler.stochastic, via the planner)
+    slo_probability: float | None = None
 
 
 @dataclass
@@ -89,7 +91,13 @@ def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Pre
     if result.status != PlacementStatus.FIT or result.placement is None:
         return Preview(status=status, reason=result.reason)
     pl = result.placement
-    members = _label_members(user, state, result.predicted_slowdown, own_slo=profile.slo)
+    members = _label_members(
+        user,
+        state,
+        result.predicted_slowdown,
+        own_slo=profile.slo,
+        chances=getattr(result, "slo_probability", None) or {},
+    )
     group = str(pl.group_id) if pl.group_id is not None else ""
     return Preview(
         status=status,
@@ -110,7 +118,12 @@ def _group_visible(user: Any, group: str) -> bool:
 
 
 def _label_members(
-    user: Any, state: Any, slowdowns: dict[str, float], *, own_slo: float
+    user: Any,
+    state: Any,
+    slowdowns: dict[str, float],
+    *,
+    own_slo: float,
+    chances: dict[str, float],
 ) -> list[PreviewMember]:
     """Name the jobs in the predicted slowdowns (other tenants' jobs stay anonymous)."""
     slos: dict[str, float] = {PREVIEW_JOB_ID: own_slo}
@@ -128,7 +141,13 @@ def _label_members(
         is_new = key == PREVIEW_JOB_ID
         label = "this job" if is_new else names.get(str(key), "a job")
         out.append(
-            PreviewMember(label=label, slowdown=float(value), slo=slos.get(str(key)), is_new=is_new)
+            PreviewMember(
+                label=label,
+                slowdown=float(value),
+                slo=slos.get(str(key)),
+                is_new=is_new,
+                slo_probability=chances.get(str(key)),
+            )
         )
     return out
 

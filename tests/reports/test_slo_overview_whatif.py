@@ -346,3 +346,35 @@ def test_a_cancelled_job_is_not_applicable_in_the_slo_report(world: Any, client_
     assert "not applicable (cancelled)" in html
     api = client_as("alice").get("/api/v1/reports/slo/?start=2026-03-10&end=2026-03-10").json()
     assert api["jobs"][0]["met"] is None and api["jobs"][0]["solo_source"].startswith("measured")
+
+
+@pytest.mark.django_db
+def test_the_group_page_and_the_preview_state_each_members_chance_of_its_slo(
+    world: Any, client_as: Any
+) -> None:
+    from django.conf import settings
+
+    from rollmux_web.workflow.selectors import cluster_snapshot
+    from scheduler.stochastic import slo_probabilities
+
+    now = datetime.now(tz=UTC)
+    job = make_job(world, name="resident", t_roll_max_s=600.0, t_train_max_s=600.0)
+    g = make_group(created=now)
+    allocate(g, "h20-0", now, None)
+    allocate(g, "h800-0", now, None)
+    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=now)
+    (core,) = [x for x in cluster_snapshot().groups if x.id == str(g.pk)]
+    expected = slo_probabilities(core.members, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
+    page = client_as("alice").get(f"/groups/{g.pk}/").content.decode()
+    assert f"SLO met with p = {expected[str(job.pk)]:.2f}" in page
+    query = {
+        **PREVIEW,
+        "t_roll_max_s": "500",
+        "t_train_max_s": "500",
+        "t_roll_min_s": "",
+        "t_train_min_s": "",
+        "time_scale": "1",
+    }
+    html = client_as("alice").get("/whatif/preview/", query).content.decode()
+    assert "direct packing" in html
+    assert html.count("SLO met with p = ") == 2  # the resident and this job

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from rollmux_web.accounts.access import (
@@ -16,6 +17,8 @@ from rollmux_web.accounts.access import (
     visible_tenant_ids,
 )
 from rollmux_web.workflow.models import ExecutionGroup, Placement
+from rollmux_web.workflow.selectors import cluster_snapshot
+from scheduler.stochastic import slo_probabilities
 
 GROUP_STATES = ("all", "active", "released")
 
@@ -71,9 +74,28 @@ def group_rows(*, user: Any, groups: Iterable[ExecutionGroup]) -> list[dict[str,
     ]
 
 
+def group_slo_chances(group: ExecutionGroup) -> dict[int, float]:
+    """Return, per job id of a live group's members, the chance it meets its SLO in the
+    group (`scheduler.stochastic.slo_probabilities`, the function admission uses), on the
+    planner's snapshot; empty for a released group or when the snapshot cannot be built."""
+    if group.released_at is not None:
+        return {}
+    try:
+        state = cluster_snapshot()
+    except Exception:  # a broken snapshot must not take the group page down
+        return {}
+    core = next((g for g in state.groups if str(g.id) == str(group.pk)), None)
+    if core is None or not core.members:
+        return {}
+    chances = slo_probabilities(core.members, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
+    return {int(jid): p for jid, p in chances.items() if str(jid).isdigit()}
+
+
 def group_list_members(*, user: Any, group: ExecutionGroup) -> list[dict[str, Any]]:
-    """Return a group's members (other tenants' jobs anonymous) with their placements."""
+    """Return a group's members (other tenants' jobs anonymous) with their placements and,
+    for active members of a live group, the chance they meet their SLO."""
     viewer = visible_tenant_ids(user)
+    chances = group_slo_chances(group)
     out = []
     for pl in (
         Placement.objects.filter(group=group)
@@ -88,6 +110,7 @@ def group_list_members(*, user: Any, group: ExecutionGroup) -> list[dict[str, An
                 "predicted_slowdown": pl.predicted_slowdown,
                 "joined": pl.created_at,
                 "left": pl.ended_at,
+                "slo_probability": chances.get(pl.job.pk) if pl.ended_at is None else None,
             }
         )
     return out
