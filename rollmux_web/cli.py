@@ -473,8 +473,15 @@ def cmd_login(args: argparse.Namespace, out: IO[str]) -> int:
     base = _base_url(args)
     username = args.username or input("Username: ").strip()
     password = getpass.getpass("Password: ")
+    try:  # the token of the last login is sent along: the server replaces it
+        previous = config_path().read_text().strip() or None
+    except OSError:
+        previous = None
     body = _request(
-        "POST", f"{base}/api/v1/auth/token/", json={"username": username, "password": password}
+        "POST",
+        f"{base}/api/v1/auth/token/",
+        token=previous,
+        json={"username": username, "password": password},
     )
     token = body.get("token") or body.get("key")
     if not token:

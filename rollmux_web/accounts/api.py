@@ -67,7 +67,14 @@ class TokenObtainView(APIView):
             raise ValidationError({"non_field_errors": ["Invalid username or password."]})
         # a login like the form's: axes clears the username's failures, last_login is set
         user_logged_in.send(sender=user.__class__, request=request._request, user=user)
-        token, key = token_create(user=user, name=data.validated_data["name"], via_login=True)
+        # a key presented as a Bearer token (the CLI's previous one) is replaced, not kept
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        token, key = token_create(
+            user=user,
+            name=data.validated_data["name"],
+            via_login=True,
+            replaces=presented.strip() if scheme.lower() == "bearer" else "",
+        )
         return Response(
             {"token": key, "expires_at": token.expires_at, "user": user_summary(user)},
             status=status.HTTP_201_CREATED,

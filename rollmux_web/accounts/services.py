@@ -22,13 +22,15 @@ def token_expiry(now: Any) -> Any:
 
 @transaction.atomic
 def token_create(
-    *, user: Any, name: str = "default", via_login: bool = False
+    *, user: Any, name: str = "default", via_login: bool = False, replaces: str = ""
 ) -> tuple[ApiToken, str]:
     """Create an API token for the user and return it with its key (never stored in clear).
 
-    A token from a login (`rollmux login`, POST /api/v1/auth/token/) counts against the
-    user's cap of ROLLMUX_CLI_TOKENS_PER_USER live login tokens: the oldest beyond it are
-    revoked, so logging in again and again does not pile up live credentials.
+    A token from a login (`rollmux login`, POST /api/v1/auth/token/) replaces the user's
+    login token whose key the login presents (`replaces`: the CLI sends the one it stored),
+    and counts against the user's cap of ROLLMUX_CLI_TOKENS_PER_USER live login tokens: the
+    oldest beyond it are revoked, so logging in again and again does not pile up live
+    credentials.
     """
     name = (name or "default").strip()[:64] or "default"
     now = timezone.now()
@@ -50,6 +52,22 @@ def token_create(
     )
     if via_login:
         live = ApiToken.objects.filter(user=user, via_login=True, revoked_at__isnull=True)
+        # the login's own previous token (`rollmux login` sends the one it stored): replaced
+        old_own = live.filter(digest=ApiToken.hash_key(replaces)).first() if replaces else None
+        if old_own is not None:
+            ApiToken.objects.filter(pk=old_own.pk).update(revoked_at=now)
+            audit_record(
+                actor=user,
+                action="token.revoke",
+                obj=old_own,
+                before={"name": old_own.name, "prefix": old_own.prefix, "revoked": False},
+                after={
+                    "name": old_own.name,
+                    "prefix": old_own.prefix,
+                    "revoked": True,
+                    "why": "replaced",
+                },
+            )
         surplus = list(live.order_by("-created_at", "-id")[settings.ROLLMUX_CLI_TOKENS_PER_USER :])
         for old in surplus:
             ApiToken.objects.filter(pk=old.pk).update(revoked_at=now)

@@ -151,3 +151,35 @@ def test_a_read_request_does_not_write_last_used_at_each_time(api_as: Any, world
     ApiToken.objects.filter(user=world.alice).update(last_used_at=first - timedelta(seconds=61))
     api.get("/api/v1/me/")
     assert ApiToken.objects.get(user=world.alice).last_used_at > first
+
+
+def test_a_login_presenting_its_previous_token_replaces_it(world: Any) -> None:
+    first = _token(APIClient(), "charlie", "demo-charlie").json()["token"]
+    again = APIClient()
+    again.credentials(HTTP_AUTHORIZATION=f"Bearer {first}")
+    second = _token(again, "charlie", "demo-charlie").json()["token"]
+    live = ApiToken.objects.filter(user=world.charlie, via_login=True, revoked_at__isnull=True)
+    assert [t.digest for t in live] == [ApiToken.hash_key(second)]
+    assert AuditEntry.objects.filter(action="token.revoke", after__why="replaced").count() == 1
+    # another user's key in the header revokes nothing of theirs
+    _token(again, "alice", "demo-alice")
+    assert ApiToken.objects.filter(digest=ApiToken.hash_key(second), revoked_at=None).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rollmux_login_twice_leaves_one_live_cli_token(
+    world: Any, live_server: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    import io
+
+    from rollmux_web import cli
+
+    monkeypatch.setenv("ROLLMUX_CONFIG", str(tmp_path / "cfg" / "token"))
+    monkeypatch.setenv("ROLLMUX_URL", live_server.url)
+    monkeypatch.delenv("ROLLMUX_TOKEN", raising=False)
+    monkeypatch.setattr("getpass.getpass", lambda prompt="": "demo-bob")
+    for _ in range(3):
+        assert cli.main(["login", "--username", "bob"], out=io.StringIO()) == 0
+    stored = (tmp_path / "cfg" / "token").read_text().strip()
+    live = ApiToken.objects.filter(user=world.bob, via_login=True, revoked_at__isnull=True)
+    assert [t.digest for t in live] == [ApiToken.hash_key(stored)]
