@@ -51,19 +51,29 @@ def dry_run(*, user: Any, spec: Any) -> dict[str, Any]:
     if not can_submit(user):
         raise PermissionDenied("Your role may not submit jobs.")
     data = validate_spec(user=user, spec=spec)
-    cost = _solo_cost(data.__getitem__)
+    profiled = data.get("t_roll_max_s") is None  # no phase times: profiled first
+    cost = None if profiled else _solo_cost(data.__getitem__)
     out: dict[str, Any] = {
         "dry_run": True,
         "tenant": data["tenant"].name,
         "slo_class": data["slo_class"].name,
-        "solo_cost_per_iteration_usd": round(cost.busy_usd, 4),
-        "dedicated_cost_per_iteration_usd": round(cost.busy_usd + cost.bubble_usd, 4),
+        "solo_cost_per_iteration_usd": round(cost.busy_usd, 4) if cost else None,
+        "dedicated_cost_per_iteration_usd": (
+            round(cost.busy_usd + cost.bubble_usd, 4) if cost else None
+        ),
         "time_scale": time_scale_of(data.get("runner") or "emulated", data.get("time_scale")),
     }
     # the tenant as resolved (a spec may leave it to default to the submitter's only one)
     refusal = quota_refusal(user=user, spec={**spec, "tenant": data["tenant"].name})
     if refusal:
         return {**out, "status": "REFUSED", "reason": refusal}
+    if profiled:
+        return {
+            **out,
+            "status": "PROFILE",
+            "reason": "no phase times: the job runs its profile first (alone on free nodes of "
+            "its shape), then the planner places it on the measured times",
+        }
     preview = whatif_preview(
         user=user,
         data={**data, "tenant": data["tenant"].name},
@@ -128,9 +138,20 @@ def estimates(job: Job) -> dict[str, Any]:
     """Return the job's worst-case solo iteration, predicted slowdown and time left."""
     placement = latest_placement(job)
     slowdown = placement.predicted_slowdown if placement is not None else None
-    iteration_s = job.t_roll_max_s + job.t_train_max_s  # profile seconds, worst case
     scale = time_scale_of(job.runner, job.time_scale)
     left = max(job.iterations - job.iterations_done, 0)
+    if not job.has_phase_times:  # being profiled: its profiling run measures them
+        return {
+            "solo_iteration_s": None,
+            "predicted_slowdown": slowdown,
+            "slo": job.slo_class.slowdown,
+            "time_scale": scale,
+            "iterations_left": left,
+            "remaining_wall_s": None,
+            "solo_cost_per_iteration_usd": None,
+        }
+    t = job.phase_times
+    iteration_s = t.t_roll_max_s + t.t_train_max_s  # profile seconds, worst case
     remaining = None
     if not job.is_terminal:
         remaining = round(left * iteration_s * (slowdown or 1.0) / scale, 1)

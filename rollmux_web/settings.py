@@ -379,6 +379,11 @@ ROLLMUX_WHATIF_STALE_S = env_float("ROLLMUX_WHATIF_STALE_S", 60.0, minimum=5.0)
 ROLLMUX_SWITCH_OVERHEAD_S = env_float("ROLLMUX_SWITCH_OVERHEAD_S", 2.0, minimum=0.0)
 ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 20.0, minimum=1e-6)  # why: see seed_demo
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)
+# A job submitted without phase times is profiled first: this many iterations alone at the
+# maximum token length (the paper's one-shot profiler: one), each phase given this long
+# (wall-clock) before reconcile calls it overrun (it has no worst case yet to scale).
+ROLLMUX_PROFILE_ITERATIONS = env_int("ROLLMUX_PROFILE_ITERATIONS", 1, minimum=1)
+ROLLMUX_PROFILE_PHASE_TIMEOUT_S = env_float("ROLLMUX_PROFILE_PHASE_TIMEOUT_S", 3600.0, minimum=1.0)
 ROLLMUX_DISPATCHER = env_str("ROLLMUX_DISPATCHER", "ray")  # "ray" or "inline"
 ROLLMUX_RAY_ADDRESS = env_str("ROLLMUX_RAY_ADDRESS", "local")
 # Where job hosts write a checkpoint after each training phase (shared storage in production).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from django.conf import settings
 from django.db import models
 
@@ -10,6 +12,9 @@ from rollmux_web.quotas.models import SloClass
 
 
 class JobStatus(models.TextChoices):
+    # submitted without phase times: its one-shot profile runs (or waits for free nodes)
+    # before it is queued for the planner with the measured estimates (paper section 4)
+    PROFILING = "profiling", "Profiling"
     QUEUED = "queued", "Queued"
     PLACED = "placed", "Placed"
     RUNNING = "running", "Running"
@@ -19,6 +24,27 @@ class JobStatus(models.TextChoices):
 
 
 TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class DurationSource(models.TextChoices):
+    """Where a job's phase-time estimates (t_roll_*, t_train_*) come from."""
+
+    DECLARED = "declared", "Declared at submission"
+    PROFILED = "profiled", "Measured by its profiling run"
+    LEARNED = "learned", "Learned from its observed phases"
+
+
+class PhaseTimes(NamedTuple):
+    """A job's phase-time estimates, profile seconds."""
+
+    t_roll_min_s: float
+    t_roll_max_s: float
+    t_train_min_s: float
+    t_train_max_s: float
+
+
+class NoPhaseTimes(ValueError):
+    """The job is profiled: its phase times are not known yet."""
 
 
 class Job(models.Model):
@@ -34,14 +60,21 @@ class Job(models.Model):
     model = models.CharField(max_length=128, blank=True)
     priority = models.IntegerField(default=0)
 
-    # trace-format fields (docs/spec/trace-format.md)
+    # trace-format fields (docs/spec/trace-format.md); the phase times (profile seconds)
+    # are null while a job submitted without them is profiled
     iterations = models.PositiveIntegerField()
     rollout_gpus = models.PositiveIntegerField()
     train_gpus = models.PositiveIntegerField()
-    t_roll_max_s = models.FloatField()
-    t_roll_min_s = models.FloatField()
-    t_train_max_s = models.FloatField()
-    t_train_min_s = models.FloatField()
+    t_roll_max_s = models.FloatField(null=True, blank=True)
+    t_roll_min_s = models.FloatField(null=True, blank=True)
+    t_train_max_s = models.FloatField(null=True, blank=True)
+    t_train_min_s = models.FloatField(null=True, blank=True)
+    duration_source = models.CharField(
+        max_length=16,
+        choices=DurationSource.choices,
+        blank=True,
+        help_text="where the phase times come from; empty until a profiled job's run ends",
+    )
     host_mem_gb = models.FloatField()
     time_scale = models.FloatField(
         null=True, blank=True, help_text="emulation speed-up; null = settings default"
@@ -76,6 +109,30 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def has_phase_times(self) -> bool:
+        return self.t_roll_max_s is not None and self.t_train_max_s is not None
+
+    @property
+    def phase_times(self) -> PhaseTimes:
+        """Return the estimates (a min not set is its max), or raise NoPhaseTimes while the
+        job is being profiled."""
+        roll, train = self.t_roll_max_s, self.t_train_max_s
+        if roll is None or train is None:
+            raise NoPhaseTimes(f"job {self.pk} has no phase times yet (it is being profiled)")
+        return PhaseTimes(
+            float(roll if self.t_roll_min_s is None else self.t_roll_min_s),
+            float(roll),
+            float(train if self.t_train_min_s is None else self.t_train_min_s),
+            float(train),
+        )
+
+    @property
+    def requeue_status(self) -> str:
+        """Return the status a resubmitted job goes back to: profiling again when its
+        profile never finished, else the planner's queue."""
+        return JobStatus.QUEUED if self.has_phase_times else JobStatus.PROFILING
 
     @property
     def slo(self) -> float:

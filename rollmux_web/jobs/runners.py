@@ -23,3 +23,10 @@ def time_scale_of(runner: str, time_scale: float | None) -> float:
     if runner not in EMULATING_RUNNERS:
         return 1.0
     return float(settings.ROLLMUX_TIME_SCALE)
+
+
+# What the emulating runners draw from when they profile a job that declared no phase
+# times (profile seconds: rollout min, max, training min, max): the "configured
+# distribution" of the emulation, in the range of the demo's 7B jobs. A real runner measures
+# its real phases and gets zeros (unknown) with the `profile` flag.
+EMULATED_PROFILE_S = (90.0, 120.0, 80.0, 100.0)

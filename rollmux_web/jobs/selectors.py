@@ -154,32 +154,41 @@ def duration_stats(durations: list[float], time_scale: float) -> DurationStats |
     )
 
 
+def job_measured(*, job: Job) -> dict[str, DurationStats]:
+    """Return per phase kind the measured durations of the job's succeeded phases."""
+    durations: dict[str, list[float]] = {}
+    for kind, started, finished in PhaseRecord.objects.filter(
+        job=job, state=PhaseState.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False
+    ).values_list("kind", "started_at", "finished_at"):
+        if started is not None and finished is not None:
+            durations.setdefault(kind, []).append((finished - started).total_seconds())
+    scale = time_scale_of(job.runner, job.time_scale)
+    return {
+        kind: st
+        for kind, d in sorted(durations.items())
+        if (st := duration_stats(d, scale)) is not None
+    }
+
+
 def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
     """Return per phase kind: count by state, warm-start share and the measured durations
-    of its finished phases (`stats`: count, mean, p95, max; wall-clock and profile s)."""
-    scale = time_scale_of(job.runner, job.time_scale)
+    of its succeeded phases (`stats`: count, mean, p95, max; wall-clock and profile s)."""
     rows: dict[str, dict[str, Any]] = {}
-    for rec in PhaseRecord.objects.filter(job=job).only(
-        "kind", "state", "started_at", "finished_at", "warm_start"
+    for kind, state, warm in PhaseRecord.objects.filter(job=job).values_list(
+        "kind", "state", "warm_start"
     ):
-        row = rows.setdefault(
-            rec.kind,
-            {"kind": rec.kind, "count": 0, "states": {}, "durations": [], "warm": 0, "cold": 0},
-        )
+        row = rows.setdefault(kind, {"kind": kind, "count": 0, "states": {}, "warm": 0, "cold": 0})
         row["count"] += 1
-        row["states"][rec.state] = row["states"].get(rec.state, 0) + 1
-        if rec.started_at and rec.finished_at and rec.state == PhaseState.SUCCEEDED:
-            row["durations"].append((rec.finished_at - rec.started_at).total_seconds())
-        if rec.warm_start is True:
+        row["states"][state] = row["states"].get(state, 0) + 1
+        if warm is True:
             row["warm"] += 1
-        elif rec.warm_start is False:
+        elif warm is False:
             row["cold"] += 1
-    out = []
+    measured = job_measured(job=job)
     for row in rows.values():
-        row["stats"] = duration_stats(row.pop("durations"), scale)
+        row["stats"] = measured.get(row["kind"])
         row["states"] = sorted(row["states"].items())
-        out.append(row)
-    return sorted(out, key=lambda r: r["kind"])
+    return sorted(rows.values(), key=lambda r: r["kind"])
 
 
 def current_price(gpu_type: GpuType, *, at: datetime | None = None) -> Decimal:
@@ -261,7 +270,8 @@ def solo_cost_per_iteration(
     return SoloCost(busy_usd=busy, bubble_usd=bubble, rollout_price=rp, train_price=tp)
 
 
-ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING)
+# The live jobs: they count against their tenant's GPU caps (a profiling job too).
+ACTIVE_STATUSES = (JobStatus.PROFILING, JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING)
 
 
 class PoolLimits(NamedTuple):

@@ -19,7 +19,7 @@ from rollmux_web.api.fields import StrictFloatField, StrictIntegerField, Utf8Cha
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.inventory.selectors import runner_allowlist
 from rollmux_web.jobs import spec
-from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.jobs.models import DurationSource, Job, JobStatus
 from rollmux_web.jobs.selectors import PoolLimits, pool_limits
 from rollmux_web.quotas.models import SloClass
 
@@ -167,6 +167,13 @@ class JobSpecSerializer(serializers.Serializer):
             hi, lo = values.get(hi_name), values.get(lo_name)
             if hi is not None and lo is not None and lo > hi:
                 errors[lo_name] = f"Must be at most {hi_name} ({hi:g} s), got {lo:g} s."
+        # some phase times but not both maxima: name what is missing (none at all: profiled)
+        given = [n for n in spec.PHASE_TIME_NAMES if values.get(n) is not None or n in invalid]
+        for name in spec.missing_phase_times(given):
+            errors[name] = (
+                f"Required when other phase times are given ({', '.join(given)}): give both "
+                "maxima, or leave all four phase times out to have the job profiled first."
+            )
         tenant: Tenant | None = None
         if "tenant" not in invalid:
             tenant, error = submission_tenant(self.context.get("user"), values.get("tenant") or "")
@@ -235,7 +242,7 @@ class JobSpecSerializer(serializers.Serializer):
             raise serializers.ValidationError(errors)
         for hi_name, lo_name in spec.PHASE_TIME_FIELDS:
             if attrs.get(lo_name) is None:
-                attrs[lo_name] = attrs[hi_name]
+                attrs[lo_name] = attrs.get(hi_name)  # (None for a job to be profiled)
         attrs["tenant"] = tenant
         return attrs
 
@@ -252,8 +259,22 @@ class PlacementSerializer(serializers.Serializer):
     marginal_cost_per_hour = serializers.FloatField()
 
 
+class MeasuredSerializer(serializers.Serializer):
+    """What a job's finished phases of one kind measured (profiling run included)."""
+
+    count = serializers.IntegerField()
+    mean_s = serializers.FloatField(help_text="wall-clock seconds")
+    p95_s = serializers.FloatField(help_text="wall-clock seconds")
+    max_s = serializers.FloatField(help_text="wall-clock seconds")
+    mean_profile_s = serializers.FloatField(help_text="profile seconds (wall-clock x time scale)")
+    p95_profile_s = serializers.FloatField(help_text="profile seconds")
+    max_profile_s = serializers.FloatField(help_text="profile seconds")
+
+
 class JobSerializer(serializers.ModelSerializer):
-    """A job record: trace-format fields plus identity, lifecycle and placement."""
+    """A job record: trace-format fields plus identity, lifecycle and placement; the phase
+    times are its estimates, `duration_source` says where they come from (null while a job
+    submitted without them is profiled) and `measured` what its phases took so far."""
 
     tenant = serializers.CharField(source="tenant.name")
     submitter = serializers.CharField(source="submitter.username")
@@ -262,6 +283,8 @@ class JobSerializer(serializers.ModelSerializer):
     status = serializers.ChoiceField(choices=JobStatus.choices)
     group = serializers.SerializerMethodField()
     placement = serializers.SerializerMethodField()
+    duration_source = serializers.SerializerMethodField()
+    measured = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -272,6 +295,27 @@ class JobSerializer(serializers.ModelSerializer):
         from rollmux_web.jobs.selectors import latest_placement
 
         return latest_placement(job)
+
+    @extend_schema_field(serializers.ChoiceField(choices=DurationSource.choices, allow_null=True))
+    def get_duration_source(self, job: Job) -> str | None:
+        return job.duration_source or None
+
+    @extend_schema_field(serializers.DictField(child=MeasuredSerializer()))
+    def get_measured(self, job: Job) -> dict[str, Any]:
+        from rollmux_web.jobs.selectors import job_measured
+
+        return {
+            kind: {
+                "count": st.count,
+                "mean_s": st.mean_s,
+                "p95_s": st.p95_s,
+                "max_s": st.max_s,
+                "mean_profile_s": st.mean_profile_s,
+                "p95_profile_s": st.p95_profile_s,
+                "max_profile_s": st.max_profile_s,
+            }
+            for kind, st in job_measured(job=job).items()
+        }
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_group(self, job: Job) -> int | None:

@@ -14,7 +14,7 @@ from rollmux_web import metrics
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.audit.services import audit_record
-from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
+from rollmux_web.jobs.models import TERMINAL_STATUSES, DurationSource, Job, JobStatus
 from rollmux_web.jobs.selectors import ACTIVE_STATUSES, job_get
 from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.spec import SPEC_FIELDS, spec_values
@@ -140,17 +140,25 @@ def _budget_would_free(*, left: float, per_iteration: float, raise_to: str) -> s
 
 
 def _check_quotas(
-    *, tenant: Tenant, spec: dict[str, Any], now: datetime, lock: bool = True
+    *,
+    tenant: Tenant,
+    spec: dict[str, Any],
+    now: datetime,
+    lock: bool = True,
+    caps: bool = True,
 ) -> None:
     """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant.
 
     The usage comes from quotas.selectors.quota_usage, the function /quotas/ shows, so a
     refusal and the page give the same numbers; each refusal ends with what would free it.
     It locks the tenant's quota rows first, so two concurrent submissions of one tenant
-    cannot both pass the "at once" check.
+    cannot both pass the "at once" check. The budgets need the worst-case phase times: a
+    job to be profiled has none yet, and `budget_refusal` checks it once it has.
+    `caps=False` checks the budgets alone (the job is live already and counted in them).
     """
     gpus = {"rollout": spec["rollout_gpus"], "train": spec["train_gpus"]}
-    t_max = {"rollout": spec["t_roll_max_s"], "train": spec["t_train_max_s"]}
+    t_max = {"rollout": spec.get("t_roll_max_s"), "train": spec.get("t_train_max_s")}
+    budgets = None not in t_max.values()
     for usage in quota_usage(tenants=[tenant], now=now, lock=lock):
         kinds = usage.pool_kinds  # the pools of this quota's GPU type
         if not kinds:
@@ -158,19 +166,21 @@ def _check_quotas(
         quota, gt = usage.quota, usage.quota.gpu_type
         # what this job asks for of this GPU type (both pools may share one type)
         ask_gpus = sum(gpus[k] for k in kinds)
-        iter_hours = sum(t_max[k] * gpus[k] / 3600.0 for k in kinds)
-        ask_hours = spec["iterations"] * iter_hours
-        price = float(usage.price_per_gpu_hour)
-        ask_usd = ask_hours * price
-        if quota.max_gpus is not None and usage.gpus_requested + ask_gpus > quota.max_gpus:
+        if caps and quota.max_gpus is not None and usage.gpus_requested + ask_gpus > quota.max_gpus:
             field_name = "rollout_gpus" if kinds == ("rollout",) else "train_gpus"
             msg = (
                 f"quota: {tenant.name} may use at most {quota.max_gpus} {gt.name} GPUs at "
-                f"once; its live jobs (queued, placed or running) request "
+                f"once; its live jobs (profiling, queued, placed or running) request "
                 f"{usage.gpus_requested}; this job asks for {ask_gpus}. "
                 + _gpus_would_free(tenant=tenant, usage=usage, ask=ask_gpus)
             )
             raise JobRejected("quota_exceeded", msg, {field_name: [msg]}, 403)
+        if not budgets:
+            continue
+        iter_hours = sum((t_max[k] or 0.0) * gpus[k] / 3600.0 for k in kinds)
+        ask_hours = spec["iterations"] * iter_hours
+        price = float(usage.price_per_gpu_hour)
+        ask_usd = ask_hours * price
         used_hours = usage.gpu_hours_month
         if quota.monthly_gpu_hours is not None and used_hours + ask_hours > quota.monthly_gpu_hours:
             msg = (
@@ -203,12 +213,28 @@ def _check_quotas(
                 raise JobRejected("budget_exceeded", msg, {"non_field_errors": [msg]}, 403)
 
 
+def budget_refusal(*, job: Job, now: datetime | None = None) -> str:
+    """Return the budget refusal a profiled job gets now that its phase times are known, or
+    "" (the GPU caps were checked when it was submitted; it counts in them since)."""
+    spec = {name: getattr(job, name) for name in SPEC_FIELDS}
+    try:
+        _check_quotas(
+            tenant=job.tenant, spec=spec, now=now or timezone.now(), lock=False, caps=False
+        )
+    except JobRejected as exc:
+        return exc.message
+    return ""
+
+
 def _audit_view(job: Job) -> dict[str, Any]:
     return {**spec_values(job), "status": job.status}
 
 
 def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = None) -> Job:
     """Validate a job spec, check quotas and budgets, and queue the job (all or nothing).
+
+    A spec without phase times makes a `profiling` job: it runs its profile first
+    (workflow.profiling) and is queued for the planner with the measured times.
 
     Raises PermissionDenied for users who may not submit and JobRejected for a bad spec
     or a refused quota; nothing is written in either case.
@@ -224,11 +250,15 @@ def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = Non
 def _submit(*, user: Any, data: dict[str, Any], channel: str, now: datetime) -> Job:
     """Write the job and its audit entry after the quota checks (in the caller's transaction)."""
     _check_quotas(tenant=data["tenant"], spec=data, now=now)
+    declared = data.get("t_roll_max_s") is not None
     job = Job.objects.create(
         **{name: data.get(name) for name in SPEC_FIELDS},
         submitter=user,
-        status=JobStatus.QUEUED,
-        reason="waiting for the planner",
+        status=JobStatus.QUEUED if declared else JobStatus.PROFILING,
+        duration_source=DurationSource.DECLARED if declared else "",
+        reason="waiting for the planner"
+        if declared
+        else "profiling: waiting for the planner to find free nodes for its profiling run",
     )
     audit_record(
         actor=user,
@@ -244,7 +274,8 @@ def _submit(*, user: Any, data: dict[str, Any], channel: str, now: datetime) -> 
 
 
 def job_cancel(*, user: Any, job_id: int, now: datetime | None = None) -> Job:
-    """Cancel a job: a queued one at once, a placed/running one at its next phase boundary.
+    """Cancel a job: a queued one (or one waiting to be profiled) at once, a placed/running
+    one (or one in its profiling run) at its next phase boundary.
 
     Raises Http404 for a job the user cannot see, PermissionDenied for finance, and
     JobRejected (409) for a job that already ended.
@@ -258,7 +289,16 @@ def job_cancel(*, user: Any, job_id: int, now: datetime | None = None) -> Job:
         before = {"status": job.status, "cancel_requested": job.cancel_requested}
         # Conditional UPDATEs: whichever of us and the workflow moves the row first wins;
         # 0 rows changed means the status moved under us, so re-read and decide again.
-        queued = Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+        waiting = [JobStatus.QUEUED]
+        # A profiling job waiting for free nodes leaves at once too; one whose profiling run
+        # started stops at its phase boundary. The row lock orders this against the planner
+        # starting that run (it locks the profiling jobs it starts).
+        if (
+            Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PROFILING).exists()
+            and not Job.objects.filter(pk=job.pk, placements__ended_at__isnull=True).exists()
+        ):
+            waiting.append(JobStatus.PROFILING)
+        queued = Job.objects.filter(pk=job.pk, status__in=waiting).update(
             status=JobStatus.CANCELLED,
             cancel_requested=True,
             finished_at=now,
@@ -269,7 +309,7 @@ def job_cancel(*, user: Any, job_id: int, now: datetime | None = None) -> Job:
         if not queued:
             stop_requested = Job.objects.filter(
                 pk=job.pk,
-                status__in=(JobStatus.PLACED, JobStatus.RUNNING),
+                status__in=(JobStatus.PROFILING, JobStatus.PLACED, JobStatus.RUNNING),
                 cancel_requested=False,
             ).update(
                 cancel_requested=True,

@@ -126,7 +126,9 @@ SPEC: tuple[SpecField, ...] = (
         "t_roll_max_s",
         "Rollout max (s)",
         "float",
-        "worst-case solo rollout, profile seconds",
+        "worst-case solo rollout, profile seconds; leave all four phase times out to have "
+        "the job profiled first",
+        required=False,
         max_value=MAX_PHASE_S,
         positive=True,
         unit="seconds",
@@ -146,7 +148,9 @@ SPEC: tuple[SpecField, ...] = (
         "t_train_max_s",
         "Training max (s)",
         "float",
-        "worst-case solo training, profile seconds",
+        "worst-case solo training, profile seconds; leave all four phase times out to have "
+        "the job profiled first",
+        required=False,
         max_value=MAX_PHASE_S,
         positive=True,
         unit="seconds",
@@ -198,7 +202,21 @@ SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in SPEC)
 _BY_NAME = {f.name: f for f in SPEC}
 
 # The four phase times, as (max, min) per phase kind: a min left out defaults to its max.
+# A spec gives both maxima (and either min, or neither), or none of the four: then the job
+# is profiled first (status `profiling`) and its measured times become its estimates.
 PHASE_TIME_FIELDS = (("t_roll_max_s", "t_roll_min_s"), ("t_train_max_s", "t_train_min_s"))
+PHASE_TIME_NAMES = tuple(n for pair in PHASE_TIME_FIELDS for n in pair)
+
+
+def missing_phase_times(given: Iterable[str]) -> list[str]:
+    """Return the phase-time fields a spec lacks when it gives some of the four: both
+    maxima are needed once any is given (a min alone has no max to default from); [] when it
+    gives none (the job is profiled) or enough."""
+    have = set(given) & set(PHASE_TIME_NAMES)
+    if not have:
+        return []
+    return [hi for hi, _ in PHASE_TIME_FIELDS if hi not in have]
+
 
 # The README's example job (and the API schema's): what a first submission looks like.
 EXAMPLE_SPEC: dict[str, Any] = {f.name: f.example for f in SPEC if f.example is not None}
@@ -222,6 +240,8 @@ JOB_RECORD_FIELDS: tuple[str, ...] = (
     "slo_class",
     "slo",
     *(n for n in SPEC_FIELDS if n not in ("name", "tenant", "slo_class")),
+    "duration_source",
+    "measured",
     "status",
     "reason",
     "error",

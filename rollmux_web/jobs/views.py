@@ -319,11 +319,15 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
     job = job_get(user=request.user, job_id=job_id)
     history = placement_history(job)
     placement = history[0] if history else None
-    cost = solo_cost_per_iteration(
-        rollout_gpus=job.rollout_gpus,
-        train_gpus=job.train_gpus,
-        t_roll_max_s=job.t_roll_max_s,
-        t_train_max_s=job.t_train_max_s,
+    cost = (
+        solo_cost_per_iteration(
+            rollout_gpus=job.rollout_gpus,
+            train_gpus=job.train_gpus,
+            t_roll_max_s=job.t_roll_max_s,
+            t_train_max_s=job.t_train_max_s,
+        )
+        if job.t_roll_max_s is not None and job.t_train_max_s is not None
+        else None  # (profiling: no phase times yet)
     )
     return {
         "job": job,

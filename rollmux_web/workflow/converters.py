@@ -45,18 +45,19 @@ def job_profile(
     iteration (`workflow.sync.t_sync_s`: measured once it ran); None: the estimate from its
     model's size.
     """
+    t = job.phase_times  # (a job being profiled has none: it is not the planner's yet)
     return JobProfile(
         id=job_id_str(job.pk),
         arrival_s=job.submitted_at.timestamp() if job.submitted_at else 0.0,
         iterations=max(1, job.iterations - job.iterations_done),
         rollout_gpus=job.rollout_gpus,
         train_gpus=job.train_gpus,
-        t_roll_max_s=job.t_roll_max_s,
-        t_train_max_s=job.t_train_max_s,
+        t_roll_max_s=t.t_roll_max_s,
+        t_train_max_s=t.t_train_max_s,
         host_mem_gb=job.host_mem_gb,
         slo=slo if slo is not None else job.slo_class.slowdown,
-        t_roll_min_s=job.t_roll_min_s,
-        t_train_min_s=job.t_train_min_s,
+        t_roll_min_s=t.t_roll_min_s,
+        t_train_min_s=t.t_train_min_s,
         tenant=tenant if tenant is not None else job.tenant.name,
         model=job.model,
         priority=job.priority,

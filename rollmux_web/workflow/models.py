@@ -19,6 +19,9 @@ class Strategy(models.TextChoices):
     ROLLOUT_SCALING = "rollout_scaling", "rollout scaling"
     NEW_GROUP = "new_group", "new group"
     COLOCATED = "colocated", "co-located"
+    # not Algorithm 1's: a job submitted without phase times runs alone on free nodes of its
+    # shape first (workflow.services.profiling), in a group of its own
+    PROFILE = "profile", "profiling run"
 
 
 class EndReason(models.TextChoices):
@@ -30,6 +33,7 @@ class EndReason(models.TextChoices):
     NODE_DOWN = "node_down", "a node went down: the job was resubmitted"
     # its host died (the platform's failure, not the job's: not counted as a failed attempt)
     LOST = "lost", "its host was lost: the job was resubmitted"
+    PROFILED = "profiled", "its profiling run ended: queued with the measured phase times"
 
 
 class ExecutionGroup(models.Model):

@@ -19,7 +19,7 @@ from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState
 from rollmux_web.inventory.models import GpuType as GpuTypeRow
 from rollmux_web.inventory.models import Node as NodeRow
 from rollmux_web.workflow.converters import NoPoolConfigured, core_group, core_node, pool_of
-from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation
+from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Strategy
 from rollmux_web.workflow.models import Placement as PlacementRow
 from scheduler.model import ClusterSpec, ClusterState, GpuType, Pool
 
@@ -127,18 +127,25 @@ def cluster_state() -> ClusterState:
         "node", "node__cluster"
     ):
         allocations[alloc.group_id].append(alloc)
+    by_group: dict[int, list[PlacementRow]] = defaultdict(list)
+    for p in open_placements([g.pk for g in groups]):
+        by_group[p.group_id].append(p)
+    # A profiling run has its nodes to itself (services.profiling): the planner sees
+    # neither its group nor its nodes (they count in the capacity: a job needing them waits).
+    profiles = {g.pk for g in groups if any(p.strategy == Strategy.PROFILE for p in by_group[g.pk])}
+    held = {a.node.name for g in profiles for a in allocations[g]}
     nodes = [
         core_node(n, prices)
         for n in NodeRow.objects.select_related("cluster", "gpu_type")
         .filter(state__in=CAPACITY_STATES)
+        .exclude(name__in=held)
         .order_by("name")
     ]
     usable = {n.name for n in nodes}
-    by_group: dict[int, list[PlacementRow]] = defaultdict(list)
-    for p in open_placements([g.pk for g in groups]):
-        by_group[p.group_id].append(p)
     core_groups = []
     for g in groups:
+        if g.pk in profiles:
+            continue
         allocs = [a for a in allocations[g.pk] if a.node.name in usable]
         if not allocs and not by_group[g.pk]:
             continue

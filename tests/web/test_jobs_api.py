@@ -83,7 +83,7 @@ def test_quota_refusal_is_a_403_with_the_limit_in_the_message(api_as: Any, world
     err = resp.json()["error"]
     assert err["code"] == "quota_exceeded"
     assert err["message"] == (
-        "quota: vision may use at most 8 H800 GPUs at once; its live jobs (queued, placed or "
+        "quota: vision may use at most 8 H800 GPUs at once; its live jobs (profiling, queued, placed or "
         "running) request 8; this job asks for 16. This job alone asks for more than the "
         "quota: it can run only once an admin raises it to at least 16 (see /quotas/)."
     )

@@ -367,7 +367,8 @@ def test_the_phase_table_gives_measured_stats_in_wall_clock_and_profile_seconds(
     assert (st.mean_profile_s, st.max_profile_s) == (140.0, 200.0)  # x time scale 10
     html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
     assert "Wall-clock seconds" in html and "Profile seconds (wall-clock × time scale)" in html
-    assert "Rollout (profile s)" in html and "10×" in html
+    assert "Rollout estimate (profile s)" in html and "10×" in html
+    assert "<strong>declared</strong>" in html
     assert '<td class="num">140.0</td>' in html
 
 

@@ -94,7 +94,7 @@ def test_gpu_cap_refusal_and_the_quota_page_give_the_same_numbers(
     err = _refusal(world, train_gpus=16)  # 24 + 16 > 32
     assert err.code == "quota_exceeded"
     assert err.message.startswith(
-        "quota: vision may use at most 32 H800 GPUs at once; its live jobs (queued, placed or "
+        "quota: vision may use at most 32 H800 GPUs at once; its live jobs (profiling, queued, placed or "
         f"running) request {row['requested']}; this job asks for 16. "
     )
     # a job asking for what the page says is left fits; the page then shows the cap full

@@ -127,7 +127,8 @@ def test_the_records_choices_are_the_cores_words() -> None:
     # every phase the core's runtime can start and every strategy Algorithm 1 can pick is
     # a value the records accept; `sync` is the weight transfer the Ray dispatcher runs
     assert {k.value for k in PhaseKind} | {"sync"} == set(RecordKind.values)
-    assert {s.value for s in Strategy} == set(RecordStrategy.values)
+    # (`profile` is no choice of Algorithm 1: a profiling run's placement, services.profiling)
+    assert {s.value for s in Strategy} | {"profile"} == set(RecordStrategy.values)
 
 
 def test_a_report_outcome_names_whose_failure_it_was() -> None:

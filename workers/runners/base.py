@@ -38,6 +38,11 @@ class RunnerContext:
     model: str = ""  # the job's model name (e.g. "Qwen2.5-7B")
     weights_gb: float = 0.0  # the model's weights (bf16) the sync phase moves
     runner_packages: tuple[str, ...] = ()  # the runner allowlist's entries (what may be imported)
+    # A profiling run (a job submitted without phase times, run alone before it is planned):
+    # run each phase at the maximum token length, the worst case admission plans on. The
+    # phase times above are then the emulation's configured distribution for `emulated` and
+    # `toy-rl`, and 0 (unknown) for other runners.
+    profile: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

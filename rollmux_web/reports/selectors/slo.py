@@ -14,7 +14,7 @@ from rollmux_web.audit.models import AuditEntry
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS, day_range
-from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
 
 
 @dataclass
@@ -184,12 +184,16 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     phases: dict[int, dict[tuple[int, int], dict[str, tuple[datetime, datetime]]]] = defaultdict(
         lambda: defaultdict(dict)
     )
-    for jid, pl, it, kind, s, f in PhaseRecord.objects.filter(
-        job_id__in=list(jobs),
-        state=PhaseState.SUCCEEDED,
-        started_at__isnull=False,
-        finished_at__isnull=False,
-    ).values_list("job_id", "placement_id", "iteration", "kind", "started_at", "finished_at"):
+    for jid, pl, it, kind, s, f in (
+        PhaseRecord.objects.filter(
+            job_id__in=list(jobs),
+            state=PhaseState.SUCCEEDED,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        )
+        .exclude(placement__strategy=Strategy.PROFILE)
+        .values_list("job_id", "placement_id", "iteration", "kind", "started_at", "finished_at")
+    ):
         if s is not None and f is not None:
             phases[jid][(pl, it)][kind] = (s, f)
     groups: dict[int, set[int]] = defaultdict(set)
@@ -215,8 +219,8 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     ) in jobs.items():
         slo = admitted.get(jid, slo_now)
         iters = [p for p in phases[jid].values() if "rollout" in p and "train" in p]
-        if not iters:
-            continue
+        if not iters or rmax is None or tmax is None:
+            continue  # (no phase times: it ended in its profiling run, which is no iteration)
         # an iteration's solo time is its phases as they ran: rollout, training and the
         # weight sync to the rollout nodes (none after the last training)
         solo = sum(sum((f - s).total_seconds() for s, f in p.values()) for p in iters) / len(iters)

@@ -23,6 +23,7 @@ from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.ports import Outcome, PhaseReport
+from rollmux_web.workflow.services import profiling
 from rollmux_web.workflow.services.departures import (
     job_fail_or_resubmit,
     job_finish,
@@ -135,7 +136,19 @@ def phase_finish(
         placement = placements.get(phase.job_id)
         if placement is not None and placement.pk == phase.placement_id:
             job = placement.job
-            if job.status not in TERMINAL_STATUSES:
+            if job.status not in TERMINAL_STATUSES and profiling.is_profile(placement):
+                profiling.profile_phase_end(
+                    job=job,
+                    phase=phase,
+                    placement=placement,
+                    runtime=runtime,
+                    finish=finish,
+                    result=result,
+                    outcome=report.outcome,
+                    now=now,
+                    effects=effects,
+                )
+            elif job.status not in TERMINAL_STATUSES:
                 if result is Outcome.OK:
                     _after_success(job, phase, placement, runtime, finish, now, effects)
                     _check_drift(job, phase, report)

@@ -97,7 +97,7 @@ def job_fail_or_resubmit(
         job.finished_at = now
         job.save(update_fields=["status", "reason", "error", "finished_at", "updated_at"])
     elif not exhausted:
-        job.status = JobStatus.QUEUED
+        job.status = job.requeue_status  # (profiling again if its profile never ended)
         if lost:
             why = f"resubmitted after its host was lost (not counted as a failure, {failures}/{limit})"
         else:
@@ -124,7 +124,7 @@ def job_resubmit_node_down(job: Job, node: str, now: datetime) -> bool:
     if job.cancel_requested:
         job_finish(job, JobStatus.CANCELLED, now, reason="cancelled (its node went down)")
         return False
-    job.status = JobStatus.QUEUED
+    job.status = job.requeue_status  # (profiling again if its profiling run was cut)
     job.reason = (
         f"resubmitted: node {node} went down; resumes at iteration {job.iterations_done}"
     )[:500]

@@ -8,8 +8,8 @@ from django.conf import settings
 
 from rollmux_web.inventory.runners import BUILTIN_RUNNERS
 from rollmux_web.inventory.selectors import runner_allowlist
-from rollmux_web.jobs.models import Job
-from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.jobs.models import Job, PhaseTimes
+from rollmux_web.jobs.runners import EMULATED_PROFILE_S, EMULATING_RUNNERS, time_scale_of
 from rollmux_web.workflow import sync
 from rollmux_web.workflow.models import PhaseRecord, Placement
 from rollmux_web.workflow.ports import PhaseOrder
@@ -23,21 +23,39 @@ def job_time_scale(job: Job) -> float:
 
 def phase_worst_s(kind: str, job: Job) -> float:
     """Return the wall-clock seconds a phase of this kind takes at worst (the job's declared
-    maximum over its time scale; a sync phase is bounded by the training phase's)."""
-    worst = job.t_roll_max_s if kind == PhaseKind.ROLLOUT.value else job.t_train_max_s
+    maximum over its time scale; a sync phase is bounded by the training phase's). A
+    profiling run has no worst case yet: the profile timeout bounds it (a third of it, as
+    the deadline is three worst cases)."""
+    if not job.has_phase_times:
+        return float(settings.ROLLMUX_PROFILE_PHASE_TIMEOUT_S) / 3
+    t = job.phase_times
+    worst = t.t_roll_max_s if kind == PhaseKind.ROLLOUT.value else t.t_train_max_s
     return worst / job_time_scale(job)
+
+
+def profile_times(job: Job) -> PhaseTimes:
+    """Return the phase times a profiling run's runner is given: the configured
+    distribution of an emulating runner (it has nothing else to draw from), zeros (unknown)
+    for a runner that measures its real phases."""
+    if job.runner in EMULATING_RUNNERS:
+        return PhaseTimes(*EMULATED_PROFILE_S)
+    return PhaseTimes(0.0, 0.0, 0.0, 0.0)
 
 
 def runner_context(job: Job) -> dict[str, Any]:
     """Return what the job's runner knows about it (the fields of `workers.runners.
-    RunnerContext`, as the dict a PhaseOrder carries)."""
+    RunnerContext`, as the dict a PhaseOrder carries). A job without phase times is in its
+    profiling run: `profile` is set and the times are the emulation's (`profile_times`)."""
+    profile = not job.has_phase_times
+    times = profile_times(job) if profile else job.phase_times
     return {
         "job_id": job.pk,
         "iterations": job.iterations,
-        "t_roll_min_s": job.t_roll_min_s,
-        "t_roll_max_s": job.t_roll_max_s,
-        "t_train_min_s": job.t_train_min_s,
-        "t_train_max_s": job.t_train_max_s,
+        "t_roll_min_s": times.t_roll_min_s,
+        "t_roll_max_s": times.t_roll_max_s,
+        "t_train_min_s": times.t_train_min_s,
+        "t_train_max_s": times.t_train_max_s,
+        "profile": profile,
         "host_mem_gb": job.host_mem_gb,
         "time_scale": job_time_scale(job),
         "seed": 0,

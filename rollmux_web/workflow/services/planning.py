@@ -26,6 +26,7 @@ from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import converters, snapshot, sync
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Placement, PlanWait
+from rollmux_web.workflow.services import profiling
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
 from rollmux_web.workflow.services.locks import lock_group, plan_session_lock
@@ -88,8 +89,21 @@ def queue_plan(*, now: datetime | None = None) -> PlanSummary:
         return _pass(now)
 
 
+def _profiles_start(now: datetime | None) -> None:
+    """0. Start the profiling runs that free nodes allow (jobs without phase times run alone
+    first: services.profiling), before the planner takes nodes for the queue."""
+
+    def start() -> None:
+        effects = Effects()
+        profiling.profiles_start(now=now or timezone.now(), effects=effects)
+        effects.schedule()
+
+    atomic_with_retry(start, what="profiling runs")
+
+
 def _pass(now: datetime | None) -> PlanSummary:
     summary = PlanSummary(ran=True)
+    _profiles_start(now)
     key = capacity_key()
     rows = (
         Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)

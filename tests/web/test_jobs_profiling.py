@@ -1,0 +1,316 @@
+"""A job submitted without phase times is profiled first (issue 13 items 1, 2, bad input).
+
+The end-to-end test runs on PostgreSQL with a real Celery worker consuming Redis and the
+inline dispatcher (phases on threads): Ray adds nothing to what profiling decides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from rollmux_web.inventory.models import Node
+from rollmux_web.inventory.services import runner_package_create
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.jobs.services import JobRejected, job_submit
+from rollmux_web.workflow import ports
+from rollmux_web.workflow.models import (
+    ExecutionGroup,
+    NodeAllocation,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+    Strategy,
+)
+from rollmux_web.workflow.services import queue_plan
+from tests.factories import job_spec
+from tests.web import profile_runners
+from tests.workers.conftest import Recorder, all_done, end_of, wait_for
+
+TIMES = ("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s")
+
+
+@pytest.fixture
+def recorder(settings: Any) -> Iterator[Recorder]:
+    """A dispatcher that records the orders (nothing runs)."""
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    rec = Recorder()
+    with ports.override(dispatcher=rec):
+        yield rec
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks: Any) -> Any:
+    """Return a function that runs a service and then its on-commit effects (dispatch)."""
+
+    def run(fn: Any, *args: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args)
+
+    return run
+
+
+def unprofiled(**overrides: Any) -> dict[str, Any]:
+    """A valid spec without its four phase times."""
+    spec = {k: v for k, v in job_spec(**overrides).items() if k not in TIMES}
+    return spec
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        ({"t_roll_max_s": 120.0}, ["t_train_max_s"]),
+        ({"t_train_max_s": 100.0, "t_train_min_s": 80.0}, ["t_roll_max_s"]),
+        ({"t_roll_min_s": 90.0}, ["t_roll_max_s", "t_train_max_s"]),
+        ({"t_roll_min_s": 90.0, "t_train_min_s": 80.0}, ["t_roll_max_s", "t_train_max_s"]),
+    ],
+)
+def test_some_but_not_all_phase_times_are_refused_naming_the_missing_fields(
+    api_as: Any, world: Any, given: dict[str, float], missing: list[str]
+) -> None:
+    resp = api_as("alice").post("/api/v1/jobs/", unprofiled() | given, format="json")
+    assert resp.status_code == 400
+    fields = resp.json()["error"]["fields"]
+    assert sorted(fields) == missing
+    for name in missing:
+        (message,) = fields[name]
+        assert message.startswith(f"Required when other phase times are given ({', '.join(given)})")
+        assert "leave all four phase times out to have the job profiled first" in message
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_min_above_its_max_is_still_refused(api_as: Any, world: Any) -> None:
+    resp = api_as("alice").post("/api/v1/jobs/", job_spec(t_roll_min_s=500.0), format="json")
+    assert resp.json()["error"]["fields"] == {
+        "t_roll_min_s": ["Must be at most t_roll_max_s (120 s), got 500 s."]
+    }
+
+
+# --- submission ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_job_without_phase_times_is_profiling_on_every_channel(
+    api_as: Any, client_as: Any, world: Any
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    resp = api_as("alice").post("/api/v1/jobs/", unprofiled(name="by-api"), format="json")
+    assert resp.status_code == 201
+    body = resp.json()
+    assert body["status"] == "profiling" and body["duration_source"] is None
+    assert body["t_roll_max_s"] is None and body["measured"] == {}
+    assert body["reason"].startswith("profiling: waiting")
+    c = client_as("alice")
+    form = {k: str(v) for k, v in unprofiled(name="by-form").items()}
+    form |= dict.fromkeys(TIMES, "")  # the four boxes cleared
+    assert c.post("/jobs/new/", form).status_code == 302
+    upload = json.dumps(unprofiled(name="by-file")).encode()
+    resp = c.post("/jobs/upload/", {"file": SimpleUploadedFile("s.json", upload)})
+    assert resp.status_code == 302
+    for name in ("by-api", "by-form", "by-file"):
+        job = Job.objects.get(name=name)
+        assert job.status == JobStatus.PROFILING and job.duration_source == ""
+    page = c.get(f"/jobs/{Job.objects.get(name='by-form').pk}/").content.decode()
+    assert "its profiling run measures them" in page and "profiling" in page
+    # a job with its phase times skips the profile: queued, declared
+    declared = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    assert declared.status == JobStatus.QUEUED and declared.duration_source == "declared"
+
+
+@pytest.mark.django_db
+def test_a_profiling_job_counts_against_the_gpu_cap(world: Any) -> None:
+    from rollmux_web.quotas.models import Quota
+
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=8)
+    job_submit(user=world.alice, spec=unprofiled(), channel="t")
+    with pytest.raises(JobRejected) as refused:
+        job_submit(user=world.bob, spec=job_spec(), channel="t")
+    assert refused.value.code == "quota_exceeded"
+
+
+# --- the profiling run, decided (a recording dispatcher) --------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_profile_waits_for_free_nodes_of_its_shape_with_its_reason(
+    world: Any, recorder: Recorder, committed: Any
+) -> None:
+    # every H800 node is taken by a group: the profile (8 + 8 GPUs) waits, and says so
+    group = ExecutionGroup.objects.create()
+    now = timezone.now()
+    for node in Node.objects.filter(name__startswith="h800"):
+        NodeAllocation.objects.create(node=node, group=group, start=now)
+    job = job_submit(user=world.alice, spec=unprofiled(rollout_gpus=16), channel="t")
+    committed(queue_plan)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PROFILING and recorder.orders == []
+    assert job.reason == (
+        "profiling: waiting for 1 free H800 node (0 free now); a profiling run has its nodes "
+        "to itself"
+    )
+    # one node frees: the profile starts alone on 2 H20 + 1 H800 nodes, its runner told so
+    NodeAllocation.objects.filter(node__name="h800-2").update(end=now)
+    committed(queue_plan)
+    job.refresh_from_db()
+    placement = Placement.objects.get(job=job)
+    assert placement.strategy == Strategy.PROFILE
+    assert sorted(n.name for n in placement.rollout_nodes.all()) == ["h20-0", "h20-1"]
+    assert [n.name for n in placement.train_nodes.all()] == ["h800-2"]
+    (order,) = recorder.orders
+    assert order.kind == "rollout" and order.context["profile"] is True
+    assert job.status == JobStatus.PROFILING and job.reason.startswith("profiling: running 1")
+
+
+@pytest.mark.django_db
+def test_the_planner_packs_nothing_into_a_profile_and_its_nodes_are_not_free(
+    world: Any, recorder: Recorder, committed: Any
+) -> None:
+    profiled = job_submit(user=world.alice, spec=unprofiled(), channel="t")
+    committed(queue_plan)
+    profile = Placement.objects.get(job=profiled)
+    # a declared job that would direct-pack with anything: it gets other nodes, its own group
+    other = job_submit(user=world.bob, spec=job_spec(slo_class="bronze"), channel="t")
+    committed(queue_plan)
+    placement = Placement.objects.get(job=other)
+    assert placement.group_id != profile.group_id
+    held = {n.name for n in profile.rollout_nodes.all()} | {
+        n.name for n in profile.train_nodes.all()
+    }
+    mine = {n.name for n in placement.rollout_nodes.all()} | {
+        n.name for n in placement.train_nodes.all()
+    }
+    assert not held & mine
+
+
+@pytest.mark.django_db
+def test_the_profile_s_measured_times_become_the_estimates(
+    world: Any, recorder: Recorder, committed: Any
+) -> None:
+    from rollmux_web.workflow.services import phase_finish
+
+    job = job_submit(user=world.alice, spec=unprofiled(time_scale=100.0), channel="t")
+    committed(queue_plan)
+    (rollout,) = recorder.orders
+    committed(phase_finish, end_of(rollout))  # end_of: started 1 s before it finished
+    train = recorder.orders[1]
+    assert train.kind == "train" and train.context["profile"] is True
+    report = end_of(train)
+    assert report.finished_at is not None
+    committed(phase_finish, replace(report, started_at=report.finished_at - 0.5))
+    job.refresh_from_db()
+    # 1 s and 0.5 s wall-clock at time scale 100: 100 and 50 profile seconds
+    assert job.duration_source == "profiled" and job.status == JobStatus.QUEUED
+    assert round(job.t_roll_max_s, 1) == round(job.t_roll_min_s, 1) == 100.0
+    assert round(job.t_train_max_s, 1) == round(job.t_train_min_s, 1) == 50.0
+    assert job.reason.startswith("profiled (1 iteration at the maximum token length")
+    assert job.iterations_done == 0  # the profile is no training iteration
+    profile = Placement.objects.get(job=job, strategy=Strategy.PROFILE)
+    assert profile.end_reason == "profiled" and profile.ended_at is not None
+    assert not NodeAllocation.objects.filter(group=profile.group, end__isnull=True).exists()
+
+
+# --- end to end: PostgreSQL, Redis, a Celery worker, the inline dispatcher -------------------
+
+
+@pytest.fixture
+def celery_inline(settings: Any, tmp_path: Path) -> Iterator[Path]:
+    """The workflow with phases on threads, its reports through Redis to a Celery worker."""
+    import os
+
+    import redis
+    from celery.contrib.testing.worker import start_worker
+
+    from rollmux_web.celery import app
+    from workers.composition import deliver_report
+    from workers.dispatch.inline import InlineDispatcher
+
+    settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")
+    settings.ROLLMUX_EMBEDDED_BEAT = False
+    log = tmp_path / "runner.jsonl"
+    os.environ["ROLLMUX_TEST_RUNNER_LOG"] = str(log)
+    dispatcher = InlineDispatcher(on_report=deliver_report)
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()  # no stale task of an earlier run
+    try:
+        with (
+            ports.override(dispatcher=dispatcher),
+            start_worker(
+                app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
+            ),
+        ):
+            yield log
+    finally:
+        dispatcher.shutdown()
+        os.environ.pop("ROLLMUX_TEST_RUNNER_LOG", None)
+
+
+@pytest.mark.slow
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_a_job_without_phase_times_is_profiled_then_placed_and_completes(
+    world: Any, celery_inline: Path
+) -> None:
+    runner_package_create(actor=world.admin, path="tests.web.profile_runners")
+    spec = unprofiled(
+        runner="tests.web.profile_runners:MeasuredRunner", time_scale=100.0, iterations=3
+    )
+    job = job_submit(user=world.alice, spec=spec, channel="api")
+    assert job.status == JobStatus.PROFILING
+    ports.request_planning()
+    wait_for(all_done([job.pk]), timeout=60)
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED, job.reason
+    assert job.iterations_done == 3 and job.duration_source == "profiled"
+    # the estimates are the profile's measurement: 0.3 s and 0.2 s wall-clock x 100
+    assert 30.0 <= job.t_roll_max_s < 30.0 + 0.5 * 100
+    assert 20.0 <= job.t_train_max_s < 20.0 + 0.5 * 100
+    profile, run = Placement.objects.filter(job=job).order_by("created_at")
+    assert (profile.strategy, profile.end_reason) == (Strategy.PROFILE, "profiled")
+    assert run.strategy != Strategy.PROFILE and run.end_reason == "completed"
+    assert profile.group_id != run.group_id
+    # the profile is recorded like any phase: one rollout and one training, succeeded
+    assert sorted(
+        PhaseRecord.objects.filter(placement=profile).values_list("iteration", "kind", "state")
+    ) == [(0, "rollout", PhaseState.SUCCEEDED), (0, "train", PhaseState.SUCCEEDED)]
+    ran = PhaseRecord.objects.filter(placement=run, state=PhaseState.SUCCEEDED)
+    assert ran.filter(kind__in=("rollout", "train")).count() == 6  # (and its weight syncs)
+    # billed: its nodes were allocated to its group while it ran, and released
+    allocs = NodeAllocation.objects.filter(group=profile.group)
+    assert allocs.count() == 2 and all(a.end is not None for a in allocs)
+    # the runner was told when it was profiled, and only then
+    calls = [json.loads(line) for line in celery_inline.read_text().splitlines()]
+    assert [c[1:] for c in calls if c[3]] == [["rollout", 0, True], ["train", 0, True]]
+    assert len([c for c in calls if not c[3]]) == 6
+    # the API and the job page show the estimates with their source and what was measured
+    assert job.t_roll_max_s >= profile_runners.ROLLOUT_S * 100
+
+
+@pytest.mark.slow
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_a_runner_failing_its_profile_fails_the_job_after_one_attempt(
+    world: Any, celery_inline: Path
+) -> None:
+    runner_package_create(actor=world.admin, path="tests.web.profile_runners")
+    spec = unprofiled(runner="tests.web.profile_runners:FailsWhenProfiled", time_scale=100.0)
+    job = job_submit(user=world.alice, spec=spec, channel="api")
+    ports.request_planning()
+    wait_for(all_done([job.pk]), timeout=60)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "CUDA out of memory at 32768 tokens" in job.error
+    assert job.reason.startswith("failed in its profiling run (not retried")
+    (placement,) = Placement.objects.filter(job=job)  # one attempt, not three placements
+    assert placement.strategy == Strategy.PROFILE and placement.end_reason == "failed"
+    assert not NodeAllocation.objects.filter(end__isnull=True).exists()
