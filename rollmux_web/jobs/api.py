@@ -18,7 +18,13 @@ from rest_framework.response import Response
 from rollmux_web.api.errors import error_response
 from rollmux_web.api.schema import ApiErrorSerializer
 from rollmux_web.jobs.models import JobStatus
-from rollmux_web.jobs.selectors import DEFAULT_ORDERING, ORDERINGS, job_get, job_list
+from rollmux_web.jobs.selectors import (
+    DEFAULT_ORDERING,
+    ORDERINGS,
+    job_get,
+    job_list,
+    jobs_measured,
+)
 from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializer
 from rollmux_web.jobs.services import JobRejected, job_cancel, job_submit
 
@@ -86,6 +92,7 @@ class JobListCreateView(GenericAPIView):
             ordering=filters.validated_data.get("ordering", DEFAULT_ORDERING),
         )
         page = self.paginate_queryset(qs)
+        jobs_measured(list(page or []))  # the page's measured stats in one query
         return self.get_paginated_response(JobSerializer(page, many=True).data)
 
     @extend_schema(
@@ -133,6 +140,7 @@ class JobListCreateView(GenericAPIView):
         except JobRejected as exc:
             return _rejected(exc)
         setattr(job, "placements_newest_first", [])  # noqa: B010  (new job: no placement yet)
+        setattr(job, "measured_stats", {})  # noqa: B010  (nor a phase)
         return Response(JobSerializer(job).data, 201)
 
 

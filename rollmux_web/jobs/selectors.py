@@ -154,20 +154,37 @@ def duration_stats(durations: list[float], time_scale: float) -> DurationStats |
     )
 
 
+def jobs_measured(jobs: list[Job]) -> dict[int, dict[str, DurationStats]]:
+    """Return per job id, per phase kind, the measured durations of its succeeded phases
+    (one query for a page of jobs); sets `measured_stats` on each job for the serializer."""
+    durations: dict[int, dict[str, list[float]]] = {j.pk: {} for j in jobs}
+    for job_id, kind, started, finished in PhaseRecord.objects.filter(
+        job__in=[j.pk for j in jobs],
+        state=PhaseState.SUCCEEDED,
+        started_at__isnull=False,
+        finished_at__isnull=False,
+    ).values_list("job_id", "kind", "started_at", "finished_at"):
+        if started is not None and finished is not None:
+            seconds = (finished - started).total_seconds()
+            durations[job_id].setdefault(kind, []).append(seconds)
+    out: dict[int, dict[str, DurationStats]] = {}
+    for job in jobs:
+        scale = time_scale_of(job.runner, job.time_scale)
+        out[job.pk] = {
+            kind: st
+            for kind, d in sorted(durations[job.pk].items())
+            if (st := duration_stats(d, scale)) is not None
+        }
+        job.measured_stats = out[job.pk]  # type: ignore[attr-defined]
+    return out
+
+
 def job_measured(*, job: Job) -> dict[str, DurationStats]:
     """Return per phase kind the measured durations of the job's succeeded phases."""
-    durations: dict[str, list[float]] = {}
-    for kind, started, finished in PhaseRecord.objects.filter(
-        job=job, state=PhaseState.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False
-    ).values_list("kind", "started_at", "finished_at"):
-        if started is not None and finished is not None:
-            durations.setdefault(kind, []).append((finished - started).total_seconds())
-    scale = time_scale_of(job.runner, job.time_scale)
-    return {
-        kind: st
-        for kind, d in sorted(durations.items())
-        if (st := duration_stats(d, scale)) is not None
-    }
+    cached = getattr(job, "measured_stats", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    return jobs_measured([job])[job.pk]
 
 
 def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
