@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('workflow', '0005_strategy_colocated'),
+        ('workflow', '0006_plan_waits_due_at_no_overlap'),
     ]
 
     operations = [
