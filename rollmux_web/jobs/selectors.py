@@ -127,6 +127,11 @@ class DurationStats:
     p95_s: float
     max_s: float
     time_scale: float
+    min_s: float = 0.0
+
+    @property
+    def min_profile_s(self) -> float:
+        return self.min_s * self.time_scale
 
     @property
     def mean_profile_s(self) -> float:
@@ -151,6 +156,7 @@ def duration_stats(durations: list[float], time_scale: float) -> DurationStats |
         p95_s=percentile(durations, 95),
         max_s=max(durations),
         time_scale=time_scale,
+        min_s=min(durations),
     )
 
 
@@ -185,6 +191,67 @@ def job_measured(*, job: Job) -> dict[str, DurationStats]:
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     return jobs_measured([job])[job.pk]
+
+
+HISTORY_RUNS = 3  # how many of the tenant's completed runs a suggestion looks at
+
+
+@dataclass(frozen=True)
+class DurationSuggestion:
+    """Phase times the tenant's completed runs of one model and shape measured (profile s)."""
+
+    runs: int
+    model: str
+    rollout_gpus: int
+    train_gpus: int
+    rollout: tuple[float, float]  # fastest and slowest rollout
+    train: tuple[float, float]
+
+    @property
+    def text(self) -> str:
+        runs = f"last {self.runs} runs" if self.runs > 1 else "the last run"
+        return (
+            f"{runs} of {self.model} on {self.rollout_gpus}+{self.train_gpus}: rollout "
+            f"{self.rollout[0]:.0f}-{self.rollout[1]:.0f} s, training "
+            f"{self.train[0]:.0f}-{self.train[1]:.0f} s (profile seconds)"
+        )
+
+
+def duration_suggestion(
+    *, user: Any, tenant: str, model: str, rollout_gpus: int, train_gpus: int
+) -> DurationSuggestion | None:
+    """Return what the last HISTORY_RUNS completed jobs of a tenant the user may see, of the
+    same model and GPU counts, measured per phase kind (None without such a run)."""
+    if not model:
+        return None
+    jobs = list(
+        visible_jobs(user=user)
+        .filter(
+            tenant__name=tenant,
+            model=model,
+            rollout_gpus=rollout_gpus,
+            train_gpus=train_gpus,
+            status=JobStatus.COMPLETED,
+        )
+        .order_by("-finished_at", "-pk")[:HISTORY_RUNS]
+    )
+    measured = [m for m in jobs_measured(jobs).values() if "rollout" in m and "train" in m]
+    if not measured:
+        return None
+    return DurationSuggestion(
+        runs=len(measured),
+        model=model,
+        rollout_gpus=rollout_gpus,
+        train_gpus=train_gpus,
+        rollout=(
+            min(m["rollout"].min_profile_s for m in measured),
+            max(m["rollout"].max_profile_s for m in measured),
+        ),
+        train=(
+            min(m["train"].min_profile_s for m in measured),
+            max(m["train"].max_profile_s for m in measured),
+        ),
+    )
 
 
 def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:

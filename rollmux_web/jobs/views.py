@@ -26,6 +26,7 @@ from rollmux_web.jobs.models import JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import (
     DEFAULT_ORDERING,
+    duration_suggestion,
     job_get,
     job_list,
     job_phase_summary,
@@ -40,6 +41,7 @@ from rollmux_web.jobs.spec import (
     EXAMPLE_SPEC,
     MAX_TIME_SCALE,
     MIN_TIME_SCALE,
+    PHASE_TIME_NAMES,
     SPEC,
     SPEC_FIELDS,
     SpecField,
@@ -134,7 +136,8 @@ def _hints(allowed: list[str]) -> dict[str, str]:
         phase = "rollout" if name.startswith("t_roll") else "training"
         hints[name] = (
             f"worst-case solo {phase}, in profile seconds (at time scale {scale} an emulated "
-            f"job runs it {scale}x faster in wall-clock time)"
+            f"job runs it {scale}x faster in wall-clock time); leave all four phase times "
+            "blank to have the job profiled first"
         )
     return hints
 
@@ -237,6 +240,19 @@ def job_preview(request: HttpRequest) -> HttpResponse:
         ctx["total_dedicated"] = cost.dedicated_usd * iterations if iterations else None
         iter_s = (values["t_roll_max_s"] or 0.0) + (values["t_train_max_s"] or 0.0)
         ctx["iteration_s"] = iter_s
+    ctx["profiled"] = not any(request.GET.get(n, "").strip() for n in PHASE_TIME_NAMES)
+    ctx["profile_iterations"] = settings.ROLLMUX_PROFILE_ITERATIONS
+    gpus = (values["rollout_gpus"], values["train_gpus"])
+    tenant = request.GET.get("tenant", "").strip()[:64].replace("\x00", "")
+    model = request.GET.get("model", "").strip()[:128].replace("\x00", "")
+    if None not in gpus and tenant and model:
+        ctx["suggestion"] = duration_suggestion(
+            user=request.user,
+            tenant=tenant,
+            model=model,
+            rollout_gpus=int(gpus[0] or 0),
+            train_gpus=int(gpus[1] or 0),
+        )
     return render(request, "jobs/new.html#preview", ctx)
 
 

@@ -299,6 +299,8 @@ def _submission_errors(request: HttpRequest) -> dict[str, list[str]]:
 @require_GET
 def whatif_preview(request: HttpRequest) -> HttpResponse:
     """Answer the submit form's live preview: never a 500, a short hint on bad fields."""
+    from rollmux_web.jobs.spec import PHASE_TIME_NAMES
+
     form = PreviewForm(request.GET)
     ctx: dict[str, Any] = {}
     if not form.is_valid():
@@ -310,6 +312,15 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
             ctx["hint"] = "; ".join(
                 f"{f.replace('_', ' ')}: {' '.join(str(x) for x in words.get(f) or e)}"
                 for f, e in bad.items()
+            )
+        elif set(missing) <= set(PHASE_TIME_NAMES) and not any(
+            request.GET.get(n, "").strip() for n in PHASE_TIME_NAMES
+        ):
+            # no phase times at all: a valid submission, profiled before it is planned
+            refusal = _quota_refusal(request)
+            ctx["hint"] = refusal or (
+                "No phase times: the job is profiled first (alone on free nodes of its shape); "
+                "the planner then places it on the measured times."
             )
         else:
             ctx["hint"] = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from tests.factories import job_spec
 from tests.web import profile_runners
 from tests.workers.conftest import Recorder, all_done, end_of, wait_for
 
+HTMX = {"HTTP_HX_REQUEST": "true"}
 TIMES = ("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s")
 
 
@@ -314,3 +316,72 @@ def test_a_runner_failing_its_profile_fails_the_job_after_one_attempt(
     (placement,) = Placement.objects.filter(job=job)  # one attempt, not three placements
     assert placement.strategy == Strategy.PROFILE and placement.end_reason == "failed"
     assert not NodeAllocation.objects.filter(end__isnull=True).exists()
+
+
+# --- the submit form: what a profile means, and the tenant's history -------------------------
+
+
+def _finished_run(world: Any, *, user: str, rollout_s: list[float], train_s: list[float]) -> Job:
+    """A completed job of qwen2.5-7b on 8+8 whose phases took these wall-clock seconds."""
+    job = job_submit(user=world.user(user), spec=job_spec(time_scale=10.0), channel="t")
+    group = ExecutionGroup.objects.create()
+    placement = Placement.objects.create(job=job, group=group, strategy="new_group")
+    t0 = timezone.now()
+    for kind, durations in (("rollout", rollout_s), ("train", train_s)):
+        for i, secs in enumerate(durations):
+            PhaseRecord.objects.create(
+                job=job,
+                group=group,
+                placement=placement,
+                iteration=i,
+                kind=kind,
+                state=PhaseState.SUCCEEDED,
+                queued_at=t0,
+                started_at=t0,
+                finished_at=t0 + timedelta(seconds=secs),
+            )
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED, finished_at=t0)
+    return job
+
+
+@pytest.mark.django_db
+def test_the_form_suggests_phase_times_from_the_tenants_completed_runs(
+    client_as: Any, world: Any
+) -> None:
+    # two of vision's runs (x time scale 10: rollout 95-120 s, training 80-100 s) and one of
+    # speech's, which alice may not see and which must not count
+    _finished_run(world, user="alice", rollout_s=[9.5, 11.0], train_s=[8.0, 9.0])
+    _finished_run(world, user="bob", rollout_s=[12.0], train_s=[10.0])
+    _finished_run(world, user="charlie", rollout_s=[50.0], train_s=[50.0])
+    query = {"tenant": "vision", "model": "qwen2.5-7b", "rollout_gpus": "8", "train_gpus": "8"}
+    html = client_as("alice").get("/jobs/new/preview/", query, **HTMX).content.decode()
+    assert (
+        "last 2 runs of qwen2.5-7b on 8+8: rollout 95-120 s, training 80-100 s (profile seconds)"
+    ) in html
+    # the four phase times left blank: the preview says the job is profiled first
+    assert 'id="profiled-first"' in html and "1 iteration alone" in html
+    # another shape or model has no history; charlie's own is his
+    other = client_as("alice").get("/jobs/new/preview/", {**query, "train_gpus": "16"}, **HTMX)
+    assert "history-suggestion" not in other.content.decode()
+    mine = (
+        client_as("charlie")
+        .get("/jobs/new/preview/", {**query, "tenant": "speech"}, **HTMX)
+        .content.decode()
+    )
+    assert "the last run of qwen2.5-7b on 8+8: rollout 500-500 s" in mine
+
+
+@pytest.mark.django_db
+def test_the_planner_preview_says_a_job_without_phase_times_is_profiled_first(
+    client_as: Any, world: Any
+) -> None:
+    query = {k: str(v) for k, v in unprofiled().items()} | dict.fromkeys(TIMES, "")
+    html = client_as("alice").get("/whatif/preview/", query, **HTMX).content.decode()
+    assert "No phase times: the job is profiled first" in html
+    # some but not all: the planner's preview asks for the rest, as the submission does
+    html = (
+        client_as("alice")
+        .get("/whatif/preview/", {**query, "t_roll_max_s": "100"}, **HTMX)
+        .content.decode()
+    )
+    assert "Fill in t train max s" in html
