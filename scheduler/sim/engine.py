@@ -40,8 +40,16 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.planner.consolidation import Move
+from scheduler.planner.consolidation import Move, restart_seconds
 from scheduler.planner.objective import JobProgress
+from scheduler.sim.drift import (
+    MAX_REPLANS,
+    WINDOW,
+    drifted,
+    is_drifting,
+    learned_profile,
+    still_holds,
+)
 from scheduler.sim.longtail import LongTailModel
 
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
@@ -147,6 +155,8 @@ class JobRecord:
     tail_fractions: list[float] | None = None  # long-tail model: tau / T per iteration
     moves: int = 0
     restart_s: float = 0.0  # seconds of restarts its moves cost it
+    drift: str = "none"  # its drift template (scheduler.sim.drift)
+    replans: int = 0  # times a drift re-plan moved it (checkpoint, resubmit, resume)
 
     @property
     def solo_iteration_s(self) -> float:
@@ -265,6 +275,8 @@ class Simulation:
         seed: int,
         record_phases: bool = False,
         progress: Callable[[float], None] | None = None,
+        drift: Mapping[str, str] | None = None,
+        replan_drift: bool = False,
     ) -> None:
         self.spec = spec
         self.policy = policy
@@ -279,7 +291,15 @@ class Simulation:
             if job.id in self.jobs:
                 raise SimulationError(f"duplicate job id {job.id!r}")
             roll, train = draw_durations(job, seed)
-            self.jobs[job.id] = JobRecord(profile=job, roll=roll, train=train)
+            template = (drift or {}).get(job.id, "none")
+            if template != "none":
+                roll, train = drifted(roll, train, template)
+            self.jobs[job.id] = JobRecord(profile=job, roll=roll, train=train, drift=template)
+        # Drift re-planning: the estimates each job is planned with now (learned ones
+        # after a re-plan) and the iteration of its last check.
+        self.replan_drift = replan_drift
+        self.planned_profile: dict[str, JobProfile] = {}
+        self.drift_checked: dict[str, int] = {}
         self.heap: list[_Event] = []
         self.seq = 0
         self.now = 0.0
@@ -518,6 +538,9 @@ class Simulation:
             self.to_move.discard(job_id)
             if not self._move(job_id, group_id):
                 self._start_ready(group_id)
+        elif kind is PhaseKind.TRAIN and self.replan_drift:
+            if not self._drift_replan(job_id, group_id):
+                self._start_ready(group_id)
         else:
             self._start_ready(group_id)
         if self.progress is not None and self.total_phases:
@@ -560,6 +583,77 @@ class Simulation:
         self.moves.append(
             MoveRecord(self.now, job_id, group_id, target, move.saving_usd, move.restart_s)
         )
+        self._start_ready(target)
+        if group_id in self.runtimes:
+            self._start_ready(group_id)
+        self._retry_waiting()
+        return True
+
+    def _drift_replan(self, job_id: str, group_id: str) -> bool:
+        """Re-check a job's group with its learned estimates; move it out if an SLO breaks.
+
+        Runs at the job's iteration boundary every `drift.WINDOW` iterations (see
+        scheduler.sim.drift). Returns True when the job moved.
+        """
+        record = self.jobs[job_id]
+        done = record.iterations_done
+        if done - self.drift_checked.get(job_id, 0) < WINDOW or record.replans >= MAX_REPLANS:
+            return False
+        if done >= record.profile.iterations:
+            return False
+        self.drift_checked[job_id] = done
+        current = self.planned_profile.get(job_id, record.profile)
+        recent_roll = record.roll[done - WINDOW : done]
+        recent_train = record.train[done - WINDOW : done]
+        assert record.admitted_s is not None
+        if not is_drifting(
+            current,
+            recent_roll,
+            recent_train,
+            mean_iteration_s=(self.now - record.admitted_s - record.restart_s) / done,
+            mean_solo_s=(sum(record.roll[:done]) + sum(record.train[:done])) / done,
+        ):
+            return False
+        learned = learned_profile(
+            current, recent_roll, recent_train, remaining=record.profile.iterations - done
+        )
+        group = next(g for g in self.state.groups if g.id == group_id)
+        if still_holds(group.members, learned, switch_overhead_s=self.spec.switch_overhead_s):
+            return False
+        # Resubmit with the learned estimates on the state without the job; stay put
+        # when nothing fits now (the job keeps running where it is).
+        without = self.policy.remove(self.state, job_id)
+        result = self.policy.place(learned, without, self._progress(), self.now)
+        if result.status is not PlacementStatus.FIT or result.placement is None:
+            return False
+        placement = result.placement
+        if placement.group_id is None:
+            self.next_group += 1
+            target = f"g{self.next_group:04d}"
+        else:
+            target = placement.group_id
+        self.runtimes[group_id].remove(job_id)
+        self.state = self.policy.apply(without, learned, placement, target)
+        if not any(g.id == group_id for g in self.state.groups):
+            del self.runtimes[group_id]
+        for node in self.state.nodes:
+            self.node_pool.setdefault(node.name, node.pool)
+            self.node_price.setdefault(node.name, node.price_per_hour)
+        self._sync_allocation()
+        if target not in self.runtimes:
+            colocated = not placement.rollout_nodes
+            self.runtimes[target] = self.policy.runtime(target, self.spec, colocated=colocated)
+        member = Member(learned, placement.rollout_nodes, placement.train_nodes)
+        self.runtimes[target].admit(
+            member, iterations=record.profile.iterations, start_iteration=done
+        )
+        restart = restart_seconds(record.profile)
+        self.restart_due[job_id] = restart
+        record.restart_s += restart
+        record.replans += 1
+        record.group_id = target
+        self.group_of[job_id] = target
+        self.planned_profile[job_id] = learned
         self._start_ready(target)
         if group_id in self.runtimes:
             self._start_ready(group_id)
@@ -623,8 +717,21 @@ def simulate(
     seed: int,
     record_phases: bool = False,
     progress: Callable[[float], None] | None = None,
+    drift: Mapping[str, str] | None = None,
+    replan_drift: bool = False,
 ) -> RunResult:
-    """Simulate `jobs` on `spec` under `policy` with durations drawn from `seed`."""
+    """Simulate `jobs` on `spec` under `policy` with durations drawn from `seed`.
+
+    `drift` gives jobs a drift template (scheduler.sim.drift; default none), and
+    `replan_drift` re-plans drifting jobs (default: the static planner).
+    """
     return Simulation(
-        jobs, spec, policy, seed=seed, record_phases=record_phases, progress=progress
+        jobs,
+        spec,
+        policy,
+        seed=seed,
+        record_phases=record_phases,
+        progress=progress,
+        drift=drift,
+        replan_drift=replan_drift,
     ).run()

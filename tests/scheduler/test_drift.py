@@ -1,0 +1,80 @@
+"""Drift (issue 13 item 4): the paper's templates in the simulator, and re-planning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler.sim.drift import (
+    SETTINGS,
+    TEMPLATES,
+    drift_factors,
+    is_drifting,
+    job_templates,
+    learned_profile,
+)
+from scheduler.sim.engine import simulate
+from scheduler.sim.metrics import summarise
+from scheduler.sim.policies import make_policy
+from scheduler.trace import default_cluster
+from tests.scheduler.builders import job
+
+
+def test_templates_scale_the_phases_with_the_jobs_progress() -> None:
+    assert drift_factors("none", 5).tolist() == [1.0] * 5
+    up = drift_factors("increasing-1.0", 5)
+    assert up[0] == 1.0 and up[-1] == pytest.approx(2.0) and np.all(np.diff(up) > 0)
+    down = drift_factors("decreasing-1.0", 5)
+    assert down[0] == 1.0 and down[-1] == pytest.approx(0.5) and np.all(np.diff(down) < 0)
+    assert drift_factors("increasing-1.5", 3)[-1] == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="unknown drift template"):
+        drift_factors("sideways-2.0", 3)
+
+
+def test_the_mixed_setting_draws_every_template_the_same_way_each_time() -> None:
+    jobs = [job(f"j{i}", 100, 50) for i in range(140)]
+    mixed = job_templates(jobs, "mixed", seed=3)
+    assert mixed == job_templates(jobs, "mixed", seed=3)
+    assert set(mixed.values()) == set(TEMPLATES)
+    assert set(job_templates(jobs, "decreasing-0.5", seed=3).values()) == {"decreasing-0.5"}
+    assert "mixed" in SETTINGS
+    with pytest.raises(ValueError, match="unknown drift setting"):
+        job_templates(jobs, "wild", seed=0)
+
+
+def test_estimates_are_learned_from_the_observed_phases() -> None:
+    base = job("A", 100, 50, roll_min=80, train_min=40)
+    learned = learned_profile(base, [150, 170, 160], [60, 70, 65], remaining=40)
+    assert (learned.t_roll_min_s, learned.t_roll_max_s) == (150, 170)
+    assert (learned.t_train_min_s, learned.t_train_max_s) == (60, 70)
+    assert learned.observed_solo_s == pytest.approx(160 + 65)
+    assert learned.iterations == 40
+    # Above its worst case: drifting; within it and on time: not.
+    assert is_drifting(base, [150, 170], [60, 70], mean_iteration_s=200, mean_solo_s=200)
+    assert not is_drifting(base, [90, 95], [45, 45], mean_iteration_s=140, mean_solo_s=140)
+    # Within its estimates but slowed past its SLO (1.5 x 140 = 210 < 230): drifting.
+    assert is_drifting(base, [90, 95], [45, 45], mean_iteration_s=230, mean_solo_s=140)
+
+
+def test_replanning_moves_a_drifting_job_out_so_its_partner_keeps_its_slo() -> None:
+    # A sets the cycle (400 s) and B hides in its bubbles; A's phases then grow to 2.5x
+    # over its life, and B, still paced by A, is slowed far past its 1.5 x 290 s window.
+    a = job("A", 300, 100, slo=2.0, iterations=120)
+    b = job("B", 90, 200, slo=1.5, iterations=120)
+    spec = default_cluster()
+    drift = {"A": "increasing-1.5", "B": "none"}
+    static = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1, drift=drift)
+    assert static.jobs["A"].group_id == static.jobs["B"].group_id  # packed together
+    ratio = static.jobs["B"].mean_iteration_s / static.jobs["B"].solo_iteration_s  # type: ignore[operator]
+    assert ratio > 1.5
+    moved = simulate(
+        [a, b], spec, make_policy("rollmux", seed=1), seed=1, drift=drift, replan_drift=True
+    )
+    assert moved.jobs["A"].replans >= 1 and moved.jobs["B"].replans == 0
+    assert moved.jobs["A"].group_id != moved.jobs["B"].group_id
+    assert summarise(moved)["slo_attainment"] == 1.0  # B keeps its SLO; A too, moved
+    assert summarise(static)["slo_attainment"] == 0.5
+    # Without drift the re-planning run is the static one.
+    plain = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1)
+    again = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1, replan_drift=True)
+    assert summarise(plain)["total_cost_usd"] == summarise(again)["total_cost_usd"]
