@@ -356,6 +356,24 @@ class Simulation:
             self.peak_nodes[pool] = max(self.peak_nodes[pool], count)
 
     # -- planning ---------------------------------------------------------------
+    def _target_group(self, placement: Placement) -> str:
+        """Return the group a placement joins, naming a new one when it opens one."""
+        if placement.group_id is not None:
+            return placement.group_id
+        self.next_group += 1
+        return f"g{self.next_group:04d}"
+
+    def _learn_nodes(self) -> None:
+        """Learn the pool and price of nodes the state gained.
+
+        The core planner names fresh nodes for an unbounded pool when the state has
+        none free; the accounting needs their pool and price.
+        """
+        if len(self.state.nodes) != len(self.node_pool):
+            for node in self.state.nodes:
+                self.node_pool.setdefault(node.name, node.pool)
+                self.node_price.setdefault(node.name, node.price_per_hour)
+
     def _try_place(self, job_id: str) -> PlacementStatus:
         record = self.jobs[job_id]
         job = record.profile
@@ -368,18 +386,9 @@ class Simulation:
             record.reason = result.reason
             return result.status
         placement = result.placement
-        if placement.group_id is None:
-            self.next_group += 1
-            group_id = f"g{self.next_group:04d}"
-        else:
-            group_id = placement.group_id
+        group_id = self._target_group(placement)
         self.state = self.policy.apply(self.state, job, placement, group_id)
-        if len(self.state.nodes) != len(self.node_pool):
-            # The core planner names fresh nodes for an unbounded pool when the state
-            # has none free; learn their pool and price before accounting for them.
-            for node in self.state.nodes:
-                self.node_pool.setdefault(node.name, node.pool)
-                self.node_price.setdefault(node.name, node.price_per_hour)
+        self._learn_nodes()
         self._sync_allocation()
         runtime = self.runtimes.get(group_id)
         if runtime is None:
@@ -627,18 +636,12 @@ class Simulation:
         if result.status is not PlacementStatus.FIT or result.placement is None:
             return False
         placement = result.placement
-        if placement.group_id is None:
-            self.next_group += 1
-            target = f"g{self.next_group:04d}"
-        else:
-            target = placement.group_id
+        target = self._target_group(placement)
         self.runtimes[group_id].remove(job_id)
         self.state = self.policy.apply(without, learned, placement, target)
         if not any(g.id == group_id for g in self.state.groups):
             del self.runtimes[group_id]
-        for node in self.state.nodes:
-            self.node_pool.setdefault(node.name, node.pool)
-            self.node_price.setdefault(node.name, node.price_per_hour)
+        self._learn_nodes()
         self._sync_allocation()
         if target not in self.runtimes:
             colocated = not placement.rollout_nodes
