@@ -1,27 +1,67 @@
 #!/usr/bin/env bash
 # Run RollMux on one machine. With no configuration: SQLite, in-process tasks, a local Ray.
-# With DATABASE_URL / REDIS_URL set: PostgreSQL, and separate Celery worker and beat processes.
+# With DATABASE_URL / REDIS_URL set: PostgreSQL, a Ray head of its own, and separate Celery
+# controller, what-if worker and beat processes.
+#
+# With Redis the controller never hosts Ray (a crashed controller would take every job's
+# actors with it): the Ray head is its own process (`ray start --head --block`), on loopback
+# ports of its own (ROLLMUX_RAY_PORT and the seven after it), kept by pid and stopped with
+# the app. The controller is restarted if it dies; its jobs' actors and their phase reports
+# (waiting in Redis) outlive it.
+#   ROLLMUX_PORT (8000)  the web server      ROLLMUX_RAY_PORT (6380)  the Ray head's GCS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 export RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 export DEBUG=${DEBUG:-true}
+PORT=${ROLLMUX_PORT:-8000}
 $PY manage.py migrate --noinput
-$PY manage.py seed_demo --if-empty
+$PY manage.py seed_demo --if-empty ${ROLLMUX_SEED_ARGS:-}
 pids=()
-cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
+cleanup() {
+  trap - EXIT INT TERM
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
+  RAY_PORT=${ROLLMUX_RAY_PORT:-6380}
+  [ "$RAY_PORT" != 6379 ] || { echo "ROLLMUX_RAY_PORT=6379 is Redis's port" >&2; exit 1; }
+  # one custom resource node:<name> per inventory node, as the embedded local Ray has
+  resources=$(DJANGO_SETTINGS_MODULE=rollmux_web.settings $PY -c 'import json, django; django.setup()
+from workers.composition import node_resources; print(json.dumps(node_resources()))')
+  # (the proxy variables send Ray's cloud-metadata probe to a closed loopback port)
+  http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1 \
+    .venv/bin/ray start --head --block --disable-usage-stats --include-dashboard=false \
+    --node-ip-address=127.0.0.1 --port="$RAY_PORT" \
+    --node-manager-port=$((RAY_PORT + 1)) --object-manager-port=$((RAY_PORT + 2)) \
+    --ray-client-server-port=$((RAY_PORT + 3)) --dashboard-agent-grpc-port=$((RAY_PORT + 4)) \
+    --dashboard-agent-listen-port=$((RAY_PORT + 5)) --metrics-export-port=$((RAY_PORT + 6)) \
+    --runtime-env-agent-port=$((RAY_PORT + 7)) \
+    --num-cpus="${ROLLMUX_RAY_CPUS:-2}" --resources="$resources" \
+    --temp-dir="${ROLLMUX_RAY_TEMP_DIR:-/tmp/rollmux-ray-$RAY_PORT}" & pids+=($!)
+  export ROLLMUX_RAY_ADDRESS=127.0.0.1:$RAY_PORT
+  for _ in $(seq 1 120); do  # the head answers within seconds
+    (exec 3<>"/dev/tcp/127.0.0.1/$RAY_PORT") 2>/dev/null && break
+    sleep 0.5
+  done
   # the controller: threads pool (one Ray driver per worker process; prefork would start one
   # per child), as many threads as cores (bench/control_plane.py: more threads only add GIL
-  # and lock waits to the switch path)
-  .venv/bin/celery -A rollmux_web worker -n controller@%h -l INFO -P threads \
-    -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux & pids+=($!)
+  # and lock waits to the switch path); restarted when it dies (kill -9 loses nothing)
+  (
+    trap 'kill "$child" 2>/dev/null; wait "$child" 2>/dev/null; exit 0' TERM INT
+    while true; do
+      .venv/bin/celery -A rollmux_web worker -n controller@%h -l INFO -P threads \
+        -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux & child=$!
+      wait "$child" || true
+      echo "run.sh: the controller exited; starting it again" >&2
+      sleep 1
+    done
+  ) & pids+=($!)
   # what-if simulations: their own process, so they never slow the controller down
   .venv/bin/celery -A rollmux_web worker -n sim@%h -l INFO -P solo -Q rollmux-sim & pids+=($!)
-  # notification deliveries (mail servers, webhooks): off the controller's queue too
-  .venv/bin/celery -A rollmux_web worker -n notify@%h -l INFO -P threads -c 4 -Q rollmux-notify & pids+=($!)
-  .venv/bin/celery -A rollmux_web beat -l INFO -s "${TMPDIR:-/tmp}/rollmux-celerybeat" & pids+=($!)
+  .venv/bin/celery -A rollmux_web beat -l INFO -s "${TMPDIR:-/tmp}/rollmux-celerybeat-$PORT" & pids+=($!)
 fi
-echo "RollMux on http://127.0.0.1:8000  (log in as alice / demo-alice, admin / demo-admin)"
-$PY manage.py runserver 127.0.0.1:8000 --noreload
+echo "RollMux on http://127.0.0.1:$PORT  (log in as alice / demo-alice, admin / demo-admin)"
+$PY manage.py runserver "127.0.0.1:$PORT" --noreload & pids+=($!)
+wait "${pids[-1]}"
