@@ -51,11 +51,12 @@ from workers.composition import node_resources; print(json.dumps(node_resources(
   (
     trap 'kill "$child" 2>/dev/null; wait "$child" 2>/dev/null; exit 0' TERM INT
     while true; do
+      # (no mingle/gossip: nothing here uses them, and mingle waits seconds at start)
       .venv/bin/celery -A rollmux_web worker -n controller@%h -l INFO -P threads \
-        -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux & child=$!
+        -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux --without-mingle --without-gossip & child=$!
       wait "$child" || true
       echo "run.sh: the controller exited; starting it again" >&2
-      sleep 1
+      sleep 0.5
     done
   ) & pids+=($!)
   # what-if simulations: their own process, so they never slow the controller down
