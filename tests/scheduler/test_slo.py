@@ -144,3 +144,11 @@ def test_observed_phases_are_fitted_and_give_quantiles() -> None:
         },
     )
     assert p["B"] > 0.99  # B runs near its max after all: 288 s solo, 1.5 x 288 >= 400
+
+
+def test_the_profile_moments_are_scipys() -> None:
+    from scheduler.stochastic import _moments, _uniform_moments
+
+    model = duration_model(SHORT)
+    assert _uniform_moments(45, 90) == pytest.approx(_moments(model.rollout), rel=1e-6)
+    assert _uniform_moments(100, 200) == pytest.approx(_moments(model.train), rel=1e-6)
