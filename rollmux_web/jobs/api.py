@@ -23,6 +23,7 @@ from rollmux_web.jobs.selectors import (
     ORDERINGS,
     job_get,
     job_list,
+    jobs_drift,
     jobs_measured,
 )
 from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializer
@@ -93,6 +94,7 @@ class JobListCreateView(GenericAPIView):
         )
         page = self.paginate_queryset(qs)
         jobs_measured(list(page or []))  # the page's measured stats in one query
+        jobs_drift(list(page or []))  # and its drift in another
         return self.get_paginated_response(JobSerializer(page, many=True).data)
 
     @extend_schema(
@@ -141,6 +143,7 @@ class JobListCreateView(GenericAPIView):
             return _rejected(exc)
         setattr(job, "placements_newest_first", [])  # noqa: B010  (new job: no placement yet)
         setattr(job, "measured_stats", {})  # noqa: B010  (nor a phase)
+        setattr(job, "drift_list", [])  # noqa: B010
         return Response(JobSerializer(job).data, 201)
 
 

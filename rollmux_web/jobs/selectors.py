@@ -193,6 +193,72 @@ def job_measured(*, job: Job) -> dict[str, DurationStats]:
     return jobs_measured([job])[job.pk]
 
 
+# Drift (issue 13 item 4): a job whose recent phases of a kind run, on average, longer than
+# the worst case it was admitted on no longer has the estimates the planner trusts.
+DRIFT_WINDOW = 3  # the last phases of a kind that make "recent"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One phase kind whose recent mean left the job's worst-case estimate (profile s)."""
+
+    kind: str
+    recent_mean_s: float  # the mean of the last `window` succeeded phases, profile seconds
+    worst_case_s: float  # the estimate admission planned on
+    window: int
+
+    @property
+    def text(self) -> str:
+        over = (self.recent_mean_s / self.worst_case_s - 1.0) * 100.0
+        return (
+            f"{self.kind}: mean {self.recent_mean_s:.1f} s over its last {self.window} phases, "
+            f"above its worst case {self.worst_case_s:.1f} s (+{over:.0f}%)"
+        )
+
+
+def jobs_drift(jobs: list[Job]) -> dict[int, list[Drift]]:
+    """Return per job id the phase kinds that drift (one query for a page of jobs); sets
+    `drift_list` on each job. The profiling run does not count (it ran at the maximum
+    token length on purpose), nor does a job without estimates."""
+    recent: dict[tuple[int, str], list[float]] = {}
+    with_times = [j for j in jobs if j.has_phase_times]
+    for job_id, kind, started, finished in (
+        PhaseRecord.objects.filter(
+            job__in=[j.pk for j in with_times],
+            kind__in=("rollout", "train"),
+            state=PhaseState.SUCCEEDED,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        )
+        .exclude(placement__strategy="profile")
+        .order_by("job_id", "kind", "-finished_at")
+        .values_list("job_id", "kind", "started_at", "finished_at")
+    ):
+        got = recent.setdefault((job_id, kind), [])
+        if len(got) < DRIFT_WINDOW and started is not None and finished is not None:
+            got.append((finished - started).total_seconds())
+    out: dict[int, list[Drift]] = {}
+    for job in jobs:
+        drifts: list[Drift] = []
+        if job.has_phase_times:
+            t, scale = job.phase_times, time_scale_of(job.runner, job.time_scale)
+            for kind, worst in (("rollout", t.t_roll_max_s), ("train", t.t_train_max_s)):
+                d = recent.get((job.pk, kind), [])
+                mean = sum(d) / len(d) * scale if len(d) >= DRIFT_WINDOW else 0.0
+                if mean > worst:
+                    drifts.append(Drift(kind, mean, worst, len(d)))
+        out[job.pk] = drifts
+        job.drift_list = drifts  # type: ignore[attr-defined]
+    return out
+
+
+def job_drift(*, job: Job) -> list[Drift]:
+    cached = getattr(job, "drift_list", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    return jobs_drift([job])[job.pk]
+
+
 HISTORY_RUNS = 3  # how many of the tenant's completed runs a suggestion looks at
 
 

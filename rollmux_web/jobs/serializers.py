@@ -271,6 +271,13 @@ class MeasuredSerializer(serializers.Serializer):
     max_profile_s = serializers.FloatField(help_text="profile seconds")
 
 
+class DriftSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    recent_mean_s = serializers.FloatField(help_text="profile seconds, its last phases")
+    worst_case_s = serializers.FloatField(help_text="the estimate admission planned on")
+    window = serializers.IntegerField()
+
+
 class JobSerializer(serializers.ModelSerializer):
     """A job record: trace-format fields plus identity, lifecycle and placement; the phase
     times are its estimates, `duration_source` says where they come from (null while a job
@@ -285,6 +292,7 @@ class JobSerializer(serializers.ModelSerializer):
     placement = serializers.SerializerMethodField()
     duration_source = serializers.SerializerMethodField()
     measured = serializers.SerializerMethodField()
+    drift = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -316,6 +324,21 @@ class JobSerializer(serializers.ModelSerializer):
             }
             for kind, st in job_measured(job=job).items()
         }
+
+    @extend_schema_field(DriftSerializer(many=True))
+    def get_drift(self, job: Job) -> list[dict[str, Any]]:
+        """The phase kinds whose recent mean runs above the worst case (empty: none)."""
+        from rollmux_web.jobs.selectors import job_drift
+
+        return [
+            {
+                "kind": d.kind,
+                "recent_mean_s": d.recent_mean_s,
+                "worst_case_s": d.worst_case_s,
+                "window": d.window,
+            }
+            for d in job_drift(job=job)
+        ]
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_group(self, job: Job) -> int | None:

@@ -295,7 +295,9 @@ def job_cancel(*, user: Any, job_id: int, now: datetime | None = None) -> Job:
         # starting that run (it locks the profiling jobs it starts).
         if (
             Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PROFILING).exists()
-            and not Job.objects.filter(pk=job.pk, placements__ended_at__isnull=True).exists()
+            and not Job.objects.filter(
+                pk=job.pk, placements__isnull=False, placements__ended_at__isnull=True
+            ).exists()
         ):
             waiting.append(JobStatus.PROFILING)
         queued = Job.objects.filter(pk=job.pk, status__in=waiting).update(

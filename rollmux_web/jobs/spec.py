@@ -242,6 +242,7 @@ JOB_RECORD_FIELDS: tuple[str, ...] = (
     *(n for n in SPEC_FIELDS if n not in ("name", "tenant", "slo_class")),
     "duration_source",
     "measured",
+    "drift",
     "status",
     "reason",
     "error",

@@ -27,6 +27,7 @@ from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import (
     DEFAULT_ORDERING,
     duration_suggestion,
+    job_drift,
     job_get,
     job_list,
     job_phase_summary,
@@ -353,6 +354,7 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
         "earlier_placements": history[1:],
         "phases": job_phase_summary(job=job),
         "time_scale": time_scale_of(job.runner, job.time_scale),
+        "drift": job_drift(job=job),
         "cost": cost,
         "can_cancel": can_submit(request.user)
         and not job.is_terminal

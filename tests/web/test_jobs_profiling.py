@@ -147,7 +147,7 @@ def test_a_profiling_job_counts_against_the_gpu_cap(world: Any) -> None:
 
 @pytest.mark.django_db
 def test_a_profile_waits_for_free_nodes_of_its_shape_with_its_reason(
-    world: Any, recorder: Recorder, committed: Any
+    world: Any, recorder: Recorder, committed: Any, client_as: Any
 ) -> None:
     # every H800 node is taken by a group: the profile (8 + 8 GPUs) waits, and says so
     group = ExecutionGroup.objects.create()
@@ -162,6 +162,8 @@ def test_a_profile_waits_for_free_nodes_of_its_shape_with_its_reason(
         "profiling: waiting for 1 free H800 node (0 free now); a profiling run has its nodes "
         "to itself"
     )
+    overview = client_as("alice").get("/").content.decode()  # the overview's waiting list
+    assert "profiling: waiting for 1 free H800 node" in overview
     # one node frees: the profile starts alone on 2 H20 + 1 H800 nodes, its runner told so
     NodeAllocation.objects.filter(node__name="h800-2").update(end=now)
     committed(queue_plan)
@@ -385,3 +387,52 @@ def test_the_planner_preview_says_a_job_without_phase_times_is_profiled_first(
         .content.decode()
     )
     assert "Fill in t train max s" in html
+
+
+# --- drift (issue 13 item 4: the live marking) -------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_job_whose_recent_phases_run_past_its_worst_case_is_drifting(
+    api_as: Any, client_as: Any, world: Any
+) -> None:
+    # declared: rollout at most 120 s; at time scale 10 its last 3 rollouts took 13, 14 and
+    # 15 s wall-clock = 140 s mean in profile time; its trainings (max 100 s) 8-9 s: fine
+    job = job_submit(user=world.alice, spec=job_spec(time_scale=10.0), channel="t")
+    group = ExecutionGroup.objects.create()
+    placement = Placement.objects.create(job=job, group=group, strategy="new_group")
+    nodes = Node.objects.filter(name__in=("h20-0", "h800-0"))
+    placement.rollout_nodes.set([n for n in nodes if n.name == "h20-0"])
+    placement.train_nodes.set([n for n in nodes if n.name == "h800-0"])
+    t0 = timezone.now() - timedelta(seconds=500)
+    for node in nodes:
+        NodeAllocation.objects.create(node=node, group=group, start=t0)
+    for i, (roll, train) in enumerate([(9.0, 8.0), (13.0, 9.0), (14.0, 8.5), (15.0, 9.0)]):
+        for kind, secs in (("rollout", roll), ("train", train)):
+            PhaseRecord.objects.create(
+                job=job,
+                group=group,
+                placement=placement,
+                iteration=i,
+                kind=kind,
+                state=PhaseState.SUCCEEDED,
+                queued_at=t0,
+                started_at=t0 + timedelta(seconds=100 * i),
+                finished_at=t0 + timedelta(seconds=100 * i + secs),
+            )
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
+    body = api_as("alice").get(f"/api/v1/jobs/{job.pk}/").json()
+    assert body["drift"] == [
+        {"kind": "rollout", "recent_mean_s": 140.0, "worst_case_s": 120.0, "window": 3}
+    ]
+    listed = api_as("alice").get("/api/v1/jobs/").json()["results"]
+    assert listed[0]["drift"] == body["drift"]
+    html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="job-drift"' in html
+    assert "rollout: mean 140.0 s over its last 3 phases, above its worst case 120.0 s" in html
+    # ... and on the overview's list of jobs that need a look
+    overview = client_as("alice").get("/").content.decode()
+    assert 'id="drifting"' in overview and "rollout: mean 140.0 s" in overview
+    # a job within its estimates is not
+    other = job_submit(user=world.alice, spec=job_spec(), channel="t")
+    assert api_as("alice").get(f"/api/v1/jobs/{other.pk}/").json()["drift"] == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -14,6 +14,7 @@ from rollmux_web.accounts.access import groups_for_user, visible_tenant_ids
 from rollmux_web.inventory.models import Cluster, Node, NodeState, PoolKind
 from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.jobs.selectors import jobs_drift
 from rollmux_web.reports.selectors._time import now_or
 from rollmux_web.reports.selectors.cost_engine import cost_lines
 from rollmux_web.reports.selectors.cost_figures import CENT, sum_lines
@@ -59,6 +60,7 @@ class Overview:
     cost_last_day: Decimal
     waiting: list[dict[str, Any]]
     meta_note: str = ""
+    drifting: list[dict[str, Any]] = field(default_factory=list)  # jobs past their estimates
     cost_is_share: bool = False  # cost_per_hour_now is the viewer's tenants' share
 
     @property
@@ -138,9 +140,29 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
     last_day_lines = cost_lines(
         tenant_ids=tenant_ids, t0=now_ - timedelta(days=1), t1=now_, now=now_, prices=prices
     ).lines
-    waiting_qs = Job.objects.filter(status=JobStatus.QUEUED).select_related("tenant")
+    # (a job without phase times waits for free nodes for its profiling run too)
+    waiting_qs = Job.objects.filter(
+        status__in=(JobStatus.QUEUED, JobStatus.PROFILING),
+        placements__isnull=False,
+        placements__ended_at__isnull=True,
+    )
+    waiting_qs = (
+        Job.objects.filter(status__in=(JobStatus.QUEUED, JobStatus.PROFILING))
+        .exclude(pk__in=waiting_qs.values("pk"))  # (a profile that runs does not wait)
+        .select_related("tenant")
+    )
     if tenant_ids is not None:
         waiting_qs = waiting_qs.filter(tenant_id__in=tenant_ids)
+    running_qs = Job.objects.filter(status=JobStatus.RUNNING)
+    if tenant_ids is not None:
+        running_qs = running_qs.filter(tenant_id__in=tenant_ids)
+    running = list(running_qs.select_related("tenant")[:200])
+    drift = jobs_drift(running)
+    drifting = [
+        {"id": j.pk, "name": j.name, "tenant": j.tenant.name, "drift": drift[j.pk]}
+        for j in running
+        if drift[j.pk]
+    ]
     waiting = [
         {
             "id": j.pk,
@@ -164,6 +186,7 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
         cost_last_day=sum_lines(last_day_lines, key="total", label="Total").cost,
         waiting=waiting,
         meta_note=note,
+        drifting=drifting,
     )
 
 
