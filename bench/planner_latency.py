@@ -10,6 +10,10 @@ decision at 2,000 concurrent jobs for its C++ search (Table 5); our target is a 
 under 50 ms in pure Python.
 
     .venv/bin/python bench/planner_latency.py [--decisions 200] [--seed 1] [--sizes 500,2000,4000]
+        [--objective marginal|expected] [--no-prune] [--colocated]
+
+The last three time the decision with rollmux's issue-14 admission levers (the
+expected-remaining-cost ranking, no saturation prune, the co-located strategy).
 """
 
 from __future__ import annotations
@@ -90,11 +94,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sizes", default="500,2000,4000")
     ap.add_argument("--cold", type=int, default=30, help="decisions timed on a rebuilt state")
+    ap.add_argument("--objective", default="marginal", choices=["marginal", "expected"])
+    ap.add_argument("--no-prune", action="store_true", help="drop the saturation prune")
+    ap.add_argument("--colocated", action="store_true", help="allow the co-located strategy")
     args = ap.parse_args()
+    levers = {
+        "objective": args.objective,
+        "prune_saturated": not args.no_prune,
+        "colocated": args.colocated,
+    }
     sizes = [int(x) for x in args.sizes.split(",")]
     print(
         f"rollmux planner decision latency (pure Python, seed {args.seed}, {args.decisions} decisions per size)"
     )
+    print(f"levers: {levers}")
     print(
         f"{'live jobs':>9} {'groups':>7} {'nodes':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
         f"{'cpu p50':>8} {'cpu p99':>8} {'build s':>8}  paper (C++)"
@@ -112,7 +125,7 @@ def main() -> None:
             job = make_job(rng, next_id + k)
             c = time.process_time()
             t = time.perf_counter()
-            res = place(job, state)
+            res = place(job, state, **levers)  # type: ignore[arg-type]
             lat.append((time.perf_counter() - t) * 1000)
             cpu.append((time.process_time() - c) * 1000)
             key = res.strategy.value if res.strategy else res.status.name
@@ -139,7 +152,7 @@ def main() -> None:
             job = make_job(rng, next_id + args.decisions + k)
             rebuilt = replace(state, groups=tuple(replace(g) for g in state.groups))
             c = time.process_time()
-            place(job, rebuilt)
+            place(job, rebuilt, **levers)  # type: ignore[arg-type]
             cold.append((time.process_time() - c) * 1000)
         if cold:
             print(

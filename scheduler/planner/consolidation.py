@@ -170,6 +170,27 @@ def _prices(state: ClusterState, placement: Placement) -> dict[str, float]:
     return price
 
 
+def _place(
+    cfg: ConsolidationConfig,
+    job: JobProfile,
+    state: ClusterState,
+    progress: Mapping[str, JobProgress],
+    *,
+    colocated: bool,
+) -> PlacementResult:
+    """Place `job` by Algorithm 1 with the configured admission options."""
+    return place(
+        job,
+        state,
+        policy="rollmux",
+        max_group_size=cfg.max_group_size,
+        objective=cfg.objective,
+        progress=progress,
+        prune_saturated=cfg.prune_saturated,
+        colocated=cfg.colocated and colocated,
+    )
+
+
 def _group_of(state: ClusterState, job_id: str) -> tuple[Group, Member] | None:
     for g in state.groups:
         for m in g.members:
@@ -202,16 +223,7 @@ def best_move(
     # 1. Algorithm 1's best placement for the rest of the job, without it.
     without, _released = remove_job(state, job_id)
     rest = replace(job, iterations=remaining)
-    result = place(
-        rest,
-        without,
-        policy="rollmux",
-        max_group_size=cfg.max_group_size,
-        objective=cfg.objective,
-        progress=progress,
-        prune_saturated=cfg.prune_saturated,
-        colocated=cfg.colocated and bool(member.rollout_nodes),
-    )
+    result = _place(cfg, rest, without, progress, colocated=bool(member.rollout_nodes))
     placement = result.placement
     if result.status is not PlacementStatus.FIT or placement is None:
         return None
@@ -368,25 +380,14 @@ def place_with_partners(
     included).
     """
     cfg = config or ConsolidationConfig()
-
-    def placed(colocated: bool) -> PlacementResult:
-        return place(
-            job,
-            state,
-            policy="rollmux",
-            max_group_size=cfg.max_group_size,
-            objective=cfg.objective,
-            progress=progress,
-            prune_saturated=cfg.prune_saturated,
-            colocated=colocated,
-        )
-
-    first = placed(colocated)
+    first = _place(cfg, job, state, progress, colocated=colocated)
     if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
         return ArrivalPlan(first)
     if not any(not g.rollout_nodes for g in state.groups):
         return ArrivalPlan(first)
-    alt = first if first.strategy is Strategy.NEW_GROUP else placed(False)
+    alt = first
+    if first.strategy is not Strategy.NEW_GROUP:
+        alt = _place(cfg, job, state, progress, colocated=False)
     if alt.strategy is not Strategy.NEW_GROUP or alt.placement is None:
         return ArrivalPlan(first)
     gid = f"{job.id}:new"
