@@ -61,6 +61,11 @@ def expected_train_s(job: JobProfile) -> float:
     return (job.train_min + job.t_train_max_s) / 2.0
 
 
+def colocated_expected_s(job: JobProfile, rollout_speed_factor: float) -> float:
+    """Return the job's expected iteration alone on its training nodes (co-located)."""
+    return rollout_speed_factor * expected_roll_s(job) + expected_train_s(job)
+
+
 def _expected(member: Member) -> Member:
     job = member.job
     return replace(
@@ -82,7 +87,7 @@ def expected_meta_s(
     if len(members) == 1:
         job = members[0].job
         if not members[0].rollout_nodes:
-            return colocated_factor * expected_roll_s(job) + expected_train_s(job)
+            return colocated_expected_s(job, colocated_factor)
         return expected_solo_s(job)
     times = steady_iteration_times(
         [_expected(m) for m in members], switch_overhead_s=switch_overhead_s
@@ -178,9 +183,7 @@ def choose_by_expected_cost(
         alone = colocated_candidate(req, colocated_factor)
         if alone is not None:
             co_life_h = (
-                job.iterations
-                * (colocated_factor * expected_roll_s(job) + expected_train_s(job))
-                / SECONDS_PER_HOUR
+                job.iterations * colocated_expected_s(job, colocated_factor) / SECONDS_PER_HOUR
             )
             if alone[0].delta * co_life_h < best_value - EPS:
                 best, best_value = alone, alone[0].delta * co_life_h
