@@ -1,4 +1,4 @@
-"""Command line: `python -m scheduler.sim --trace FILE [--cluster FILE] --policy P[,P...]|all --seed N [--json OUT]`.
+"""Command line: `python -m scheduler.sim --trace FILE [--cluster FILE] --policy P[,P...]|all --seed N [--json OUT] [--drift SETTING [--drift-replan]]`.
 
 Prints one row per policy; `--json` also writes the full report. A malformed
 trace or cluster file stops with exit code 2 and a message naming the line and
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from scheduler.sim.drift import SETTINGS
 from scheduler.sim.policies import parse_policies
 from scheduler.sim.run import run_simulation
 from scheduler.trace import TraceError, default_cluster, load_cluster, load_trace
@@ -74,6 +75,17 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--json", dest="json_out", help="also write the report as JSON here")
     parser.add_argument("--max-group-size", type=int, default=5)
+    parser.add_argument(
+        "--drift",
+        default="none",
+        choices=SETTINGS,
+        help="drift setting (the paper's templates, or mixed): every job's phases drift",
+    )
+    parser.add_argument(
+        "--drift-replan",
+        action="store_true",
+        help="rollmux re-plans drifting jobs (default: the static planner)",
+    )
     args = parser.parse_args(argv)
     try:
         policies = parse_policies(args.policy)
@@ -100,7 +112,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         print(f"error: cannot read trace {args.trace}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
     report = run_simulation(
-        jobs, spec, policies=policies, seed=args.seed, max_group_size=args.max_group_size
+        jobs,
+        spec,
+        policies=policies,
+        seed=args.seed,
+        max_group_size=args.max_group_size,
+        drift=args.drift,
+        replan_drift=args.drift_replan,
     )
     print(
         f"trace {args.trace}: {len(jobs)} jobs, seed {args.seed}, cluster "

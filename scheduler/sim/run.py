@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.model import ClusterSpec, JobProfile
+from scheduler.sim.drift import job_templates
 from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import ratios, summarise
 from scheduler.sim.milp import trace_lower_bound
@@ -23,6 +24,8 @@ def run_simulation(
     progress: Callable[[float], None] | None = None,
     lower_bound: bool = True,
     levers: Levers | None = None,
+    drift: str = "none",
+    replan_drift: bool = False,
 ) -> dict[str, Any]:
     """Simulate `jobs` under each policy and return the `--json` report.
 
@@ -31,8 +34,11 @@ def run_simulation(
     also carry `cost_over_lower_bound`, its total cost over the LP lower bound of
     the trace (scheduler.sim.milp.trace_lower_bound: how much is left). `optimal` is skipped (with its reason) on
     traces of more than 8 jobs. `progress`, if given, is called with the overall
-    fraction done (0..1) as the runs advance.
+    fraction done (0..1) as the runs advance. `drift` is a drift setting of
+    scheduler.sim.drift (every online policy sees the same drift; default none) and
+    `replan_drift` lets rollmux re-plan drifting jobs (the static planner otherwise).
     """
+    templates = job_templates(jobs, drift, seed=seed)
     names = ordered(policies)
     unknown = [n for n in policies if n not in names]
     if unknown:
@@ -63,7 +69,18 @@ def run_simulation(
             }
         else:
             policy = make_policy(name, seed=seed, max_group_size=max_group_size, levers=levers)
-            figures = summarise(simulate(jobs, spec, policy, seed=seed, progress=step))
+            run = simulate(
+                jobs,
+                spec,
+                policy,
+                seed=seed,
+                progress=step,
+                drift=templates,
+                replan_drift=replan_drift and name == "rollmux",
+            )
+            figures = summarise(run)
+            if replan_drift and name == "rollmux":
+                figures["drift_replans"] = sum(r.replans for r in run.jobs.values())
         report["policies"][name] = figures
         step(1.0)
     report["ratios"] = ratios(report["policies"])

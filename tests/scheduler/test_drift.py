@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from scheduler.sim.__main__ import main as cli_main
 from scheduler.sim.drift import (
     SETTINGS,
     TEMPLATES,
@@ -14,6 +20,7 @@ from scheduler.sim.drift import (
     learned_profile,
 )
 from scheduler.sim.engine import simulate
+from scheduler.sim.gen import generate_paper, to_jsonl
 from scheduler.sim.metrics import summarise
 from scheduler.sim.policies import make_policy
 from scheduler.trace import default_cluster
@@ -78,3 +85,20 @@ def test_replanning_moves_a_drifting_job_out_so_its_partner_keeps_its_slo() -> N
     plain = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1)
     again = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1, replan_drift=True)
     assert summarise(plain)["total_cost_usd"] == summarise(again)["total_cost_usd"]
+
+
+def test_the_command_line_runs_a_drift_setting_with_re_planning(tmp_path: Path) -> None:
+    jobs = [
+        replace(j, iterations=min(j.iterations, 30))
+        for j in generate_paper(2, jobs=5, window_h=1.0)
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(to_jsonl(jobs))
+    out = tmp_path / "r.json"
+    args = ["--trace", str(trace), "--policy", "rollmux,solo-disagg", "--seed", "2"]
+    code = cli_main([*args, "--drift", "increasing-1.5", "--drift-replan", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 0 and "drift_replans" in report["policies"]["rollmux"]
+    assert "drift_replans" not in report["policies"]["solo-disagg"]
+    with pytest.raises(SystemExit):
+        cli_main([*args, "--drift", "sideways"], out=io.StringIO())
