@@ -329,6 +329,9 @@ def test_a_failing_webhook_is_retried_with_backoff_by_a_real_celery_worker(
     settings.ROLLMUX_WEBHOOK_ALLOW_PRIVATE = True
     settings.ROLLMUX_NOTIFY_BACKOFF_S = 0.3
     receiver = Receiver(codes=[503, 503])
+    # `queues=` below selects the app's consumed queues for good (kombu keeps the choice on
+    # app.amqp.queues): put it back, or a later test's worker would consume only this queue
+    selected = app.amqp.queues._consume_from
     try:
         sub = services.subscription_create(
             user=world.alice, channel="webhook", target=receiver.url,
@@ -345,6 +348,7 @@ def test_a_failing_webhook_is_retried_with_backoff_by_a_real_celery_worker(
                 timeout=30,
             )
     finally:
+        app.amqp.queues._consume_from = selected
         receiver.close()
     delivery.refresh_from_db()
     assert delivery.attempts == 3 and delivery.response_status == 200
