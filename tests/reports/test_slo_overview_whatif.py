@@ -182,6 +182,28 @@ PREVIEW = {
 }
 
 
+# a probe the planner packs next to `live_resident`'s job
+PACKS = {
+    **PREVIEW,
+    "t_roll_max_s": "500",
+    "t_train_max_s": "500",
+    "t_roll_min_s": "",
+    "t_train_min_s": "",
+    "time_scale": "1",  # the resident's clock: only then may they share
+}
+
+
+def live_resident(world: Any) -> Any:
+    """Return a job alone in a live group on one rollout and one training node, and the group."""
+    now = datetime.now(tz=UTC)
+    job = make_job(world, name="resident", t_roll_max_s=600.0, t_train_max_s=600.0)
+    g = make_group(created=now)
+    allocate(g, "h20-0", now, None)
+    allocate(g, "h800-0", now, None)
+    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=now)
+    return job, g
+
+
 @pytest.mark.django_db
 def test_preview_gives_the_planners_answer_on_an_empty_cluster(world: Any, client_as: Any) -> None:
     html = client_as("alice").get("/whatif/preview/", PREVIEW).content.decode()
@@ -193,27 +215,8 @@ def test_preview_gives_the_planners_answer_on_an_empty_cluster(world: Any, clien
 def test_preview_packs_into_a_group_with_bubbles_and_names_its_members(
     world: Any, client_as: Any
 ) -> None:
-    now = datetime.now(tz=UTC)
-    job = make_job(world, name="resident", t_roll_max_s=600.0, t_train_max_s=600.0)
-    g = make_group(created=now)
-    allocate(g, "h20-0", now, None)
-    allocate(g, "h800-0", now, None)
-    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=now)
-    html = (
-        client_as("alice")
-        .get(
-            "/whatif/preview/",
-            {
-                **PREVIEW,
-                "t_roll_max_s": "500",
-                "t_train_max_s": "500",
-                "t_roll_min_s": "",
-                "t_train_min_s": "",
-                "time_scale": "1",  # the resident's clock: only then may they share
-            },
-        )
-        .content.decode()
-    )
+    job, g = live_resident(world)
+    html = client_as("alice").get("/whatif/preview/", PACKS).content.decode()
     assert f"group {g.pk}" in html and "direct packing" in html
     assert f'href="/groups/{g.pk}/"' in html
     assert "resident" in html and "this job" in html and "$0.00/h" in html
@@ -357,24 +360,11 @@ def test_the_group_page_and_the_preview_state_each_members_chance_of_its_slo(
     from rollmux_web.workflow.selectors import cluster_snapshot
     from scheduler.stochastic import slo_probabilities
 
-    now = datetime.now(tz=UTC)
-    job = make_job(world, name="resident", t_roll_max_s=600.0, t_train_max_s=600.0)
-    g = make_group(created=now)
-    allocate(g, "h20-0", now, None)
-    allocate(g, "h800-0", now, None)
-    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=now)
+    job, g = live_resident(world)
     (core,) = [x for x in cluster_snapshot().groups if x.id == str(g.pk)]
     expected = slo_probabilities(core.members, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
     page = client_as("alice").get(f"/groups/{g.pk}/").content.decode()
     assert f"SLO met with p = {expected[str(job.pk)]:.2f}" in page
-    query = {
-        **PREVIEW,
-        "t_roll_max_s": "500",
-        "t_train_max_s": "500",
-        "t_roll_min_s": "",
-        "t_train_min_s": "",
-        "time_scale": "1",
-    }
-    html = client_as("alice").get("/whatif/preview/", query).content.decode()
+    html = client_as("alice").get("/whatif/preview/", PACKS).content.decode()
     assert "direct packing" in html
     assert html.count("SLO met with p = ") == 2  # the resident and this job

@@ -155,15 +155,23 @@ def test_the_page_rejects_an_upload_not_in_the_format_naming_line_and_field(
     assert resp.status_code == 400 and "nothing to simulate" in resp.content.decode()
 
 
-@pytest.mark.django_db
-def test_a_finished_run_compares_policies_and_stops_polling(world: Any, client_as: Any) -> None:
-    run = WhatIfRun.objects.create(
+def done_run(world: Any, result: dict[str, Any]) -> WhatIfRun:
+    """Return alice's finished run of rollmux and solo-disagg with this simulator result."""
+    return WhatIfRun.objects.create(
         created_by=world.alice,
         trace_text=SMALL_TRACE,
         policies=["rollmux", "solo-disagg"],
         status=WhatIfRun.Status.DONE,
         progress=1.0,
-        result={
+        result=result,
+    )
+
+
+@pytest.mark.django_db
+def test_a_finished_run_compares_policies_and_stops_polling(world: Any, client_as: Any) -> None:
+    run = done_run(
+        world,
+        {
             "policies": {
                 "rollmux": {"jobs": 3, "total_cost_usd": 100.0, "slo_attainment": 1.0},
                 "solo-disagg": {"jobs": 3, "total_cost_usd": 184.0, "slo_attainment": 1.0},
@@ -190,16 +198,9 @@ def test_the_headline_says_when_policies_finished_different_jobs_and_names_the_i
         "infeasible": [{"id": "job-7", "reason": "needs 24 rollout nodes, the pool has 16"}],
         "never_started": [],
     }
-    run = WhatIfRun.objects.create(
-        created_by=world.alice,
-        trace_text=SMALL_TRACE,
-        policies=["rollmux", "solo-disagg"],
-        status=WhatIfRun.Status.DONE,
-        progress=1.0,
-        result={
-            "policies": {"rollmux": short, "solo-disagg": ok},
-            "ratios": {"solo-disagg/rollmux": 1.5},
-        },
+    run = done_run(
+        world,
+        {"policies": {"rollmux": short, "solo-disagg": ok}, "ratios": {"solo-disagg/rollmux": 1.5}},
     )
     html = client_as("alice").get(f"/whatif/{run.pk}/").content.decode()
     assert "The policies finished different sets of jobs" in html
