@@ -368,3 +368,16 @@ def test_the_group_page_and_the_preview_state_each_members_chance_of_its_slo(
     html = client_as("alice").get("/whatif/preview/", PACKS).content.decode()
     assert "direct packing" in html
     assert html.count("SLO met with p = ") == 2  # the resident and this job
+
+
+@pytest.mark.django_db
+def test_a_live_group_whose_member_is_pinned_to_no_node_still_renders(
+    world: Any, client_as: Any
+) -> None:
+    now = datetime.now(tz=UTC)
+    job = make_job(world, name="unpinned")
+    g = make_group(created=now)
+    allocate(g, "h20-0", now, None)
+    place(g, job, rollout=[], train=[], joined=now)
+    resp = client_as("alice").get(f"/groups/{g.pk}/")
+    assert resp.status_code == 200 and "unpinned" in resp.content.decode()

@@ -85,9 +85,19 @@ def group_slo_chances(group: ExecutionGroup) -> dict[int, float]:
     except Exception:  # a broken snapshot must not take the group page down
         return {}
     core = next((g for g in state.groups if str(g.id) == str(group.pk)), None)
-    if core is None or not core.members:
+    # a member pinned to no node has no load to model (the core's function needs some)
+    if (
+        core is None
+        or not core.members
+        or any(not (m.rollout_nodes or m.train_nodes) for m in core.members)
+    ):
         return {}
-    chances = slo_probabilities(core.members, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
+    try:
+        chances = slo_probabilities(
+            core.members, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S
+        )
+    except (ValueError, ArithmeticError):  # a probability must not take the page down
+        return {}
     return {int(jid): p for jid, p in chances.items() if str(jid).isdigit()}
 
 
