@@ -30,9 +30,10 @@ from rollmux_web.workflow.services import profiling
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
 from rollmux_web.workflow.services.locks import lock_group, plan_session_lock
-from scheduler.model import ClusterState, JobProfile, PlacementResult, PlacementStatus
+from scheduler.model import ClusterState, JobProfile, Member, PlacementResult, PlacementStatus
 
 BATCH_JOBS = 100  # queued jobs claimed per transaction
+BATCH_SECONDS = 0.25  # a transaction commits what it decided after this long
 STALE_RETRIES = 3  # snapshots re-read for one job whose group changed under the batch
 
 
@@ -124,8 +125,9 @@ def _pass(now: datetime | None) -> PlanSummary:
     except snapshot.NoPoolConfigured as exc:
         _no_pool(todo, str(exc), key, summary)
         return summary
-    for start in range(0, len(todo), BATCH_JOBS):
-        state = _batch_place(todo[start : start + BATCH_JOBS], state, key, now, summary)
+    while todo:
+        state, done = _batch_place(todo[:BATCH_JOBS], state, key, now, summary)
+        todo = todo[done:]
     return summary
 
 
@@ -145,12 +147,13 @@ def _batch_place(
     key: str,
     now: datetime | None,
     summary: PlanSummary,
-) -> ClusterState:
+) -> tuple[ClusterState, int]:
     """Claim and place one batch of queued jobs in one transaction; return the snapshot with
     its placements applied (a rolled-back batch leaves the caller's snapshot as it was)."""
     from scheduler.planner import place
 
-    def batch() -> tuple[ClusterState, list[int], dict[int, str], dict[int, str]]:
+    def batch() -> tuple[ClusterState, list[int], dict[int, str], dict[int, str], int]:
+        began = time.perf_counter()
         state_now = state
         placed: list[int] = []
         waiting: dict[int, str] = {}
@@ -170,8 +173,14 @@ def _batch_place(
         # before the end of the allocation it follows (the snapshot saw that end).
         stamp = now or timezone.now()
         effects = Effects()
+        nodes = dict(Node.objects.values_list("name", "pk"))
         measured = sync.measured_s(j.pk for j in jobs)  # a resubmitted job's sync times
-        for job in jobs:
+        done = len(job_ids)
+        for index, job in enumerate(jobs):
+            if index and time.perf_counter() - began > BATCH_SECONDS:
+                # commit what is decided: the rest goes to the next transaction
+                done = job_ids.index(job.pk)
+                break
             profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, measured))
             decided = time.perf_counter()
             result = place(
@@ -181,7 +190,9 @@ def _batch_place(
                 if result.status is not PlacementStatus.FIT or result.placement is None:
                     break
                 try:
-                    state_now = _placement_persist(job, profile, result, state_now, stamp, effects)
+                    state_now = _placement_persist(
+                        job, profile, result, state_now, stamp, effects, nodes
+                    )
                     break
                 except _StaleSnapshot:
                     # a departure committed while this batch waited for the group's lock
@@ -217,13 +228,13 @@ def _batch_place(
         _waits_record([pk for pk in waiting if pk not in again], key)
         PlanWait.objects.filter(job_id__in=placed + list(infeasible)).delete()
         effects.schedule()
-        return state_now, placed, waiting, infeasible
+        return state_now, placed, waiting, infeasible, done
 
-    state, placed, waiting, infeasible = atomic_with_retry(batch, what="planning batch")
+    state, placed, waiting, infeasible, done = atomic_with_retry(batch, what="planning batch")
     summary.placed += placed
     summary.waiting.update(waiting)
     summary.infeasible.update(infeasible)
-    return state
+    return state, done
 
 
 def _waits_record(job_ids: list[int], key: str) -> None:
@@ -250,8 +261,10 @@ def _placement_persist(
     state: ClusterState,
     now: datetime,
     effects: Effects,
+    nodes: dict[str, int],
 ) -> ClusterState:
-    """Persist a FIT decision and return the snapshot with it applied."""
+    """Persist a FIT decision and return the snapshot with it applied (`nodes`: node ids
+    by name)."""
     from scheduler.planner import apply_placement
 
     placement = result.placement
@@ -269,8 +282,6 @@ def _placement_persist(
         if group.released_at is not None or held != len(kept):
             raise _StaleSnapshot(group.pk)  # a member left after the snapshot: nodes went
     state = apply_placement(state, profile, placement, group_id=str(group.pk))
-    names = set(placement.rollout_nodes) | set(placement.train_nodes)
-    nodes = {n.name: n for n in Node.objects.filter(name__in=names)}
     slowdown = result.predicted_slowdown.get(profile.id, 1.0)
     row = Placement.objects.create(
         job=job,
@@ -280,13 +291,19 @@ def _placement_persist(
         marginal_cost_per_hour=Decimal(str(round(result.marginal_cost_per_hour, 4))),
         predicted_slowdown=slowdown,
     )
-    row.rollout_nodes.set([nodes[n] for n in placement.rollout_nodes])
-    row.train_nodes.set([nodes[n] for n in placement.train_nodes])
+    # the pinned nodes: one INSERT per pool (`.set()` would read the empty sets first)
+    rollout, train = Placement.rollout_nodes.through, Placement.train_nodes.through
+    rollout.objects.bulk_create(
+        [rollout(placement_id=row.pk, node_id=nodes[n]) for n in placement.rollout_nodes]
+    )
+    train.objects.bulk_create(
+        [train(placement_id=row.pk, node_id=nodes[n]) for n in placement.train_nodes]
+    )
     # The exclusion constraint (no two allocations of a node overlap in time) and the
     # partial unique index (one open allocation per node) make a double allocation
     # impossible even if two planners ever ran at once.
     NodeAllocation.objects.bulk_create(
-        [NodeAllocation(node=nodes[name], group=group, start=now) for name in placement.new_nodes]
+        [NodeAllocation(node_id=nodes[n], group=group, start=now) for n in placement.new_nodes]
     )
     # the wait since submission, or since the resubmission that put it back in the queue
     queued_since = job.submitted_at
@@ -317,7 +334,13 @@ def _placement_persist(
         },
     )
     runtime = runtime_load(group)
-    member = converters.member(row, t_sync_s=profile.t_sync_s)
+    # the member as decided (converters.member(row) would read the nodes back); its
+    # profile is the one the planner placed (t_sync_s included)
+    member = Member(
+        job=profile,
+        rollout_nodes=tuple(sorted(placement.rollout_nodes)),
+        train_nodes=tuple(sorted(placement.train_nodes)),
+    )
     runtime.admit(member, iterations=job.iterations, start_iteration=job.iterations_done)
     phases_start(group, runtime, now, effects)
     runtime_save(group, runtime)

@@ -1,0 +1,179 @@
+"""Benchmark a planning pass on PostgreSQL: a burst of queued jobs, then an idle pass.
+
+Seeds a scratch database (`bench_plan_pass_<name>` next to DATABASE_URL's, dropped at the
+end) with N nodes per pool (8 GPUs each) and J queued jobs (8 rollout + 8 training GPUs,
+profiles varied deterministically so some direct-pack, some scale rollouts, some need new
+groups and the rest wait for capacity), then prints:
+
+- the first pass: placements, waiting jobs, seconds, placements per second, and the
+  longest single transaction of the pass (the planner's batches);
+- an idle pass (nothing changed: every waiting job still waits): its time, median of 5.
+
+Phases are not run (a dispatcher that records nothing); the pass's own work is measured.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollmux_x .venv/bin/python bench/plan_pass.py \\
+        --nodes 1000 --jobs 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class _Nothing:
+    """A dispatcher and a set of triggers that do nothing (the pass alone is measured)."""
+
+    def dispatch(self, order: Any) -> None: ...
+
+    def probe(self, order: Any) -> Any:
+        raise NotImplementedError
+
+    def release(self, job_id: int, placement_id: int) -> None: ...
+
+    def kill(self, job_id: int, placement_id: int) -> None: ...
+
+    def request_planning(self) -> None: ...
+
+    def request_cancel(self, job_id: int) -> None: ...
+
+    def node_state_changed(self, node_id: int) -> None: ...
+
+
+def _seed(nodes: int, jobs: int) -> None:
+    from rollmux_web.jobs.models import Job, JobStatus
+    from tests.factories import make_world
+
+    world = make_world(rollout_nodes=nodes, train_nodes=nodes)
+    rows = []
+    for i in range(jobs):
+        roll = 60.0 + (i * 37) % 240  # 60-300 s rollouts, 30-150 s trainings
+        train = 30.0 + (i * 53) % 120
+        rows.append(
+            Job(
+                name=f"burst-{i}", tenant=world.vision, submitter=world.alice,
+                slo_class=(world.bronze, world.silver, world.gold)[i % 3], runner="emulated",
+                iterations=20, rollout_gpus=8 * (1 + i % 2), train_gpus=8,
+                t_roll_max_s=roll, t_roll_min_s=roll * 0.8, t_train_max_s=train,
+                t_train_min_s=train * 0.8, host_mem_gb=300.0, time_scale=100.0,
+                status=JobStatus.QUEUED, reason="waiting for the planner",
+            )
+        )  # fmt: skip
+    Job.objects.bulk_create(rows, batch_size=1000)
+
+
+def _plan() -> Any:
+    from rollmux_web.workflow import services
+
+    fn = getattr(services, "queue_plan", None) or services.plan_pass  # (before the rename)
+    return fn()
+
+
+class _LongestTransaction:
+    """Time each planning transaction: the batches' `atomic_with_retry` calls (before the
+    batches, the whole pass was one transaction)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.count = 0
+        try:
+            from rollmux_web.workflow.services import planning
+
+            self._module: Any = planning
+            self._real = planning.atomic_with_retry
+        except (ImportError, AttributeError):
+            self._module = None
+
+    def __enter__(self) -> _LongestTransaction:
+        if self._module is not None:
+
+            def timed(fn: Any, **kwargs: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return self._real(fn, **kwargs)
+                finally:
+                    self.count += 1
+                    self.longest = max(self.longest, time.perf_counter() - t)
+
+            self._module.atomic_with_retry = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._module is not None:
+            self._module.atomic_with_retry = self._real
+
+
+def run(args: argparse.Namespace) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rollmux_web.settings")
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    if connection.vendor != "postgresql":
+        raise SystemExit("set DATABASE_URL to a PostgreSQL database")
+    setup_test_environment()
+    old_name = connection.settings_dict["NAME"]
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"bench_plan_pass_{old_name}"
+    connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    nothing = _Nothing()
+    try:
+        from rollmux_web.workflow import ports
+
+        previous = ports.configure(dispatcher=nothing, triggers=nothing)  # type: ignore[arg-type]
+    except ImportError:  # before the ports (main before issue 10)
+        from workers.dispatch import set_dispatcher
+
+        set_dispatcher(nothing)  # type: ignore[arg-type]
+        previous = None
+    try:
+        import scheduler.planner  # noqa: F401  (imported once per worker: not the pass's time)
+
+        t = time.perf_counter()
+        _seed(args.nodes, args.jobs)
+        print(f"seeded {args.nodes} + {args.nodes} nodes, {args.jobs} queued jobs "
+              f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
+        t = time.perf_counter()
+        with _LongestTransaction() as probe:
+            first = _plan()
+        took = time.perf_counter() - t
+        if not probe.count:  # one transaction for the whole pass
+            probe.longest, probe.count = took, 1
+        placed = len(first.placed)
+        print(f"first pass: {placed} placed, {len(first.waiting)} waiting, "
+              f"{len(first.infeasible)} infeasible in {took:.2f} s = {placed / took:.0f} "
+              f"placements/s; {probe.count} transactions, the longest {probe.longest:.2f} s")  # fmt: skip
+        idle = []
+        for _ in range(5):
+            t = time.perf_counter()
+            _plan()
+            idle.append(time.perf_counter() - t)
+        print(f"idle pass (nothing changed): median {statistics.median(idle) * 1000:.1f} ms "
+              f"(min {min(idle) * 1000:.1f}, max {max(idle) * 1000:.1f}) over 5")  # fmt: skip
+        print(
+            f"load average (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        )
+    finally:
+        if previous is not None:
+            ports.restore(previous)
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="nodes per pool")
+    parser.add_argument("--jobs", type=int, default=2000, help="queued jobs")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
