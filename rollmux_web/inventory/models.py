@@ -86,8 +86,14 @@ class Node(models.Model):
 
     @property
     def ray_resource(self) -> str:
-        """The Ray custom resource that pins work onto exactly this node."""
+        """The Ray custom resource a single local Ray advertises for this node (`make run`);
+        multi-node clusters pin by `ray_label` instead."""
         return f"node:{self.name}"
+
+    @property
+    def ray_label(self) -> str:
+        """The node label of the Ray node that serves this node (`ray start --labels=...`)."""
+        return f"rollmux.io/node={self.name}"
 
 
 class RunnerPackage(models.Model):

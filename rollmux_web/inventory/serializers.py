@@ -138,6 +138,12 @@ class NodeSerializer(serializers.ModelSerializer):
     host_mem_gb = serializers.FloatField(min_value=0.001, max_value=MAX_MEM_GB, required=False)
     state = serializers.ChoiceField(choices=NodeState.choices, required=False)
     ray_resource = serializers.CharField(read_only=True)
+    ray_label = serializers.CharField(
+        read_only=True, help_text="the label of the Ray node that serves it (ray start --labels)"
+    )
+    state_reason = serializers.CharField(
+        read_only=True, help_text="why the platform set its state (e.g. its Ray node died)"
+    )
 
     class Meta:
         model = Node
@@ -149,10 +155,12 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpus",
             "host_mem_gb",
             "state",
+            "state_reason",
+            "ray_label",
             "ray_resource",
             "updated_at",
         ]
-        read_only_fields = ["id", "ray_resource", "updated_at"]
+        read_only_fields = ["id", "state_reason", "ray_label", "ray_resource", "updated_at"]
 
     def validate_name(self, value: str) -> str:
         qs = Node.objects.filter(name=value)
