@@ -151,6 +151,26 @@ def multinode_workflow(
     dispatcher.stop()
 
 
+def wait_all_done(job_ids: list[int], timeout: float) -> None:
+    """Wait until the jobs are done; on timeout fail with their states, reasons and phases."""
+    from rollmux_web.jobs.models import Job
+    from rollmux_web.workflow.models import PhaseRecord
+    from tests.workers.conftest import all_done, wait_for
+
+    try:
+        wait_for(all_done(job_ids), timeout=timeout)
+    except AssertionError:
+        jobs = list(Job.objects.filter(pk__in=job_ids).values_list("name", "status", "reason"))
+        phases = list(
+            PhaseRecord.objects.filter(job_id__in=job_ids)
+            .exclude(state="succeeded")
+            .values_list("job_id", "kind", "iteration", "state", "outcome")
+        )
+        raise AssertionError(
+            f"not done in {timeout} s: {jobs}; unfinished phases {phases}"
+        ) from None
+
+
 def order_multinode_last(items: list[Any]) -> None:
     """Run the tests that use the multi-node cluster after every other test."""
     items.sort(key=lambda item: "multinode_cluster" in getattr(item, "fixturenames", ()))

@@ -17,8 +17,8 @@ import pytest
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.sync import weights_gb
-from tests.workers.conftest import all_done, make_job, wait_for
-from tests.workers.multinode import GPUS_PER_NODE, MultiNode
+from tests.workers.conftest import make_job
+from tests.workers.multinode import GPUS_PER_NODE, MultiNode, wait_all_done
 from workers import triggers
 from workers.runners import RunnerContext
 from workers.runners.emulated import weights_nbytes
@@ -54,7 +54,7 @@ def assert_no_node_ran_two_phases_at_once(phases: list[PhaseRecord]) -> None:
 
 
 def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_weights(
-    multinode_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode
+    multinode_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode, api_client: Any
 ) -> None:
     jobs = [
         job(multinode_world, f"m{i}", iterations=3, slo_class=multinode_world.bronze)
@@ -62,7 +62,7 @@ def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_wei
     ]
     ids = [j.pk for j in jobs]
     triggers.request_planning()
-    wait_for(all_done(ids), timeout=120)
+    wait_all_done(ids, timeout=120)
     statuses = dict(Job.objects.filter(pk__in=ids).values_list("pk", "status"))
     assert set(statuses.values()) == {JobStatus.COMPLETED}, Job.objects.values("reason")
     groups = set(Placement.objects.filter(job_id__in=ids).values_list("group_id", flat=True))
@@ -87,6 +87,17 @@ def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_wei
         # each rollout generated with the weights of every training before it
         rollouts = [p for p in own if p.kind == "rollout"]
         assert [p.metrics["weights_version"] for p in rollouts] == [0.0, 1.0, 2.0]
+    # the phases API says where each phase ran (as alice, the jobs' tenant)
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {multinode_world.tokens['alice']}")
+    response = api_client.get(f"/api/v1/jobs/{ids[0]}/phases/")
+    assert response.status_code == 200
+    rows = {(r["iteration"], r["kind"]): r for r in response.json()["results"]}
+    sync = rows[(0, "sync")]
+    assert sync["nodes"] == sync["node_names"] and sync["bytes_moved"] == weights
+    assert sync["ray_node_ids"] == {n: multinode_cluster.ray_node_id(n) for n in sync["nodes"]}
+    train = rows[(0, "train")]
+    assert train["gpu_ids"] == {n: [0, 1] for n in train["nodes"]}
+    assert train["bytes_moved"] is None
 
 
 def test_toy_rl_reward_rises_across_syncs_between_separate_nodes(
@@ -94,7 +105,7 @@ def test_toy_rl_reward_rises_across_syncs_between_separate_nodes(
 ) -> None:
     rl = job(multinode_world, "rl", runner="toy-rl", iterations=12, model="toy-0.5B")
     triggers.request_planning()
-    wait_for(all_done([rl.pk]), timeout=90)
+    wait_all_done([rl.pk], timeout=90)
     rl.refresh_from_db()
     assert rl.status == JobStatus.COMPLETED, rl.reason
     phases = list(PhaseRecord.objects.filter(job=rl).order_by("started_at"))

@@ -16,8 +16,8 @@ import pytest
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
-from tests.workers.conftest import all_done, make_job, wait_for
-from tests.workers.multinode import GPUS_PER_NODE, MultiNode
+from tests.workers.conftest import make_job, wait_for
+from tests.workers.multinode import GPUS_PER_NODE, MultiNode, wait_all_done
 from workers import triggers
 
 pytestmark = [
@@ -75,7 +75,7 @@ def test_a_killed_raylet_is_noticed_in_seconds_and_its_job_resumes_elsewhere(
             node.state_reason
         )
 
-        wait_for(all_done([victim.pk, bystander.pk]), timeout=120)
+        wait_all_done([victim.pk, bystander.pk], timeout=120)
     finally:
         multinode_cluster.add(target)  # the other multi-node tests need all four nodes
     victim.refresh_from_db()
