@@ -39,17 +39,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-for _k, _v in {
-    "DJANGO_SETTINGS_MODULE": "rollmux_web.settings",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "http_proxy": "http://127.0.0.1:9",
-    "https_proxy": "http://127.0.0.1:9",
-    "no_proxy": "127.0.0.1,localhost,::1",
-    "LOG_LEVEL": "WARNING",
-}.items():
-    os.environ.setdefault(_k, _v)
+from workers import ray_env  # noqa: E402  (after the path)
+
+ray_env.apply(override=False)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rollmux_web.settings")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 
 def pct(values: list[float], q: float) -> float:

@@ -33,15 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)  # Ray's workers import the project from the cluster's working directory
-for _k, _v in {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "http_proxy": "http://127.0.0.1:9",
-    "https_proxy": "http://127.0.0.1:9",
-    "no_proxy": "127.0.0.1,localhost,::1",
-}.items():
-    os.environ.setdefault(_k, _v)
+from workers import ray_env  # noqa: E402  (after the path)
+
+ray_env.apply(override=False)
 
 LINK_GBPS = 20.0  # the paper's cross-pool link
 

@@ -28,14 +28,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RAY_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "http_proxy": "http://127.0.0.1:9",
-    "https_proxy": "http://127.0.0.1:9",
-    "no_proxy": "127.0.0.1,localhost,::1",
-}
+from workers import ray_env  # noqa: E402  (after the path)
+
 NODES = {"H20": ("h20-0", "h20-1"), "H800": ("h800-0", "h800-1")}
 GPUS_PER_NODE = 2
 DEMO_JOBS = [  # name, runner, model, t_roll (min, max), t_train (min, max), iterations
@@ -112,7 +106,7 @@ def start_cluster(port: int) -> Any:
 
 
 def main() -> int:
-    os.environ.update(RAY_ENV)
+    ray_env.apply()
     port = int(os.environ.get("ROLLMUX_CLUSTER_PORT", "8146"))
     http = os.environ.get("ROLLMUX_HTTP_ADDR", "127.0.0.1:8000")
     db = ROOT / "var" / "cluster.sqlite3"

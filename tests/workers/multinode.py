@@ -13,7 +13,6 @@ shuts that local Ray down first.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,16 +20,10 @@ from typing import Any
 
 import pytest
 
+from workers import ray_env
+
 NODES = ("h20-0", "h20-1", "h800-0", "h800-1")
 GPUS_PER_NODE = 2
-RAY_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "http_proxy": "http://127.0.0.1:9",
-    "https_proxy": "http://127.0.0.1:9",
-    "no_proxy": "127.0.0.1,localhost,::1",
-}
 # a killed raylet is dead after ~3 missed checks of 300 ms (Ray's default: 5 x 3 s)
 FAST_HEALTH_CHECKS = {
     "health_check_initial_delay_ms": 0,
@@ -76,7 +69,7 @@ def start_cluster(
     developer, or two checkouts) must not join each other's cluster.
     """
     port = port or free_port()
-    os.environ.update(RAY_ENV)
+    ray_env.apply()
     from ray.cluster_utils import Cluster
 
     from workers.dispatch import ray_dispatcher

@@ -97,7 +97,21 @@ def _stamp(blob: bytes | bytearray) -> int:
     return int.from_bytes(blob[:8], "little")
 
 
-class EmulatedRollout:
+class _Resident:
+    """A worker whose share of the job's state moves to host memory between phases."""
+
+    state: _State | None
+
+    def offload(self) -> None:
+        if self.state is not None:
+            self.state.offload()
+
+    def reload(self) -> None:
+        if self.state is not None:
+            self.state.reload()
+
+
+class EmulatedRollout(_Resident):
     """A rollout worker: sleeps its phase over a resident state, reports the weights it has."""
 
     def __init__(self) -> None:
@@ -124,19 +138,11 @@ class EmulatedRollout:
         self.weights_crc = zlib.crc32(weights)
         return {"weights_bytes": float(len(weights))}
 
-    def offload(self) -> None:
-        if self.state is not None:
-            self.state.offload()
-
-    def reload(self) -> None:
-        if self.state is not None:
-            self.state.reload()
-
     def restore(self, blob: bytes) -> None:
         self.weights_version = int(json.loads(blob)["iterations_trained"])
 
 
-class EmulatedTrainer:
+class EmulatedTrainer(_Resident):
     """A trainer worker: sleeps its phase, stamps the weights with the iterations trained."""
 
     def __init__(self) -> None:
@@ -167,14 +173,6 @@ class EmulatedTrainer:
 
     def send_weights(self) -> bytes:
         return bytes(self.weights)
-
-    def offload(self) -> None:
-        if self.state is not None:
-            self.state.offload()
-
-    def reload(self) -> None:
-        if self.state is not None:
-            self.state.reload()
 
     def checkpoint(self) -> bytes:
         return json.dumps({"iterations_trained": self.iterations_trained}).encode()

@@ -35,7 +35,34 @@ PROMPTS_PER_ROLLOUT = 16
 LEARNING_RATE = 0.15
 
 
-class ToyRLRunner:
+class _PolicyCheckpoint:
+    """The checkpoint of a learner holding the policy and its Adam moments (`_state()`)."""
+
+    updates: int
+
+    def _state(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def checkpoint(self) -> bytes:
+        s = self._state()
+        out = io.BytesIO()
+        np.savez(
+            out,
+            logits=s["logits"],
+            adam_m=s["adam_m"],
+            adam_v=s["adam_v"],
+            updates=np.array(self.updates),
+        )
+        return out.getvalue()
+
+    def restore(self, blob: bytes) -> None:
+        s = self._state()
+        with np.load(io.BytesIO(blob)) as data:
+            s["logits"], s["adam_m"], s["adam_v"] = data["logits"], data["adam_m"], data["adam_v"]
+            self.updates = int(data["updates"])
+
+
+class ToyRLRunner(_PolicyCheckpoint):
     def __init__(self) -> None:
         self.ctx: RunnerContext | None = None
         self.arrays: dict[str, np.ndarray] | None = None
@@ -111,24 +138,6 @@ class ToyRLRunner:
         }
         self._host = None
         self.switches += 1
-
-    def checkpoint(self) -> bytes:
-        s = self._state()
-        out = io.BytesIO()
-        np.savez(
-            out,
-            logits=s["logits"],
-            adam_m=s["adam_m"],
-            adam_v=s["adam_v"],
-            updates=np.array(self.updates),
-        )
-        return out.getvalue()
-
-    def restore(self, blob: bytes) -> None:
-        s = self._state()
-        with np.load(io.BytesIO(blob)) as data:
-            s["logits"], s["adam_m"], s["adam_v"] = data["logits"], data["adam_m"], data["adam_v"]
-            self.updates = int(data["updates"])
 
     def stats(self) -> dict[str, Any]:
         return {"updates": self.updates, "switches": self.switches}
@@ -255,7 +264,7 @@ class ToyRLRollout:
         self._host = None
 
 
-class ToyRLTrainer:
+class ToyRLTrainer(_PolicyCheckpoint):
     def __init__(self) -> None:
         self.ctx: WorkerContext | None = None
         self.arrays: dict[str, np.ndarray] | None = None
@@ -308,19 +317,6 @@ class ToyRLTrainer:
                 for k, raw in self._host.items()
             }
             self._host = None
-
-    def checkpoint(self) -> bytes:
-        s = self._state()
-        out = io.BytesIO()
-        np.savez(out, logits=s["logits"], adam_m=s["adam_m"], adam_v=s["adam_v"],
-                 updates=np.array(self.updates))  # fmt: skip
-        return out.getvalue()
-
-    def restore(self, blob: bytes) -> None:
-        s = self._state()
-        with np.load(io.BytesIO(blob)) as data:
-            s["logits"], s["adam_m"], s["adam_v"] = data["logits"], data["adam_m"], data["adam_v"]
-            self.updates = int(data["updates"])
 
 
 ToyRLRunner.rollout_side = ToyRLRollout  # type: ignore[attr-defined]
