@@ -159,15 +159,18 @@ def ray_workflow(
 
 
 @pytest.fixture
-def celery_worker_thread(ray_workflow: Any) -> Iterator[Any]:
+def celery_worker_thread(ray_workflow: Any, settings: Any) -> Iterator[Any]:
     """A real Celery worker (threads pool) consuming the Redis broker in this process."""
     from celery.contrib.testing.worker import start_worker
 
     from rollmux_web.celery import app
 
+    # the controller's queue named: another test's start_worker(queues=[...]) leaves its
+    # selection on the app, and a worker started after it would consume only that queue
     with start_worker(
-        app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
-    ) as worker:
+        app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20,
+        queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+    ) as worker:  # fmt: skip
         yield worker
 
 

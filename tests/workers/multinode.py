@@ -136,9 +136,14 @@ def multinode_workflow(
     dispatcher.warm()
     with (
         ports.override(dispatcher=dispatcher),
-        start_worker(
-            app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
-        ),
+        start_worker(  # the controller's queue named (see conftest's celery_worker_thread)
+            app,
+            pool="threads",
+            concurrency=2,
+            perform_ping_check=False,
+            shutdown_timeout=20,
+            queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+        ),  # fmt: skip
     ):
         yield dispatcher
     dispatcher.stop()

@@ -225,7 +225,10 @@ def test_reports_lost_with_redis_are_recovered_by_reconcile(
     redis.Redis.from_url(settings.REDIS_URL).flushdb()  # the restart: every message gone
     running = PhaseRecord.objects.filter(job_id__in=ids, state=PhaseState.RUNNING).count()
     assert running == 2, "both first phases ended on their actors but nobody knows yet"
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False):
+    with start_worker(
+        app, pool="threads", concurrency=2, perform_ping_check=False,
+        queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+    ):  # fmt: skip
         summary = services.phases_reconcile(grace_s=0.0)
         assert len(summary.recovered) == 2
         wait_for(all_done(ids), timeout=60)
