@@ -367,7 +367,8 @@ def test_the_group_page_and_the_preview_state_each_members_chance_of_its_slo(
     assert f"SLO met with p = {expected[str(job.pk)]:.2f}" in page
     html = client_as("alice").get("/whatif/preview/", PACKS).content.decode()
     assert "direct packing" in html
-    assert html.count("SLO met with p = ") == 2  # the resident and this job
+    assert "SLO met with</th>" in html
+    assert html.count('<span class="nowrap">p = ') == 2  # the resident and this job
 
 
 @pytest.mark.django_db
