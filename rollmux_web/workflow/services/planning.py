@@ -99,7 +99,8 @@ def _profiles_start(now: datetime | None) -> None:
         profiling.profiles_start(now=now or timezone.now(), effects=effects)
         effects.schedule()
 
-    atomic_with_retry(start, what="profiling runs")
+    if Job.objects.filter(status=JobStatus.PROFILING, cancel_requested=False).exists():
+        atomic_with_retry(start, what="profiling runs")  # (no transaction when none waits)
 
 
 def _pass(now: datetime | None) -> PlanSummary:
