@@ -50,7 +50,7 @@ def test_the_expected_cost_objective_rides_a_long_lived_group_instead_of_holding
 def test_without_the_saturation_prune_a_third_small_job_scales_onto_the_idle_training_node() -> (
     None
 ):
-    # The docs' case (results.md section 2): two identical small jobs packed on one
+    # The docs' case (results.md section 3): two identical small jobs packed on one
     # rollout node saturate it (T_load 228 >= T_cycle 174), so line 4 skips the group
     # and the third opens a new one, although rollout scaling onto the half-idle
     # training node is admissible and cheaper.
