@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -57,11 +58,22 @@ def _controller_pid(run_pid: int) -> int | None:
 
 
 def _redis(tmp: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         ["redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", str(tmp)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=(tmp / "redis.log").open("ab"), stderr=subprocess.STDOUT,
     )  # fmt: skip
+
+    def answers() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", REDIS_PORT), timeout=0.5).close()
+            return True
+        except OSError:
+            assert proc.poll() is None, (tmp / "redis.log").read_text()[-2000:]
+            return False
+
+    wait_for(answers, timeout=20)
+    return proc
 
 
 def _broker_app() -> Any:
@@ -110,8 +122,8 @@ def test_a_killed_controller_and_a_redis_outage_cost_nothing(tmp_path: Path) -> 
     try:
         app = _broker_app()
         try:  # the demo inventory is seeded and the controller answers
-            wait_for(lambda: _controller_pid(run.pid) is not None, timeout=90)
-            app.send_task("workers.tasks.ping", queue="rollmux").get(timeout=120)
+            wait_for(lambda: _controller_pid(run.pid) is not None, timeout=150)
+            app.send_task("workers.tasks.ping", queue="rollmux").get(timeout=180)
         except Exception:
             text = "\n".join(x for x in log.read_text().splitlines() if "due task" not in x)
             raise AssertionError(text[-6000:]) from None
