@@ -69,14 +69,19 @@ class _Guard:
 
 
 @contextmanager
-def _beating(run_id: int, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+def _beating(run_id: int, every_s: float | None = None) -> Iterator[None]:
     """Beat the run's heartbeat from a thread while the simulation runs (it stops with the
-    process: a killed worker stops beating, and reconcile fails the run)."""
+    process: a killed worker stops beating, and reconcile fails the run).
+
+    The period is read when the run starts (default `HEARTBEAT_S` then, not when this
+    module was imported), so a test or an operator that sets it is obeyed.
+    """
+    period = HEARTBEAT_S if every_s is None else every_s
     stop = threading.Event()
 
     def beat() -> None:
         try:
-            while not stop.wait(every_s):
+            while not stop.wait(period):
                 heartbeat(run_id)
         finally:
             connection.close()  # the thread's own connection
