@@ -61,6 +61,9 @@ NODE_LABEL = "rollmux.io/node"  # the inventory node a Ray node serves
 PROBE_TIMEOUT_S = 10.0
 CREATE_TIMEOUT_S = float(os.environ.get("ROLLMUX_WORKER_CREATE_TIMEOUT_S", "60"))
 GPU_SHARE = int(os.environ.get("ROLLMUX_GPU_SHARE", "8"))  # resident jobs per GPU, at most
+# how long a dead worker's node may take to show as dead in Ray's node table (compose and
+# the KubeRay manifest: 5 missed health checks 1 s apart)
+NODE_DEATH_WAIT_S = float(os.environ.get("ROLLMUX_NODE_DEATH_WAIT_S", "6"))
 
 
 # --------------------------------------------------------------------------------------
@@ -244,7 +247,13 @@ class JobCoordinator(PhaseHost):
             cause = exc.cause if isinstance(exc.cause, Exception) else exc
             raise cause from None
         except RayActorError as exc:
+            # A worker's death can reach us before Ray's node table says its node died:
+            # give the table a few health-check periods to tell the two apart.
+            deadline = time.monotonic() + NODE_DEATH_WAIT_S
             dead = self._dead_nodes(workers)
+            while not dead and time.monotonic() < deadline:
+                time.sleep(0.2)
+                dead = self._dead_nodes(workers)
             where = f"node {', '.join(dead)} died" if dead else "a worker died"
             raise WorkerLost(f"{where} ({type(exc).__name__})") from exc
 
