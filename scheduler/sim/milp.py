@@ -59,6 +59,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, linprog, milp
@@ -207,6 +208,52 @@ def compatible(a: JobProfile, b: JobProfile, spec: ClusterSpec) -> bool:
     return cycle <= min(a.slo * a.t_solo_max_s, b.slo * b.t_solo_max_s) * (1 + 1e-9)
 
 
+_BoundWindow = tuple[JobProfile, int, float, float, float, int, int, float]
+
+
+def _bound_windows(jobs: Sequence[JobProfile], spec: ClusterSpec, seed: int) -> list[_BoundWindow]:
+    """Return per job: itself, iterations, mean rollout and training, its shortest drawn
+    iteration, its rollout and training nodes, and the end of its SLO window."""
+    info: list[_BoundWindow] = []
+    for job in jobs:
+        roll, train = draw_durations(job, seed)
+        n = job.iterations
+        r_mean, t_mean = float(np.mean(roll)), float(np.mean(train))
+        shortest = min(r + t for r, t in zip(roll, train, strict=True))
+        n_r = nodes_needed(job, spec, Pool.ROLLOUT)
+        n_t = nodes_needed(job, spec, Pool.TRAIN)
+        end = job.arrival_s + job.slo * n * (r_mean + t_mean)
+        info.append((job, n, r_mean, t_mean, shortest, n_r, n_t, end))
+    return info
+
+
+def _solve_bound(
+    cost: Any, a_ub: Any, rhs: Any, a_eq: Any, b_eq: Any, base: int
+) -> tuple[OptimizeResult, bool]:
+    """Solve the bound's LP with HiGHS; without the capacity rows (those after `base`) if
+    they make it infeasible. Return the result and whether capacity bounded it."""
+
+    def solve(rows: int) -> OptimizeResult:
+        return linprog(
+            cost,
+            A_ub=a_ub[:rows],
+            b_ub=rhs[:rows],
+            A_eq=a_eq,
+            b_eq=b_eq,
+            bounds=(0, None),
+            method="highs",
+        )
+
+    result = solve(len(rhs))
+    capacity_bound = True
+    if result.status == 2:  # infeasible with capacity: the trace cannot be served on arrival
+        capacity_bound = False
+        result = solve(base)
+    if not result.success:
+        raise RuntimeError(f"lower-bound LP failed: {result.message}")
+    return result, capacity_bound
+
+
 def trace_lower_bound(
     jobs: Sequence[JobProfile],
     spec: ClusterSpec,
@@ -220,16 +267,7 @@ def trace_lower_bound(
     if not jobs:
         return LowerBound(0.0, 0.0, 0.0, True, 0, 0, 0.0)
     price = {p: spec.gpu_type(p).node_price_per_hour / SECONDS_PER_HOUR for p in Pool}
-    info = []
-    for job in jobs:
-        roll, train = draw_durations(job, seed)
-        n = job.iterations
-        r_mean, t_mean = float(np.mean(roll)), float(np.mean(train))
-        shortest = min(r + t for r, t in zip(roll, train, strict=True))
-        n_r = nodes_needed(job, spec, Pool.ROLLOUT)
-        n_t = nodes_needed(job, spec, Pool.TRAIN)
-        end = job.arrival_s + job.slo * n * (r_mean + t_mean)
-        info.append((job, n, r_mean, t_mean, shortest, n_r, n_t, end))
+    info = _bound_windows(jobs, spec, seed)
     t0 = min(j.arrival_s for j in jobs)
     horizon = max(x[7] for x in info)
     slots = max(1, math.ceil((horizon - t0) / slot_s))
@@ -311,25 +349,7 @@ def trace_lower_bound(
     b_eq = np.array([float(x[1]) for x in info])
     rhs = np.array(ub_rhs)
     a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(len(rhs), n_vars)).tocsr()
-
-    def solve(rows: int) -> OptimizeResult:
-        return linprog(
-            np.array(cost),
-            A_ub=a_ub[:rows],
-            b_ub=rhs[:rows],
-            A_eq=a_eq.tocsr(),
-            b_eq=b_eq,
-            bounds=(0, None),
-            method="highs",
-        )
-
-    result = solve(len(rhs))
-    capacity_bound = True
-    if result.status == 2:  # infeasible with capacity: the trace cannot be served on arrival
-        capacity_bound = False
-        result = solve(base)
-    if not result.success:
-        raise RuntimeError(f"lower-bound LP failed: {result.message}")
+    result, capacity_bound = _solve_bound(np.array(cost), a_ub, rhs, a_eq.tocsr(), b_eq, base)
     total = float(sum(x[1] for x in info))
     shared = float(sum(result.x[v] for v in shared_vars)) / total if total else 0.0
     return LowerBound(

@@ -181,21 +181,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             "time_scale",
         )
     }
-    phases: dict[int, dict[tuple[int, int], dict[str, tuple[datetime, datetime]]]] = defaultdict(
-        lambda: defaultdict(dict)
-    )
-    for jid, pl, it, kind, s, f in (
-        PhaseRecord.objects.filter(
-            job_id__in=list(jobs),
-            state=PhaseState.SUCCEEDED,
-            started_at__isnull=False,
-            finished_at__isnull=False,
-        )
-        .exclude(placement__strategy=Strategy.PROFILE)
-        .values_list("job_id", "placement_id", "iteration", "kind", "started_at", "finished_at")
-    ):
-        if s is not None and f is not None:
-            phases[jid][(pl, it)][kind] = (s, f)
+    phases = _iteration_phases(list(jobs))
     groups: dict[int, set[int]] = defaultdict(set)
     for jid, gid in Placement.objects.filter(job_id__in=list(jobs)).values_list(
         "job_id", "group_id"
@@ -252,8 +238,36 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             )
         )
     out.sort(key=lambda j: (j.tenant, j.slo_class, -j.slowdown_vs_solo))
+    return SloReport(start=start, end=end, jobs=out, attainment=_attainment(out))
+
+
+def _iteration_phases(
+    job_ids: list[int],
+) -> dict[int, dict[tuple[int, int], dict[str, tuple[datetime, datetime]]]]:
+    """Return per job, per (placement, iteration), each succeeded phase's (start, end),
+    profiling runs excluded (they are no iteration of the job's run)."""
+    phases: dict[int, dict[tuple[int, int], dict[str, tuple[datetime, datetime]]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    for jid, pl, it, kind, s, f in (
+        PhaseRecord.objects.filter(
+            job_id__in=job_ids,
+            state=PhaseState.SUCCEEDED,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        )
+        .exclude(placement__strategy=Strategy.PROFILE)
+        .values_list("job_id", "placement_id", "iteration", "kind", "started_at", "finished_at")
+    ):
+        if s is not None and f is not None:
+            phases[jid][(pl, it)][kind] = (s, f)
+    return phases
+
+
+def _attainment(jobs: list[JobSlo]) -> list[SloAttainment]:
+    """Return SLO attainment per (tenant, SLO class), in that order."""
     buckets: dict[tuple[str, str], SloAttainment] = {}
-    for j in out:
+    for j in jobs:
         a = buckets.setdefault(
             (j.tenant, j.slo_class), SloAttainment(j.tenant, j.slo_class, 0, 0, 0, 0)
         )
@@ -265,9 +279,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             a.ended_early += 1
         else:
             a.in_progress += 1
-    return SloReport(
-        start=start, end=end, jobs=out, attainment=[buckets[k] for k in sorted(buckets)]
-    )
+    return [buckets[k] for k in sorted(buckets)]
 
 
 def slo_report_json(report: SloReport) -> dict[str, Any]:
