@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.browser.support import ARTIFACTS
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 for _k, _v in {
@@ -18,7 +19,6 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROME_FLAGS = [
     "--headless=new",
@@ -115,11 +115,3 @@ def page(chromium_browser: Any, request: Any) -> Iterator[Any]:
         pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     finally:
         context.close()
-
-
-def browser_login(page: Any, live_server: Any, username: str) -> None:
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", f"demo-{username}")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rollmux_web.jobs.services import job_submit
-from tests.conftest import browser_login
+from tests.browser.support import browser_login
 from tests.factories import job_spec
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from rollmux_web.inventory.models import GpuPrice, Node
 from rollmux_web.inventory.selectors import current_prices
-from tests.conftest import ARTIFACTS, browser_login
+from tests.browser.support import ARTIFACTS, browser_login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from rollmux_web.reports.selectors import cost_report
 from rollmux_web.workflow.models import PhaseRecord
-from tests.conftest import ARTIFACTS, browser_login
+from tests.browser.support import ARTIFACTS, browser_login
 from tests.reports.builders import allocate, alternate, make_group, make_job, place
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

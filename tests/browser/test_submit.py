@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from rollmux_web.jobs.models import Job, JobStatus
-from tests.conftest import ARTIFACTS, browser_login
+from tests.browser.support import ARTIFACTS, browser_login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

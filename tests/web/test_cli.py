@@ -159,7 +159,7 @@ def placed(world: Any, settings: Any) -> Any:
     """Two placed jobs (one per tenant) with a Recorder dispatcher; nothing runs."""
     from rollmux_web.workflow import ports
     from rollmux_web.workflow.services import queue_plan
-    from tests.workers.conftest import Recorder, make_job
+    from tests.workers.builders import Recorder, make_job
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()
@@ -213,7 +213,7 @@ def test_describe_job_says_status_reason_placement_estimates_phases_and_cost(
     world: Any, env: dict[str, str], monkeypatch: Any, placed: Any
 ) -> None:
     from rollmux_web.workflow.services import phase_finish
-    from tests.workers.conftest import end_of
+    from tests.workers.builders import end_of
 
     rec, mine, theirs = placed
     phase_finish(end_of(rec.orders[0]))  # the first rollout ends, training starts
@@ -293,7 +293,7 @@ def test_watch_redraws_until_the_described_job_ends(
 ) -> None:
     import threading
 
-    from tests.workers.conftest import make_job, wait_for
+    from tests.workers.builders import make_job, wait_for
 
     job = make_job(world, name="watched")
     monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])

@@ -171,7 +171,7 @@ def exported(client, world, settings, django_capture_on_commit_callbacks, api_as
     from rollmux_web.workflow.models import Placement
     from rollmux_web.workflow.services import node_down_resubmit, phase_finish, queue_plan
     from tests.factories import job_spec
-    from tests.workers.conftest import Recorder, end_of, make_job
+    from tests.workers.builders import Recorder, end_of, make_job
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()

@@ -32,7 +32,7 @@ from rollmux_web.workflow.models import (
 from rollmux_web.workflow.services import queue_plan
 from tests.factories import job_spec
 from tests.web import profile_runners
-from tests.workers.conftest import Recorder, all_done, end_of, wait_for
+from tests.workers.builders import Recorder, all_done, end_of, wait_for
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 TIMES = ("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s")

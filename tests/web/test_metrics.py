@@ -15,7 +15,7 @@ from rollmux_web.metrics import route_label
 from rollmux_web.metrics_db import reason_class
 from rollmux_web.quotas.models import Quota
 from tests.factories import job_spec
-from tests.workers.conftest import Recorder, end_of, make_job
+from tests.workers.builders import Recorder, end_of, make_job
 
 pytestmark = pytest.mark.django_db
 

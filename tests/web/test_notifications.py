@@ -21,7 +21,7 @@ from rollmux_web import events
 from rollmux_web.notifications import services, signing
 from rollmux_web.notifications.models import Delivery, DeliveryStatus, Subscription
 from rollmux_web.workflow import ports
-from tests.workers.conftest import Recorder, end_of, make_job, wait_for
+from tests.workers.builders import Recorder, end_of, make_job, wait_for
 
 SMTP_PORT = 8182  # this checkout's ports (PROTOCOL: ops 8180-8189)
 

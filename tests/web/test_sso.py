@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from rollmux_web.sso.claims import ClaimRule, map_claims, parse_roles
-from tests.workers.conftest import wait_for
+from tests.workers.builders import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER_PORT = 8183  # this checkout's ports (PROTOCOL: ops 8180-8189)
@@ -143,7 +143,7 @@ def _sso_login(browser: Any, live_server: Any, username: str, password: str) -> 
 def test_sso_logs_a_user_in_with_the_tenants_and_role_of_their_claims(
     world: Any, live_server: Any, sso_settings: None, chromium_browser: Any
 ) -> None:
-    from tests.conftest import ARTIFACTS
+    from tests.browser.support import ARTIFACTS
 
     context, page = _sso_login(chromium_browser, live_server, "dora", "idp-dora-pass")
     try:

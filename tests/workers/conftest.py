@@ -3,88 +3,25 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from rollmux_web.workflow import ports
+from tests.workers.builders import Recorder
 from tests.workers.multinode import (
     multinode_cluster,
     multinode_workflow,
     multinode_world,
     order_multinode_last,
 )
-from workers.dispatch import PhaseOrder, PhaseReport, Probe
 
 __all__ = ["multinode_cluster", "multinode_workflow", "multinode_world"]
-USER_RUNNERS = "tests.workers.user_runners"
 
 
 def pytest_collection_modifyitems(items: list[Any]) -> None:
     order_multinode_last(items)
-
-
-def make_job(world: Any, **overrides: Any) -> Any:
-    """Create a queued job row directly (the jobs app's submission rules are tested there)."""
-    from rollmux_web.jobs.models import Job
-
-    fields: dict[str, Any] = {
-        "name": "job",
-        "tenant": world.vision,
-        "submitter": world.alice,
-        "slo_class": world.silver,
-        "runner": "emulated",
-        "iterations": 3,
-        "rollout_gpus": 8,
-        "train_gpus": 8,
-        "t_roll_max_s": 120.0,
-        "t_roll_min_s": 100.0,
-        "t_train_max_s": 40.0,
-        "t_train_min_s": 30.0,
-        "host_mem_gb": 300.0,
-        "time_scale": 1000.0,
-    }
-    fields.update(overrides)
-    if fields["runner"].startswith(USER_RUNNERS):  # the admin allowlisted the tests' runners
-        from rollmux_web.inventory.models import RunnerPackage
-
-        RunnerPackage.objects.get_or_create(path=USER_RUNNERS)
-    return Job.objects.create(**fields)
-
-
-def twin_job(world: Any, name: str, **overrides: Any) -> Any:
-    """A job that direct-packs with its twin for free (rollout = training, bronze SLO)."""
-    fields: dict[str, Any] = {
-        "t_roll_max_s": 100.0,
-        "t_roll_min_s": 100.0,
-        "t_train_max_s": 100.0,
-        "t_train_min_s": 100.0,
-        "slo_class": world.bronze,
-        "iterations": 50,
-    }
-    fields.update(overrides)
-    return make_job(world, name=name, **fields)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> None:
-    """Poll until predicate() is true; fail the test with a clear message on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
-
-
-def all_done(job_ids: list[int]) -> Callable[[], bool]:
-    from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
-
-    def check() -> bool:
-        return Job.objects.filter(pk__in=job_ids).exclude(status__in=TERMINAL_STATUSES).count() == 0
-
-    return check
 
 
 @pytest.fixture
@@ -174,42 +111,9 @@ def celery_worker_thread(ray_workflow: Any, settings: Any) -> Iterator[Any]:
         yield worker
 
 
-class Recorder:
-    """A dispatcher that records what it was asked to run (nothing runs)."""
-
-    def __init__(self) -> None:
-        self.orders: list[PhaseOrder] = []
-
-    def dispatch(self, order: PhaseOrder) -> None:
-        self.orders.append(order)
-
-    def probe(self, order: PhaseOrder) -> Probe:
-        return Probe("running")
-
-    def release(self, job_id: int, placement_id: int) -> None:
-        pass
-
-    def kill(self, job_id: int, placement_id: int) -> None:
-        pass
-
-
 @pytest.fixture
 def recorder(settings: Any) -> Iterator[Recorder]:
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()
     with ports.override(dispatcher=rec):
         yield rec
-
-
-def end_of(order: PhaseOrder, *, outcome: str = "ok", started: bool = True) -> PhaseReport:
-    now = time.time()
-    return PhaseReport(
-        order.phase_id,
-        outcome,
-        started_at=now - 1.0 if started else None,
-        finished_at=now,
-        warm=True,
-        metrics={"load_s": 0.25},
-        group_id=order.group_id,
-        job_id=order.job_id,
-    )

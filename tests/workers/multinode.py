@@ -153,7 +153,7 @@ def wait_all_done(job_ids: list[int], timeout: float) -> None:
     """Wait until the jobs are done; on timeout fail with their states, reasons and phases."""
     from rollmux_web.jobs.models import Job
     from rollmux_web.workflow.models import PhaseRecord
-    from tests.workers.conftest import all_done, wait_for
+    from tests.workers.builders import all_done, wait_for
 
     try:
         wait_for(all_done(job_ids), timeout=timeout)

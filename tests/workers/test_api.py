@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from rollmux_web.inventory.models import Node
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
-from tests.workers.conftest import make_job
+from tests.workers.builders import make_job
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from rollmux_web.workflow import ports
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation
 from rollmux_web.workflow.services import phase_finish, queue_plan
 from tests.factories import job_spec
-from tests.workers.conftest import end_of
+from tests.workers.builders import end_of
 from workers.dispatch import PhaseOrder, Probe
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import services
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
-from tests.workers.conftest import Recorder, end_of, make_job
+from tests.workers.builders import Recorder, end_of, make_job
 from workers.dispatch import PhaseOrder
 
 pytestmark = pytest.mark.django_db(transaction=True)

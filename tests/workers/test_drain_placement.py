@@ -18,7 +18,7 @@ from rollmux_web.workflow import converters, services, snapshot
 from rollmux_web.workflow.models import NodeAllocation, Placement
 from scheduler.model import PlacementStatus, Strategy
 from scheduler.planner import place
-from tests.workers.conftest import make_job, twin_job
+from tests.workers.builders import make_job, twin_job
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import ports, services
 from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement
 from tests.factories import database_url
-from tests.workers.conftest import all_done, make_job, wait_for
+from tests.workers.builders import all_done, make_job, wait_for
 from workers import triggers
 from workers.dispatch import Probe
 

@@ -15,7 +15,7 @@ from rollmux_web.workflow.models import (
     PhaseState,
     Placement,
 )
-from tests.workers.conftest import all_done, make_job, wait_for
+from tests.workers.builders import all_done, make_job, wait_for
 from workers import triggers
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from rollmux_web.workflow.models import (
     PhaseState,
     Placement,
 )
-from tests.workers.conftest import all_done, make_job, wait_for
+from tests.workers.builders import all_done, make_job, wait_for
 from workers import triggers
 from workers.runners import RunnerLoadError, runner_class, validate_runner_name
 

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rollmux_web.jobs.models import Job, JobStatus
 from tests.factories import database_url
-from tests.workers.conftest import make_job, wait_for
+from tests.workers.builders import make_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.celery, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

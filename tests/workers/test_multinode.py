@@ -17,7 +17,7 @@ import pytest
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.sync import weights_gb
-from tests.workers.conftest import make_job
+from tests.workers.builders import make_job
 from tests.workers.multinode import GPUS_PER_NODE, MultiNode, wait_all_done
 from workers import triggers
 from workers.runners import RunnerContext

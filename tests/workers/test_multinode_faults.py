@@ -16,7 +16,7 @@ import pytest
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
-from tests.workers.conftest import make_job, wait_for
+from tests.workers.builders import make_job, wait_for
 from tests.workers.multinode import GPUS_PER_NODE, MultiNode, wait_all_done
 from workers import triggers
 

@@ -14,7 +14,7 @@ import pytest
 
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
-from tests.workers.conftest import all_done, make_job, wait_for
+from tests.workers.builders import all_done, make_job, wait_for
 from tests.workers.test_inline_flow import assert_round_robin
 from workers import triggers
 

@@ -10,7 +10,7 @@ from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import JobStatus
 from rollmux_web.workflow import services
 from rollmux_web.workflow.models import Placement
-from tests.workers.conftest import Recorder, end_of, make_job
+from tests.workers.builders import Recorder, end_of, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,7 +19,7 @@ import pytest
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
 from tests.factories import database_url
-from tests.workers.conftest import wait_for
+from tests.workers.builders import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.ray]
 ROOT = Path(__file__).resolve().parents[2]

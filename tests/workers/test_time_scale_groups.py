@@ -19,7 +19,7 @@ from rollmux_web.reports.whatif_selectors import whatif_preview
 from rollmux_web.workflow import converters, services, snapshot
 from rollmux_web.workflow.models import Placement
 from scheduler.planner import place
-from tests.workers.conftest import twin_job
+from tests.workers.builders import twin_job
 
 pytestmark = pytest.mark.django_db
 
