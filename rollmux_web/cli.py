@@ -37,6 +37,7 @@ from typing import IO, Any
 import requests
 import yaml
 
+from rollmux_web import formatting
 from rollmux_web.jobs import spec as job_spec
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -222,16 +223,8 @@ def _utc(stamp: str | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    """Return a duration in one unit that suits it: 42 s, 3.5 min, 2.1 h, 1.5 d."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    """Return a duration as every page writes it (rollmux_web.formatting), "-" if unknown."""
+    return "-" if seconds is None else formatting.duration(seconds)
 
 
 def _terminal_width() -> int:
