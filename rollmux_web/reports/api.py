@@ -31,7 +31,10 @@ ROUNDING = (
     "total's busy and idle cents handed out by largest remainder, so the lines add up "
     "exactly to `total` (as the FOCUS CSV and Parquet rows do); a line can differ by a cent "
     "from its own exact amount. `burn_down[].spent` for the report's own month is the "
-    "tenant's `by_tenant` cost."
+    "tenant's `by_tenant` cost. A job's profiling run is billed on lines of its own "
+    "(`stage` profile; its production run's lines are `stage` run); `by_stage` sums each "
+    "stage (exact, rounded once), and `by_job` gives each job's profiling run, production "
+    "run and total from its billed lines (`cost` = `profile_cost` + `run_cost`)."
 )
 
 
@@ -55,7 +58,23 @@ class CostLineSerializer(CostTotalsSerializer):
     job_id = serializers.IntegerField()
     job = serializers.CharField()
     gpu_type = serializers.CharField()
+    stage = serializers.ChoiceField(
+        choices=["profile", "run"],
+        help_text="profile: the job's profiling run (its own group); run: its production run",
+    )
     groups = serializers.ListField(child=serializers.IntegerField())
+
+
+class JobCostSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
+    tenant = serializers.CharField()
+    job_id = serializers.IntegerField()
+    job = serializers.CharField()
+    profile_gpu_hours = serializers.CharField(help_text="GPU-hours of its profiling run")
+    profile_cost = serializers.CharField(help_text="USD billed for its profiling run")
+    run_gpu_hours = serializers.CharField(help_text="GPU-hours of its production run")
+    run_cost = serializers.CharField(help_text="USD billed for its production run")
+    gpu_hours = serializers.CharField(help_text="profile_gpu_hours + run_gpu_hours")
+    cost = serializers.CharField(help_text="profile_cost + run_cost (its billed lines' sum)")
 
 
 class BurnDownSerializer(serializers.Serializer):  # type: ignore[misc,unused-ignore]
@@ -74,6 +93,8 @@ class CostReportSerializer(serializers.Serializer):  # type: ignore[misc,unused-
     total = CostTotalsSerializer()
     by_tenant = CostTotalsSerializer(many=True)
     by_gpu_type = CostTotalsSerializer(many=True)
+    by_stage = CostTotalsSerializer(many=True, help_text="profiling runs, then production runs")
+    by_job = JobCostSerializer(many=True)
     lines = CostLineSerializer(many=True)
     burn_down = BurnDownSerializer(many=True)
 

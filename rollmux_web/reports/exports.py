@@ -7,6 +7,10 @@ report total's busy cents and idle cents handed out to the rows by largest remai
 the API; the per-tenant and per-GPU-type rows there are exact sums rounded once, so the
 rows of one tenant or GPU type can add up to a cent or two off those.
 
+A job's profiling run (issue 13) is billed on rows of its own: ResourceId
+`job-<id>/<GPU type>/profile`, ChargeDescription starting "Profiling run:", and
+Tags `"stage": "profile"` (a production run's rows: `job-<id>/<GPU type>`, `"stage": "run"`).
+
 Parquet types, for the finance tools that read it (Spark, Trino/Athena, BigQuery,
 Snowflake, DuckDB, pandas):
 - the period columns are timestamps in microseconds with the UTC time zone;
@@ -63,7 +67,8 @@ FOCUS_COLUMNS = (
 
 @gc_paused()
 def focus_rows(report: CostReport) -> list[dict[str, str]]:
-    """Return the report as FinOps FOCUS-style rows: per job and GPU type, busy and idle apart."""
+    """Return the report as FinOps FOCUS-style rows: per job, GPU type and stage (profiling
+    run or production run), busy and idle apart."""
     rows = []
     iso = "%Y-%m-%dT%H:%M:%SZ"
     period = {
@@ -74,21 +79,33 @@ def focus_rows(report: CostReport) -> list[dict[str, str]]:
     }
     for ln in report.lines:
         line = {
-            "ResourceId": f"job-{ln.job_id}/{ln.gpu_type}",
+            "ResourceId": f"job-{ln.job_id}/{ln.gpu_type}" + ("/profile" if ln.is_profile else ""),
             "ResourceName": ln.job_name,
             "ResourceType": f"{ln.gpu_type} GPU",
             "SubAccountId": str(ln.tenant_id),
             "SubAccountName": ln.tenant,
             "ChargeCategory": "Usage",
         }
-        # Tags is json.dumps({"charge", "gpu_type", "groups", "job_id"}, sort_keys=True):
+        # Tags is json.dumps({"charge", "gpu_type", "groups", "job_id", "stage"}, sort_keys=True):
         # "charge" sorts first, so the rest is dumped once per line and the charge put before
         tags_rest = json.dumps(
-            {"gpu_type": ln.gpu_type, "groups": ln.group_ids, "job_id": ln.job_id}, sort_keys=True
+            {
+                "gpu_type": ln.gpu_type,
+                "groups": ln.group_ids,
+                "job_id": ln.job_id,
+                "stage": ln.stage,
+            },
+            sort_keys=True,
         )[1:]
+        what = "Profiling run: " if ln.is_profile else ""
         for charge, qty, cost, desc in (
-            ("busy", ln.busy_gpu_hours, ln.busy_cost, "GPU time running the job's phases"),
-            ("idle", ln.idle_gpu_hours, ln.idle_cost, "Idle (bubble) share of allocated nodes"),
+            ("busy", ln.busy_gpu_hours, ln.busy_cost, f"{what}GPU time running the job's phases"),
+            (
+                "idle",
+                ln.idle_gpu_hours,
+                ln.idle_cost,
+                f"{what}Idle (bubble) share of allocated nodes",
+            ),
         ):
             if not qty and not cost:
                 continue
@@ -139,12 +156,28 @@ def cost_report_json(report: CostReport) -> dict[str, Any]:
         "total": tot(report.total),
         "by_tenant": [tot(t) for t in report.by_tenant],
         "by_gpu_type": [tot(t) for t in report.by_gpu_type],
+        "by_stage": [tot(t) for t in report.by_stage],
+        "by_job": [
+            {
+                "tenant": j.tenant,
+                "job_id": j.job_id,
+                "job": j.job_name,
+                "profile_gpu_hours": f"{j.profile.gpu_hours:.4f}",
+                "profile_cost": _money(j.profile.cost),
+                "run_gpu_hours": f"{j.run.gpu_hours:.4f}",
+                "run_cost": _money(j.run.cost),
+                "gpu_hours": f"{j.gpu_hours:.4f}",
+                "cost": _money(j.cost),
+            }
+            for j in report.by_job
+        ],
         "lines": [
             {
                 "tenant": ln.tenant,
                 "job_id": ln.job_id,
                 "job": ln.job_name,
                 "gpu_type": ln.gpu_type,
+                "stage": ln.stage,
                 "groups": ln.group_ids,
                 "gpu_hours": f"{ln.gpu_hours:.4f}",
                 "busy_gpu_hours": f"{ln.busy_gpu_hours:.4f}",

@@ -4,6 +4,9 @@ Phase records and node allocations are the single source of truth. Each figure i
 computed once (money in Decimal, `cost_engine`) and rounded once (`cost_figures`), and
 every page, CSV and API renders from the same result objects, so they agree to the
 cent. The burn-down's "spent" for the report's own month is the tenant row's figure.
+A job's profiling run is billed on lines of its own (stage "profile"); `by_stage` sums the
+profiling runs and the production runs apart, and `by_job` gives each job's profiling run,
+production run and total (profile + run) from its billed lines.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.quotas.models import Quota
 from rollmux_web.reports.selectors._time import day_range, month_days, now_or
-from rollmux_web.reports.selectors.cost_engine import cost_lines
+from rollmux_web.reports.selectors.cost_engine import STAGES, cost_lines
 from rollmux_web.reports.selectors.cost_figures import (
+    STAGE_LABELS,
     CostLine,
     CostTotals,
+    JobCost,
     bill_lines,
     cents,
+    job_costs,
     sum_lines,
 )
 
@@ -59,6 +65,8 @@ class CostReport:
     total: CostTotals
     by_tenant: list[CostTotals]
     by_gpu_type: list[CostTotals]
+    by_stage: list[CostTotals] = field(default_factory=list)  # profiling runs, production runs
+    by_job: list[JobCost] = field(default_factory=list)
     group_costs: dict[int, Decimal] = field(default_factory=dict)
     burn_down: list[BurnDown] = field(default_factory=list)
     # the month the burn-down shows (that of the range's last day, or today's if earlier)
@@ -70,12 +78,24 @@ class CostReport:
     def empty(self) -> bool:
         return not self.lines
 
+    @property
+    def has_profiling(self) -> bool:
+        return any(ln.is_profile for ln in self.lines)
+
 
 def _totals(lines: Sequence[CostLine], key: str) -> list[CostTotals]:
     grouped: dict[str, list[CostLine]] = defaultdict(list)
     for ln in lines:
         grouped[ln.tenant if key == "tenant" else ln.gpu_type].append(ln)
     return [sum_lines(grouped[k], key=k, label=k) for k in sorted(grouped)]
+
+
+def _stage_totals(lines: Sequence[CostLine]) -> list[CostTotals]:
+    """Return the profiling runs' row and the production runs' row (each exact, rounded once)."""
+    grouped: dict[str, list[CostLine]] = {stage: [] for stage in STAGES}
+    for ln in lines:
+        grouped[ln.stage].append(ln)
+    return [sum_lines(grouped[s], key=s, label=STAGE_LABELS[s].capitalize() + "s") for s in STAGES]
 
 
 def cost_report(
@@ -117,6 +137,8 @@ def cost_report(
         total=total,
         by_tenant=_totals(lines, "tenant"),
         by_gpu_type=_totals(lines, "gpu_type"),
+        by_stage=_stage_totals(lines),
+        by_job=job_costs(lines),
         group_costs=result.group_costs,
     )
     if with_burn_down:

@@ -14,6 +14,10 @@ Cost split inside a co-execution group (documented on the cost page too):
    any moment the members present share evenly);
 4. nothing is rounded here: every line carries its exact amounts (cost_figures rounds).
 
+A job's profiling run (placement strategy `profile`, a group of its own: issue 13) is
+billed to the job on lines of its own (stage `profile`), apart from its production run's
+(stage `run`): the same arithmetic, keyed by the group's stage as well.
+
 Every amount is GPUs x price x time through the core's `scheduler.costs.allocation_cost`
 (`PriceBook.amount`, in Decimal), the arithmetic the simulator uses. The split itself
 stays here rather than in `costs.share_node_cost`: a node's allocation here is cut at
@@ -48,7 +52,11 @@ from rollmux_web.reports.selectors.cost_figures import (
     cents,
     hq,
 )
-from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, Placement
+from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, Placement, Strategy
+
+STAGE_PROFILE = "profile"  # the job's profiling run (issue 13: billed as its own line)
+STAGE_RUN = "run"  # its production run: every other placement
+STAGES = (STAGE_PROFILE, STAGE_RUN)  # the order a job's lines come in
 
 
 class AllocRow(NamedTuple):
@@ -104,6 +112,10 @@ class CostInputs:
     rollout_type: int | None
     train_type: int | None
     phases: Iterable[PhaseSpan]
+    profile_groups: frozenset[int] = frozenset()  # groups of a profiling run (stage profile)
+
+    def stage(self, group_id: int) -> str:
+        return STAGE_PROFILE if group_id in self.profile_groups else STAGE_RUN
 
 
 @dataclass(frozen=True)
@@ -182,17 +194,26 @@ def fetch_cost_inputs(
     gpu_cols = ("job__rollout_gpus", "job__train_gpus")
     members: list[MemberRow] = []
     jobs: dict[int, JobRow] = {}
-    for pl_id, gid, jid, created, ended, *job in (
+    profile_groups: set[int] = set()
+    for pl_id, gid, jid, strategy, created, ended, *job in (
         Placement.objects.filter(in_ids("group_id", group_ids))
         .annotate(**ann)
         .values_list(
-            "id", "group_id", "job_id", *(ann or ("created_at", "ended_at")), *job_cols, *gpu_cols
+            "id",
+            "group_id",
+            "job_id",
+            "strategy",
+            *(ann or ("created_at", "ended_at")),
+            *job_cols,
+            *gpu_cols,
         )
     ):
         if not native:
             created, ended = us(created), None if ended is None else us(ended)
         members.append(MemberRow(pl_id, gid, jid, created, now_us if ended is None else ended))
         jobs[jid] = JobRow(jid, *job)
+        if strategy == Strategy.PROFILE:
+            profile_groups.add(gid)
     pinned: dict[int, set[int]] = defaultdict(set)
     for through in (Placement.rollout_nodes.through, Placement.train_nodes.through):
         for pl_id, node_id in through.objects.filter(
@@ -209,6 +230,7 @@ def fetch_cost_inputs(
         rollout_type=rollout_type,
         train_type=train_type,
         phases=_phase_spans(group_ids, t0, hi_dt, native=native),
+        profile_groups=frozenset(profile_groups),
     )
 
 
@@ -267,8 +289,9 @@ class _Micros:
     bucket_busy: dict[tuple[int, int, int, int, int], int] = field(
         default_factory=lambda: defaultdict(int)
     )
-    cf_roll: dict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
-    cf_train: dict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
+    # (job, stage, price segment) -> microseconds
+    cf_roll: dict[tuple[int, str, int], int] = field(default_factory=lambda: defaultdict(int))
+    cf_train: dict[tuple[int, str, int], int] = field(default_factory=lambda: defaultdict(int))
 
 
 def _allocated_time(inputs: CostInputs, w: CostWindow, prices: PriceBook, m: _Micros) -> None:
@@ -304,6 +327,7 @@ def _busy_time(
     train_flat = None if train_type is None else flat.get(train_type)
     node_info, busy_us, bucket_busy_us = m.node_info, m.busy, m.bucket_busy
     cf_roll_us, cf_train_us = m.cf_roll, m.cf_train
+    profile_groups = inputs.profile_groups
     pieces: Sequence[tuple[int, tuple[int, int]]] = ()
     for gid, jid, phase_nodes, s, f in inputs.phases:
         pa = s if s > lo else lo
@@ -335,16 +359,17 @@ def _busy_time(
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
         if with_cf:
+            stage = STAGE_PROFILE if gid in profile_groups else STAGE_RUN
             if roll_flat is not None:
-                cf_roll_us[(jid, roll_flat)] += pb - pa
+                cf_roll_us[(jid, stage, roll_flat)] += pb - pa
             elif rollout_type is not None:
                 for seg, t in prices.split_us(rollout_type, pa, pb):
-                    cf_roll_us[(jid, seg)] += t
+                    cf_roll_us[(jid, stage, seg)] += t
             if train_flat is not None:
-                cf_train_us[(jid, train_flat)] += pb - pa
+                cf_train_us[(jid, stage, train_flat)] += pb - pa
             elif train_type is not None:
                 for seg, t in prices.split_us(train_type, pa, pb):
-                    cf_train_us[(jid, seg)] += t
+                    cf_train_us[(jid, stage, seg)] += t
 
 
 @dataclass
@@ -363,8 +388,13 @@ class _Money:
     bucket_busy: dict[tuple[int, int, int, int], Decimal] = field(
         default_factory=lambda: defaultdict(Decimal)
     )
-    cf_solo: dict[tuple[int, int], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
-    cf_coloc: dict[tuple[int, int], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    # (job, GPU type, stage) -> exact cost
+    cf_solo: dict[tuple[int, int, str], Decimal] = field(
+        default_factory=lambda: defaultdict(Decimal)
+    )
+    cf_coloc: dict[tuple[int, int, str], Decimal] = field(
+        default_factory=lambda: defaultdict(Decimal)
+    )
 
 
 def _price(inputs: CostInputs, m: _Micros, prices: PriceBook) -> _Money:
@@ -387,16 +417,16 @@ def _price(inputs: CostInputs, m: _Micros, prices: PriceBook) -> _Money:
         gpus, tid = m.node_meta[nid]
         out.bucket_busy[(bi, gid, nid, jid)] += prices.amount(tid, seg, t, gpus)
     roll, train = inputs.rollout_type, inputs.train_type
-    for (jid, seg), t in m.cf_roll.items():
+    for (jid, stage, seg), t in m.cf_roll.items():
         job = inputs.jobs.get(jid)
         if job is not None and roll is not None:
-            out.cf_solo[(jid, roll)] += prices.amount(roll, seg, t, job.rollout_gpus)
-    for (jid, seg), t in m.cf_train.items():
+            out.cf_solo[(jid, roll, stage)] += prices.amount(roll, seg, t, job.rollout_gpus)
+    for (jid, stage, seg), t in m.cf_train.items():
         job = inputs.jobs.get(jid)
         if job is not None and train is not None:
             part = prices.amount(train, seg, t, job.train_gpus)
-            out.cf_solo[(jid, train)] += part
-            out.cf_coloc[(jid, train)] += part
+            out.cf_solo[(jid, train, stage)] += part
+            out.cf_coloc[(jid, train, stage)] += part
     return out
 
 
@@ -416,12 +446,15 @@ def _idle_weights(
 
 @dataclass
 class _Shares:
-    """Step 5's output: exact cost and GPU-hours per (job, GPU type, busy|idle)."""
+    """Step 5's output: exact cost and GPU-hours per (job, GPU type, busy|idle), and the
+    GPU-hours per (job, GPU type, stage, busy|idle) (a group has one stage)."""
 
     parts: dict[int, dict[tuple[int, int, str], Decimal]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(Decimal))
     )  # group -> (job, type, busy|idle) -> exact cost
-    hours: dict[tuple[int, int, str], Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    hours: dict[tuple[int, int, str, str], Decimal] = field(
+        default_factory=lambda: defaultdict(Decimal)
+    )
     bucket_job: dict[tuple[int, int], Decimal] = field(
         default_factory=lambda: defaultdict(Decimal)
     )  # (bucket, job) -> exact cost
@@ -449,10 +482,11 @@ def _share_nodes(inputs: CostInputs, m: _Micros, money: _Money, *, with_buckets:
         shrink = total_alloc / busy_sum if busy_sum > total_alloc and busy_sum > 0 else None
         shrink_s = alloc_sec / busy_sec_sum if busy_sec_sum > alloc_sec and busy_sec_sum else None
         gparts = out.parts[gid]
+        stage = inputs.stage(gid)
         for j in jobs_busy:
             cost, sec = money.busy[(gid, nid, j)], money.busy_s[(gid, nid, j)]
             gparts[(j, tid, "busy")] += cost if shrink is None else cost * shrink
-            out.hours[(j, tid, "busy")] += (
+            out.hours[(j, tid, stage, "busy")] += (
                 (sec if shrink_s is None else sec * shrink_s) * gpus / HOUR
             )
         idle_cost = total_alloc - min(busy_sum, total_alloc)
@@ -463,7 +497,7 @@ def _share_nodes(inputs: CostInputs, m: _Micros, money: _Money, *, with_buckets:
         wsum = sum(weights.values())
         for j, wt in weights.items():
             gparts[(j, tid, "idle")] += idle_cost * wt / wsum
-            out.hours[(j, tid, "idle")] += idle_sec * wt / wsum * gpus / HOUR
+            out.hours[(j, tid, stage, "idle")] += idle_sec * wt / wsum * gpus / HOUR
         if with_buckets:
             for bi, b_alloc in sorted(money.bucket_alloc.get((gid, nid), {}).items()):
                 if not b_alloc:
@@ -480,20 +514,22 @@ def _share_nodes(inputs: CostInputs, m: _Micros, money: _Money, *, with_buckets:
 def _lines(
     inputs: CostInputs, money: _Money, shares: _Shares, tenant_ids: set[int] | None
 ) -> list[CostLine]:
-    """6-7. exact amounts per (job, GPU type): a line per visible tenant's job and type."""
-    exact_parts: dict[tuple[int, int, str], Decimal] = defaultdict(Decimal)
-    line_groups: dict[tuple[int, int], set[int]] = defaultdict(set)
+    """6-7. exact amounts per (job, GPU type, stage): a line per visible tenant's job, type
+    and stage (its profiling run's apart from its production run's)."""
+    exact_parts: dict[tuple[int, int, str, str], Decimal] = defaultdict(Decimal)
+    line_groups: dict[tuple[int, int, str], set[int]] = defaultdict(set)
     for gid, gparts in shares.parts.items():
-        for k, v in gparts.items():
-            exact_parts[k] += v
-            line_groups[(k[0], k[1])].add(gid)
+        stage = inputs.stage(gid)
+        for (jid, tid, kind), v in gparts.items():
+            exact_parts[(jid, tid, stage, kind)] += v
+            line_groups[(jid, tid, stage)].add(gid)
     lines = []
-    for jid, tid in sorted(set(line_groups) | set(money.cf_solo)):
+    for jid, tid, stage in sorted(set(line_groups) | set(money.cf_solo)):
         job = inputs.jobs.get(jid)
         if job is None or (tenant_ids is not None and job.tenant_id not in tenant_ids):
             continue
-        busy_h = shares.hours.get((jid, tid, "busy"), ZERO)
-        idle_h = shares.hours.get((jid, tid, "idle"), ZERO)
+        busy_h = shares.hours.get((jid, tid, stage, "busy"), ZERO)
+        idle_h = shares.hours.get((jid, tid, stage, "idle"), ZERO)
         lines.append(
             CostLine(
                 tenant_id=job.tenant_id,
@@ -501,20 +537,24 @@ def _lines(
                 job_id=jid,
                 job_name=job.name,
                 gpu_type=inputs.type_names.get(tid, str(tid)),
-                group_ids=sorted(line_groups.get((jid, tid), ())),
+                stage=stage,
+                group_ids=sorted(line_groups.get((jid, tid, stage), ())),
                 busy_gpu_hours=hq(busy_h),
                 idle_gpu_hours=hq(idle_h),
                 exact=CostFigures(
                     busy_gpu_hours=busy_h,
                     idle_gpu_hours=idle_h,
-                    busy_cost=exact_parts.get((jid, tid, "busy"), ZERO),
-                    idle_cost=exact_parts.get((jid, tid, "idle"), ZERO),
-                    solo_disagg_cost=money.cf_solo.get((jid, tid), ZERO),
-                    colocated_cost=money.cf_coloc.get((jid, tid), ZERO),
+                    busy_cost=exact_parts.get((jid, tid, stage, "busy"), ZERO),
+                    idle_cost=exact_parts.get((jid, tid, stage, "idle"), ZERO),
+                    solo_disagg_cost=money.cf_solo.get((jid, tid, stage), ZERO),
+                    colocated_cost=money.cf_coloc.get((jid, tid, stage), ZERO),
                 ),
             )
         )
-    lines.sort(key=lambda ln: (ln.tenant, ln.job_name, ln.job_id, ln.gpu_type))
+    # a job's profiling run first (it ran first), then its production run, by GPU type
+    lines.sort(
+        key=lambda ln: (ln.tenant, ln.job_name, ln.job_id, STAGES.index(ln.stage), ln.gpu_type)
+    )
     return lines
 
 

@@ -7,7 +7,10 @@
 - the per-job lines are billing lines (page, API, FOCUS CSV and Parquet alike): the
   total's busy cents and idle cents are each handed out to the lines by largest
   remainder, so the lines add up exactly to the total in every file; a line can differ
-  by a cent from its own exact amount rounded.
+  by a cent from its own exact amount rounded;
+- a job's profiling run is billed on lines of its own (`stage` profile, its production
+  run's are `stage` run); the per-job rollup adds a job's billed lines, so its total is
+  its profiling run's cents + its production run's, exactly.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ CENT = Decimal("0.01")
 HOURS_Q = Decimal("0.0001")  # GPU-hours are shown to four decimals
 ZERO = Decimal(0)
 HOUR = Decimal(3600)
+STAGE_LABELS = {"profile": "profiling run", "run": "production run"}
 
 
 @dataclass(kw_only=True)
@@ -98,11 +102,12 @@ class Rounded(CostFigures):
 
 @dataclass(kw_only=True)
 class CostLine(Rounded):
-    """One job on one GPU type over the range: a billing line.
+    """One job on one GPU type in one stage over the range: a billing line.
 
-    `exact` holds the unrounded amounts; busy_cost and idle_cost are the billed cents
-    (the total's cents handed out by largest remainder, see bill_lines); the
-    counterfactuals are the exact ones rounded once.
+    `stage` is "profile" for the job's profiling run (its own group, issue 13) and "run"
+    for its production run. `exact` holds the unrounded amounts; busy_cost and idle_cost
+    are the billed cents (the total's cents handed out by largest remainder, see
+    bill_lines); the counterfactuals are the exact ones rounded once.
     """
 
     tenant_id: int
@@ -111,6 +116,15 @@ class CostLine(Rounded):
     job_name: str
     gpu_type: str
     group_ids: list[int]
+    stage: str = "run"
+
+    @property
+    def stage_label(self) -> str:
+        return STAGE_LABELS.get(self.stage, self.stage)
+
+    @property
+    def is_profile(self) -> bool:
+        return self.stage == "profile"
 
 
 @dataclass(kw_only=True)
@@ -146,6 +160,61 @@ def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
         solo_disagg_cost=cents(exact.solo_disagg_cost),
         colocated_cost=cents(exact.colocated_cost),
     )
+
+
+@dataclass
+class StageCost:
+    """A job's billed GPU-hours and cents in one stage: the sums of its billed lines."""
+
+    gpu_hours: Decimal = ZERO
+    busy_cost: Decimal = ZERO
+    idle_cost: Decimal = ZERO
+
+    @property
+    def cost(self) -> Decimal:
+        return self.busy_cost + self.idle_cost
+
+    def add(self, ln: CostLine) -> None:
+        self.gpu_hours += ln.gpu_hours
+        self.busy_cost += ln.busy_cost
+        self.idle_cost += ln.idle_cost
+
+
+@dataclass
+class JobCost:
+    """One job's bill over the range: its profiling run and its production run apart, and
+    their sum (every figure a sum of the job's billed lines, so total = profile + run)."""
+
+    tenant: str
+    job_id: int
+    job_name: str
+    profile: StageCost = field(default_factory=StageCost)
+    run: StageCost = field(default_factory=StageCost)
+    profiled: bool = False  # it has a profiling line in the range
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return self.profile.gpu_hours + self.run.gpu_hours
+
+    @property
+    def cost(self) -> Decimal:
+        return self.profile.cost + self.run.cost
+
+
+def job_costs(lines: Sequence[CostLine]) -> list[JobCost]:
+    """Return per job (in the lines' order) its billed lines summed by stage (after
+    bill_lines: the cents are the billed ones)."""
+    out: dict[int, JobCost] = {}
+    for ln in lines:
+        jc = out.get(ln.job_id)
+        if jc is None:
+            jc = out[ln.job_id] = JobCost(tenant=ln.tenant, job_id=ln.job_id, job_name=ln.job_name)
+        if ln.is_profile:
+            jc.profiled = True
+            jc.profile.add(ln)
+        else:
+            jc.run.add(ln)
+    return list(out.values())
 
 
 def bill_lines(lines: Sequence[CostLine], total: CostTotals) -> None:
