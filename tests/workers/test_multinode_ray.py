@@ -1,8 +1,11 @@
 """The Ray dispatcher on the multi-node cluster, without the web app: what fails a phase at
-once (a runner that cannot be loaded, a node no Ray node serves) instead of "running"."""
+once (a runner that cannot be loaded, a node no Ray node serves, a Ray node with fewer GPUs
+than the job needs there) or within seconds (a node whose GPUs other Ray work holds)
+instead of "running" or a minute's timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from typing import Any
@@ -17,7 +20,13 @@ pytestmark = [pytest.mark.ray]
 changes: list[tuple[str, bool, str]] = []  # what the dispatcher told on_node_change
 
 
-def order(phase_id: int, runner: str, rollout: tuple[str, ...], train: tuple[str, ...]) -> Any:
+def order(
+    phase_id: int,
+    runner: str,
+    rollout: tuple[str, ...],
+    train: tuple[str, ...],
+    gpus: dict[str, int] | None = None,
+) -> Any:
     ctx = RunnerContext(
         job_id=900 + phase_id, iterations=2, t_roll_min_s=0.05, t_roll_max_s=0.05,
         t_train_min_s=0.05, t_train_max_s=0.05, host_mem_gb=1.0, weights_gb=1.0,
@@ -27,6 +36,7 @@ def order(phase_id: int, runner: str, rollout: tuple[str, ...], train: tuple[str
         phase_id=phase_id, job_id=ctx.job_id, placement_id=1, kind="rollout", iteration=0,
         nodes=rollout, pinned_nodes=tuple(sorted(rollout + train)), runner=runner,
         context=ctx.to_dict(), group_id=1, rollout_nodes=rollout, train_nodes=train,
+        node_gpus=gpus or {},
     )  # fmt: skip
 
 
@@ -38,7 +48,8 @@ def dispatch(multinode_cluster: Any) -> Any:
     dispatcher = RayDispatcher(
         address=multinode_cluster.address,
         on_report=reports.put,
-        on_node_change=lambda *change: changes.append(change) if change[0] == "h20-7" else None,
+        # only what it takes down (its node watcher also tells every live node it sees)
+        on_node_change=lambda *change: None if change[1] else changes.append(change),
     )
     changes.clear()
 
@@ -73,3 +84,62 @@ def test_a_node_no_ray_node_serves_fails_the_phase_at_once_naming_its_label(
     ), report.outcome  # the platform's failure (not the job's), naming what is missing
     assert changes == [("h20-7", False, report.outcome.removeprefix("lost: node "))]
     assert took < 5.0, "a missing node must fail the phase at once, not after a timeout"
+
+
+def test_a_ray_node_with_fewer_gpus_than_the_job_needs_there_fails_the_phase_at_once(
+    dispatch: Any, multinode_cluster: Any
+) -> None:
+    # h800-0's Ray node declares 2 GPUs; the job's 4 training GPUs on it cannot all be had
+    report, took = dispatch(
+        order(4, "emulated", ("h20-0",), ("h800-0",), gpus={"h20-0": 2, "h800-0": 4})
+    )
+    reason = (
+        "h800-0: no live Ray node has the label rollmux.io/node=h800-0 with 4 GPU"
+        f" (its Ray node {multinode_cluster.ray_node_id('h800-0')[:12]} has 2)"
+    )
+    assert report.outcome == f"lost: node {reason}", report.outcome
+    assert ("h800-0", False, reason) in changes  # the inventory is told, with the reason
+    print(f"\nh800-0 short of GPUs: the phase failed {took:.2f} s after its dispatch")
+    assert took < 5.0, "a node that lacks GPUs must fail the phase at once"
+
+
+class Holder:
+    """Other Ray work that holds GPUs of a node (not RollMux's)."""
+
+    def ping(self) -> int:
+        return 1
+
+
+def test_workers_whose_node_gpus_other_ray_work_holds_fail_within_seconds_naming_it(
+    dispatch: Any, multinode_cluster: Any
+) -> None:
+    import ray
+
+    from workers.dispatch.ray_dispatcher import NODE_LABEL
+
+    node = multinode_cluster.add("h800-6", gpus=2)
+    holder = (
+        ray.remote(num_cpus=0)(Holder)
+        .options(num_gpus=2, label_selector={NODE_LABEL: "h800-6"})
+        .remote()
+    )
+    try:
+        assert ray.get(holder.ping.remote(), timeout=30) == 1
+        # the label and the GPU count are right: only the coordinator's wait can tell
+        report, took = dispatch(
+            order(5, "emulated", ("h20-0",), ("h800-6",), gpus={"h20-0": 2, "h800-6": 2})
+        )
+    finally:
+        ray.kill(holder, no_restart=True)
+        with contextlib.suppress(ValueError):
+            ray.util.remove_placement_group(ray.util.get_placement_group("rollmux-gpus-h800-6"))
+        multinode_cluster.cluster.remove_node(node)
+        multinode_cluster.nodes.pop("h800-6")
+    assert report.outcome == (
+        "lost: workers cannot be created: the GPUs of h800-6 are held by other Ray work:"
+        " its Ray node has 0 of 2 GPU free, its GPU placement group rollmux-gpus-h800-6"
+        " (2 x 1 GPU) needs them all"
+    ), report.outcome
+    assert not any(name == "h800-6" for name, _, _ in changes), "the node itself is fine"
+    print(f"\nh800-6's GPUs held: the phase failed {took:.2f} s after its dispatch")
+    assert took < 15.0, f"took {took:.1f} s: never the 60 s creation timeout"

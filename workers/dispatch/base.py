@@ -33,6 +33,9 @@ class PhaseOrder:
     # second (one worker per GPU of each node; empty: every pinned node serves both)
     rollout_nodes: tuple[str, ...] = ()
     train_nodes: tuple[str, ...] = ()
+    # the GPUs the job needs on each of its nodes (its GPUs of a pool over the pool's nodes):
+    # a Ray node that serves one of them with fewer fails the phase at once, naming it
+    node_gpus: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -45,6 +48,7 @@ class PhaseOrder:
         data = dict(data)
         for key in _NODE_TUPLES:
             data[key] = tuple(data.get(key) or ())
+        data["node_gpus"] = dict(data.get("node_gpus") or {})
         return cls(**data)
 
     @property

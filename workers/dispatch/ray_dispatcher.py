@@ -42,8 +42,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray._private import state as ray_state
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import get_placement_group, placement_group
+from ray.util.placement_group import (
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
     PlacementGroupSchedulingStrategy,
@@ -59,7 +65,13 @@ log = logging.getLogger(__name__)
 NAMESPACE = "rollmux"
 NODE_LABEL = "rollmux.io/node"  # the inventory node a Ray node serves
 PROBE_TIMEOUT_S = 10.0
+# A worker Ray lacks nothing for but has not started yet (a loaded machine) fails after
+# CREATE_TIMEOUT_S; one whose node lacks what it needs fails at once, or after BUSY_WAIT_S
+# when what it needs is only taken now (see `pending_reason`). CREATE_POLL_S: how often
+# the coordinator looks while it waits.
 CREATE_TIMEOUT_S = float(os.environ.get("ROLLMUX_WORKER_CREATE_TIMEOUT_S", "60"))
+BUSY_WAIT_S = float(os.environ.get("ROLLMUX_WORKER_BUSY_WAIT_S", "3"))
+CREATE_POLL_S = 0.25
 GPU_SHARE = int(os.environ.get("ROLLMUX_GPU_SHARE", "8"))  # resident jobs per GPU, at most
 # how long a dead worker's node may take to show as dead in Ray's node table (compose and
 # the KubeRay manifest: 5 missed health checks 1 s apart)
@@ -107,6 +119,23 @@ class NodeDirectory:
     def missing(self, names: tuple[str, ...]) -> list[str]:
         return [n for n in names if self.find(n) is None]
 
+    def lacking(self, names: tuple[str, ...], gpus: dict[str, int]) -> str | None:
+        """Return why no worker can be created for some of `names` (no live Ray node has
+        its label, or not with the GPUs the job needs there), or None. It starts with the
+        first such node's name (the controller marks that node down with the reason)."""
+        missing = self.missing(names)
+        if missing:
+            return missing_reason(missing)
+        for name in names:
+            where = self.find(name)
+            need = gpus.get(name, 0)
+            if where is not None and where.labelled and where.gpus < need:
+                return (
+                    f"{name}: no live Ray node has the label {NODE_LABEL}={name} with {need} GPU"
+                    f" (its Ray node {where.node_id[:12]} has {where.gpus})"
+                )
+        return None
+
 
 def missing_reason(missing: list[str]) -> str:
     labels = ", ".join(f"{NODE_LABEL}={n}" for n in missing)
@@ -114,12 +143,20 @@ def missing_reason(missing: list[str]) -> str:
 
 
 def _node_gpu_group(name: str, gpus: int) -> Any:
-    """Return the node's GPU placement group (one 1-GPU bundle per GPU), creating it once."""
+    """Return the node's GPU placement group (one 1-GPU bundle per GPU), creating it once.
+
+    A group left from a Ray node that rejoined with another GPU count can never be placed
+    again (Ray keeps rescheduling it): it is removed and made anew for the node as it is.
+    """
     pg_name = f"rollmux-gpus-{name}"
     try:
-        return get_placement_group(pg_name)
+        group = get_placement_group(pg_name)
     except ValueError:
-        pass
+        group = None
+    if group is not None:
+        if group.bundle_count == gpus or placement_group_table(group)["state"] == "CREATED":
+            return group
+        remove_placement_group(group)
     try:
         return placement_group(
             [{"GPU": 1}] * gpus,
@@ -162,6 +199,53 @@ class _Worker:
     gpu_ids: tuple[int, ...] = ()
     holds_weights: bool = True
     labelled: bool = True  # pinned to a labelled Ray node (False: the one local Ray)
+    group: Any = None  # its node's GPU placement group (None: a node without GPUs, local Ray)
+    bundle: int = 0  # its GPU: the bundle of that group it was created in
+
+
+def pending_reason(workers: list[_Worker], directory: NodeDirectory) -> tuple[str, str]:
+    """Say why workers Ray has not created yet are waiting: (definite, busy).
+
+    `definite`: they never can be as the cluster stands (their node's Ray node is gone, has
+    too few GPUs, or their GPU group can never be placed there); it starts with the node's
+    name. `busy`: what they need is taken now (the node's GPUs held by other Ray work, a
+    GPU's shares all held by resident workers). ("", ""): nothing is missing, the worker
+    processes are still starting.
+    """
+    busy = ""
+    available: dict[str, float] | None = None
+    tables: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        where = directory.find(w.node)
+        if where is None:
+            return missing_reason([w.node]), ""
+        if w.group is None:  # no GPUs, or the one local Ray: nothing Ray could lack
+            continue
+        key = w.group.id.hex()
+        if key not in tables:
+            tables[key] = placement_group_table(w.group)
+        table = tables[key]
+        if table["state"] != "CREATED":
+            state = table.get("stats", {}).get("scheduling_state", "")
+            group = f"its GPU placement group {table.get('name') or ''} ({w.group.bundle_count} x 1 GPU)"
+            if state == "INFEASIBLE":
+                return f"{w.node}: {group} cannot be placed on its Ray node ({where.gpus} GPU)", ""
+            if state == "NO_RESOURCES" and not busy:
+                free = ray_state.available_resources_per_node().get(where.node_id, {})
+                busy = (
+                    f"the GPUs of {w.node} are held by other Ray work: its Ray node has"
+                    f" {free.get('GPU', 0.0):g} of {where.gpus} GPU free, {group} needs them all"
+                )
+            continue
+        if available is None:
+            available = ray.available_resources()  # type: ignore[no-untyped-call]
+        share = available.get(f"GPU_group_{w.bundle}_{key}", 0.0)
+        if share + 1e-9 < 1.0 / GPU_SHARE and not busy:
+            busy = (
+                f"GPU {w.bundle} of {w.node} holds {GPU_SHARE} resident workers already"
+                f" (ROLLMUX_GPU_SHARE={GPU_SHARE})"
+            )
+    return "", busy
 
 
 class JobCoordinator(PhaseHost):
@@ -183,9 +267,11 @@ class JobCoordinator(PhaseHost):
             "rollout": order.rollout_nodes or order.pinned_nodes,
             "train": order.train_nodes or order.pinned_nodes,
         }
-        missing = directory.missing(tuple(nodes["rollout"]) + tuple(nodes["train"]))
-        if missing:
-            raise WorkerLost(f"node {missing_reason(missing)}")
+        lacking = directory.lacking(
+            tuple(nodes["rollout"]) + tuple(nodes["train"]), order.node_gpus
+        )
+        if lacking:  # no worker could be created: say what is missing now, never "running"
+            raise WorkerLost(f"node {lacking}")
         specs: list[tuple[str, int, str, RayNode, int]] = []
         for role, names in nodes.items():
             rank = 0
@@ -197,23 +283,22 @@ class JobCoordinator(PhaseHost):
                     rank += 1
         peers = [{"role": r, "rank": k, "node": n} for r, k, n, _, _ in specs]
         sizes = {role: sum(1 for s in specs if s[0] == role) for role in nodes}
+        groups = {
+            name: _node_gpu_group(name, where.gpus)
+            for _, _, name, where, _ in specs
+            if where.labelled and where.gpus
+        }
         workers, calls = [], []
         for role, rank, name, where, gpu in specs:
-            handle: Any = PoolWorkerActor.options(**self._placement(name, where, gpu)).remote(
+            w = _Worker(None, role, rank, name, labelled=where.labelled, group=groups.get(name))
+            w.bundle = gpu
+            w.handle = PoolWorkerActor.options(**self._placement(w)).remote(
                 self.runner_name, role, self.context.to_dict(), self.store.uri
             )
             spec = {"rank": rank, "world_size": sizes[role], "node": name, "peers": peers}
-            workers.append(_Worker(handle, role, rank, name, labelled=where.labelled))
-            calls.append(handle.setup.remote(spec, order.resume_iteration))
-        ready, pending = ray.wait(calls, num_returns=len(calls), timeout=CREATE_TIMEOUT_S)
-        if pending:
-            waiting = sorted({w.node for w, c in zip(workers, calls, strict=True) if c in pending})
-            for w in workers:
-                ray.kill(w.handle, no_restart=True)
-            raise RuntimeError(
-                f"workers on {', '.join(waiting)} not created within {CREATE_TIMEOUT_S:.0f} s:"
-                f" Ray has no free GPU share there (at most {GPU_SHARE} resident jobs per GPU)"
-            )
+            workers.append(w)
+            calls.append(w.handle.setup.remote(spec, order.resume_iteration))
+        self._await_created(workers, calls)
         infos = self._gather(workers, calls)
         errors = sorted({i["load_error"] for i in infos if i.get("load_error")})
         if errors:
@@ -226,18 +311,48 @@ class JobCoordinator(PhaseHost):
             self.pools[w.role].append(w)
 
     @staticmethod
-    def _placement(name: str, where: RayNode, gpu: int) -> dict[str, Any]:
+    def _placement(w: _Worker) -> dict[str, Any]:
         """Return the Ray options that pin a worker onto its node (and GPU)."""
-        if not where.labelled:
+        if not w.labelled:
             return {}
-        if where.gpus == 0:
-            return {"label_selector": {NODE_LABEL: name}}
+        if w.group is None:
+            return {"label_selector": {NODE_LABEL: w.node}}
         return {
             "num_gpus": 1.0 / GPU_SHARE,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                _node_gpu_group(name, where.gpus), placement_group_bundle_index=gpu
+                w.group, placement_group_bundle_index=w.bundle
             ),
         }
+
+    @staticmethod
+    def _await_created(workers: list[_Worker], calls: list[Any]) -> None:
+        """Wait for every worker's setup call to end, and fail at once when Ray cannot create
+        some of them: their node lacks what they need (`pending_reason`) for good, or for
+        ROLLMUX_WORKER_BUSY_WAIT_S when it is only taken now. A worker Ray lacks nothing
+        for is starting (a loaded machine): it gets ROLLMUX_WORKER_CREATE_TIMEOUT_S."""
+        started = time.monotonic()
+        busy_since: float | None = None
+        pending = list(calls)
+        while True:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=CREATE_POLL_S)
+            if not pending:
+                return
+            waiting = [w for w, c in zip(workers, calls, strict=True) if c in pending]
+            definite, busy = pending_reason(waiting, NodeDirectory.read())
+            now = time.monotonic()
+            busy_since = (busy_since or now) if busy else None
+            why = ""
+            if definite:
+                why = f"node {definite}"
+            elif busy and now - busy_since >= BUSY_WAIT_S:  # type: ignore[operator]
+                why = f"workers cannot be created: {busy}"
+            elif now - started >= CREATE_TIMEOUT_S:
+                nodes = ", ".join(sorted({w.node for w in waiting}))
+                why = f"workers on {nodes} not created within {CREATE_TIMEOUT_S:g} s"
+            if why:
+                for w in workers:
+                    ray.kill(w.handle, no_restart=True)
+                raise WorkerLost(why)
 
     def _gather(self, workers: list[_Worker], calls: list[Any]) -> list[Any]:
         """Wait for one call per worker; a dead worker (or node) is `WorkerLost`."""
@@ -522,13 +637,16 @@ class RayDispatcher:
             self._handles[name] = handle
         return handle
 
-    def _missing_nodes(self, order: PhaseOrder) -> list[str]:
+    def _lacking(self, order: PhaseOrder) -> str | None:
+        """Return why no Ray node can serve one of the order's nodes (its label, or its
+        GPUs), or None; a node once found serving is not read again until it dies."""
         wanted = tuple(n for n in order.pinned_nodes if n not in self._missing_checked)
         if not wanted:
-            return []
-        missing = NodeDirectory.read().missing(wanted)
-        self._missing_checked.update(n for n in wanted if n not in missing)
-        return missing
+            return None
+        lacking = NodeDirectory.read().lacking(wanted, order.node_gpus)
+        if lacking is None:
+            self._missing_checked.update(wanted)
+        return lacking
 
     def watch_nodes(self, on_change: NodeChange, *, interval_s: float = 0.5) -> threading.Thread:
         """Call on_change(node name, alive, reason) when a labelled Ray node dies (once) and
@@ -603,16 +721,16 @@ class RayDispatcher:
         try:
             ensure_ray(self.address, self.resources)
             self._watch()
-            missing = self._missing_nodes(order)
-            if missing:
+            lacking = self._lacking(order)
+            if lacking:
                 # Ray would keep its workers pending forever: fail the phase at once (the
-                # platform's failure: `lost`), and take the nodes out of the inventory's
-                # service until a Ray node with their label joins.
-                reason = missing_reason(missing)
-                for name in missing:
+                # platform's failure: `lost`), and take the node out of the inventory's
+                # service until a Ray node with its label (and GPUs) joins.
+                name = lacking.split(":", 1)[0].split(", ")
+                for node in name:
                     if self.on_node_change is not None:
-                        self.on_node_change(name, False, reason)
-                report = PhaseReport(order.phase_id, f"lost: node {reason}"[:480])
+                        self.on_node_change(node, False, lacking)
+                report = PhaseReport(order.phase_id, f"lost: node {lacking}"[:480])
                 report.group_id, report.job_id = order.group_id, order.job_id
                 self.on_report(report)
                 return

@@ -73,6 +73,18 @@ def runner_context(job: Job) -> dict[str, Any]:
 Pools = tuple[tuple[str, ...], tuple[str, ...]]  # (rollout nodes, training nodes)
 
 
+def node_gpus(job: Job, pools: Pools) -> dict[str, int]:
+    """Return the GPUs the job needs on each of its nodes: its GPUs of a pool spread over
+    the pool's nodes (a node in both pools: the larger share)."""
+    need: dict[str, int] = {}
+    for names, gpus in zip(pools, (job.rollout_gpus, job.train_gpus), strict=True):
+        if names:
+            share = -(-int(gpus) // len(names))
+            for name in names:
+                need[name] = max(need.get(name, 0), share)
+    return need
+
+
 def phase_order(phase: PhaseRecord, job: Job, pools: Pools) -> PhaseOrder:
     """Return what the dispatcher needs to run a phase record on the job's resident host
     (`pools`: the job's rollout nodes and training nodes, where its workers live)."""
@@ -92,6 +104,7 @@ def phase_order(phase: PhaseRecord, job: Job, pools: Pools) -> PhaseOrder:
         group_id=phase.group_id,
         rollout_nodes=rollout,
         train_nodes=train,
+        node_gpus=node_gpus(job, pools),
     )
 
 

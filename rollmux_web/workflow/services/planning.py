@@ -21,7 +21,7 @@ from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from rollmux_web import events, metrics
-from rollmux_web.inventory.models import Node
+from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import converters, snapshot, sync
@@ -177,6 +177,7 @@ def _batch_place(
         nodes = dict(Node.objects.values_list("name", "pk"))
         measured = sync.measured_s(j.pk for j in jobs)  # a resubmitted job's sync times
         done = len(job_ids)
+        down: str | None = None  # the nodes down with a reason, read at the first wait
         for index, job in enumerate(jobs):
             if index and time.perf_counter() - began > BATCH_SECONDS:
                 # commit what is decided: the rest goes to the next transaction
@@ -215,7 +216,9 @@ def _batch_place(
             if result.status is PlacementStatus.FIT and result.placement is not None:
                 placed.append(job.pk)
             elif result.status is PlacementStatus.RETRY:
-                _set_reason(job, result.reason)
+                if down is None:
+                    down = _down_note()
+                _set_reason(job, result.reason + down)
                 waiting[job.pk] = result.reason
             else:
                 job.status = JobStatus.FAILED
@@ -246,6 +249,18 @@ def _waits_record(job_ids: list[int], key: str) -> None:
             unique_fields=["job"],
             update_fields=["capacity"],
         )
+
+
+def _down_note() -> str:
+    """Return "; down: <node> (<why>)" for the nodes down with a reason (their Ray node died,
+    is missing, or lacks GPUs), so a job that waits says what the cluster is missing."""
+    rows = list(
+        Node.objects.filter(state=NodeState.DOWN)
+        .exclude(state_reason="")
+        .order_by("name")
+        .values_list("name", "state_reason")[:3]
+    )
+    return "".join(f"; down: {name} ({why})" for name, why in rows)
 
 
 def _set_reason(job: Job, reason: str) -> None:
