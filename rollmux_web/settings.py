@@ -35,6 +35,11 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}: use true or false")
 
 
+def env_bool_or_none(name: str) -> bool | None:
+    """Return a boolean from the environment, or None when it is unset (the default elsewhere)."""
+    return env_bool(name, False) if os.environ.get(name, "") != "" else None
+
+
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -366,6 +371,18 @@ CELERY_WORKER_CONSUMER = "workers.consumer:QuickReconnectConsumer"
 
 # --- Scheduling and execution ------------------------------------------------
 ROLLMUX_MAX_GROUP_SIZE = env_int("ROLLMUX_MAX_GROUP_SIZE", 5, minimum=1)
+# The planner's issue-14 levers, live as in the simulator. Unset (None): the core's default,
+# what the simulator's rollmux runs (scheduler.sim.policies.DEFAULT_LEVERS; read by
+# rollmux_web.workflow.levers, not here: the core's import is not every process's cost).
+ROLLMUX_PLANNER_OBJECTIVE = env_str("ROLLMUX_PLANNER_OBJECTIVE", "") or None
+if ROLLMUX_PLANNER_OBJECTIVE not in (None, "expected", "marginal"):
+    raise ImproperlyConfigured(
+        f"Unexpected value ROLLMUX_PLANNER_OBJECTIVE={ROLLMUX_PLANNER_OBJECTIVE!r}:"
+        " use expected or marginal"
+    )
+ROLLMUX_PLANNER_PRUNE_SATURATED = env_bool_or_none("ROLLMUX_PLANNER_PRUNE_SATURATED")
+ROLLMUX_COLOCATED = env_bool_or_none("ROLLMUX_COLOCATED")  # the strategy at all (moves too)
+ROLLMUX_COLOCATED_ON_ARRIVAL = env_bool_or_none("ROLLMUX_COLOCATED_ON_ARRIVAL")
 # What-if runs (reports): refused at upload above the first three; a run is stopped (failed,
 # with the limit named) above the last two; a tenant has at most so many runs waiting or
 # running; a running run whose worker stopped beating is failed by the what-if reconcile.

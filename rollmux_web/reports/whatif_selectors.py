@@ -1,7 +1,7 @@
 """What-if reads: the planner's answer for a job not yet submitted, the queue as a trace, runs.
 
-The planner (`scheduler.planner.place`) and the live snapshot
-(`rollmux_web.workflow.selectors.cluster_snapshot`) belong to other parts of the product;
+The planner (`scheduler.planner.place`, with the live levers: `workflow.levers.place_job`)
+and the live snapshot (`rollmux_web.workflow.selectors.planner_input`) belong to other parts of the product;
 a failure of either degrades to a hint in the preview instead of a 500.
 """
 
@@ -11,7 +11,6 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.conf import settings
 from django.http import Http404
 
 from rollmux_web.accounts.access import (
@@ -25,7 +24,8 @@ from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.spec import SPEC
 from rollmux_web.reports.models import WhatIfRun
 from rollmux_web.workflow.converters import job_profile
-from rollmux_web.workflow.selectors import cluster_snapshot
+from rollmux_web.workflow.levers import place_job
+from rollmux_web.workflow.selectors import planner_input
 from scheduler.model import JobProfile, PlacementStatus
 from scheduler.trace import job_to_dict
 
@@ -77,14 +77,11 @@ def preview_profile(data: dict[str, Any], *, slo: float) -> JobProfile:
 
 def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Preview:
     """Return the planner's answer for a job described by cleaned form data, on the live cluster."""
-    from scheduler.planner import place
-
     profile = preview_profile(data, slo=slo or 1.0)
     try:
-        state = cluster_snapshot()
-        result = place(
-            profile, state, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
-        )
+        # what the live pass would decide: its snapshot, its levers (workflow.levers)
+        state, progress = planner_input()
+        result = place_job(profile, state, progress)
     except Exception as exc:  # the preview must never break the submit form
         return Preview(hint=f"The planner could not answer: {exc}")
     status = PlacementStatus(result.status).name

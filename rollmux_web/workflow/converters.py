@@ -36,6 +36,7 @@ def job_profile(
     slo: float | None = None,
     tenant: str | None = None,
     t_sync_s: float | None = None,
+    whole_run: bool = False,
 ) -> JobProfile:
     """Return the core profile of a job (its remaining iterations: a resubmitted job resumes).
 
@@ -43,13 +44,14 @@ def job_profile(
     settings default for the emulating runners, else 1): the clock its phases run on,
     which decides the groups it may share. `t_sync_s`: its weight-sync seconds per
     iteration (`workflow.sync.t_sync_s`: measured once it ran); None: the estimate from its
-    model's size.
+    model's size. `whole_run`: count all its iterations instead (the planner's view of a
+    running member, whose `JobProgress` says how many are done, as in the simulator).
     """
     t = job.phase_times  # (a job being profiled has none: it is not the planner's yet)
     return JobProfile(
         id=job_id_str(job.pk),
         arrival_s=job.submitted_at.timestamp() if job.submitted_at else 0.0,
-        iterations=max(1, job.iterations - job.iterations_done),
+        iterations=max(1, job.iterations if whole_run else job.iterations - job.iterations_done),
         rollout_gpus=job.rollout_gpus,
         train_gpus=job.train_gpus,
         t_roll_max_s=t.t_roll_max_s,
@@ -82,23 +84,30 @@ def core_node(node: NodeRow, prices: dict[int, Decimal]) -> Node:
     )
 
 
-def member(placement: PlacementRow, *, t_sync_s: float | None = None) -> Member:
+def member(
+    placement: PlacementRow, *, t_sync_s: float | None = None, whole_run: bool = False
+) -> Member:
     return Member(
-        job=job_profile(placement.job, t_sync_s=t_sync_s),
+        job=job_profile(placement.job, t_sync_s=t_sync_s, whole_run=whole_run),
         rollout_nodes=tuple(sorted(n.name for n in placement.rollout_nodes.all())),
         train_nodes=tuple(sorted(n.name for n in placement.train_nodes.all())),
     )
 
 
 def core_group(
-    group: ExecutionGroup, allocations: list[NodeAllocation], placements: list[PlacementRow]
+    group: ExecutionGroup,
+    allocations: list[NodeAllocation],
+    placements: list[PlacementRow],
+    *,
+    whole_run: bool = False,
 ) -> Group:
-    """Return the core group: its open node allocations split by pool, and its members."""
+    """Return the core group: its open node allocations split by pool, and its members
+    (`whole_run`: their profiles count all their iterations, see `job_profile`)."""
     rollout = sorted(a.node.name for a in allocations if a.node.cluster.kind == PoolKind.ROLLOUT)
     train = sorted(a.node.name for a in allocations if a.node.cluster.kind == PoolKind.TRAIN)
     return Group(
         id=group_id_str(group.pk),
         rollout_nodes=tuple(rollout),
         train_nodes=tuple(train),
-        members=tuple(member(p) for p in placements),
+        members=tuple(member(p, whole_run=whole_run) for p in placements),
     )

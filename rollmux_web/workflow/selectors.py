@@ -11,7 +11,7 @@ phases are a 404 (through the jobs app's visibility rule).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
@@ -26,6 +26,9 @@ from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRec
 from scheduler.model import ClusterSpec, ClusterState
 from scheduler.roundrobin import plan_meta_iteration
 
+if TYPE_CHECKING:
+    from scheduler.planner.objective import JobProgress
+
 
 def cluster_spec() -> ClusterSpec:
     """Return the planner's cluster spec (pool GPU types, prices now, capacity: nodes up or
@@ -38,6 +41,12 @@ def cluster_snapshot() -> ClusterState:
     (no new member), and the active groups with their members (what the planner sees; the
     what-if preview calls this)."""
     return snapshot.cluster_state()
+
+
+def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
+    """Return the snapshot as the planning pass reads it and the running members' progress
+    (`snapshot.planner_input`: the simulator's terms; the what-if preview places on it)."""
+    return snapshot.planner_input()
 
 
 def visible_groups(*, user: Any) -> QuerySet[ExecutionGroup]:

@@ -10,18 +10,28 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState
 from rollmux_web.inventory.models import GpuType as GpuTypeRow
 from rollmux_web.inventory.models import Node as NodeRow
-from rollmux_web.workflow.converters import NoPoolConfigured, core_group, core_node, pool_of
+from rollmux_web.workflow.converters import (
+    NoPoolConfigured,
+    core_group,
+    core_node,
+    job_id_str,
+    pool_of,
+)
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Strategy
 from rollmux_web.workflow.models import Placement as PlacementRow
 from scheduler.model import ClusterSpec, ClusterState, GpuType, Pool
+
+if TYPE_CHECKING:
+    from scheduler.planner.objective import JobProgress
 
 __all__ = [
     "CAPACITY_STATES",
@@ -30,6 +40,7 @@ __all__ = [
     "cluster_state",
     "current_prices",
     "open_placements",
+    "planner_input",
     "pool_node_counts",
 ]
 
@@ -117,8 +128,26 @@ def cluster_state() -> ClusterState:
     Nodes that are up are usable; drained nodes are in the snapshot cordoned (the members a
     group has on one keep running; the planner never pins a new member to it, and it still
     counts in the pool's capacity); down nodes are left out (their jobs are resubmitted by
-    `node_state_changed`).
+    `node_state_changed`). A member's profile counts its remaining iterations (what the
+    pages' meta-iterations and SLO chances model); the planner reads `planner_input`.
     """
+    return _read(whole_run=False)[0]
+
+
+def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
+    """Return the snapshot as the planner reads it, in the simulator's terms, and the
+    running members' progress.
+
+    Each member's profile counts all its iterations and its `JobProgress` says what it has
+    done: iterations done (the job's `iterations_done`), when its SLO clock started (its
+    first admission: its first placement that is not a profiling run) and its moves
+    (consolidation moves so far: 0 until live moves record them); so the expected-cost
+    objective and consolidation read its remaining iterations as the simulator's do.
+    """
+    return _read(whole_run=True)
+
+
+def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:
     prices = current_prices()
     spec = cluster_spec(prices)
     groups = list(ExecutionGroup.objects.filter(released_at__isnull=True).order_by("pk"))
@@ -149,5 +178,32 @@ def cluster_state() -> ClusterState:
         allocs = [a for a in allocations[g.pk] if a.node.name in usable]
         if not allocs and not by_group[g.pk]:
             continue
-        core_groups.append(core_group(g, allocs, by_group[g.pk]))
-    return ClusterState(spec=spec, nodes=tuple(nodes), groups=tuple(core_groups))
+        core_groups.append(core_group(g, allocs, by_group[g.pk], whole_run=whole_run))
+    state = ClusterState(spec=spec, nodes=tuple(nodes), groups=tuple(core_groups))
+    if not whole_run:
+        return state, {}
+    done = {p.job_id: p.job.iterations_done for g in core_groups for p in by_group[int(g.id)]}
+    return state, _progress(done)
+
+
+def _progress(done: dict[int, int]) -> dict[str, JobProgress]:
+    """Return the JobProgress of the members whose iterations done are `done` (by job id;
+    see `planner_input`)."""
+    from scheduler.planner.objective import JobProgress
+
+    if not done:
+        return {}
+    first = dict(
+        PlacementRow.objects.filter(job_id__in=list(done))
+        .exclude(strategy=Strategy.PROFILE)
+        .order_by()
+        .values("job_id")
+        .annotate(first=Min("created_at"))
+        .values_list("job_id", "first")
+    )
+    return {
+        job_id_str(pk): JobProgress(
+            admitted_s=first[pk].timestamp() if pk in first else 0.0, iterations_done=n
+        )
+        for pk, n in done.items()
+    }

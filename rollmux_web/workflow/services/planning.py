@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
@@ -24,13 +24,17 @@ from rollmux_web import events, metrics
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.transactions import atomic_with_retry
-from rollmux_web.workflow import converters, snapshot, sync
+from rollmux_web.workflow import converters, levers, snapshot, sync
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Placement, PlanWait
 from rollmux_web.workflow.services import profiling
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
 from rollmux_web.workflow.services.locks import lock_group, plan_session_lock
 from scheduler.model import ClusterState, JobProfile, Member, PlacementResult, PlacementStatus
+
+if TYPE_CHECKING:
+    from scheduler.planner.objective import JobProgress
+    from scheduler.sim.policies import Levers
 
 BATCH_JOBS = 100  # queued jobs claimed per transaction
 BATCH_SECONDS = 0.25  # a transaction commits what it decided after this long
@@ -122,12 +126,15 @@ def _pass(now: datetime | None) -> PlanSummary:
     if not todo:
         return summary
     try:
-        state = snapshot.cluster_state()
+        state, progress = snapshot.planner_input()
     except snapshot.NoPoolConfigured as exc:
         _no_pool(todo, str(exc), key, summary)
         return summary
+    lv = levers.live_levers()
     while todo:
-        state, done = _batch_place(todo[:BATCH_JOBS], state, key, now, summary)
+        state, progress, done = _batch_place(
+            todo[:BATCH_JOBS], (state, progress), key, now, summary, lv
+        )
         todo = todo[done:]
     return summary
 
@@ -144,18 +151,23 @@ def _no_pool(job_ids: list[int], why: str, key: str, summary: PlanSummary) -> No
 
 def _batch_place(
     job_ids: list[int],
-    state: ClusterState,
+    view: tuple[ClusterState, dict[str, JobProgress]],
     key: str,
     now: datetime | None,
     summary: PlanSummary,
-) -> tuple[ClusterState, int]:
-    """Claim and place one batch of queued jobs in one transaction; return the snapshot with
-    its placements applied (a rolled-back batch leaves the caller's snapshot as it was)."""
-    from scheduler.planner import place
+    lv: Levers,
+) -> tuple[ClusterState, dict[str, JobProgress], int]:
+    """Claim and place one batch of queued jobs in one transaction; return the snapshot
+    (`view`: the state and its members' progress, `snapshot.planner_input`) with its
+    placements applied (a rolled-back batch leaves the caller's snapshot as it was). Each
+    job is placed as the simulator's rollmux places it (`levers.place_job`, levers `lv`)."""
+    state, progress = view
 
-    def batch() -> tuple[ClusterState, list[int], dict[int, str], dict[int, str], int]:
+    def batch() -> tuple[
+        ClusterState, dict[str, JobProgress], list[int], dict[int, str], dict[int, str], int
+    ]:
         began = time.perf_counter()
-        state_now = state
+        state_now, progress_now = state, progress
         placed: list[int] = []
         waiting: dict[int, str] = {}
         infeasible: dict[int, str] = {}
@@ -185,9 +197,7 @@ def _batch_place(
                 break
             profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, measured))
             decided = time.perf_counter()
-            result = place(
-                profile, state_now, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
-            )
+            result = levers.place_job(profile, state_now, progress_now, levers=lv)
             for _ in range(STALE_RETRIES):
                 if result.status is not PlacementStatus.FIT or result.placement is None:
                     break
@@ -198,14 +208,9 @@ def _batch_place(
                     break
                 except _StaleSnapshot:
                     # a departure committed while this batch waited for the group's lock
-                    state_now = snapshot.cluster_state()
+                    state_now, progress_now = snapshot.planner_input()
                     stamp = now or timezone.now()  # after this snapshot, as above
-                    result = place(
-                        profile,
-                        state_now,
-                        policy="rollmux",
-                        max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
-                    )
+                    result = levers.place_job(profile, state_now, progress_now, levers=lv)
             else:  # stale every time: the cluster churns; the next pass tries again
                 result = PlacementResult(
                     PlacementStatus.RETRY, "the cluster changed; planning again"
@@ -232,13 +237,15 @@ def _batch_place(
         _waits_record([pk for pk in waiting if pk not in again], key)
         PlanWait.objects.filter(job_id__in=placed + list(infeasible)).delete()
         effects.schedule()
-        return state_now, placed, waiting, infeasible, done
+        return state_now, progress_now, placed, waiting, infeasible, done
 
-    state, placed, waiting, infeasible, done = atomic_with_retry(batch, what="planning batch")
+    state, progress, placed, waiting, infeasible, done = atomic_with_retry(
+        batch, what="planning batch"
+    )
     summary.placed += placed
     summary.waiting.update(waiting)
     summary.infeasible.update(infeasible)
-    return state, done
+    return state, progress, done
 
 
 def _waits_record(job_ids: list[int], key: str) -> None:
