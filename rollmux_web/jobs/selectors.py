@@ -16,7 +16,7 @@ from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
-from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
 from rollmux_web.workflow.snapshot import pool_node_counts
 
 ORDERINGS = {
@@ -321,24 +321,36 @@ def duration_suggestion(
 
 
 def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
-    """Return per phase kind: count by state, warm-start share and the measured durations
-    of its succeeded phases (`stats`: count, mean, p95, max; wall-clock and profile s)."""
-    rows: dict[str, dict[str, Any]] = {}
-    for kind, state, warm in PhaseRecord.objects.filter(job=job).values_list(
-        "kind", "state", "warm_start"
+    """Return per phase kind and stage: count by state, warm-start share and the measured
+    durations of its succeeded phases (`stats`: count, mean, p95, max; wall-clock and
+    profile s). The phases of the job's profiling run (placement strategy profile, at the
+    maximum token length) are rows of their own (`profile` True, first), apart from its
+    production run's."""
+    rows: dict[tuple[bool, str], dict[str, Any]] = {}
+    durations: dict[tuple[bool, str], list[float]] = {}
+    for kind, state, warm, strategy, started, finished in PhaseRecord.objects.filter(
+        job=job
+    ).values_list(
+        "kind", "state", "warm_start", "placement__strategy", "started_at", "finished_at"
     ):
-        row = rows.setdefault(kind, {"kind": kind, "count": 0, "states": {}, "warm": 0, "cold": 0})
+        key = (strategy == Strategy.PROFILE, kind)
+        row = rows.setdefault(
+            key,
+            {"kind": kind, "profile": key[0], "count": 0, "states": {}, "warm": 0, "cold": 0},
+        )
         row["count"] += 1
         row["states"][state] = row["states"].get(state, 0) + 1
         if warm is True:
             row["warm"] += 1
         elif warm is False:
             row["cold"] += 1
-    measured = job_measured(job=job)
-    for row in rows.values():
-        row["stats"] = measured.get(row["kind"])
+        if state == PhaseState.SUCCEEDED and started is not None and finished is not None:
+            durations.setdefault(key, []).append((finished - started).total_seconds())
+    scale = time_scale_of(job.runner, job.time_scale)
+    for key, row in rows.items():
+        row["stats"] = duration_stats(durations.get(key, []), scale)
         row["states"] = sorted(row["states"].items())
-    return sorted(rows.values(), key=lambda r: r["kind"])
+    return [rows[k] for k in sorted(rows, key=lambda k: (not k[0], k[1]))]
 
 
 def current_price(gpu_type: GpuType, *, at: datetime | None = None) -> Decimal:

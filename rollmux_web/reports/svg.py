@@ -36,6 +36,8 @@ DEFS = (
     "</defs>"
 )
 LANE_FILL = {"rollout": "#f7f9ff", "train": "#f9f7fb"}
+# a profiling run's phase: a dashed violet outline (the job's own colours inside)
+PROFILE_EDGE = ' stroke="#6941c6" stroke-width="2" stroke-dasharray="4 2"'
 
 
 def _bar(bar: PhaseBar) -> list[str]:
@@ -43,12 +45,18 @@ def _bar(bar: PhaseBar) -> list[str]:
     start marker (warm: a green wedge, cold: a red one; both outlined so they show on
     light and dark shades alike)."""
     ids = "" if bar.job_id is None else f'data-phase="{bar.phase_id}" data-job="{bar.job_id}" '
-    state = " failed" if bar.failed else ""
+    state = (" failed" if bar.failed else "") + (" profile" if bar.profile else "")
     attrs = (
         f'class="bar {bar.kind}{" running" if bar.running else ""}{state}" {ids}'
         f'data-tip="{_a(bar.tip)}"'
     )
-    edge = ' stroke="#b42318" stroke-width="1.5"' if bar.failed else ""
+    edge = (
+        ' stroke="#b42318" stroke-width="1.5"'
+        if bar.failed
+        else PROFILE_EDGE
+        if bar.profile
+        else ""
+    )
     out = []
     if len(bar.rects) == 1:
         r = bar.rects[0]

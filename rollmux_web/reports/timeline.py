@@ -46,6 +46,7 @@ class PhaseRow(NamedTuple):
     finished: float | None
     state: str
     outcome: str = ""  # why a failed or lost phase ended
+    profile: bool = False  # a phase of the job's profiling run (placement strategy profile)
 
 
 class ReportDelay(NamedTuple):
@@ -114,6 +115,7 @@ class PhaseBar:
     warm_start: bool | None
     running: bool
     failed: bool = False  # failed or lost: drawn hatched, with a red edge
+    profile: bool = False  # the job's profiling run: drawn with a dashed outline
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ class Timeline:
     delays: tuple[Delay, ...] = ()
     kinds: frozenset[str] = frozenset()  # the phase kinds drawn (the legend names sync if any)
     has_failed: bool = False
+    has_profile: bool = False  # a profiling run's phase is drawn (the legend names it)
 
 
 def ticks(t0: datetime, t1: datetime, left: float, plot_w: float) -> tuple[Tick, ...]:
@@ -261,7 +264,7 @@ def _lanes(
 
 def _phase_tip(row: PhaseRow, label: str, now_ts: float, *, hidden: bool) -> str:
     """Return a bar's tooltip; iterations counted from 1, as on the job page."""
-    _pid, _jid, it, kind, nodes, warm, s, f, state, outcome = row
+    _pid, _jid, it, kind, nodes, warm, s, f, state, outcome, profile = row
     took = f - s if f is not None else now_ts - s
     start_kind = "start unknown" if warm is None else ("warm start" if warm else "cold start")
     ended = ""
@@ -270,8 +273,9 @@ def _phase_tip(row: PhaseRow, label: str, now_ts: float, *, hidden: bool) -> str
         ended = f" · {state}"
         if outcome and not hidden:
             ended = f" · {outcome}" if outcome.startswith(state) else f"{ended}: {outcome}"
+    stage = " · profiling run" if profile else ""
     return (
-        f"{label}{'' if hidden else f' · iteration {it + 1}'} · {kind} · "
+        f"{label}{stage}{'' if hidden else f' · iteration {it + 1}'} · {kind} · "
         f"{duration(took)}{' (running)' if f is None else ''}{ended} · {start_kind}"
         f" · {', '.join(nodes)}"
     )
@@ -295,7 +299,7 @@ def _bars(
     aggregated = 0
     w0, w1, scale, now_ts = frame.w0, frame.w1, frame.scale, frame.now_ts
     for row in rows:
-        pid, jid, _it, kind, nodes, warm, s, f, state, _outcome = row
+        pid, jid, _it, kind, nodes, warm, s, f, state, _outcome, profile = row
         a = max(s, w0)
         b = min(f if f is not None else max(now_ts, s), w1)
         if b < a:
@@ -327,6 +331,7 @@ def _bars(
                 warm_start=warm,
                 running=f is None or state == PhaseState.RUNNING,
                 failed=state in FAILED_STATES,
+                profile=profile,
             )
         )
     return bars, aggregated
@@ -531,6 +536,7 @@ def build_timeline(
         delays=tuple(_delays(delays, lane_y, frame, min_w=0.5)),
         kinds=frozenset(r.kind for r in rows) | frozenset(p.kind for p in pre_aggregated),
         has_failed=any(b.failed for b in bars),
+        has_profile=any(b.profile for b in bars),
     )
 
 
@@ -558,7 +564,7 @@ def bubble_headline(
     job_time: dict[int, float] = defaultdict(float)  # phase seconds (both kinds) in window
     job_nodes: dict[tuple[int, str], set[str]] = defaultdict(set)
     lo, hi, now_ts = t0.timestamp(), t1.timestamp(), now.timestamp()
-    for _pid, jid, _it, _kind, nodes, _warm, s, f, _state, _outcome in rows:
+    for _pid, jid, _it, _kind, nodes, _warm, s, f, _state, _outcome, _profile in rows:
         d = min(hi, now_ts if f is None else f) - max(lo, s)
         if d <= 0:
             continue

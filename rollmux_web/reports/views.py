@@ -108,13 +108,15 @@ def group_timeline(request: HtmxHttpRequest, group_id: int) -> HttpResponse:
     def build(**kw: Any) -> selectors.Timeline:
         return selectors.group_timeline(user=request.user, group_id=group_id, group=group, **kw)
 
+    members = selectors.group_list_members(user=request.user, group=group)
     return _timeline_page(
         request,
         build=build,
         template="reports/group_timeline.html",
         extra={
             "group": group,
-            "members": selectors.group_list_members(user=request.user, group=group),
+            "members": members,
+            "profile_run": any(m["profile"] for m in members),
         },
     )
 

@@ -128,3 +128,39 @@ def alternate(
 
 def now() -> datetime:
     return timezone.now()
+
+
+def profiled_job(
+    world: Any,
+    *,
+    t0: datetime,
+    name: str = "p",
+    tenant: str = "vision",
+    roll: str = "h20-0",
+    train: str = "h800-0",
+) -> tuple[Job, ExecutionGroup, ExecutionGroup]:
+    """A job profiled then run (issue 13): its profiling run (placement strategy profile, a
+    group of its own) holds `roll` and `train` 12 min from t0 (rollout 5 min, training 4
+    min); its production run holds the next nodes (h20-1 after h20-0) 1 h from t0 + 20 min
+    (rollout 20 min, training 10 min). Returns the job, the profile group and the run's."""
+    job = make_job(world, name=name, tenant=tenant)
+    prof = make_group(created=t0, released=t0 + 12 * MIN)
+    allocate(prof, roll, t0, t0 + 12 * MIN)
+    allocate(prof, train, t0, t0 + 12 * MIN)
+    pl = place(
+        prof, job, rollout=[roll], train=[train], joined=t0, left=t0 + 12 * MIN, strategy="profile"
+    )
+    Placement.objects.filter(pk=pl.pk).update(attempt=100)  # (place() creates attempt 1)
+    phase(pl, iteration=0, kind="rollout", nodes=[roll], start=t0, minutes=5, warm=False)
+    phase(pl, iteration=0, kind="train", nodes=[train], start=t0 + 5 * MIN, minutes=4, warm=False)
+    run_roll, run_train = (f"{n[:-1]}{int(n[-1]) + 1}" for n in (roll, train))
+    t = t0 + 20 * MIN
+    prod = make_group(created=t)
+    allocate(prod, run_roll, t, t + 60 * MIN)
+    allocate(prod, run_train, t, t + 60 * MIN)
+    pl2 = place(prod, job, rollout=[run_roll], train=[run_train], joined=t)
+    Placement.objects.filter(pk=pl2.pk).update(attempt=2)
+    Placement.objects.filter(pk=pl.pk).update(attempt=1)  # profiled first, then run
+    phase(pl2, iteration=0, kind="rollout", nodes=[run_roll], start=t, minutes=20, warm=False)
+    phase(pl2, iteration=0, kind="train", nodes=[run_train], start=t + 20 * MIN, minutes=10)
+    return job, prof, prod

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from rollmux_web.reports.selectors import cost_report
-from rollmux_web.workflow.models import Placement
-from tests.reports.builders import allocate, make_group, make_job, phase, place
+from tests.reports.builders import allocate, make_group, make_job, phase, place, profiled_job
 
 T0 = datetime(2026, 3, 10, tzinfo=UTC)
 DAY = date(2026, 3, 10)
@@ -28,43 +27,9 @@ M = timedelta(minutes=1)
 Q = "start=2026-03-10&end=2026-03-10"
 
 
-def profiled_job(
-    world: Any,
-    *,
-    name: str = "p",
-    tenant: str = "vision",
-    roll: str = "h20-0",
-    train: str = "h800-0",
-) -> tuple[Any, Any, Any]:
-    """A job profiled then run: its profiling run holds `roll` and `train` 12 min (rollout
-    5 min, training 4 min), its production run holds the next nodes 1 h from T0 + 20 min
-    (rollout 20 min, training 10 min)."""
-    job = make_job(world, name=name, tenant=tenant)
-    prof = make_group(created=T0, released=T0 + 12 * M)
-    allocate(prof, roll, T0, T0 + 12 * M)
-    allocate(prof, train, T0, T0 + 12 * M)
-    pl = place(
-        prof, job, rollout=[roll], train=[train], joined=T0, left=T0 + 12 * M, strategy="profile"
-    )
-    Placement.objects.filter(pk=pl.pk).update(attempt=100)  # (place() creates attempt 1)
-    phase(pl, iteration=0, kind="rollout", nodes=[roll], start=T0, minutes=5, warm=False)
-    phase(pl, iteration=0, kind="train", nodes=[train], start=T0 + 5 * M, minutes=4, warm=False)
-    run_roll, run_train = roll[:-1] + str(int(roll[-1]) + 1), train[:-1] + str(int(train[-1]) + 1)
-    t = T0 + 20 * M
-    prod = make_group(created=t)
-    allocate(prod, run_roll, t, t + 60 * M)
-    allocate(prod, run_train, t, t + 60 * M)
-    pl2 = place(prod, job, rollout=[run_roll], train=[run_train], joined=t)
-    Placement.objects.filter(pk=pl2.pk).update(attempt=2)
-    Placement.objects.filter(pk=pl.pk).update(attempt=1)  # profiled first, then run
-    phase(pl2, iteration=0, kind="rollout", nodes=[run_roll], start=t, minutes=20, warm=False)
-    phase(pl2, iteration=0, kind="train", nodes=[run_train], start=t + 20 * M, minutes=10)
-    return job, prof, prod
-
-
 @pytest.mark.django_db
 def test_the_profiling_run_is_its_own_line_and_the_job_total_adds_both(world: Any) -> None:
-    job, prof, prod = profiled_job(world)
+    job, prof, prod = profiled_job(world, t0=T0)
     report = cost_report(user=world.finance, start=DAY, end=DAY, now=NOW)
     lines = {(ln.stage, ln.gpu_type): ln for ln in report.lines}
     assert set(lines) == {("profile", "H20"), ("profile", "H800"), ("run", "H20"), ("run", "H800")}
@@ -102,7 +67,7 @@ def test_the_profiling_run_is_its_own_line_and_the_job_total_adds_both(world: An
 
 @pytest.mark.django_db
 def test_a_job_run_with_declared_times_has_no_profiling_line(world: Any) -> None:
-    profiled_job(world, name="p")
+    profiled_job(world, t0=T0, name="p")
     job = make_job(world, name="declared")
     g = make_group(created=T0)
     allocate(g, "h20-2", T0, T0 + 60 * M)
@@ -133,7 +98,7 @@ def test_page_csv_parquet_and_api_bill_the_profiling_run_alike(
 ) -> None:
     import pyarrow.parquet as pq
 
-    job, prof, _prod = profiled_job(world)
+    job, prof, _prod = profiled_job(world, t0=T0)
     finance = client_as("finance")
     html = finance.get(f"/reports/cost/?{Q}").content.decode()
     rows = list(csv.DictReader(io.StringIO(finance.get(f"/reports/cost.csv?{Q}").content.decode())))
@@ -184,9 +149,9 @@ def test_page_csv_parquet_and_api_bill_the_profiling_run_alike(
 def test_a_researcher_sees_only_their_tenants_profiling_runs(
     world: Any, client_as: Any, api_as: Any
 ) -> None:
-    vision, _, _ = profiled_job(world, name="vision-p", tenant="vision")
+    vision, _, _ = profiled_job(world, t0=T0, name="vision-p", tenant="vision")
     speech, _, _ = profiled_job(
-        world, name="speech-p", tenant="speech", roll="h20-2", train="h800-2"
+        world, t0=T0, name="speech-p", tenant="speech", roll="h20-2", train="h800-2"
     )
     alice = cost_report(user=world.alice, start=DAY, end=DAY, now=NOW)
     assert {j.job_id for j in alice.by_job} == {vision.pk}

@@ -16,7 +16,7 @@ from rollmux_web.accounts.access import (
     member_label,
     visible_tenant_ids,
 )
-from rollmux_web.workflow.models import ExecutionGroup, Placement
+from rollmux_web.workflow.models import ExecutionGroup, Placement, Strategy
 from rollmux_web.workflow.selectors import cluster_snapshot
 from scheduler.stochastic import slo_probabilities
 
@@ -117,6 +117,7 @@ def group_list_members(*, user: Any, group: ExecutionGroup) -> list[dict[str, An
             member_entry(ref, pl.job.tenant.name, viewer)
             | {
                 "strategy": pl.strategy_label,
+                "profile": pl.strategy == Strategy.PROFILE,
                 "predicted_slowdown": pl.predicted_slowdown,
                 "joined": pl.created_at,
                 "left": pl.ended_at,

@@ -34,7 +34,7 @@ from rollmux_web.reports.timeline import (
     Timeline,
     build_timeline,
 )
-from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord
+from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Strategy
 
 
 def group_window(
@@ -114,13 +114,24 @@ def phase_rows(flt: Q, t0: datetime | None, t1: datetime | None) -> list[PhaseRo
             f_col,
             "state",
             "outcome",
+            "placement__strategy",
         )
     )
     if annotations:
-        return [PhaseRow._make((*r[:4], nodes(r[4]), *r[5:])) for r in rows]
+        return [
+            PhaseRow._make((*r[:4], nodes(r[4]), *r[5:10], r[10] == Strategy.PROFILE)) for r in rows
+        ]
     return [
         PhaseRow._make(
-            (*r[:4], nodes(r[4]), r[5], epoch(r[6], exact=False), epoch(r[7], exact=False), *r[8:])
+            (
+                *r[:4],
+                nodes(r[4]),
+                r[5],
+                epoch(r[6], exact=False),
+                epoch(r[7], exact=False),
+                *r[8:10],
+                r[10] == Strategy.PROFILE,
+            )
         )
         for r in rows
     ]

@@ -44,7 +44,7 @@ def trace_events(
                 "args": {"name": "Rollout pool" if pool == "rollout" else "Training pool"},
             }
         )
-    for phase_id, jid, it, kind, nodes, warm, s, f, state, _outcome in rows:
+    for phase_id, jid, it, kind, nodes, warm, s, f, state, _outcome, profile in rows:
         if f is None or base is None:
             continue
         hidden = jid in masked
@@ -56,6 +56,8 @@ def trace_events(
             | {"state": state}
         )
         args["started_at"] = datetime.fromtimestamp(s, tz=UTC).isoformat()
+        if profile:
+            args["stage"] = "profile"  # the job's profiling run
         for n in nodes:
             pool = pools.get(n, "rollout" if kind == "rollout" else "train")
             if n not in tids:
@@ -71,8 +73,9 @@ def trace_events(
                 )
             events.append(
                 {
-                    "name": f"{label} {kind}" if hidden else f"{label} {kind} #{it + 1}",
-                    "cat": kind,
+                    "name": (f"{label} {kind}" if hidden else f"{label} {kind} #{it + 1}")
+                    + (" (profiling run)" if profile else ""),
+                    "cat": f"profile,{kind}" if profile else kind,
                     "ph": "X",
                     "ts": round((s - base) * 1e6),
                     "dur": round((f - s) * 1e6),
