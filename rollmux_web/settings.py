@@ -394,6 +394,10 @@ ROLLMUX_WHATIF_MAX_MEMORY_MB = env_int("ROLLMUX_WHATIF_MAX_MEMORY_MB", 2048, min
 ROLLMUX_WHATIF_MAX_QUEUED_PER_TENANT = env_int("ROLLMUX_WHATIF_MAX_QUEUED_PER_TENANT", 3, minimum=1)
 ROLLMUX_WHATIF_STALE_S = env_float("ROLLMUX_WHATIF_STALE_S", 60.0, minimum=5.0)
 ROLLMUX_SWITCH_OVERHEAD_S = env_float("ROLLMUX_SWITCH_OVERHEAD_S", 2.0, minimum=0.0)
+# A rollout on the training GPU type takes its profiled time x this (the cluster spec's
+# rollout speed factor of the training type: 1.0 is the trace-format spec's co-located
+# assumption). The planner's co-located check uses it; the emulating runners sleep it.
+ROLLMUX_ROLLOUT_SPEED_FACTOR = env_float("ROLLMUX_ROLLOUT_SPEED_FACTOR", 1.0, minimum=1e-6)
 ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 20.0, minimum=1e-6)  # why: see seed_demo
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)
 # A job submitted without phase times is profiled first: this many iterations alone at the

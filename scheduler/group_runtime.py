@@ -61,6 +61,19 @@ from typing import Any
 from scheduler.model import Member, PhaseKind, member_from_dict, member_to_dict
 
 
+def phase_nodes(member: Member, kind: PhaseKind) -> tuple[str, ...]:
+    """Return the nodes a member's phase of `kind` runs on.
+
+    A co-located member (issue 14: no rollout nodes) runs its rollouts on its training
+    nodes, and has no sync phase: trainer and rollout worker of a GPU share its node,
+    so no weights cross between pools (the coordinator hands them over on the node at
+    the start of the next rollout, 0 cross-pool bytes).
+    """
+    if kind is PhaseKind.TRAIN or not member.rollout_nodes:
+        return member.train_nodes
+    return member.rollout_nodes
+
+
 @dataclass(frozen=True)
 class PhaseStart:
     """A phase `start_ready` started: run it now on exactly `nodes`."""
@@ -161,8 +174,18 @@ class GroupRuntime:
             raise ValueError(
                 f"start_iteration must be in [0, iterations={iterations}), got {start_iteration}"
             )
-        if not member.rollout_nodes or not member.train_nodes:
-            raise ValueError(f"job {job_id!r} needs at least one rollout and one training node")
+        if not member.train_nodes:
+            raise ValueError(f"job {job_id!r} needs at least one training node")
+        # A co-located member (no rollout nodes: both phases on its training nodes) is
+        # alone in its group: its rollouts hold the nodes another member would train on.
+        if self._members:
+            others = [s.member for s in self._members.values()]
+            alone = [m for m in (member, *others) if not m.rollout_nodes]
+            if alone:
+                raise ValueError(
+                    f"job {alone[0].job.id!r} runs co-located (no rollout nodes): it shares"
+                    f" group {self.group_id!r} with no one"
+                )
         # Join the meta-iteration in progress: its rollout is the last rollout of
         # the newest round some rollout started in, its training the last training
         # of that round. Before any rollout started, join the earliest pending round.
@@ -203,8 +226,7 @@ class GroupRuntime:
                 if phase is not kind and (phase is not PhaseKind.SYNC or kind is PhaseKind.TRAIN):
                     break  # the head's phase on this pool is not ready yet
                 busy = self._busy
-                m = head.member
-                nodes = m.train_nodes if kind is PhaseKind.TRAIN else m.rollout_nodes
+                nodes = phase_nodes(head.member, kind)
                 if any(x in busy for x in nodes):
                     break
                 started.append(self._start(head))
@@ -231,7 +253,8 @@ class GroupRuntime:
             # No sync after the last training: no rollout will read those weights.
             del self._members[job_id]
             return FinishResult(job_id, kind, run.iteration, run.nodes, done=True)
-        elif s.member.job.t_sync_s > 0:
+        elif s.member.job.t_sync_s > 0 and s.member.rollout_nodes:
+            # (co-located: the weights stay on the node, no sync phase: see phase_nodes)
             s.kind = PhaseKind.SYNC  # the sync belongs to the iteration it follows
         else:
             s.kind = PhaseKind.ROLLOUT
@@ -262,7 +285,7 @@ class GroupRuntime:
                 continue
             on_train = s.kind is PhaseKind.TRAIN
             r = s.next_round[PhaseKind.TRAIN if on_train else PhaseKind.ROLLOUT]
-            q = PendingPhase(s.job_id, s.kind, s.iteration, s.member.nodes(s.kind.pool), r)
+            q = PendingPhase(s.job_id, s.kind, s.iteration, phase_nodes(s.member, s.kind), r)
             out.append(((r, 1 if on_train else 0, s.idx), q))
         return tuple(q for _, q in sorted(out, key=lambda e: e[0]))
 
@@ -365,8 +388,7 @@ class GroupRuntime:
         kind = s.kind
         is_roll = kind is PhaseKind.ROLLOUT
         is_sync = kind is PhaseKind.SYNC
-        m = s.member
-        nodes = m.train_nodes if kind is PhaseKind.TRAIN else m.rollout_nodes
+        nodes = phase_nodes(s.member, kind)
         job_id = s.job_id
         # A sync belongs to the meta-iteration of the training it follows and does not
         # take the member's rollout turn (its rollout starts right after it).

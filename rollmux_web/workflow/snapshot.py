@@ -99,6 +99,10 @@ def cluster_spec(prices: dict[int, Decimal] | None = None) -> ClusterSpec:
             host_mem_gb=gt.host_mem_gb,
             nodes=capacity,
             nodes_down=down,
+            # (the rollout pool's type is the one profiles are measured on: 1.0)
+            rollout_speed_factor=(
+                settings.ROLLMUX_ROLLOUT_SPEED_FACTOR if pool is Pool.TRAIN else 1.0
+            ),
         )
     missing = [p.value for p in Pool if p not in types]
     if missing:

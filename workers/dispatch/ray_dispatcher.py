@@ -258,10 +258,14 @@ class JobCoordinator(PhaseHost):
         self.trained = 0  # iterations trained into the trainers' weights
         self.synced = 0  # the version of the weights the rollout workers hold
         self.last_sync: dict[str, float] = {}
+        # co-located (issue 14): no rollout nodes, the rollout workers live on the training
+        # nodes beside the trainers (one of each per GPU, two shares of its bundle)
+        self.colocated = False
 
     # --- cold start --------------------------------------------------------------------------
     def _setup(self, order: PhaseOrder) -> None:
         self.trained = self.synced = order.resume_iteration
+        self.colocated = not order.rollout_nodes and bool(order.train_nodes)
         directory = NodeDirectory.read()
         nodes = {
             "rollout": order.rollout_nodes or order.pinned_nodes,
@@ -387,6 +391,8 @@ class JobCoordinator(PhaseHost):
         if order.kind == "rollout":
             if self.synced < self.trained:  # no sync phase ran (t_sync_s = 0): sync first
                 metrics.update({f"sync_{k}": v for k, v in self._sync().items()})
+                if self.colocated:  # handed over on the nodes: nothing crossed the pools
+                    report.bytes_moved = 0
             results = self._call("rollout", "rollout", order.iteration)
             self.batches = [r["batch"] for r in results]
             metrics.update(_mean([r["metrics"] for r in results]))
@@ -432,6 +438,12 @@ class JobCoordinator(PhaseHost):
         holders = [w for w in self.pools["train"] if w.holds_weights] or self.pools["train"]
         n = len(rollout)
         sender = {j: holders[j % len(holders)] for j in range(n)}
+        if self.colocated:  # each rollout worker's shard from the trainer beside it
+            for w in rollout:
+                beside = [h for h in holders if h.node == w.node]
+                same_gpu = [h for h in beside if h.gpu_ids == w.gpu_ids]
+                if same_gpu or beside:
+                    sender[w.rank] = (same_gpu or beside)[0]
         sent = self._gather(
             holders,
             [
@@ -453,10 +465,12 @@ class JobCoordinator(PhaseHost):
                 rollout, [w.handle.receive_shard.remote(w.rank, shards[w.rank]) for w in rollout]
             )
             # each shard crossed once, from its trainer's node into its rollout worker's node
+            # (co-located: there is no other pool, each shard came from the same node)
             cross = sum(
                 r["bytes"]
                 for w, r in zip(rollout, received, strict=True)
-                if sender[w.rank].ray_node_id != w.ray_node_id or not _labelled(w)
+                if not self.colocated
+                and (sender[w.rank].ray_node_id != w.ray_node_id or not _labelled(w))
             )
             local = [(r["index"], r["ref"]) for r in received]
         t_scatter = time.perf_counter() - t0

@@ -43,6 +43,10 @@ class RunnerContext:
     # phase times above are then the emulation's configured distribution for `emulated` and
     # `toy-rl`, and 0 (unknown) for other runners.
     profile: bool = False
+    # A rollout here takes its profiled time x this: the training type's rollout speed
+    # factor when the placement is co-located (rollouts on the training GPUs), else 1.0.
+    # The emulating runners sleep it; a real runner just runs slower or faster.
+    rollout_speed_factor: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

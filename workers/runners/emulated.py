@@ -22,14 +22,15 @@ STATE_FRACTION = 1e-5
 
 
 def phase_duration(ctx: RunnerContext, iteration: int, kind: str) -> float:
-    """Return the wall-clock seconds a phase lasts: a seeded draw in [min, max] / time scale."""
-    lo, hi = (
-        (ctx.t_roll_min_s, ctx.t_roll_max_s)
-        if kind == "rollout"
-        else (ctx.t_train_min_s, ctx.t_train_max_s)
-    )
+    """Return the wall-clock seconds a phase lasts: a seeded draw in [min, max] / time scale
+    (a rollout x the context's rollout speed factor: co-located, on the training GPUs)."""
+    if kind == "rollout":
+        lo, hi = ctx.t_roll_min_s, ctx.t_roll_max_s
+        factor = ctx.rollout_speed_factor
+    else:
+        lo, hi, factor = ctx.t_train_min_s, ctx.t_train_max_s, 1.0
     seed = zlib.crc32(f"{ctx.job_id}:{ctx.seed}:{iteration}:{kind}".encode())
-    return random.Random(seed).uniform(lo, hi) / ctx.time_scale
+    return random.Random(seed).uniform(lo, hi) * factor / ctx.time_scale
 
 
 class EmulatedRunner:

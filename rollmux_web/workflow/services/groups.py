@@ -16,10 +16,16 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce
 
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.models import (
+    ExecutionGroup,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+    Strategy,
+)
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.orders import Pools, phase_order, phase_worst_s
-from scheduler.group_runtime import GroupRuntime
+from scheduler.group_runtime import GroupRuntime, PhaseStart
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,11 @@ def _pools(runtime: GroupRuntime, job_id: int) -> Pools:
     """Return a member's (rollout nodes, training nodes): where its workers live."""
     member = runtime.member(str(job_id))
     return tuple(member.rollout_nodes), tuple(member.train_nodes)
+
+
+def _worst_s(start: PhaseStart, placement: Placement) -> float:
+    colocated = placement.strategy == Strategy.COLOCATED
+    return phase_worst_s(start.kind.value, placement.job, colocated=colocated)
 
 
 def phases_start(
@@ -105,8 +116,7 @@ def phases_start(
                 warm_start=not start.cold,
                 queued_at=now,
                 started_at=now,
-                due_at=now
-                + timedelta(seconds=phase_worst_s(start.kind.value, jobs[job_id]) + DUE_SLACK_S),
+                due_at=now + timedelta(seconds=_worst_s(start, placements[job_id]) + DUE_SLACK_S),
             )
         )
     # One INSERT for all. The uniqueness of (placement, iteration, kind) cannot be hit here:

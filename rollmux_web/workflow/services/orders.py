@@ -21,15 +21,25 @@ def job_time_scale(job: Job) -> float:
     return time_scale_of(job.runner, job.time_scale)
 
 
-def phase_worst_s(kind: str, job: Job) -> float:
+def rollout_speed_factor(colocated: bool) -> float:
+    """Return how much longer a rollout takes than profiled: the training type's rollout
+    speed factor for a co-located placement (its rollouts run on the training GPUs)."""
+    return float(settings.ROLLMUX_ROLLOUT_SPEED_FACTOR) if colocated else 1.0
+
+
+def phase_worst_s(kind: str, job: Job, *, colocated: bool = False) -> float:
     """Return the wall-clock seconds a phase of this kind takes at worst (the job's declared
-    maximum over its time scale; a sync phase is bounded by the training phase's). A
-    profiling run has no worst case yet: the profile timeout bounds it (a third of it, as
-    the deadline is three worst cases)."""
+    maximum over its time scale; a sync phase is bounded by the training phase's; a
+    co-located rollout runs at the training type's rollout speed factor). A profiling run
+    has no worst case yet: the profile timeout bounds it (a third of it, as the deadline is
+    three worst cases)."""
     if not job.has_phase_times:
         return float(settings.ROLLMUX_PROFILE_PHASE_TIMEOUT_S) / 3
     t = job.phase_times
-    worst = t.t_roll_max_s if kind == PhaseKind.ROLLOUT.value else t.t_train_max_s
+    if kind == PhaseKind.ROLLOUT.value:
+        worst = t.t_roll_max_s * rollout_speed_factor(colocated)
+    else:
+        worst = t.t_train_max_s
     return worst / job_time_scale(job)
 
 
@@ -42,10 +52,12 @@ def profile_times(job: Job) -> PhaseTimes:
     return PhaseTimes(0.0, 0.0, 0.0, 0.0)
 
 
-def runner_context(job: Job) -> dict[str, Any]:
+def runner_context(job: Job, *, colocated: bool = False) -> dict[str, Any]:
     """Return what the job's runner knows about it (the fields of `workers.runners.
     RunnerContext`, as the dict a PhaseOrder carries). A job without phase times is in its
-    profiling run: `profile` is set and the times are the emulation's (`profile_times`)."""
+    profiling run: `profile` is set and the times are the emulation's (`profile_times`).
+    A co-located placement's rollouts run on training GPUs: the emulating runners stretch
+    them by the rollout speed factor."""
     profile = not job.has_phase_times
     times = profile_times(job) if profile else job.phase_times
     return {
@@ -65,6 +77,7 @@ def runner_context(job: Job) -> dict[str, Any]:
         },
         "model": job.model,
         "weights_gb": sync.weights_gb(job.model),
+        "rollout_speed_factor": rollout_speed_factor(colocated),
         # what the job's workers may import: the admin's allowlist (a built-in needs none)
         "runner_packages": [] if job.runner in BUILTIN_RUNNERS else runner_allowlist(),
     }
@@ -89,6 +102,7 @@ def phase_order(phase: PhaseRecord, job: Job, pools: Pools) -> PhaseOrder:
     """Return what the dispatcher needs to run a phase record on the job's resident host
     (`pools`: the job's rollout nodes and training nodes, where its workers live)."""
     rollout, train = pools
+    colocated = not rollout and bool(train)  # both phases on the training nodes
     return PhaseOrder(
         phase_id=phase.pk,
         job_id=job.pk,
@@ -98,7 +112,7 @@ def phase_order(phase: PhaseRecord, job: Job, pools: Pools) -> PhaseOrder:
         nodes=tuple(phase.node_names),
         pinned_nodes=tuple(sorted(set(rollout) | set(train))),
         runner=job.runner,
-        context=runner_context(job),
+        context=runner_context(job, colocated=colocated),
         checkpoint_dir=settings.ROLLMUX_CHECKPOINT_URI or str(settings.ROLLMUX_CHECKPOINT_DIR),
         resume_iteration=phase.iteration,
         group_id=phase.group_id,

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from rollmux_web.jobs.models import Job
 from rollmux_web.workflow import ports
-from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState
+from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState, Strategy
 from rollmux_web.workflow.ports import Outcome, PhaseReport
 from rollmux_web.workflow.services.controller import phase_finish
 from rollmux_web.workflow.services.effects import Effects
@@ -39,7 +39,9 @@ class ReconcileSummary:
 
 def phase_deadline(phase: PhaseRecord, job: Job) -> timedelta:
     """Return how long a phase may run before reconcile declares it overrun."""
-    return timedelta(seconds=3 * phase_worst_s(phase.kind, job) + settings.ROLLMUX_PHASE_GRACE_S)
+    colocated = phase.placement.strategy == Strategy.COLOCATED
+    worst = phase_worst_s(phase.kind, job, colocated=colocated)
+    return timedelta(seconds=3 * worst + settings.ROLLMUX_PHASE_GRACE_S)
 
 
 def phases_reconcile(
