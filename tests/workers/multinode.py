@@ -6,6 +6,12 @@ inventory node of the multi-node world, each its own raylet process on loopback,
 CPU machine), labelled `rollmux.io/node=<name>`. Health checks are tightened so a killed
 raylet is declared dead in about a second (production keeps Ray's defaults, ~15 s).
 
+Object storage: the session's cluster comes with an S3-compatible server on loopback (moto's
+ThreadedMotoServer, a dev dependency, on a free port, bucket `rollmux-checkpoints`),
+started before the Ray nodes so that every one of them, like a production node, has the
+standard AWS settings in its environment (AWS_ENDPOINT_URL, the keys, the region), which
+`pyarrow.fs` reads; a test points ROLLMUX_CHECKPOINT_URI at `s3://rollmux-checkpoints/...`.
+
 The single local Ray of the other Ray tests (`ray_cluster`) cannot share a process with
 it, so the tests that use this cluster run last (`order_multinode_last`) and the fixture
 shuts that local Ray down first.
@@ -13,6 +19,7 @@ shuts that local Ray down first.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,11 +40,53 @@ FAST_HEALTH_CHECKS = {
 }
 
 
+BUCKET = "rollmux-checkpoints"
+
+
+@dataclass
+class ObjectStorage:
+    """An S3-compatible server on loopback with one bucket (moto, in this process)."""
+
+    server: Any
+    endpoint: str
+
+    def uri(self, prefix: str) -> str:
+        return f"s3://{BUCKET}/{prefix}"
+
+    def keys(self, prefix: str) -> list[str]:
+        import boto3
+
+        listed = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+        return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+def start_object_storage() -> ObjectStorage:
+    """Start the S3 server on a free port; put its settings in this process's environment
+    (the Ray nodes started after it inherit them); create the bucket."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="rollmux-test",
+        AWS_SECRET_ACCESS_KEY="rollmux-test",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",  # never ask a cloud metadata endpoint
+    )
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    return ObjectStorage(server, endpoint)
+
+
 @dataclass
 class MultiNode:
     cluster: Any
     nodes: dict[str, Any]  # inventory name -> ray._private.node.Node (its raylet process)
     address: str
+    storage: ObjectStorage | None = None
 
     def ray_node_id(self, name: str) -> str:
         return str(self.nodes[name].node_id)
@@ -61,9 +110,14 @@ def free_port() -> int:
 
 
 def start_cluster(
-    names: tuple[str, ...] = NODES, *, port: int | None = None, gpus: int = GPUS_PER_NODE
+    names: tuple[str, ...] = NODES,
+    *,
+    port: int | None = None,
+    gpus: int = GPUS_PER_NODE,
+    object_storage: bool = False,
 ) -> MultiNode:
-    """Start a head and one labelled Ray node per name; connect this process to it.
+    """Start a head and one labelled Ray node per name (with `object_storage`, an S3 server
+    first, whose settings every node inherits); connect this process to it.
 
     The head's GCS port is a free one unless given: two test runs on one machine (CI and a
     developer, or two checkouts) must not join each other's cluster.
@@ -75,6 +129,7 @@ def start_cluster(
     from workers.dispatch import ray_dispatcher
 
     ray_dispatcher.shutdown_ray()  # a local Ray of earlier tests, if any
+    storage = start_object_storage() if object_storage else None
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -84,7 +139,7 @@ def start_cluster(
             "_system_config": FAST_HEALTH_CHECKS,
         },
     )
-    multinode = MultiNode(cluster, {}, str(cluster.address))
+    multinode = MultiNode(cluster, {}, str(cluster.address), storage)
     for name in names:
         multinode.add(name, gpus)
     ray_dispatcher.ensure_ray(multinode.address)
@@ -95,10 +150,12 @@ def start_cluster(
 def multinode_cluster() -> Iterator[MultiNode]:
     from workers.dispatch import ray_dispatcher
 
-    multinode = start_cluster()
+    multinode = start_cluster(object_storage=True)
     yield multinode
     ray_dispatcher.shutdown_ray()
     multinode.cluster.shutdown()
+    if multinode.storage is not None:
+        multinode.storage.server.stop()
 
 
 @pytest.fixture

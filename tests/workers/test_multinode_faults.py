@@ -4,11 +4,16 @@ What must happen (issue 9 item 5): Ray notices within seconds (not a phase deadl
 inventory node is marked down with the reason, the jobs pinned to it are resubmitted and
 resume from their checkpoints on other nodes, and the job that did not use it is not
 disturbed. The test prints how long detection took.
+
+The checkpoints go to object storage (ROLLMUX_CHECKPOINT_URI = s3://..., the cluster's S3
+server on loopback, through `pyarrow.fs`), not a shared directory: the resumed job's new
+workers on other nodes read them from there.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -33,7 +38,13 @@ def test_a_killed_raylet_is_noticed_in_seconds_and_its_job_resumes_elsewhere(
     multinode_workflow: Any,
     multinode_cluster: MultiNode,
     record_property: Any,
+    settings: Any,
+    tmp_path: Any,
 ) -> None:
+    storage = multinode_cluster.storage
+    assert storage is not None
+    prefix = f"fault-{uuid.uuid4().hex[:8]}"
+    settings.ROLLMUX_CHECKPOINT_URI = storage.uri(prefix)
     common: dict[str, Any] = {
         "rollout_gpus": GPUS_PER_NODE, "train_gpus": GPUS_PER_NODE, "host_mem_gb": 100.0,
         "slo_class": multinode_world.bronze, "model": "toy-0.5B", "time_scale": 1000.0,
@@ -98,6 +109,12 @@ def test_a_killed_raylet_is_noticed_in_seconds_and_its_job_resumes_elsewhere(
     assert resumed[0].metrics["weights_version"] == float(resumed[0].iteration)
     trains = PhaseRecord.objects.filter(job=victim, kind="train", state=PhaseState.SUCCEEDED)
     assert sorted(int(p.metrics["updates"]) for p in trains) == list(range(1, 7))
+    # its checkpoints are in the bucket (the last two kept), none in a local directory
+    keys = storage.keys(prefix)
+    assert f"{prefix}/job-{victim.pk}-it6.ckpt" in keys, keys
+    assert f"{prefix}/job-{victim.pk}-it5.ckpt" in keys, keys
+    assert not [k for k in keys if k.endswith(".tmp")], keys
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
     # the job that did not use the node was not disturbed
     assert not PhaseRecord.objects.filter(job=bystander).exclude(state=PhaseState.SUCCEEDED)
     assert Placement.objects.filter(job=bystander).count() == 1
