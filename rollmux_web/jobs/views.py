@@ -16,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from rollmux_web.accounts.selectors import can_submit, sees_all_tenants, visible_tenants
@@ -207,8 +208,27 @@ def job_validate(request: HttpRequest) -> HttpResponse:
     name = request.GET.get("field", "")
     if name not in SPEC_FIELDS:
         return HttpResponse(f"Unknown field {name[:40]!r}", status=400)
-    errors = _field_errors(request.user, spec_from_post(request.POST), name)
-    return render(request, "jobs/new.html#field_error", {"name": name, "errors": errors})
+    spec = spec_from_post(request.POST)
+    if name not in PHASE_TIME_NAMES:
+        errors = _field_errors(request.user, spec, name)
+        return render(request, "jobs/new.html#field_error", {"name": name, "errors": errors})
+    # the four phase times are checked together (both maxima or none): the others' errors
+    # are refreshed out of band, so clearing one never leaves a stale error on another
+    ser = JobSpecSerializer(data=spec, context={"user": request.user})
+    all_errors = {} if ser.is_valid() else ser.errors
+
+    def part(field: str) -> str:
+        errors = [str(m) for m in all_errors.get(field, [])]
+        return render_to_string(
+            "jobs/new.html#field_error", {"name": field, "errors": errors}, request=request
+        )
+
+    html = part(name) + "".join(
+        f'<div id="err-{other}" hx-swap-oob="innerHTML">{part(other)}</div>'
+        for other in PHASE_TIME_NAMES
+        if other != name
+    )
+    return HttpResponse(html)
 
 
 def _number(data: Any, name: str) -> float | None:

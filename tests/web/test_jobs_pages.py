@@ -385,3 +385,28 @@ def test_the_form_hints_give_the_node_size_memory_limit_and_default_time_scale(
     assert "at most 2048 GB" in hint["host_mem_gb"]
     assert "the server default, 20x" in hint["time_scale"]
     assert "in profile seconds" in hint["t_roll_max_s"]
+
+
+def test_a_phase_times_check_refreshes_the_other_phase_times_errors(
+    client_as: Any, world: Any
+) -> None:
+    c = client_as("alice")
+    blank = {n: "" for n in ("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s")}
+    # all four blank: the job is profiled; no field keeps an error (out of band, all four)
+    body = c.post(
+        "/jobs/new/validate/?field=t_train_max_s", form_data() | blank, **HTMX
+    ).content.decode()
+    for other in ("t_roll_max_s", "t_roll_min_s", "t_train_min_s"):
+        assert f'<div id="err-{other}" hx-swap-oob="innerHTML"></div>' in body
+    # the training max alone: checking it flags the rollout max, out of band
+    body = c.post(
+        "/jobs/new/validate/?field=t_train_max_s",
+        form_data() | blank | {"t_train_max_s": "120"},
+        **HTMX,
+    ).content.decode()
+    oob = body.split('<div id="err-t_roll_max_s" hx-swap-oob="innerHTML">', 1)[1]
+    assert "give both maxima" in oob.split("</div>", 1)[0]
+    # any other field answers with its own partial only
+    assert (
+        "hx-swap-oob" not in c.post("/jobs/new/validate/?field=name", form_data()).content.decode()
+    )
