@@ -30,28 +30,40 @@ Rules (decisions where the issue is silent, marked [I]):
    from the training GPUs (8 -> 7B, 16 -> 14B, 32 or more -> 32B), as the prototype
    configs shard those sizes.
 4. SLO over the whole run. The job's SLO is on its mean iteration time from its
-   first admission, so the mover must fit `elapsed + restart + (remaining + the join
-   allowance) x its predicted iteration time in the destination` within
-   `slo x iterations x its expected solo iteration / (1 + solo_margin)` (the
-   distribution-aware reference of issue 13, its own expected solo time, with a
-   margin against the noise of a mean of draws). The predicted iteration time is
-   the worst-case meta-iteration in a group; alone (co-located) it is the job's own
-   expected iteration on its training nodes, since its SLO is relative to its own
-   drawn solo time. [I] A first measurement with the margin on the other side (a
-   reference of expected solo x 1.03) moved jobs with SLO 1.001-1.004 whose restart
-   then broke their SLO on drawn durations. Every member of the destination
-   must fit its own budget the same way at its new predicted iteration time, with
-   the restart added when it shares a node with the mover (the mover's cold first
-   phase holds that node). Members left behind only get faster.
+   first admission against its mean drawn solo time, so the mover must fit
+   `elapsed + restart + (remaining + the join allowance) x its predicted iteration
+   time in the destination` within `slo x` what its drawn solo time sums to over the
+   run. The predicted iteration time is the worst-case meta-iteration in a group;
+   alone (co-located) the job runs its own drawn phases (rollout at the training
+   type's factor) and waits for no one's turn. [I] The reference (`solo_z`, default
+   3): the solo seconds of the iterations done as measured (`JobProgress.solo_s_done`;
+   unmeasured, their expectation less z standard errors) plus the remaining ones'
+   expectation less z standard errors of their sum (uniform phases); co-located, the
+   remaining draws are on both sides, so only their difference per iteration is
+   uncertain, and a job with a tight SLO (1.002-1.02) but a long run may still
+   afford a restart. With `solo_z=None` the reference is the earlier rule:
+   `iterations x expected solo / (1 + solo_margin)` (a loosening margin of 3% moved
+   jobs with SLO 1.001-1.004 whose restart then broke their SLO on drawn durations;
+   a stricter 1% blocks every move of a job whose SLO is under 1.01). Every member of
+   the destination must fit its own budget the same way at its new predicted
+   iteration time, with the restart added when it shares a node with the mover (the
+   mover's cold first phase holds that node). Members left behind only get faster.
 5. At most `max_moves_per_job` moves per job (default 2).
 6. With `colocated` a job alone in a disaggregated group may move onto training
    nodes of its own (the co-located strategy), and a co-located job into a group
    when a partner makes that cheaper; `plan_consolidation` names such a new group
    `<job>:colocated` provisionally (the caller gives it its real id).
+7. Candidates of `plan_consolidation`: the members of the group someone left and,
+   with `singletons`, every job alone in a group (co-located or not); the caller
+   consults it on EVERY departure, also one that empties its group (a job alone
+   leaving frees nodes and time that another lone job may use: measured, +0.01
+   paper-like and +0.02 Philly-like, docs/results.md). [I] `small_groups` adds the
+   members of groups of at most that size (measured: more moves, higher cost).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -111,10 +123,17 @@ class ConsolidationConfig:
     # reference by 1% against the noise of a mean of draws (a loosening margin of 3% let
     # moves break tight SLOs on drawn durations: 2-3 misses on the paper-like traces)
     solo_margin: float = 0.01
+    # [I] with a value, the budget's reference is the job's drawn solo time at z standard
+    # errors below its expectation (the part done as measured) instead (`_budget_ok`)
+    solo_z: float | None = 3.0
     max_group_size: int = 5
     # [I] also try to move the members of one-member groups when someone leaves: the
     # departure may have opened the room they could not find at arrival
     singletons: bool = True
+    # [I] also the members of groups of at most this many members (0: only singletons,
+    # as `singletons` says): a pair may split, one member joining a fuller group and
+    # the other going co-located
+    small_groups: int = 0
     # the admission options the re-placement uses (scheduler.planner.place)
     objective: str = "marginal"
     prune_saturated: bool = True
@@ -152,6 +171,13 @@ class Move:
         )
 
 
+def solo_sd_s(job: JobProfile) -> float:
+    """Return the standard deviation of one drawn solo iteration (uniform phases)."""
+    span_r = job.t_roll_max_s - job.roll_min
+    span_t = job.t_train_max_s - job.train_min
+    return math.sqrt((span_r * span_r + span_t * span_t) / 12.0)
+
+
 def _budget_ok(
     job: JobProfile,
     progress: JobProgress | None,
@@ -159,11 +185,49 @@ def _budget_ok(
     iteration_s: float,
     remaining: float,
     extra_s: float,
-    margin: float,
+    cfg: ConsolidationConfig,
+    *,
+    allowance: float = 0.0,
+    colocated_factor: float | None = None,
 ) -> bool:
+    """Return True when the job's SLO over its whole run still holds (rule 4).
+
+    `remaining` iterations at `iteration_s` each (plus `allowance` more), `extra_s` of
+    restart, after `now - admitted` elapsed. Without `cfg.solo_z` the reference is
+    slo x iterations x expected solo / (1 + solo_margin). With it the reference is
+    what the job's mean drawn solo time can be: the solo seconds of the iterations
+    done as measured (`JobProgress.solo_s_done`; else their expectation less z
+    standard errors) plus the remaining ones' expectation less z standard errors. A
+    co-located destination (`colocated_factor` set) runs every remaining iteration
+    at its own drawn phases (rollout x the factor, no sync), the very draws of the
+    reference: only their difference, per iteration, is uncertain.
+    """
     elapsed = now - progress.admitted_s if progress else 0.0
-    budget = job.slo * job.iterations * expected_solo_s(job) / (1.0 + margin)
-    return elapsed + extra_s + remaining * iteration_s <= budget + 1e-9
+    if cfg.solo_z is None:
+        budget = job.slo * job.iterations * expected_solo_s(job) / (1.0 + cfg.solo_margin)
+        return elapsed + extra_s + (remaining + allowance) * iteration_s <= budget + 1e-9
+    z, slo = cfg.solo_z, job.slo
+    e, sd = expected_solo_s(job), solo_sd_s(job)
+    done = max(0, job.iterations - math.ceil(remaining))
+    known = progress.solo_s_done if progress and progress.solo_s_done is not None else None
+    if known is None:
+        known = done * e - z * sd * math.sqrt(done)
+    rest = max(0.0, remaining)
+    if colocated_factor is not None:
+        # per remaining iteration: f r + t - slo (r + t + sync), r and t drawn
+        span_r = job.t_roll_max_s - job.roll_min
+        span_t = job.t_train_max_s - job.train_min
+        mean_r = (job.roll_min + job.t_roll_max_s) / 2.0
+        mean_t = (job.train_min + job.t_train_max_s) / 2.0
+        mean_x = colocated_factor * mean_r + mean_t - slo * (mean_r + mean_t + job.t_sync_s)
+        sd_x = math.sqrt(
+            ((colocated_factor - slo) * span_r) ** 2 + ((1.0 - slo) * span_t) ** 2
+        ) / math.sqrt(12.0)
+        future = rest * mean_x + z * sd_x * math.sqrt(rest) + allowance * iteration_s
+        return elapsed + extra_s + future <= slo * known + 1e-9
+    future_ref = rest * e - z * sd * math.sqrt(rest)
+    spent = elapsed + extra_s + (rest + allowance) * iteration_s
+    return spent <= slo * (known + future_ref) + 1e-9
 
 
 def _prices(state: ClusterState, placement: Placement) -> dict[str, float]:
@@ -246,14 +310,18 @@ def best_move(
         t_new = colocated_expected_s(job, state.spec.train.rollout_speed_factor)
     else:
         t_new = result.predicted_slowdown[job_id] * job.t_solo_max_s
+    colocated = placement.strategy is Strategy.COLOCATED
     if not _budget_ok(
         job,
         mine,
         now,
         t_new,
-        remaining + JOIN_ALLOWANCE_META_ITERATIONS,
+        remaining,
         restart,
-        cfg.solo_margin,
+        cfg,
+        # alone it waits for no one's turn (the margin rule keeps its allowance)
+        allowance=0.0 if colocated and cfg.solo_z is not None else JOIN_ALLOWANCE_META_ITERATIONS,
+        colocated_factor=state.spec.train.rollout_speed_factor if colocated else None,
     ):
         return None
     mover_nodes = set(moved.rollout_nodes + moved.train_nodes)
@@ -267,7 +335,7 @@ def best_move(
             t_m,
             remaining_iterations(m.job, progress),
             restart if shares else 0.0,
-            cfg.solo_margin,
+            cfg,
         ):
             return None
     # 2. The saving in expected remaining dollars, restart included.
@@ -336,10 +404,11 @@ def plan_consolidation(
     moves: list[Move] = []
     current = state
     cfg = config or ConsolidationConfig()
+    small = max(cfg.small_groups, 1 if cfg.singletons else 0)
     candidates = {
         m.job.id
         for g in state.groups
-        if g.id == group_id or (cfg.singletons and len(g.members) == 1)
+        if g.id == group_id or len(g.members) <= small
         for m in g.members
     }
     while candidates:

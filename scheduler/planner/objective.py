@@ -49,6 +49,9 @@ class JobProgress:
     admitted_s: float  # first admission: the job's SLO is on (finish - this) / iterations
     iterations_done: int = 0
     moves: int = 0  # consolidation moves so far
+    # the summed solo durations (rollout + training + sync) of the iterations done, as
+    # they ran (the SLO reference's part that is known); None: not measured
+    solo_s_done: float | None = None
 
 
 def expected_roll_s(job: JobProfile) -> float:

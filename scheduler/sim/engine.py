@@ -157,6 +157,7 @@ class JobRecord:
     restart_s: float = 0.0  # seconds of restarts its moves cost it
     drift: str = "none"  # its drift template (scheduler.sim.drift)
     replans: int = 0  # times a drift re-plan moved it (checkpoint, resubmit, resume)
+    solo_done_s: float = 0.0  # drawn rollout + training (+ sync) of the iterations done
 
     @property
     def solo_iteration_s(self) -> float:
@@ -512,7 +513,7 @@ class Simulation:
 
     def _progress(self) -> dict[str, JobProgress]:
         return {
-            job_id: JobProgress(r.admitted_s, r.iterations_done, r.moves)
+            job_id: JobProgress(r.admitted_s, r.iterations_done, r.moves, r.solo_done_s)
             for job_id, r in self.jobs.items()
             if r.status == "running" and r.admitted_s is not None
         }
@@ -523,6 +524,8 @@ class Simulation:
         self.done_phases += 1
         record = self.jobs[job_id]
         if kind is PhaseKind.TRAIN:
+            i = record.iterations_done
+            record.solo_done_s += record.roll[i] + record.train[i] + record.profile.t_sync_s
             record.iterations_done += 1
         if self.policy.job_done(result, job_id):
             # The runtime dropped the member itself when it finished its last phase.
@@ -533,12 +536,13 @@ class Simulation:
             self.group_of.pop(job_id, None)
             if not any(g.id == group_id for g in self.state.groups):
                 del self.runtimes[group_id]
-            else:
-                # Consolidation: survivors the planner would move are re-planned at
-                # their next iteration boundary (a checkpoint), on the state of then.
-                self.to_move.update(
-                    self.policy.on_departure(self.state, group_id, self.now, self._progress())
-                )
+            # Consolidation: survivors the planner would move (and, when its group is
+            # gone, the jobs alone in a group the freed nodes may serve better) are
+            # re-planned at their next iteration boundary (a checkpoint), on the state
+            # of then.
+            self.to_move.update(
+                self.policy.on_departure(self.state, group_id, self.now, self._progress())
+            )
             self._sync_allocation()
             if group_id in self.runtimes:
                 self._start_ready(group_id)

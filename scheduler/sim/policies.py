@@ -69,6 +69,14 @@ class Levers:
     # [I] may an ARRIVAL go co-located (False: only a lone job, at a consolidation)
     colocated_on_arrival: bool = False
     long_tail: bool = True  # long-tail migration inside groups (scheduler.sim.longtail)
+    # consolidate on EVERY departure, also one that empties its group (a job alone, e.g.
+    # co-located, leaving): its freed nodes may serve the jobs alone elsewhere
+    every_departure: bool = True
+    # the movers' SLO budget at z standard errors of their drawn solo time (None: the
+    # reference expected solo / 1.01); scheduler.planner.consolidation rule 4
+    budget_z: float | None = 3.0
+    small_groups: int = 0  # consolidation also tries members of groups this small
+    min_saving_usd: float = 0.0  # a move must save more than this (expected dollars)
 
 
 DEFAULT_LEVERS = Levers()
@@ -327,8 +335,10 @@ class CorePolicy:
         prune_saturated: bool = True,
         colocated: bool = False,
         long_tail: LongTailModel | None = None,
+        every_departure: bool = False,
     ) -> None:
         self.name = name
+        self.every_departure = every_departure
         self.long_tail = long_tail
         self.max_group_size = max_group_size
         self.consolidation = consolidation
@@ -413,6 +423,8 @@ class CorePolicy:
         """Return the survivors of `group_id` the core would move now."""
         if self.consolidation is None:
             return ()
+        if not self.every_departure and not any(g.id == group_id for g in state.groups):
+            return ()  # the group left with its last member: nobody survived it
         moves = plan_consolidation(
             state, group_id, now=now, progress=progress, config=self.consolidation
         )
@@ -609,6 +621,9 @@ def make_policy(
                 objective=lv.objective,
                 prune_saturated=lv.prune_saturated,
                 colocated=lv.colocated,
+                solo_z=lv.budget_z,
+                small_groups=lv.small_groups,
+                min_saving_usd=lv.min_saving_usd,
             )
             if lv.consolidation
             else None
@@ -622,6 +637,7 @@ def make_policy(
             prune_saturated=lv.prune_saturated,
             colocated=lv.colocated and lv.colocated_on_arrival,
             long_tail=LongTailModel() if lv.long_tail else None,
+            every_departure=lv.every_departure,
         )
     if name in CORE_POLICIES:
         return CorePolicy(name, seed=seed, max_group_size=max_group_size)

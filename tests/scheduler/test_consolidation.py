@@ -89,8 +89,9 @@ def test_no_move_breaks_a_mover_s_slo_over_its_whole_run() -> None:
     state = after_y_left()
     # Both have run 100 of 200 iterations but took 63,000 s for them (slowed before):
     # the rest at 300 s plus the join allowance and the 197 s restart exceeds
-    # 1.5 x 200 x their expected solo time / 1.01 = 89,109 s, for either mover.
-    budget = 1.5 * 200 * expected_solo_s(X) / 1.01
+    # 1.5 x 200 x their expected solo time = 90,000 s (their phases are exact, so the
+    # reference has no spread to discount), for either mover.
+    budget = 1.5 * 200 * expected_solo_s(X)
     assert budget < 63_000 + 197 + 101.5 * 300
     assert plan_consolidation(state, "g0", now=63_000.0, progress=progress(100)) == []
     # with 8,000 s less behind them the same move fits
@@ -156,3 +157,31 @@ def test_expected_remaining_cost_releases_each_node_when_its_last_member_leaves(
     # a restart delays the release of the mover's nodes
     delayed = members_remaining_cost(pair, price, done, switch_overhead_s=0, extra_s={"a": 50.0})
     assert delayed == pytest.approx(3 * first + 2 * 50.0)
+
+
+def test_a_tight_slo_job_alone_goes_co_located_when_its_measured_slack_pays_the_restart() -> None:
+    """The statistical budget (rule 4): a long job with SLO 1.003 alone in its group has
+    0.003 x 1000 x 270 s = 810 s of slack over its run; co-located, its remaining
+    iterations take exactly its own drawn phases, so the 197 s restart fits. The margin
+    rule (expected solo / 1.01) refuses any move of such a job."""
+    tight = replace(
+        job("t", 200, 100, slo=1.003, iterations=1000), t_roll_min_s=150, t_train_min_s=90
+    )
+    state = empty_state(SPEC)
+    res = place(tight, state)
+    assert res.placement is not None
+    state = apply_placement(state, tight, res.placement, group_id="g0")
+    e = expected_solo_s(tight)
+    # 400 iterations done alone: their drawn solo seconds, and the same time elapsed
+    done = {"t": JobProgress(0.0, 400, 0, solo_s_done=400 * e)}
+    cfg = ConsolidationConfig(colocated=True, objective="expected")
+    move = best_move(state, "t", now=400 * e, progress=done, config=cfg)
+    assert move is not None and not move.placement.rollout_nodes  # co-located
+    margin_rule = replace(cfg, solo_z=None)
+    assert best_move(state, "t", now=400 * e, progress=done, config=margin_rule) is None
+    # a restart longer than the slack left breaks the SLO: no move
+    slow = replace(cfg, restart_s=lambda j: 1000.0)
+    assert best_move(state, "t", now=400 * e, progress=done, config=slow) is None
+    # 700 s behind its own solo pace already: the 197 s restart no longer fits either
+    behind = {"t": JobProgress(0.0, 400, 0, solo_s_done=400 * e - 700)}
+    assert best_move(state, "t", now=400 * e, progress=behind, config=cfg) is None

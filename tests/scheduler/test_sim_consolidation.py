@@ -102,3 +102,28 @@ def test_a_job_left_alone_moves_onto_its_training_nodes_at_the_next_departure() 
         later = [p for p in after[1:] if p.kind is PhaseKind.ROLLOUT]
         assert all(p.end_s - p.start_s == pytest.approx(200.0 * factor) for p in later)
         assert summarise(result)["completed"] == 2
+
+
+def test_a_job_alone_moves_when_a_job_elsewhere_leaves_an_emptied_group() -> None:
+    """A departure that empties its group (here a job alone, co-located) still
+    consolidates: the lone job of another group goes onto its training nodes."""
+    from scheduler.model import ClusterSpec, GpuType
+    from scheduler.sim.policies import Levers
+
+    def one(job_id: str, roll: float, train: float, iterations: int, arrival: float) -> JobProfile:
+        return JobProfile(
+            id=job_id, arrival_s=arrival, iterations=iterations, rollout_gpus=8, train_gpus=8,
+            t_roll_max_s=roll, t_train_max_s=train, host_mem_gb=1500, slo=1.5,
+        )  # fmt: skip
+
+    # host memory 1500 GB of 2048: no two jobs share a node, so each opens a group of
+    # its own; `b` leaves after 3 iterations and empties its group (nobody survives
+    # it); `a`, with about 197 iterations left alone in a disaggregated group, is
+    # cheaper co-located. Only consolidating on that departure too moves it.
+    jobs = [one("a", 200.0, 100.0, 200, 0.0), one("b", 150.0, 100.0, 3, 1.0)]
+    spec = ClusterSpec(GpuType("H20", 1.85, 8, 2048, 4), GpuType("H800", 5.28, 8, 2048, 4), 2.0)
+    for every, moved in ((True, ["a"]), (False, [])):
+        policy = make_policy("rollmux", seed=1, levers=Levers(every_departure=every))
+        result = simulate(jobs, spec, policy, seed=1)
+        assert [m.job_id for m in result.moves] == moved, every
+        assert summarise(result)["slo_attainment"] == 1.0

@@ -52,12 +52,15 @@ def test_rollmux_cost_is_close_to_optimal() -> None:
     # at 10:15 UTC on 1 Dec: mean 1.112, 1.016-1.202 (before it: mean 1.098, up to 1.177).
     # With issue 14's levers (and an optimum whose plans may co-locate a job alone),
     # measured at 11:15 UTC: mean 1.081, 1.008-1.202.
+    # With consolidation on every departure and the movers' statistical SLO budget
+    # (13:10 UTC on 1 Dec): mean 1.058, 0.965-1.152.
     assert float(np.mean(ratios)) <= 1.12, ratios
     assert max(ratios) <= 1.22, ratios
-    # Measured: never below 1.00. The search covers the plans rollmux builds on these
-    # traces; its plan space lacks partially overlapping rollout pinning, so an online
-    # plan could in principle beat it slightly (hence 0.98, not 1.0).
-    assert min(ratios) >= 0.98, ratios
+    # `optimal` searches static plans only; rollmux moves jobs after admission (a
+    # survivor onto its own training nodes, a co-located job into a group), which no
+    # static plan can do, so it may beat the optimum: measured down to 0.965 (Philly-2).
+    # Far below that would mean the optimum's search lost plans.
+    assert min(ratios) >= 0.93, ratios
 
 
 def test_rollmux_plans_every_slo_and_random_and_greedy_miss() -> None:
