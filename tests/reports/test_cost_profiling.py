@@ -140,6 +140,13 @@ def test_page_csv_parquet_and_api_bill_the_profiling_run_alike(
         sum((r["BilledCost"] for r in parquet if '"stage": "profile"' in r["Tags"]), Decimal(0))
         == csv_profile
     )
+    # the page's per-job row: GPU-hours as billed (four decimals), so they add up as shown
+    row = re.search(rf'<tr data-job="{job.pk}">(.*?)</tr>', html, re.S)
+    assert row and re.findall(r'class="num">([0-9.,]+)<', row.group(1)) == [
+        "3.2000",
+        "16.0000",
+        "19.2000",
+    ]
     # the page: the stage table and a profiling badge on the job's profile lines
     assert 'id="by-stage"' in html and "Profiling runs" in html
     assert html.count('data-stage="profile"') == 2

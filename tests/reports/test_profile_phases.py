@@ -49,9 +49,11 @@ def test_pages_name_the_profiling_run(world: Any, client_as: Any) -> None:
     assert "profiling run (dashed outline" in html
     group_page = alice.get(f"/groups/{prof.pk}/").content.decode()
     assert f"Profiling run, group {prof.pk}" in group_page and 'id="profile-note"' in group_page
+    assert "nothing to reclaim" in group_page and "share of bubbles reclaimed" not in group_page
     run_page = alice.get(f"/groups/{prod.pk}/").content.decode()
     assert f"Co-execution group {prod.pk}" in run_page and 'id="profile-note"' not in run_page
     assert "profiling run (dashed outline" not in run_page
+    assert "share of bubbles reclaimed" in run_page and "nothing to reclaim" not in run_page
     # the trace export names the profiling run's events
     trace = alice.get(f"/timeline/jobs/{job.pk}/trace.json").json()
     names = [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"]

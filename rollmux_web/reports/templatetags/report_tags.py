@@ -51,10 +51,12 @@ def saving(value: Any) -> str:
 
 
 @register.filter
-def hours(value: Any) -> str:
+def hours(value: Any, places: int = 2) -> str:
+    """GPU-hours to two decimals, or `places` (`|hours:4`: the billed quantity, as in the
+    CSV, so a row of sums of billed lines adds up as shown)."""
     if value is None:
         return "—"
-    return f"{Decimal(value):,.2f}"
+    return f"{Decimal(value):,.{int(places)}f}"
 
 
 @register.filter
