@@ -398,6 +398,10 @@ ROLLMUX_SWITCH_OVERHEAD_S = env_float("ROLLMUX_SWITCH_OVERHEAD_S", 2.0, minimum=
 # rollout speed factor of the training type: 1.0 is the trace-format spec's co-located
 # assumption). The planner's co-located check uses it; the emulating runners sleep it.
 ROLLMUX_ROLLOUT_SPEED_FACTOR = env_float("ROLLMUX_ROLLOUT_SPEED_FACTOR", 1.0, minimum=1e-6)
+# Long-tail migration (paper section 3): once this share of a rollout's responses is done,
+# its tail is consolidated off the nodes the group's next rollout needs, which starts there
+# (0: off). The simulator's default levers migrate at 0.8 (scheduler.sim.longtail).
+ROLLMUX_LONG_TAIL_THRESHOLD = env_float("ROLLMUX_LONG_TAIL_THRESHOLD", 0.8, minimum=0.0)
 ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 20.0, minimum=1e-6)  # why: see seed_demo
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)
 # A job submitted without phase times is profiled first: this many iterations alone at the

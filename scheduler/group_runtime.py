@@ -55,7 +55,7 @@ that allowance to the joiner's SLO check
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.model import Member, PhaseKind, member_from_dict, member_to_dict
@@ -262,6 +262,50 @@ class GroupRuntime:
         return FinishResult(
             job_id, kind, run.iteration, run.nodes, next_kind=s.kind, next_iteration=s.iteration
         )
+
+    def release_tail(self, job_id: str, nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """Free `nodes` of `job_id`'s running rollout: its tail was consolidated onto its
+        other nodes (long-tail migration, paper section 3). The rollout keeps running there
+        and `finish` frees only those; `start_ready` may now start the next member's
+        rollout on the freed nodes. Return the nodes the rollout still holds.
+
+        ValueError when the job runs no rollout, a node is not one of the rollout's, or
+        none would be left (the tail needs a node to run on): a replayed event is refused.
+        """
+        run = self._running.get(job_id)
+        if run is None or run.kind is not PhaseKind.ROLLOUT:
+            raise ValueError(f"job {job_id!r} runs no rollout")
+        freed = set(nodes)
+        kept = tuple(x for x in run.nodes if x not in freed)
+        if not freed or not freed <= set(run.nodes) or not kept:
+            raise ValueError(
+                f"job {job_id!r}'s rollout on {', '.join(run.nodes)} cannot free"
+                f" {', '.join(sorted(freed)) or 'no node'} and keep a node for its tail"
+            )
+        for x in freed:
+            self._busy.pop(x, None)
+        self._running[job_id] = replace(run, nodes=kept)
+        return kept
+
+    def tail_nodes(self, job_id: str) -> tuple[str, ...]:
+        """Return the nodes `job_id`'s running rollout could hand to the next member's
+        rollout once tail-bound (long-tail migration): those of the next member in the
+        rollout pool's order it shares, when it keeps at least one of its own for the tail.
+        Empty when there is no one to hand them to, or the job runs co-located (its
+        rollouts hold training nodes: migration is H20 to H20 only)."""
+        run = self._running.get(job_id)
+        s = self._members.get(job_id)
+        if run is None or s is None or run.kind is not PhaseKind.ROLLOUT:
+            return ()
+        if not s.member.rollout_nodes:
+            return ()
+        head = self._pool_head(PhaseKind.ROLLOUT)
+        if head is None or head.job_id == job_id or not head.member.rollout_nodes:
+            return ()
+        wanted = set(head.member.rollout_nodes) & set(run.nodes)
+        if not wanted or wanted == set(run.nodes):
+            return ()
+        return tuple(sorted(wanted))
 
     # -- queries ------------------------------------------------------------
 

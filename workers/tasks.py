@@ -58,6 +58,16 @@ def phase_finished_task(payload: dict[str, Any]) -> bool:
     return services.phase_finish(PhaseReport.from_dict(payload))
 
 
+@shared_task(name="workers.tasks.phase_tail", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
+def phase_tail_task(payload: dict[str, Any]) -> bool:
+    """Apply a tail-bound rollout's hand-over of nodes (long-tail migration)."""
+    return services.phase_tail(
+        phase_id=int(payload["phase_id"]),
+        group_id=int(payload["group_id"]),
+        nodes=[str(n) for n in payload["nodes"]],
+    )
+
+
 @shared_task(name="workers.tasks.cancel_job", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def cancel_job_task(job_id: int) -> bool:
     """Stop a job at its next phase boundary."""

@@ -58,3 +58,45 @@ def test_a_member_needs_training_nodes() -> None:
 def test_phase_nodes_of_a_disaggregated_member() -> None:
     m = builders.member(builders.job("A", 30, 20), ("r1",), ("t1",))
     assert [phase_nodes(m, k) for k in (R, T, S)] == [("r1",), ("t1",), ("r1",)]
+
+
+# --- long-tail migration (issue 14 item 4): the runtime frees a tail-bound rollout's nodes
+
+
+def two_on_shared_rollout_nodes() -> GroupRuntime:
+    a = builders.member(builders.job("A", 100, 40, iterations=3), ("r1", "r2"), ("t1",))
+    b = builders.member(builders.job("B", 100, 40, iterations=3, slo=3.0), ("r2",), ("t1",))
+    return runtime_with([a, b])
+
+
+def test_a_tail_bound_rollout_hands_the_next_members_node_over_and_keeps_its_own() -> None:
+    rt = two_on_shared_rollout_nodes()
+    (a_roll,) = rt.start_ready()  # B waits: r2 is A's
+    assert (a_roll.job_id, a_roll.nodes) == ("A", ("r1", "r2"))
+    assert rt.tail_nodes("A") == ("r2",)  # B's rollout node; A keeps r1 for its tail
+    assert rt.release_tail("A", ("r2",)) == ("r1",)
+    (b_roll,) = rt.start_ready()  # B's head starts on the freed node beside A's tail
+    assert (b_roll.job_id, b_roll.kind, b_roll.nodes) == ("B", R, ("r2",))
+    assert {p.job_id: p.nodes for p in rt.running()} == {"A": ("r1",), "B": ("r2",)}
+    rt = GroupRuntime.from_dict(rt.to_dict())  # the cut survives the snapshot
+    assert rt.finish("A", R).freed_nodes == ("r1",)
+    with pytest.raises(ValueError):
+        rt.release_tail("A", ("r2",))  # no rollout running any more: a replay is refused
+
+
+def test_a_rollout_keeps_a_node_for_its_tail_and_frees_only_its_own() -> None:
+    rt = two_on_shared_rollout_nodes()
+    rt.start_ready()
+    for nodes in (("r1", "r2"), ("r3",), ()):
+        with pytest.raises(ValueError):
+            rt.release_tail("A", nodes)
+    assert rt.tail_nodes("B") == ()  # B runs no rollout
+
+
+def test_no_tail_hand_over_without_a_next_member_or_when_co_located() -> None:
+    alone = runtime_with([builders.member(builders.job("A", 1, 1), ("r1", "r2"), ("t1",))])
+    alone.start_ready()
+    assert alone.tail_nodes("A") == ()
+    co = runtime_with([colocated()])
+    co.start_ready()
+    assert co.tail_nodes("C") == ()

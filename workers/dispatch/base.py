@@ -33,6 +33,11 @@ class PhaseOrder:
     # second (one worker per GPU of each node; empty: every pinned node serves both)
     rollout_nodes: tuple[str, ...] = ()
     train_nodes: tuple[str, ...] = ()
+    # long-tail migration (a rollout): once this share of its responses is done, the
+    # rollout's workers on `tail_nodes` hand their unfinished responses to its workers on
+    # its other nodes and the host reports the nodes free (`phase_tail`); 0: never
+    tail_nodes: tuple[str, ...] = ()
+    tail_threshold: float = 0.0
     # the GPUs the job needs on each of its nodes (its GPUs of a pool over the pool's nodes):
     # a Ray node that serves one of them with fewer fails the phase at once, naming it
     node_gpus: dict[str, int] = field(default_factory=dict)
@@ -56,7 +61,7 @@ class PhaseOrder:
         return host_name(self.job_id, self.placement_id)
 
 
-_NODE_TUPLES = ("nodes", "pinned_nodes", "rollout_nodes", "train_nodes")
+_NODE_TUPLES = ("nodes", "pinned_nodes", "rollout_nodes", "train_nodes", "tail_nodes")
 
 
 def host_name(job_id: int, placement_id: int) -> str:
@@ -91,6 +96,8 @@ class PhaseReport:
     ray_node_ids: dict[str, str] = field(default_factory=dict)
     gpu_ids: dict[str, list[int]] = field(default_factory=dict)
     bytes_moved: int | None = None  # sync: bytes that crossed from the training pool
+    # long-tail migration: the nodes the rollout freed before its end, and when (Unix s)
+    released: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

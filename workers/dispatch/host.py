@@ -38,6 +38,7 @@ class PhaseHost:
         self.current: int | None = None
         self._lock = threading.Lock()
         self._publisher: Any = None
+        self.reporting: dict[str, Any] | None = None  # the broker settings of the last phase
 
     # --- what a host does (subclasses) ---------------------------------------------------
     def _setup(self, order: PhaseOrder) -> None:
@@ -66,6 +67,7 @@ class PhaseHost:
                 return {"phase_id": order.phase_id, "outcome": "duplicate", "busy": self.current}
             self.current = order.phase_id
         started = time.time()
+        self.reporting = report  # (a host may publish an event mid-phase: long-tail migration)
         if report and report.get("report_start"):
             # optional: the controller records a phase as running when it dispatches it, and
             # the end report carries this start stamp anyway

@@ -22,6 +22,8 @@ from typing import Any
 from workers.dispatch.storage import CheckpointStore
 from workers.runners import Peer, RunnerContext, RunnerLoadError, WorkerContext, pool_sides
 
+TAIL_METHODS = ("progress", "release_tail", "take_tail")  # a rollout side's long-tail hooks
+
 
 def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
     """Return the [start, end) byte ranges of `shards` near-equal shards of `size` bytes."""
@@ -79,6 +81,7 @@ class PoolWorker:
                 self.side.restore(blob)
         self.side.offload()
         info["holds_weights"] = bool(getattr(self.side, "holds_weights", True))
+        info["long_tail"] = all(hasattr(self.side, m) for m in TAIL_METHODS)
         return info
 
     # --- phases ------------------------------------------------------------------------------
@@ -88,6 +91,19 @@ class PoolWorker:
         metrics, batch = self.side.rollout(iteration)
         self.side.offload()
         return {"metrics": metrics, "batch": [self._put(batch)]}
+
+    # --- long-tail migration (called while `rollout` runs: the actor has spare threads) ---
+    def progress(self) -> float:
+        """Return the share of the running rollout's responses done (1.0: none running)."""
+        return float(self.side.progress())
+
+    def release_tail(self) -> Any:
+        """Stop this worker's rollout now; return its unfinished responses for a peer."""
+        return self.side.release_tail()
+
+    def take_tail(self, work: Any) -> None:
+        """Take over a released peer's unfinished responses."""
+        self.side.take_tail(work)
 
     def train(self, iteration: int, batches: list[Any], checkpoint: bool) -> dict[str, Any]:
         """Fetch every rollout worker's batch (actor to actor), train, checkpoint if asked."""

@@ -186,7 +186,12 @@ class _RayPoolWorker(PoolWorker):
         return ray.get_runtime_context().get_node_id(), gpu_ids
 
 
-PoolWorkerActor = ray.remote(num_cpus=0, max_restarts=0)(_RayPoolWorker)
+# spare threads: the coordinator asks a rollout worker its progress (and releases its tail)
+# while its rollout call runs (long-tail migration)
+PoolWorkerActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=3)(  # type: ignore[call-overload]
+    _RayPoolWorker
+)
+TAIL_POLL_S = 0.05  # how often a rollout that may migrate its tail is asked its progress
 
 
 @dataclass
@@ -198,6 +203,7 @@ class _Worker:
     ray_node_id: str = ""
     gpu_ids: tuple[int, ...] = ()
     holds_weights: bool = True
+    long_tail: bool = False  # the runner's rollout side has the long-tail hooks
     labelled: bool = True  # pinned to a labelled Ray node (False: the one local Ray)
     group: Any = None  # its node's GPU placement group (None: a node without GPUs, local Ray)
     bundle: int = 0  # its GPU: the bundle of that group it was created in
@@ -312,6 +318,7 @@ class JobCoordinator(PhaseHost):
         for w, info in zip(workers, infos, strict=True):
             w.ray_node_id, w.gpu_ids = info["ray_node_id"], tuple(info["gpu_ids"])
             w.holds_weights = info.get("holds_weights", True)
+            w.long_tail = bool(info.get("long_tail", False))
             self.pools[w.role].append(w)
 
     @staticmethod
@@ -393,7 +400,11 @@ class JobCoordinator(PhaseHost):
                 metrics.update({f"sync_{k}": v for k, v in self._sync().items()})
                 if self.colocated:  # handed over on the nodes: nothing crossed the pools
                     report.bytes_moved = 0
-            results = self._call("rollout", "rollout", order.iteration)
+            workers = self.pools["rollout"]
+            calls = [w.handle.rollout.remote(order.iteration) for w in workers]
+            if self._tail_bound_possible(order):
+                metrics.update(self._long_tail(order, calls, report))
+            results = self._gather(workers, calls)
             self.batches = [r["batch"] for r in results]
             metrics.update(_mean([r["metrics"] for r in results]))
         elif order.kind == "train":
@@ -418,6 +429,66 @@ class JobCoordinator(PhaseHost):
         report.gpu_ids = {node: sorted(ids) for node, ids in gpus.items()}
         metrics["workers"] = float(len(pool))
         return metrics
+
+    # --- long-tail migration (paper section 3) ------------------------------------------------
+    def _tail_bound_possible(self, order: PhaseOrder) -> bool:
+        """Can this rollout hand `order.tail_nodes` over when tail-bound? Its workers there
+        and elsewhere, every rollout worker with the runner's long-tail hooks, and a broker
+        to tell the controller (embedded mode without one: no migration)."""
+        workers = self.pools["rollout"]
+        tail = set(order.tail_nodes)
+        return (
+            order.tail_threshold > 0
+            and bool(self.reporting)
+            and all(w.long_tail for w in workers)
+            and any(w.node in tail for w in workers)
+            and any(w.node not in tail for w in workers)
+        )
+
+    def _long_tail(
+        self, order: PhaseOrder, calls: list[Any], report: PhaseReport
+    ) -> dict[str, float]:
+        """Watch the rollout's progress; once `tail_threshold` of its responses are done,
+        consolidate the tail of the workers on `tail_nodes` onto the others (H20 to H20: the
+        same rollout's workers) and tell the controller those nodes are free (the task
+        `phase_tail`), so the next member's rollout starts there beside this one's tail.
+        The released workers' calls have returned (their state offloaded: residency) before
+        the nodes are reported free, so no node's GPUs run two phases at once."""
+        t0 = time.monotonic()
+        workers = self.pools["rollout"]
+        tail = set(order.tail_nodes)
+        while True:
+            ready, _ = ray.wait(calls, num_returns=len(calls), timeout=TAIL_POLL_S)
+            if len(ready) == len(calls):
+                return {}  # ended before it was tail-bound
+            running = [w for w, c in zip(workers, calls, strict=True) if c not in ready]
+            try:
+                shares = ray.get(
+                    [w.handle.progress.remote() for w in running], timeout=PROBE_TIMEOUT_S
+                )
+            except Exception:  # a worker died: the rollout's own call reports it
+                return {}
+            done = (len(workers) - len(running) + sum(float(x) for x in shares)) / len(workers)
+            if done >= order.tail_threshold:
+                break
+        released = [w for w in workers if w.node in tail]
+        kept = [w for w in workers if w.node not in tail]
+        try:
+            work = ray.get([w.handle.release_tail.remote() for w in released])
+            ray.get([kept[i % len(kept)].handle.take_tail.remote(x) for i, x in enumerate(work)])
+            mine = [c for w, c in zip(workers, calls, strict=True) if w.node in tail]
+            ray.wait(mine, num_returns=len(mine), timeout=CREATE_TIMEOUT_S)
+        except Exception:
+            return {}
+        at = time.time()
+        freed = sorted(tail)
+        report.released = dict.fromkeys(freed, at)
+        self._publish(
+            self.reporting,
+            "workers.tasks.phase_tail",
+            {"phase_id": order.phase_id, "group_id": order.group_id, "nodes": freed, "at": at},
+        )
+        return {"tail_progress": done, "tail_release_s": time.monotonic() - t0}
 
     def _sync(self, plan: str = "topology") -> dict[str, float]:
         """Send the trainers' weights to every rollout worker (paper section 6):

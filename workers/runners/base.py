@@ -124,6 +124,14 @@ class RolloutSide(Protocol):
         """Resume from the trainer's checkpoint (take the policy weights from it)."""
         ...
 
+    # Long-tail migration (optional: a rollout side with all three takes part; the
+    # coordinator calls them from another thread while `rollout` runs):
+    # - progress() -> float: the share of this rollout's responses done so far (0..1);
+    # - release_tail() -> Any: stop now and return the unfinished responses (opaque to the
+    #   platform, handed to a peer); `rollout` then returns what it finished;
+    # - take_tail(work) -> None: take over a released peer's unfinished responses; this
+    #   worker's `rollout` returns only when they are done too.
+
 
 class TrainerSide(Protocol):
     """One trainer worker of a two-sided runner (one per training GPU)."""

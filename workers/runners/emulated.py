@@ -9,8 +9,10 @@ host memory on offload and back on reload, so residency costs what a memcpy of i
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
+import threading
 import time
 import zlib
 from typing import Any
@@ -112,14 +114,38 @@ class _Resident:
             self.state.reload()
 
 
+# Long-tail migration: a rollout's responses, as scheduler.sim.longtail models them (its
+# LongTailModel's defaults): log-normal lengths, decode time proportional to length, the
+# rollout ending with its slowest response.
+RESPONSES = 128
+LENGTH_SIGMA = 0.4
+
+
+def response_lengths(ctx: RunnerContext, iteration: int) -> list[float]:
+    """Return the rollout's response lengths as shares of the slowest one, sorted (a seeded
+    draw per job and iteration: a re-run rollout has the same tail)."""
+    rng = random.Random(zlib.crc32(f"{ctx.job_id}:{ctx.seed}:{iteration}:lengths".encode()))
+    raw = [rng.lognormvariate(0.0, LENGTH_SIGMA) for _ in range(RESPONSES)]
+    top = max(raw)
+    return sorted(x / top for x in raw)
+
+
 class EmulatedRollout(_Resident):
-    """A rollout worker: sleeps its phase over a resident state, reports the weights it has."""
+    """A rollout worker: sleeps its phase over a resident state, reports the weights it has.
+
+    Its responses finish along `response_lengths` (progress), and it takes part in
+    long-tail migration: released, it stops at once and hands its unfinished responses
+    over; the peer that takes them still ends at the rollout's end (the consolidation
+    rule sizes the tail to fit the peers' free batch slots: scheduler.sim.longtail)."""
 
     def __init__(self) -> None:
         self.ctx: WorkerContext | None = None
         self.state: _State | None = None
         self.weights_version = 0  # iterations trained into the weights this worker holds
         self.weights_crc = 0
+        self._running: tuple[float, float, list[float]] | None = None  # start, length, tail
+        self._released = threading.Event()
+        self._taken = 0
 
     def setup(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
@@ -128,9 +154,40 @@ class EmulatedRollout(_Resident):
     def rollout(self, iteration: int) -> tuple[dict[str, float], bytes]:
         assert self.ctx is not None
         duration = phase_duration(self.ctx.job, iteration, "rollout")
-        time.sleep(duration)
+        self._released.clear()
+        self._taken = 0
+        start = time.monotonic()
+        self._running = (start, duration, response_lengths(self.ctx.job, iteration))
+        released = self._released.wait(duration)
+        self._running = None
         batch = iteration.to_bytes(8, "little") + bytes(BATCH_BYTES - 8)
-        return {"emulated_s": duration, "weights_version": float(self.weights_version)}, batch
+        metrics = {"emulated_s": duration, "weights_version": float(self.weights_version)}
+        if released:
+            metrics["released_after_s"] = time.monotonic() - start
+        if self._taken:
+            metrics["tail_responses_taken"] = float(self._taken)
+        return metrics, batch
+
+    def _done_share(self) -> tuple[int, int]:
+        running = self._running
+        if running is None:  # (the coordinator asks only while this worker's call runs)
+            return 0, RESPONSES
+        start, duration, lengths = running
+        reached = (time.monotonic() - start) / duration if duration > 0 else 1.0
+        return bisect.bisect_right(lengths, reached), len(lengths)
+
+    def progress(self) -> float:
+        done, total = self._done_share()
+        return done / total
+
+    def release_tail(self) -> dict[str, int]:
+        done, total = self._done_share()
+        workers = self.ctx.world_size if self.ctx else 1
+        self._released.set()
+        return {"responses": -(-(total - done) // max(1, workers))}  # this worker's share
+
+    def take_tail(self, work: dict[str, int]) -> None:
+        self._taken += int(work.get("responses", 0))
 
     def receive_weights(self, weights: bytes, version: int) -> dict[str, float]:
         if _stamp(weights) != version:

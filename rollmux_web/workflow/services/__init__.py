@@ -23,7 +23,7 @@ runtime snapshot and the phase records it starts), `orders` (PhaseOrders), `effe
 
 from __future__ import annotations
 
-from rollmux_web.workflow.services.controller import phase_finish, phase_start
+from rollmux_web.workflow.services.controller import phase_finish, phase_start, phase_tail
 from rollmux_web.workflow.services.departures import job_stop, node_down_resubmit
 from rollmux_web.workflow.services.orders import (
     job_time_scale,
@@ -51,6 +51,7 @@ __all__ = [
     "phase_finish",
     "phase_order",
     "phase_start",
+    "phase_tail",
     "phases_reconcile",
     "phases_watch",
     "placement_pools",

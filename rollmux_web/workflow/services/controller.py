@@ -37,6 +37,7 @@ from rollmux_web.workflow.services.groups import (
     phases_start,
     runtime_load,
     runtime_save,
+    tail_release,
 )
 from rollmux_web.workflow.services.locks import (
     ClaimedPhase,
@@ -108,7 +109,7 @@ def phase_finish(
             "state": _STATE_OF.get(result, PhaseState.LOST),
             "finished_at": _ts(report.finished_at) or now,
             "outcome": report.outcome[:500],
-            "metrics": report.metrics,
+            "metrics": _metrics(report),
             "ray_node_ids": report.ray_node_ids,
             "gpu_ids": report.gpu_ids,
             "bytes_moved": report.bytes_moved,
@@ -178,6 +179,30 @@ def phase_finish(
             ended = report.finished_at  # observed after the dispatch (on_commit runs in order)
             transaction.on_commit(lambda: metrics.observe_switch(ended))
     return True
+
+
+def _metrics(report: PhaseReport) -> dict[str, Any]:
+    """The phase's metrics as recorded; a rollout that migrated its tail also records which
+    nodes it freed, seconds after its start (`tail_released`)."""
+    if not report.released or report.started_at is None:
+        return report.metrics
+    start = report.started_at
+    released = {n: round(max(0.0, t - start), 6) for n, t in report.released.items()}
+    return {**report.metrics, "tail_released": released}
+
+
+def phase_tail(
+    *, phase_id: int, group_id: int, nodes: list[str], now: datetime | None = None
+) -> bool:
+    """Apply a tail-bound rollout's hand-over (long-tail migration, paper section 3): its
+    host consolidated the tail onto its other nodes; free `nodes` and start the next
+    member's rollout there. One transaction under the group lock, idempotent."""
+    with controller_serial(), transaction.atomic():
+        group = lock_group(group_id, phase_event=True)
+        effects = Effects()
+        done = tail_release(group, phase_id, tuple(nodes), now or timezone.now(), effects)
+        effects.schedule()
+    return done
 
 
 def _check_drift(job: Job, phase: ClaimedPhase, report: PhaseReport) -> None:

@@ -26,6 +26,7 @@ from rollmux_web.workflow.models import (
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.orders import Pools, phase_order, phase_worst_s
 from scheduler.group_runtime import GroupRuntime, PhaseStart
+from scheduler.model import PhaseKind
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,29 @@ def _pools(runtime: GroupRuntime, job_id: int) -> Pools:
 def _worst_s(start: PhaseStart, placement: Placement) -> float:
     colocated = placement.strategy == Strategy.COLOCATED
     return phase_worst_s(start.kind.value, placement.job, colocated=colocated)
+
+
+def tail_release(
+    group: ExecutionGroup, phase_id: int, nodes: tuple[str, ...], now: datetime, effects: Effects
+) -> bool:
+    """Long-tail migration: a running rollout consolidated its tail off `nodes`; free them
+    in the runtime and start what can start there now (the next member's rollout). False
+    when the phase is no longer running or has already let them go (a replayed event)."""
+    phase = (
+        PhaseRecord.objects.filter(pk=phase_id, group=group, state=PhaseState.RUNNING)
+        .only("job_id", "kind")
+        .first()
+    )
+    if phase is None or phase.kind != PhaseKind.ROLLOUT.value:
+        return False
+    runtime = runtime_load(group)
+    try:
+        runtime.release_tail(str(phase.job_id), nodes)
+    except ValueError:
+        return False
+    phases_start(group, runtime, now, effects)
+    runtime_save(group, runtime)
+    return True
 
 
 def phases_start(
@@ -124,7 +148,12 @@ def phases_start(
     # it ever were, the IntegrityError aborts the whole event (nothing half-applied).
     created = PhaseRecord.objects.bulk_create(rows)
     for phase in created:
-        effects.orders.append(phase_order(phase, jobs[phase.job_id], _pools(runtime, phase.job_id)))
+        # a rollout may hand nodes to the next member once tail-bound (long-tail migration)
+        rollout = phase.kind == PhaseKind.ROLLOUT.value
+        tail = runtime.tail_nodes(str(phase.job_id)) if rollout else ()
+        effects.orders.append(
+            phase_order(phase, jobs[phase.job_id], _pools(runtime, phase.job_id), tail_nodes=tail)
+        )
     started_jobs = [j for j in jobs if jobs[j].status == JobStatus.PLACED]
     if started_jobs:
         # a resubmitted job keeps the start of its first attempt

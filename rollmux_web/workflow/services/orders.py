@@ -98,9 +98,16 @@ def node_gpus(job: Job, pools: Pools) -> dict[str, int]:
     return need
 
 
-def phase_order(phase: PhaseRecord, job: Job, pools: Pools) -> PhaseOrder:
+def phase_order(
+    phase: PhaseRecord, job: Job, pools: Pools, *, tail_nodes: tuple[str, ...] = ()
+) -> PhaseOrder:
     """Return what the dispatcher needs to run a phase record on the job's resident host
-    (`pools`: the job's rollout nodes and training nodes, where its workers live)."""
+    (`pools`: the job's rollout nodes and training nodes, where its workers live;
+    `tail_nodes`: the nodes a rollout hands to the next member once tail-bound,
+    `GroupRuntime.tail_nodes`, with ROLLMUX_LONG_TAIL_THRESHOLD > 0)."""
+    threshold = float(settings.ROLLMUX_LONG_TAIL_THRESHOLD)
+    if threshold <= 0:
+        tail_nodes = ()
     rollout, train = pools
     colocated = not rollout and bool(train)  # both phases on the training nodes
     return PhaseOrder(
@@ -119,6 +126,8 @@ def phase_order(phase: PhaseRecord, job: Job, pools: Pools) -> PhaseOrder:
         rollout_nodes=rollout,
         train_nodes=train,
         node_gpus=node_gpus(job, pools),
+        tail_nodes=tail_nodes,
+        tail_threshold=threshold if tail_nodes else 0.0,
     )
 
 
