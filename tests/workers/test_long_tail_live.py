@@ -10,13 +10,17 @@ it (H20 to H20), and no node's GPUs ever run two phases at once.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from rollmux_web.inventory.selectors import price_book
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.reports.selectors.cost_engine import cost_lines
 from rollmux_web.workflow.models import PhaseRecord, Placement
 from tests.workers.builders import make_job
 from tests.workers.multinode import GPUS_PER_NODE, MultiNode, wait_all_done
@@ -40,7 +44,11 @@ def held(phase: PhaseRecord) -> dict[str, tuple[Any, Any]]:
 
 
 def test_a_tail_bound_rollout_frees_the_next_members_node_and_its_rollout_starts_there(
-    multinode_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode, settings: Any
+    multinode_world: Any,
+    multinode_workflow: Any,
+    multinode_cluster: MultiNode,
+    settings: Any,
+    client_as: Any,
 ) -> None:
     settings.ROLLMUX_LONG_TAIL_THRESHOLD = 0.8
     shape = {
@@ -99,3 +107,30 @@ def test_a_tail_bound_rollout_frees_the_next_members_node_and_its_rollout_starts
     for job in (a, b):
         own = [p for p in phases if p.job_id == job.pk]
         assert all(p.warm_start for p in own[1:]), [(p.kind, p.warm_start) for p in own]
+
+    # drawn so on the Gantt: no two bars overlap on a node's lane
+    trace = json.loads(client_as("alice").get(f"/groups/{pa.group_id}/trace.json").content)
+    lanes: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            lanes[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for bars in lanes.values():
+        bars.sort()
+        assert all(f <= s2 + 1 for (_, f), (s2, _) in zip(bars, bars[1:], strict=False)), bars
+
+    # billed so: A's busy H20 time is its rollouts' time on each node it held
+    now = timezone.now()
+    result = cost_lines(
+        tenant_ids=None, t0=now - timedelta(hours=1), t1=now + timedelta(minutes=1), now=now,
+        prices=price_book(), counterfactuals=True,
+    )  # fmt: skip
+    (line,) = [x for x in result.lines if x.job_id == a.pk and x.gpu_type == "H20"]
+    busy_s = sum(
+        (f - s).total_seconds()
+        for p in phases
+        if p.job_id == a.pk and p.kind != "train"
+        for s, f in held(p).values()
+    )
+    assert float(line.exact.busy_gpu_hours) == pytest.approx(
+        busy_s * GPUS_PER_NODE / 3600, rel=1e-3
+    )

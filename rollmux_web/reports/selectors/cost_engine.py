@@ -243,13 +243,30 @@ def _phase_spans(
         .filter(started_at__lt=hi_dt)
         .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
         .annotate(nodes_txt=NODES_TXT, **annotations)
-        .values_list("group_id", "job_id", "nodes_txt", s_col, f_col)
+        .values_list("group_id", "job_id", "nodes_txt", s_col, f_col, "metrics__tail_released")
     )
-    for gid, jid, raw, s, f in rows.iterator(chunk_size=5000):
+    for gid, jid, raw, s, f, released in rows.iterator(chunk_size=5000):
         if native:
-            yield PhaseSpan(gid, jid, nodes(raw), s, f)
+            span = PhaseSpan(gid, jid, nodes(raw), s, f)
         else:
-            yield PhaseSpan(gid, jid, nodes(raw), us(s), None if f is None else us(f))
+            span = PhaseSpan(gid, jid, nodes(raw), us(s), None if f is None else us(f))
+        if released:
+            yield from _tail_spans(span, released)
+        else:
+            yield span
+
+
+def _tail_spans(span: PhaseSpan, released: dict[str, float]) -> Iterator[PhaseSpan]:
+    """A rollout that migrated its tail (long-tail migration) was busy on the nodes it
+    handed over only until then (`tail_released`: node -> seconds after its start)."""
+    gid, jid, names, s, f = span
+    kept = tuple(n for n in names if n not in released)
+    if kept:
+        yield PhaseSpan(gid, jid, kept, s, f)
+    for n in names:
+        if n in released:
+            end = s + round(float(released[n]) * 1_000_000)
+            yield PhaseSpan(gid, jid, (n,), s, end if f is None else min(end, f))
 
 
 # --------------------------------------------------------------------------- accumulate

@@ -115,26 +115,49 @@ def phase_rows(flt: Q, t0: datetime | None, t1: datetime | None) -> list[PhaseRo
             "state",
             "outcome",
             "placement__strategy",
+            "metrics__tail_released",
         )
     )
     if annotations:
-        return [
+        out = [
             PhaseRow._make((*r[:4], nodes(r[4]), *r[5:10], r[10] == Strategy.PROFILE)) for r in rows
         ]
-    return [
-        PhaseRow._make(
-            (
-                *r[:4],
-                nodes(r[4]),
-                r[5],
-                epoch(r[6], exact=False),
-                epoch(r[7], exact=False),
-                *r[8:10],
-                r[10] == Strategy.PROFILE,
+    else:
+        out = [
+            PhaseRow._make(
+                (
+                    *r[:4],
+                    nodes(r[4]),
+                    r[5],
+                    epoch(r[6], exact=False),
+                    epoch(r[7], exact=False),
+                    *r[8:10],
+                    r[10] == Strategy.PROFILE,
+                )
             )
-        )
-        for r in rows
-    ]
+            for r in rows
+        ]
+    released = [r[11] for r in rows]
+    if not any(released):
+        return out
+    return [cut for row, rel in zip(out, released, strict=True) for cut in tail_cut(row, rel)]
+
+
+def tail_cut(row: PhaseRow, released: dict[str, float] | None) -> list[PhaseRow]:
+    """Return the row as drawn: a rollout that migrated its tail (long-tail migration)
+    held the nodes it handed over only until then (`tail_released`: node -> seconds after
+    its start), so it is one bar on the nodes it kept and a shorter one on each other."""
+    if not released:
+        return [row]
+    kept = tuple(n for n in row.nodes if n not in released)
+    out = [row._replace(nodes=kept)] if kept else []
+    for n in row.nodes:
+        if n in released:
+            end = row.started + float(released[n])
+            if row.finished is not None:
+                end = min(end, row.finished)
+            out.append(row._replace(nodes=(n,), finished=end))
+    return out
 
 
 def report_delays(flt: Q, t0: datetime, t1: datetime) -> list[ReportDelay]:
