@@ -134,3 +134,10 @@ def test_a_tail_bound_rollout_frees_the_next_members_node_and_its_rollout_starts
     assert float(line.exact.busy_gpu_hours) == pytest.approx(
         busy_s * GPUS_PER_NODE / 3600, rel=1e-3
     )
+    # its dedicated-pools counterfactual counts every phase once, over its whole length
+    phases_s = sum(
+        (p.finished_at - p.started_at).total_seconds() for p in phases if p.job_id == a.pk
+    )
+    assert float(line.exact.solo_disagg_cost) == pytest.approx(
+        phases_s * 2 * GPUS_PER_NODE * 1.85 / 3600, rel=1e-3
+    )

@@ -98,6 +98,9 @@ class PhaseSpan(NamedTuple):
     nodes: tuple[str, ...]
     start_us: int
     end_us: int | None
+    # False: the part of a phase on nodes it handed over early (long-tail migration), busy
+    # time only; its phase's other span carries the counterfactuals' time, once
+    counterfactual: bool = True
 
 
 @dataclass
@@ -259,14 +262,15 @@ def _phase_spans(
 def _tail_spans(span: PhaseSpan, released: dict[str, float]) -> Iterator[PhaseSpan]:
     """A rollout that migrated its tail (long-tail migration) was busy on the nodes it
     handed over only until then (`tail_released`: node -> seconds after its start)."""
-    gid, jid, names, s, f = span
+    gid, jid, names, s, f, _ = span
     kept = tuple(n for n in names if n not in released)
-    if kept:
-        yield PhaseSpan(gid, jid, kept, s, f)
+    # the counterfactuals count the phase once, over its whole length (the kept span's, or
+    # an empty-node span's when it kept none)
+    yield PhaseSpan(gid, jid, kept, s, f)
     for n in names:
         if n in released:
             end = s + round(float(released[n]) * 1_000_000)
-            yield PhaseSpan(gid, jid, (n,), s, end if f is None else min(end, f))
+            yield PhaseSpan(gid, jid, (n,), s, end if f is None else min(end, f), False)
 
 
 # --------------------------------------------------------------------------- accumulate
@@ -346,7 +350,7 @@ def _busy_time(
     cf_roll_us, cf_train_us = m.cf_roll, m.cf_train
     profile_groups = inputs.profile_groups
     pieces: Sequence[tuple[int, tuple[int, int]]] = ()
-    for gid, jid, phase_nodes, s, f in inputs.phases:
+    for gid, jid, phase_nodes, s, f, once in inputs.phases:
         pa = s if s > lo else lo
         pb = hi if f is None or f > hi else f
         if pb <= pa:
@@ -375,7 +379,7 @@ def _busy_time(
                     bucket_busy_us[(bi, gid, nid, jid, seg)] += t
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
-        if with_cf:
+        if with_cf and once:
             stage = STAGE_PROFILE if gid in profile_groups else STAGE_RUN
             if roll_flat is not None:
                 cf_roll_us[(jid, stage, roll_flat)] += pb - pa
