@@ -68,9 +68,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from scheduler.cluster import make_node
+from scheduler.cluster import make_node, nodes_needed
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import (
+    ClusterSpec,
     ClusterState,
     Group,
     JobProfile,
@@ -85,7 +86,9 @@ from scheduler.planner import JOIN_ALLOWANCE_META_ITERATIONS, apply_placement, p
 from scheduler.planner.objective import (
     JobProgress,
     colocated_expected_s,
+    expected_roll_s,
     expected_solo_s,
+    expected_train_s,
     members_remaining_cost,
     remaining_iterations,
 )
@@ -374,6 +377,28 @@ def best_move(
         dict(result.predicted_slowdown),
         placement.group_id or "",
     )
+
+
+def lone_wait_s(job: JobProfile, spec: ClusterSpec, *, restart_s: float) -> float | None:
+    """Return how long a job alone in a disaggregated group waits for a partner before
+    it is re-planned (co-located, or into a group, by `best_move`); None: never.
+
+    [I] Ski rental: alone, the job pays its rollout nodes on top of what co-located
+    would cost it per second (the "rent", at the training type's rollout speed factor);
+    going co-located costs its restart on its training nodes (the "buy"). Waiting
+    until the rent paid equals the buy is the classic 2-competitive rule: a partner
+    arriving within it finds the job's group (and its idle training node) open, and a
+    job nobody joins loses at most twice the restart.
+    """
+    n_roll, n_train = nodes_needed(job, spec, Pool.ROLLOUT), nodes_needed(job, spec, Pool.TRAIN)
+    p_group = n_roll * spec.rollout.node_price_per_hour + n_train * spec.train.node_price_per_hour
+    p_co = n_train * spec.train.node_price_per_hour
+    roll, train = expected_roll_s(job), expected_train_s(job)
+    factor = spec.train.rollout_speed_factor
+    rent = p_group - p_co * (factor * roll + train) / max(roll + train, 1e-9)
+    if rent <= 0:
+        return None
+    return restart_s * p_co / rent
 
 
 def apply_move(state: ClusterState, move: Move) -> ClusterState:

@@ -121,6 +121,7 @@ class Policy(Protocol):
         *,
         new_group_id: str | None = None,
     ) -> tuple[ClusterState, Move] | None: ...
+    def lone_wait_s(self, state: ClusterState, job: JobProfile) -> float | None: ...
 
 
 def draw_durations(job: JobProfile, seed: int) -> tuple[list[float], list[float]]:
@@ -332,6 +333,8 @@ class Simulation:
         self.tail_saved_s = 0.0  # node-seconds long-tail migration handed to the next rollout
         self._groups_seen: tuple[Group, ...] | None = None
         self._group_by_id: dict[str, Group] = {}
+        # a job alone in a disaggregated group -> since when (or its last re-plan)
+        self.alone_since: dict[str, float] = {}
 
     # -- event heap -----------------------------------------------------------
     def _push(self, event: _Event) -> None:
@@ -410,6 +413,7 @@ class Simulation:
             self.admissions.get(str(placement.strategy), 0) + 1
         )
         self.group_of[job_id] = group_id
+        self._note_alone(group_id)
         # co-located jobs the planner moves into the newcomer's group (next boundary)
         self.to_move.update(self.policy.arrival_movers())
         self._start_ready(group_id)
@@ -427,12 +431,35 @@ class Simulation:
         self.waiting = still
 
     # -- phases -----------------------------------------------------------------
-    def _shares_rollout_nodes(self, group_id: str, job_id: str, nodes: tuple[str, ...]) -> bool:
-        """Return True when another member of the group is pinned to one of `nodes`."""
+    def _group(self, group_id: str) -> Group | None:
         if self._groups_seen is not self.state.groups:
             self._groups_seen = self.state.groups
             self._group_by_id = {g.id: g for g in self.state.groups}
-        group = self._group_by_id.get(group_id)
+        return self._group_by_id.get(group_id)
+
+    def _note_alone(self, group_id: str) -> None:
+        """Start the clock of a job left alone in a disaggregated group."""
+        group = self._group(group_id)
+        if group is not None and len(group.members) == 1 and group.rollout_nodes:
+            self.alone_since.setdefault(group.members[0].job.id, self.now)
+
+    def _lone_due(self, job_id: str, group_id: str) -> bool:
+        """Return True when a job alone has waited long enough for a partner
+        (the policy's `lone_wait_s`) to be re-planned at this iteration boundary."""
+        group = self._group(group_id)
+        if group is None or len(group.members) != 1 or not group.rollout_nodes:
+            self.alone_since.pop(job_id, None)
+            return False
+        since = self.alone_since.setdefault(job_id, self.now)
+        wait = self.policy.lone_wait_s(self.state, group.members[0].job)
+        if wait is None or self.now - since < wait - EPS:
+            return False
+        self.alone_since[job_id] = self.now  # re-planned now; again after another wait
+        return True
+
+    def _shares_rollout_nodes(self, group_id: str, job_id: str, nodes: tuple[str, ...]) -> bool:
+        """Return True when another member of the group is pinned to one of `nodes`."""
+        group = self._group(group_id)
         if group is None:
             return False
         mine = set(nodes)
@@ -543,11 +570,15 @@ class Simulation:
             self.to_move.update(
                 self.policy.on_departure(self.state, group_id, self.now, self._progress())
             )
+            self.alone_since.pop(job_id, None)
+            self._note_alone(group_id)
             self._sync_allocation()
             if group_id in self.runtimes:
                 self._start_ready(group_id)
             self._retry_waiting()
-        elif kind is PhaseKind.TRAIN and job_id in self.to_move:
+        elif kind is PhaseKind.TRAIN and (
+            job_id in self.to_move or self._lone_due(job_id, group_id)
+        ):
             self.to_move.discard(job_id)
             if not self._move(job_id, group_id):
                 self._start_ready(group_id)
@@ -596,6 +627,8 @@ class Simulation:
         self.moves.append(
             MoveRecord(self.now, job_id, group_id, target, move.saving_usd, move.restart_s)
         )
+        self.alone_since.pop(job_id, None)
+        self._note_alone(group_id)
         self._start_ready(target)
         if group_id in self.runtimes:
             self._start_ready(group_id)

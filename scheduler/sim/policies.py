@@ -42,6 +42,7 @@ from scheduler.planner.consolidation import (
     Move,
     apply_move,
     best_move,
+    lone_wait_s,
     place_with_partners,
     plan_consolidation,
 )
@@ -76,6 +77,10 @@ class Levers:
     # reference expected solo / 1.01); scheduler.planner.consolidation rule 4
     budget_z: float | None = 3.0
     small_groups: int = 0  # consolidation also tries members of groups this small
+    # a job alone in a disaggregated group is re-planned at its first iteration boundary
+    # after this x the ski-rental wait (scheduler.planner.consolidation.lone_wait_s);
+    # None: only at departures
+    lone_wait: float | None = 1.0
     min_saving_usd: float = 0.0  # a move must save more than this (expected dollars)
 
 
@@ -217,6 +222,10 @@ class StaticPlacement:
         """Name no job to move on an arrival."""
         return ()
 
+    def lone_wait_s(self, state: ClusterState, job: JobProfile) -> float | None:
+        """Never re-plan a job alone."""
+        return None
+
 
 def _job_done(result: Any, job_id: str) -> bool:
     """Read "did the job finish its last iteration" from a runtime's finish result.
@@ -336,9 +345,11 @@ class CorePolicy:
         colocated: bool = False,
         long_tail: LongTailModel | None = None,
         every_departure: bool = False,
+        lone_wait: float | None = None,
     ) -> None:
         self.name = name
         self.every_departure = every_departure
+        self.lone_wait = lone_wait
         self.long_tail = long_tail
         self.max_group_size = max_group_size
         self.consolidation = consolidation
@@ -416,6 +427,15 @@ class CorePolicy:
     def arrival_movers(self) -> Sequence[str]:
         """Return the co-located jobs the last `place` moves into the newcomer's group."""
         return tuple(self._movers)
+
+    def lone_wait_s(self, state: ClusterState, job: JobProfile) -> float | None:
+        """Return how long a job alone in a disaggregated group waits for a partner
+        before it is re-planned (`lone_wait_s` of the core), or None: never."""
+        cfg = self.consolidation
+        if cfg is None or not cfg.colocated or self.lone_wait is None:
+            return None
+        wait = lone_wait_s(job, state.spec, restart_s=cfg.restart_s(job))
+        return None if wait is None else wait * self.lone_wait
 
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
@@ -638,6 +658,7 @@ def make_policy(
             colocated=lv.colocated and lv.colocated_on_arrival,
             long_tail=LongTailModel() if lv.long_tail else None,
             every_departure=lv.every_departure,
+            lone_wait=lv.lone_wait,
         )
     if name in CORE_POLICIES:
         return CorePolicy(name, seed=seed, max_group_size=max_group_size)

@@ -123,7 +123,46 @@ def test_a_job_alone_moves_when_a_job_elsewhere_leaves_an_emptied_group() -> Non
     jobs = [one("a", 200.0, 100.0, 200, 0.0), one("b", 150.0, 100.0, 3, 1.0)]
     spec = ClusterSpec(GpuType("H20", 1.85, 8, 2048, 4), GpuType("H800", 5.28, 8, 2048, 4), 2.0)
     for every, moved in ((True, ["a"]), (False, [])):
-        policy = make_policy("rollmux", seed=1, levers=Levers(every_departure=every))
+        policy = make_policy(
+            "rollmux", seed=1, levers=Levers(every_departure=every, lone_wait=None)
+        )
         result = simulate(jobs, spec, policy, seed=1)
         assert [m.job_id for m in result.moves] == moved, every
         assert summarise(result)["slo_attainment"] == 1.0
+
+
+def test_a_job_alone_waits_the_ski_rental_time_for_a_partner_then_goes_co_located() -> None:
+    """Nobody arrives and nobody leaves: a job alone in a new group is re-planned at its
+    first iteration boundary after its rent over co-location equals its restart."""
+    from scheduler.model import ClusterSpec, GpuType
+    from scheduler.planner.consolidation import lone_wait_s
+    from scheduler.sim.policies import Levers
+
+    spec = ClusterSpec(GpuType("H20", 1.85, 8, 2048, 4), GpuType("H800", 5.28, 8, 2048, 4), 2.0)
+    alone = JobProfile(
+        id="a", arrival_s=0.0, iterations=100, rollout_gpus=8, train_gpus=8,
+        t_roll_max_s=200.0, t_train_max_s=100.0, host_mem_gb=400, slo=1.5,
+    )  # fmt: skip
+    # rent $14.80/h (its H20 node), buy 197 s on its $42.24/h H800 node: 562 s
+    wait = lone_wait_s(alone, spec, restart_s=197.0)
+    assert wait == pytest.approx(197.0 * 42.24 / 14.8)
+    for lone, moved in ((1.0, True), (None, False)):
+        policy = make_policy("rollmux", seed=1, levers=Levers(lone_wait=lone))
+        result = simulate([alone], spec, policy, seed=1, record_phases=True)
+        assert bool(result.moves) is moved
+        if moved:
+            (move,) = result.moves
+            # the first boundary at or after the wait: iteration 2 ends at 600 s at most
+            assert wait - 1e-6 <= move.at_s <= wait + 300.0
+            after = [p for p in result.phases if p.start_s >= move.at_s - 1e-6]
+            assert all(result.node_pool[n].value == "train" for p in after for n in p.nodes)
+        assert summarise(result)["slo_attainment"] == 1.0
+    # slower co-located rollouts make the rent smaller (a longer wait) or nothing
+    slow = ClusterSpec(
+        spec.rollout, GpuType("H800", 5.28, 8, 2048, 4, rollout_speed_factor=1.5), 2.0
+    )
+    assert lone_wait_s(alone, slow, restart_s=197.0) > 10 * wait
+    slower = ClusterSpec(
+        spec.rollout, GpuType("H800", 5.28, 8, 2048, 4, rollout_speed_factor=2.0), 2.0
+    )
+    assert lone_wait_s(alone, slower, restart_s=197.0) is None
