@@ -85,3 +85,23 @@ def test_the_job_page_gives_the_profiling_runs_phases_rows_of_their_own(
     html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
     assert html.count('data-stage="profile"') == 2 and html.count('data-stage="run"') == 2
     assert re.search(r'data-kind="rollout" data-stage="profile">\s*<td>rollout <span', html)
+
+
+@pytest.mark.django_db
+def test_the_overview_marks_a_live_profiling_run(world: Any, client_as: Any) -> None:
+    from tests.reports.builders import allocate, make_group, make_job, place
+
+    job = make_job(world, name="being-profiled", status="profiling")
+    g = make_group(created=T0)
+    allocate(g, "h20-0", T0, None)
+    allocate(g, "h800-0", T0, None)
+    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=T0, strategy="profile")
+    other = make_job(world, name="packed")
+    g2 = make_group(created=T0)
+    allocate(g2, "h20-1", T0, None)
+    place(g2, other, rollout=["h20-1"], train=[], joined=T0)
+    html = client_as("alice").get("/").content.decode()
+    row = re.search(rf">group {g.pk}</a>(.*?)</td>", html, re.S)
+    row2 = re.search(rf">group {g2.pk}</a>(.*?)</td>", html, re.S)
+    assert row and row2
+    assert "profiling run" in row.group(1) and "profiling run" not in row2.group(1)

@@ -19,7 +19,7 @@ from rollmux_web.reports.selectors._time import now_or
 from rollmux_web.reports.selectors.cost_engine import cost_lines
 from rollmux_web.reports.selectors.cost_figures import CENT, sum_lines
 from rollmux_web.reports.selectors.groups import members_by_group
-from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement, Strategy
 from rollmux_web.workflow.selectors import cluster_snapshot
 from scheduler.roundrobin import plan_meta_iteration
 
@@ -50,6 +50,7 @@ class GroupStatus:
     t_load: float | None = None
     saturated: bool | None = None
     utilisation: Any = None
+    profile: bool = False  # a job's profiling run (alone, no meta-iteration to show)
 
 
 @dataclass
@@ -126,9 +127,15 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
     for _nid, gid, gpus, tid, kind in open_allocs:
         rate[gid] += prices.price_at(tid, now_) * gpus
         counts[gid][kind] = counts[gid].get(kind, 0) + 1
+    profiling = set(
+        Placement.objects.filter(
+            group_id__in=live_ids, strategy=Strategy.PROFILE, ended_at__isnull=True
+        ).values_list("group_id", flat=True)
+    )
     groups = [
         GroupStatus(
             id=gid,
+            profile=gid in profiling,
             members=[m for m in members.get(gid, []) if m["active"]],
             rollout_nodes=counts[gid]["rollout"],
             train_nodes=counts[gid]["train"],
