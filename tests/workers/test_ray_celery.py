@@ -76,6 +76,9 @@ def test_toy_rl_learns_while_sharing_a_group(world: Any, celery_worker_thread: A
     rollouts = PhaseRecord.objects.filter(job=rl, kind="rollout").order_by("iteration")
     rewards = [p.metrics["reward"] for p in rollouts]
     assert len(rewards) == 12
+    # no sync phase (no model size): each rollout loaded the weights of every training
+    # before it in its own call
+    assert [p.metrics["weights_version"] for p in rollouts] == [float(i) for i in range(12)]
     # the GRPO learner improves: mean reward of the last 3 rollouts well above the first 3
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.15, rewards
     # its state survived every switch: each training applied exactly one more update

@@ -85,12 +85,19 @@ class PoolWorker:
         return info
 
     # --- phases ------------------------------------------------------------------------------
-    def rollout(self, iteration: int) -> dict[str, Any]:
-        """Run this worker's share of a rollout; its batch stays in this node's object store."""
+    def rollout(
+        self, iteration: int, weights: tuple[list[tuple[int, list[Any]]], int] | None = None
+    ) -> dict[str, Any]:
+        """Run this worker's share of a rollout; its batch stays in this node's object store.
+        `weights` (the shards, their version): load them first (`assemble`), in this call."""
+        synced = self.assemble(*weights) if weights is not None else None
         self.side.reload()
         metrics, batch = self.side.rollout(iteration)
         self.side.offload()
-        return {"metrics": metrics, "batch": [self._put(batch)]}
+        out = {"metrics": metrics, "batch": [self._put(batch)]}
+        if synced is not None:
+            out["sync"] = synced
+        return out
 
     # --- long-tail migration (called while `rollout` runs: the actor has spare threads) ---
     def progress(self) -> float:
@@ -105,8 +112,17 @@ class PoolWorker:
         """Take over a released peer's unfinished responses."""
         self.side.take_tail(work)
 
-    def train(self, iteration: int, batches: list[Any], checkpoint: bool) -> dict[str, Any]:
-        """Fetch every rollout worker's batch (actor to actor), train, checkpoint if asked."""
+    def train(
+        self,
+        iteration: int,
+        batches: list[Any],
+        checkpoint: bool,
+        cut: list[int] | None = None,
+        shards: int = 0,
+    ) -> dict[str, Any]:
+        """Fetch every rollout worker's batch (actor to actor), train, checkpoint if asked;
+        with `cut`, also cut the new weights into `shards` pieces and put the ones at those
+        indices (the next sync's scatter, without a call of its own)."""
         t0 = time.perf_counter()
         data = self._get(batches) if batches else []
         fetch_s = time.perf_counter() - t0
@@ -114,8 +130,15 @@ class PoolWorker:
         metrics = dict(self.side.train(iteration, data))
         if checkpoint:
             self.store.write(self.job.job_id, iteration + 1, self.side.checkpoint())
+        out: dict[str, Any] = {}
+        if cut is not None:
+            out["shards"] = self._cut(self.side.send_weights(), cut, shards)
         self.side.offload()
-        return {"metrics": {**metrics, "batch_fetch_s": fetch_s}}
+        return {**out, "metrics": {**metrics, "batch_fetch_s": fetch_s}}
+
+    def _cut(self, weights: bytes, indices: list[int], shards: int) -> list[tuple[int, list[Any]]]:
+        bounds = shard_bounds(len(weights), shards)
+        return [(j, [self._put(weights[bounds[j][0] : bounds[j][1]])]) for j in indices]
 
     # --- the sync: scatter across the pools, then broadcast inside the rollout pool ----------
     def send_shards(self, indices: list[int], shards: int) -> list[tuple[int, list[Any]]]:
@@ -123,8 +146,7 @@ class PoolWorker:
         self.side.reload()
         weights = self.side.send_weights()
         self.side.offload()
-        bounds = shard_bounds(len(weights), shards)
-        return [(j, [self._put(weights[bounds[j][0] : bounds[j][1]])]) for j in indices]
+        return self._cut(weights, indices, shards)
 
     def receive_shard(self, index: int, shard: list[Any]) -> dict[str, Any]:
         """Pull one shard from its trainer (the only copy that crosses the pools) and put a
@@ -134,7 +156,9 @@ class PoolWorker:
         return {"index": index, "ref": [self._put(data)], "bytes": len(data)}
 
     def assemble(self, shards: list[tuple[int, list[Any]]], version: int) -> dict[str, Any]:
-        """Fetch every other shard from the rollout peers, join them, load the weights."""
+        """Fetch every other shard from the rollout peers (or, alone in its pool, its one
+        shard from the trainer), join them, load the weights."""
+        t0 = time.perf_counter()
         own = self.received
         wanted = [(j, ref) for j, ref in shards if j not in own]
         fetched = dict(
@@ -145,7 +169,7 @@ class PoolWorker:
         self.side.reload()
         metrics = dict(self.side.receive_weights(weights, version) or {})
         self.side.offload()
-        return {"metrics": metrics, "bytes": len(weights)}
+        return {"metrics": metrics, "bytes": len(weights), "s": time.perf_counter() - t0}
 
     def shard_sizes(self, shards: list[tuple[int, list[Any]]]) -> dict[int, int]:
         """Return the size of each shard (the flat sync baseline's accounting)."""

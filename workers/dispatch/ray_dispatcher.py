@@ -30,6 +30,7 @@ This is the only module of the project that imports `ray`.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import queue
@@ -254,6 +255,22 @@ def pending_reason(workers: list[_Worker], directory: NodeDirectory) -> tuple[st
     return "", busy
 
 
+@dataclass
+class _Scatter:
+    """A sync's first step done: each rollout worker's shard (`local`), and what it cost."""
+
+    t0: float
+    scatter_s: float
+    version: int  # the weights' version: iterations trained into them
+    local: list[Any]  # (shard index, [object ref]) for each rollout worker to assemble
+    cross: int | None  # bytes that crossed the pools (None: known once assembled)
+    sender: dict[int, _Worker]  # the trainer that sent shard j
+
+
+def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
+    return {f"sync_{k}": v for k, v in metrics.items()}
+
+
 class JobCoordinator(PhaseHost):
     """The Ray host of one placement: drives its workers phase by phase."""
 
@@ -264,6 +281,8 @@ class JobCoordinator(PhaseHost):
         self.trained = 0  # iterations trained into the trainers' weights
         self.synced = 0  # the version of the weights the rollout workers hold
         self.last_sync: dict[str, float] = {}
+        self._frozen = False
+        self.cut: dict[int, list[Any]] = {}  # the next sync's shards, cut by the trainers
         # co-located (issue 14): no rollout nodes, the rollout workers live on the training
         # nodes beside the trainers (one of each per GPU, two shares of its bundle)
         self.colocated = False
@@ -396,25 +415,41 @@ class JobCoordinator(PhaseHost):
     def _run(self, order: PhaseOrder, report: PhaseReport) -> dict[str, float]:
         metrics: dict[str, float] = {}
         if order.kind == "rollout":
-            if self.synced < self.trained:  # no sync phase ran (t_sync_s = 0): sync first
-                metrics.update({f"sync_{k}": v for k, v in self._sync().items()})
-                if self.colocated:  # handed over on the nodes: nothing crossed the pools
-                    report.bytes_moved = 0
             workers = self.pools["rollout"]
-            calls = [w.handle.rollout.remote(order.iteration) for w in workers]
-            if self._tail_bound_possible(order):
+            tail = self._tail_bound_possible(order)
+            # no sync phase ran (t_sync_s = 0): the new weights first, loaded by the rollout
+            # workers in their rollout call (before it, when the tail watch reads progress)
+            scatter = self._scatter() if self.synced < self.trained else None
+            if scatter is not None and tail:
+                metrics.update(_prefixed(self._synced(scatter, self._assemble(scatter))))
+            weights = (scatter.local, scatter.version) if scatter and not tail else None
+            calls = [w.handle.rollout.remote(order.iteration, weights) for w in workers]
+            if tail:
                 metrics.update(self._long_tail(order, calls, report))
             results = self._gather(workers, calls)
+            if weights is not None and scatter is not None:
+                metrics.update(_prefixed(self._synced(scatter, [r["sync"] for r in results])))
+            if scatter is not None and self.colocated:  # handed over on the nodes:
+                report.bytes_moved = 0  # nothing crossed the pools
             self.batches = [r["batch"] for r in results]
             metrics.update(_mean([r["metrics"] for r in results]))
         elif order.kind == "train":
             batches = [ref for batch in self.batches for ref in batch]
             trainers = self.pools["train"]
+            # the trainers cut the new weights for the sync that follows (not after the last)
+            n = len(self.pools["rollout"]) if order.iteration + 1 < self.context.iterations else 0
+            holders, sender = self._senders()
             calls = [
-                w.handle.train.remote(order.iteration, batches, w.rank == 0 and bool(self.store))
+                w.handle.train.remote(
+                    order.iteration, batches, w.rank == 0 and bool(self.store),
+                    [j for j in range(n) if sender[j] is w]
+                    if n and any(w is h for h in holders) else None,
+                    n,
+                )
                 for w in trainers
-            ]
+            ]  # fmt: skip
             results = self._gather(trainers, calls)
+            self.cut = {j: ref for r in results for j, ref in r.get("shards", ())}
             self.batches = []
             self.trained = order.iteration + 1
             metrics.update(results[0]["metrics"])
@@ -490,7 +525,21 @@ class JobCoordinator(PhaseHost):
         )
         return {"tail_progress": done, "tail_release_s": time.monotonic() - t0}
 
-    def _sync(self, plan: str = "topology") -> dict[str, float]:
+    def _senders(self) -> tuple[list[_Worker], dict[int, _Worker]]:
+        """Return the trainers that hold the weights and which of them sends shard j (one
+        per rollout worker: they take turns; co-located, the trainer beside it)."""
+        rollout = self.pools["rollout"]
+        holders = [w for w in self.pools["train"] if w.holds_weights] or self.pools["train"]
+        sender = {j: holders[j % len(holders)] for j in range(len(rollout))} if holders else {}
+        if self.colocated:  # each rollout worker's shard from the trainer beside it
+            for w in rollout:
+                beside = [h for h in holders if h.node == w.node]
+                same_gpu = [h for h in beside if h.gpu_ids == w.gpu_ids]
+                if same_gpu or beside:
+                    sender[w.rank] = (same_gpu or beside)[0]
+        return holders, sender
+
+    def _sync(self, plan: str = "topology", *, fresh: bool = False) -> dict[str, float]:
         """Send the trainers' weights to every rollout worker (paper section 6):
 
         1. scatter: the weights are cut into one shard per rollout worker; shard j goes from
@@ -499,71 +548,111 @@ class JobCoordinator(PhaseHost):
         2. broadcast: each rollout worker fetches the other shards from its rollout peers
            (inside the rollout pool; peers on one node share its object store).
 
+        The trainers cut the shards at the end of the training (`self.cut`; else, or with
+        `fresh`, a call of its own here). A rollout worker alone in its pool fetches its one
+        shard from its trainer itself (no broadcast step). A job without a sync phase of its
+        own has its rollout workers load the weights in their rollout call (`_run`).
+
         `plan="flat"` is the baseline `bench/sync.py` compares with (veRL's flat gather):
         every rollout worker fetches every shard from the trainers, so the weights cross
         once per rollout node (Ray's object store keeps one copy per node).
         """
+        scatter = self._scatter(plan, fresh=fresh)
+        metrics = self._synced(scatter, self._assemble(scatter))
+        metrics["sync_s"] = self.last_sync["sync_s"] = time.perf_counter() - scatter.t0
+        return metrics
+
+    def _scatter(self, plan: str = "topology", *, fresh: bool = False) -> _Scatter:
+        """Step 1: get one shard of the weights to each rollout worker (`_sync`)."""
         t0 = time.perf_counter()
-        version = self.trained
-        rollout = self.pools["rollout"]
-        holders = [w for w in self.pools["train"] if w.holds_weights] or self.pools["train"]
-        n = len(rollout)
-        sender = {j: holders[j % len(holders)] for j in range(n)}
-        if self.colocated:  # each rollout worker's shard from the trainer beside it
-            for w in rollout:
-                beside = [h for h in holders if h.node == w.node]
-                same_gpu = [h for h in beside if h.gpu_ids == w.gpu_ids]
-                if same_gpu or beside:
-                    sender[w.rank] = (same_gpu or beside)[0]
-        sent = self._gather(
-            holders,
-            [
-                h.handle.send_shards.remote([j for j in range(n) if sender[j] is h], n)
-                for h in holders
-            ],
-        )
-        shards = {j: ref for batch in sent for j, ref in batch}
+        workers = self.pools["rollout"]
+        holders, sender = self._senders()
+        n = len(workers)
+        shards, self.cut = self.cut, {}  # a cut is used once
+        if fresh or plan != "topology" or sorted(shards) != list(range(n)):
+            sent = self._gather(
+                holders,
+                [
+                    h.handle.send_shards.remote([j for j in range(n) if sender[j] is h], n)
+                    for h in holders
+                ],
+            )
+            shards = {j: ref for batch in sent for j, ref in batch}
+        cross: int | None = None
         if plan == "flat":
             local = sorted(shards.items())
-            sizes = self._gather(rollout, [w.handle.shard_sizes.remote(local) for w in rollout])
-            receivers = {w.ray_node_id for w in rollout}
+            sizes = self._gather(workers, [w.handle.shard_sizes.remote(local) for w in workers])
+            receivers = {w.ray_node_id for w in workers}
             senders = {h.ray_node_id for h in holders}
             cross = sum(sizes[0].values()) * len(
-                receivers - senders if _labelled(rollout[0]) else receivers
+                receivers - senders if _labelled(workers[0]) else receivers
             )
+        elif n == 1:
+            local = [(0, shards[0])]  # fetched by the one rollout worker as it assembles
         else:
             received = self._gather(
-                rollout, [w.handle.receive_shard.remote(w.rank, shards[w.rank]) for w in rollout]
+                workers, [w.handle.receive_shard.remote(w.rank, shards[w.rank]) for w in workers]
             )
             # each shard crossed once, from its trainer's node into its rollout worker's node
             # (co-located: there is no other pool, each shard came from the same node)
             cross = sum(
                 r["bytes"]
-                for w, r in zip(rollout, received, strict=True)
-                if not self.colocated
-                and (sender[w.rank].ray_node_id != w.ray_node_id or not _labelled(w))
+                for w, r in zip(workers, received, strict=True)
+                if self._crossed(sender[w.rank], w)
             )
             local = [(r["index"], r["ref"]) for r in received]
-        t_scatter = time.perf_counter() - t0
-        done = self._gather(rollout, [w.handle.assemble.remote(local, version) for w in rollout])
-        self.synced = version
-        weights = int(done[0]["bytes"])
+        return _Scatter(t0, time.perf_counter() - t0, self.trained, local, cross, sender)
+
+    def _assemble(self, scatter: _Scatter) -> list[Any]:
+        """Step 2, a call of its own: each rollout worker joins the shards, loads them."""
+        workers = self.pools["rollout"]
+        return self._gather(
+            workers, [w.handle.assemble.remote(scatter.local, scatter.version) for w in workers]
+        )
+
+    def _synced(self, scatter: _Scatter, done: list[Any]) -> dict[str, float]:
+        """Record a finished sync (`done`: each rollout worker's `assemble`); its metrics."""
+        workers = self.pools["rollout"]
+        cross = scatter.cross
+        if cross is None:  # alone in its pool: its one shard is the whole weights
+            crossed = self._crossed(scatter.sender[0], workers[0])
+            cross = int(done[0]["bytes"]) if crossed else 0
+        self.synced = scatter.version
         self.last_sync = {
             "cross_pool_bytes": float(cross),
-            "weights_bytes": float(weights),
-            "shards": float(n),
-            "scatter_s": t_scatter,
-            "sync_s": time.perf_counter() - t0,
-            "weights_version": float(version),
+            "weights_bytes": float(done[0]["bytes"]),
+            "shards": float(len(workers)),
+            "scatter_s": scatter.scatter_s,
+            # the assembling as the rollout workers timed it (it may share their rollout call)
+            "sync_s": scatter.scatter_s + max(float(d.get("s", 0.0)) for d in done),
+            "weights_version": float(scatter.version),
         }
         return dict(self.last_sync)
+
+    def _crossed(self, sender: _Worker, receiver: _Worker) -> bool:
+        """Whether a shard from `sender` to `receiver` crossed between the pools."""
+        if self.colocated:
+            return False
+        return sender.ray_node_id != receiver.ray_node_id or not _labelled(receiver)
+
+    def run_phase(
+        self, order_data: dict[str, Any], report: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        result = super().run_phase(order_data, report)
+        if not self._frozen:
+            # after the first phase (the runner, Ray and the broker client are loaded):
+            # keep them out of every later full garbage collection, which otherwise
+            # pauses this process for tens to hundreds of ms on a busy machine
+            self._frozen = True
+            gc.freeze()
+        return result
 
     def sync_once(self, plan: str) -> dict[str, float]:
         """Run one sync by `plan` ("topology" or "flat") outside any phase (bench/sync.py)."""
         with self._lock:
             if self.current is not None:
                 raise RuntimeError("a phase is running")
-        return self._sync(plan)
+        return self._sync(plan, fresh=True)
 
     def stats(self) -> dict[str, Any]:
         return {
