@@ -129,6 +129,7 @@ def test_workers_whose_node_gpus_other_ray_work_holds_fail_within_seconds_naming
         report, took = dispatch(
             order(5, "emulated", ("h20-0",), ("h800-6",), gpus={"h20-0": 2, "h800-6": 2})
         )
+        told = list(changes)  # (before its Ray node is removed below: that one is a death)
     finally:
         ray.kill(holder, no_restart=True)
         with contextlib.suppress(ValueError):
@@ -140,6 +141,8 @@ def test_workers_whose_node_gpus_other_ray_work_holds_fail_within_seconds_naming
         " its Ray node has 0 of 2 GPU free, its GPU placement group rollmux-gpus-h800-6"
         " (2 x 1 GPU) needs them all"
     ), report.outcome
-    assert not any(name == "h800-6" for name, _, _ in changes), "the node itself is fine"
+    assert not any(name == "h800-6" for name, _, _ in told), "the node itself is fine"
     print(f"\nh800-6's GPUs held: the phase failed {took:.2f} s after its dispatch")
-    assert took < 15.0, f"took {took:.1f} s: never the 60 s creation timeout"
+    # the coordinator's own start and the busy wait (3 s), on a loaded machine: never the
+    # 60 s creation timeout
+    assert took < 30.0, f"took {took:.1f} s"

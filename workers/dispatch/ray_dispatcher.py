@@ -234,14 +234,17 @@ def pending_reason(workers: list[_Worker], directory: NodeDirectory) -> tuple[st
         table = tables[key]
         if table["state"] != "CREATED":
             state = table.get("stats", {}).get("scheduling_state", "")
-            group = f"its GPU placement group {table.get('name') or ''} ({w.group.bundle_count} x 1 GPU)"
+            group = f"its GPU placement group {table.get('name') or ''}"
+            group += f" ({w.group.bundle_count} x 1 GPU)"
             if state == "INFEASIBLE":
                 return f"{w.node}: {group} cannot be placed on its Ray node ({where.gpus} GPU)", ""
-            if state == "NO_RESOURCES" and not busy:
-                free = ray_state.available_resources_per_node().get(where.node_id, {})
+            # pending (Ray retries it, its scheduling state moving between attempts): busy
+            # while the node's GPUs are taken; with them free it is being placed (starting)
+            free = ray_state.available_resources_per_node().get(where.node_id, {}).get("GPU", 0.0)
+            if free + 1e-9 < w.group.bundle_count and not busy:
                 busy = (
                     f"the GPUs of {w.node} are held by other Ray work: its Ray node has"
-                    f" {free.get('GPU', 0.0):g} of {where.gpus} GPU free, {group} needs them all"
+                    f" {free:g} of {where.gpus} GPU free, {group} needs them all"
                 )
             continue
         if available is None:
