@@ -25,6 +25,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,17 @@ from scheduler.sim.milp import run_burst_optimum, trace_lower_bound  # noqa: E40
 from scheduler.sim.policies import PUBLISHED, Levers, make_policy  # noqa: E402
 from scheduler.trace import default_cluster, load_cluster, load_trace  # noqa: E402
 
+# The levers as shipped before the second round of issue 14 (1 Dec, 13:00 UTC):
+# consolidation only on a departure that leaves survivors, the movers' budget at
+# expected solo / 1.01, no ski-rental wait, no lone-tail value.
+BEFORE = replace(
+    Levers(),
+    every_departure=False,
+    budget_z=None,
+    lone_wait=None,
+    lone_tail=False,
+    lone_tail_moves=False,
+)
 # The ablation of issue 14: each lever alone on Algorithm 1 as published, then the
 # levers together (the default) and the default without each of them.
 ABLATION: dict[str, Levers] = {
@@ -54,7 +66,18 @@ ABLATION: dict[str, Levers] = {
     "+ objective + consolidation + co-located": replace(
         PUBLISHED, objective="expected", consolidation=True, colocated=True
     ),
+    "all before 1 Dec 13:00 (the levers above)": BEFORE,
+    "+ every departure": replace(BEFORE, every_departure=True),
+    "+ statistical mover budget": replace(BEFORE, budget_z=3.0),
+    "+ ski-rental wait of a job alone": replace(BEFORE, lone_wait=1.0),
+    "+ lone-tail value (admission)": replace(BEFORE, lone_tail=True),
     "all (the default)": Levers(),
+    "default - every departure": replace(Levers(), every_departure=False),
+    "default - statistical mover budget": replace(Levers(), budget_z=None),
+    "default - ski-rental wait": replace(Levers(), lone_wait=None),
+    "default - lone-tail value": replace(Levers(), lone_tail=False, lone_tail_moves=False),
+    "default - lone-tail value in moves": replace(Levers(), lone_tail_moves=False),
+    "default + 3 moves per job": replace(Levers(), max_moves_per_job=3),
     "default - long-tail": replace(Levers(), long_tail=False),
     "default - co-located": replace(Levers(), colocated=False),
     "default - objective": replace(Levers(), objective="marginal"),
@@ -199,6 +222,22 @@ def details(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+@cache
+def baselines(kind: str, seed: int, factor: float) -> tuple[dict[str, float], float]:
+    """Return solo-disagg's and colocated's costs and the LP lower bound of one trace
+    (the same for every lever variant: computed once per worker)."""
+    spec = cluster(None, factor)
+    jobs = generate(kind, seed)
+    base = {
+        name: total_cost_usd(simulate(jobs, spec, make_policy(name, seed=seed), seed=seed))
+        for name in ("solo-disagg", "colocated")
+    }
+    bound = trace_lower_bound(
+        jobs, spec, seed=seed, rollout_speed_on_train=spec.train.rollout_speed_factor
+    ).cost_usd
+    return base, bound
+
+
 def ablation_run(task: tuple[str, int, str, float]) -> dict[str, Any]:
     """Run rollmux under one lever variant on one generated trace (and the baselines)."""
     kind, seed, variant, factor = task
@@ -210,13 +249,7 @@ def ablation_run(task: tuple[str, int, str, float]) -> dict[str, Any]:
     )
     cpu = time.process_time() - started
     figures = summarise(run)
-    base = {
-        name: total_cost_usd(simulate(jobs, spec, make_policy(name, seed=seed), seed=seed))
-        for name in ("solo-disagg", "colocated")
-    }
-    bound = trace_lower_bound(
-        jobs, spec, seed=seed, rollout_speed_on_train=spec.train.rollout_speed_factor
-    ).cost_usd
+    base, bound = baselines(kind, seed, factor)
     return {
         "trace": kind,
         "seed": seed,
@@ -286,7 +319,7 @@ def burst_run(task: tuple[str, int, int]) -> dict[str, Any]:
         out[f"optimum_{colocated}"] = total_cost_usd(run)
         out[f"lp_{colocated}"] = best.lp_relaxation_usd
         out[f"milp_s_{colocated}"] = best.search.search_s
-    for name, levers in (("published", PUBLISHED), ("rollmux", Levers())):
+    for name, levers in (("published", PUBLISHED), ("before", BEFORE), ("rollmux", Levers())):
         policy = make_policy("rollmux", seed=seed, levers=levers)
         out[name] = total_cost_usd(simulate(jobs, spec, policy, seed=seed))
     return out
@@ -297,8 +330,9 @@ def burst_table(runs: list[dict[str, Any]]) -> str:
     lines = [
         "| bursts (runs) | rollmux / optimum (disaggregated plans) | rollmux / optimum "
         "(plans may co-locate) | Algorithm 1 as published / the same two | "
+        "the levers before 13:00 / the same two | all bursts together, the same two | "
         "LP relaxation / MILP | MILP solve s (max) |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for size in sorted({r["size"] for r in runs}):
         rs = [r for r in runs if r["size"] == size]
@@ -308,6 +342,10 @@ def burst_table(runs: list[dict[str, Any]]) -> str:
             f"| {_range([r['rollmux'] / r['optimum_True'] for r in rs], '{:.3f}')}x "
             f"| {np.mean([r['published'] / r['optimum_False'] for r in rs]):.3f}x / "
             f"{np.mean([r['published'] / r['optimum_True'] for r in rs]):.3f}x "
+            f"| {np.mean([r['before'] / r['optimum_False'] for r in rs]):.3f}x / "
+            f"{np.mean([r['before'] / r['optimum_True'] for r in rs]):.3f}x "
+            f"| {np.mean([r['rollmux'] / r['optimum_False'] for r in runs]):.3f}x / "
+            f"{np.mean([r['rollmux'] / r['optimum_True'] for r in runs]):.3f}x "
             f"| {np.mean([r['lp_True'] / r['optimum_True'] for r in rs]):.4f} "
             f"| {max(r['milp_s_True'] for r in rs):.2f} |"
         )

@@ -70,7 +70,7 @@ Decisions where the paper is silent (see also the module functions):
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from scheduler.cluster import nodes_needed
 from scheduler.model import (
@@ -132,6 +132,7 @@ def place(
     colocated: bool = False,
     slo_margin: float | None = DEFAULT_SLO_MARGIN,
     min_slo_probability: float | None = None,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
 ) -> PlacementResult:
     """Place `job` on `state` with `policy`; see the module docstring for the rules.
 
@@ -148,6 +149,10 @@ def place(
     probability that each member of the resulting group meets its SLO
     (scheduler.stochastic); `min_slo_probability` makes `rollmux` refuse a placement
     that gives a member less.
+
+    `lone_restart_s` (a job's restart time; objective "expected") values a member that
+    the others' departures will leave alone in its group as consolidation treats it:
+    alone for the ski-rental wait, then co-located (scheduler.planner.objective).
 
     1. validate the arguments and the job against the cluster (INFEASIBLE: never);
     2. read the state's index and the free nodes with room for the job;
@@ -206,7 +211,11 @@ def place(
     elif policy == "rollmux" and objective == "expected":
         factor = spec.train.rollout_speed_factor if colocated else None
         best = choose_by_expected_cost(
-            req, index.summaries, progress or {}, colocated_factor=factor
+            req,
+            index.summaries,
+            progress or {},
+            colocated_factor=factor,
+            lone_restart_s=lone_restart_s,
         )
     elif policy == "rollmux":
         best = choose(req, index.summaries)

@@ -141,6 +141,10 @@ class ConsolidationConfig:
     objective: str = "marginal"
     prune_saturated: bool = True
     colocated: bool = False
+    # [I] value a member that departures will leave alone as alone for the ski-rental
+    # wait, then co-located (scheduler.planner.objective.members_remaining_cost)
+    lone_tail: bool = False
+    lone_tail_moves: bool = False  # the same in a move's saving
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,7 @@ def _place(
         progress=progress,
         prune_saturated=cfg.prune_saturated,
         colocated=cfg.colocated and colocated,
+        lone_restart_s=cfg.restart_s if cfg.lone_tail and cfg.colocated else None,
     )
 
 
@@ -345,9 +350,22 @@ def best_move(
     price = _prices(state, placement)
     left = tuple(m for m in source.members if m.job.id != job_id)
     factor = state.spec.train.rollout_speed_factor
+    lone = cfg.restart_s if cfg.lone_tail_moves and cfg.colocated else None
     before = members_remaining_cost(
-        source.members, price, progress, switch_overhead_s=switch, colocated_factor=factor
-    ) + members_remaining_cost(target.members, price, progress, switch_overhead_s=switch)
+        source.members,
+        price,
+        progress,
+        switch_overhead_s=switch,
+        colocated_factor=factor,
+        lone_restart_s=lone,
+    ) + members_remaining_cost(
+        target.members,
+        price,
+        progress,
+        switch_overhead_s=switch,
+        colocated_factor=factor,
+        lone_restart_s=lone,
+    )
     # The mover's cold first phase holds the nodes it shares, so the destination
     # members pinned to them are delayed by the restart too.
     delayed = {job_id: restart} | {
@@ -356,7 +374,13 @@ def best_move(
         if mover_nodes & set(m.rollout_nodes + m.train_nodes)
     }
     after = members_remaining_cost(
-        left, price, progress, switch_overhead_s=switch
+        left,
+        price,
+        progress,
+        switch_overhead_s=switch,
+        colocated_factor=factor,
+        lone_restart_s=lone,
+        lone_now=True,  # a survivor left alone by the move is re-planned after its wait
     ) + members_remaining_cost(
         target.members + (moved,),
         price,
@@ -364,6 +388,7 @@ def best_move(
         switch_overhead_s=switch,
         extra_s=delayed,
         colocated_factor=factor,
+        lone_restart_s=lone,
     )
     saving = before - after
     if saving <= cfg.min_saving_usd:

@@ -21,7 +21,7 @@ serves admission (a newcomer has done nothing) and consolidation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.costs import SECONDS_PER_HOUR
@@ -112,11 +112,16 @@ def members_remaining_cost(
     switch_overhead_s: float,
     extra_s: Mapping[str, float] | None = None,
     colocated_factor: float = 1.0,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
+    lone_now: bool = False,
 ) -> float:
     """Return the expected dollars the nodes of `members` cost until each is released.
 
     `extra_s` adds seconds to a member's remaining run (a move's restart): it delays
     the release of that member's nodes. See the module docstring for the model.
+    With `lone_restart_s` (a job's restart time) a member the others' departures will
+    leave alone in the group is valued as consolidation treats it: alone for the
+    ski-rental wait, then co-located after its restart, when that is cheaper.
     """
     left = sorted(
         ((remaining_iterations(m.job, progress), i, m) for i, m in enumerate(members)),
@@ -128,6 +133,26 @@ def members_remaining_cost(
     done_iterations = 0
     active = [m for _, _, m in left]
     for remaining, _, member in left:
+        if (
+            lone_restart_s is not None
+            and (len(members) > 1 or lone_now)
+            and len(active) == 1
+            and member.rollout_nodes
+            and remaining > done_iterations
+        ):
+            lone = _lone_release(
+                member,
+                remaining - done_iterations,
+                price_per_hour,
+                now=now,
+                extra_s=extra.get(member.job.id, 0.0),
+                restart_s=lone_restart_s(member.job),
+                colocated_factor=colocated_factor,
+            )
+            if lone is not None:
+                for x, t in lone.items():
+                    release[x] = max(release.get(x, 0.0), t)
+                break
         if remaining > done_iterations:
             now += (remaining - done_iterations) * expected_meta_s(
                 active, switch_overhead_s=switch_overhead_s, colocated_factor=colocated_factor
@@ -138,6 +163,38 @@ def members_remaining_cost(
             release[x] = max(release.get(x, 0.0), leave)
         active = [m for m in active if m is not member]
     return sum(price_per_hour[x] * t for x, t in release.items()) / SECONDS_PER_HOUR
+
+
+def _lone_release(
+    member: Member,
+    iterations: int,
+    price: Mapping[str, float],
+    *,
+    now: float,
+    extra_s: float,
+    restart_s: float,
+    colocated_factor: float,
+) -> dict[str, float] | None:
+    """Return when a member left alone releases its nodes if it goes co-located after
+    the ski-rental wait, or None when staying alone is as cheap."""
+    job = member.job
+    e, e_co = expected_solo_s(job), colocated_expected_s(job, colocated_factor)
+    p_co = sum(price[x] for x in member.train_nodes)
+    p_group = p_co + sum(price[x] for x in member.rollout_nodes)
+    rent = p_group - p_co * e_co / e
+    if rent <= 0:
+        return None
+    wait = restart_s * p_co / rent
+    if wait >= iterations * e:
+        return None
+    end = now + wait + restart_s + (iterations - wait / e) * e_co + extra_s
+    stay = iterations * e * p_group
+    go = wait * p_group + (end - now - wait) * p_co
+    if go >= stay:
+        return None
+    out = {x: now + wait for x in member.rollout_nodes}
+    out.update({x: end for x in member.train_nodes})
+    return out
 
 
 def group_remaining_cost(
@@ -164,6 +221,7 @@ def choose_by_expected_cost(
     progress: Mapping[str, JobProgress],
     *,
     colocated_factor: float | None = None,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
 ) -> Choice | None:
     """Return the admissible placement that adds the least expected remaining cost.
 
@@ -192,6 +250,7 @@ def choose_by_expected_cost(
                 best, best_value = alone, alone[0].delta * co_life_h
     price: dict[str, float] = {x: n.price_per_hour for x, n in req.nodes.items()}
     price.update(req.pools[Pool.ROLLOUT].price)
+    factor = req.pools[Pool.TRAIN].spec.train.rollout_speed_factor
     before: dict[str, float] = {}
     switch = req.switch_overhead_s
     cands = sorted(candidates(req, summaries), key=lambda c: (c.delta, c.lower_bound, c.order))
@@ -207,13 +266,20 @@ def choose_by_expected_cost(
             continue
         if group.id not in before:
             before[group.id] = members_remaining_cost(
-                group.members, price, progress, switch_overhead_s=switch
+                group.members,
+                price,
+                progress,
+                switch_overhead_s=switch,
+                colocated_factor=factor,
+                lone_restart_s=lone_restart_s,
             )
         after = members_remaining_cost(
             group.members + (Member(job, c.rollout, c.train),),
             price,
             progress,
             switch_overhead_s=switch,
+            colocated_factor=factor,
+            lone_restart_s=lone_restart_s,
         )
         value = after - before[group.id]
         if value < best_value - EPS:

@@ -81,6 +81,9 @@ class Levers:
     # after this x the ski-rental wait (scheduler.planner.consolidation.lone_wait_s);
     # None: only at departures
     lone_wait: float | None = 1.0
+    # value a member the others' departures leave alone as going co-located after the wait
+    lone_tail: bool = True
+    lone_tail_moves: bool = True  # the same in consolidation's savings
     min_saving_usd: float = 0.0  # a move must save more than this (expected dollars)
 
 
@@ -644,6 +647,8 @@ def make_policy(
                 solo_z=lv.budget_z,
                 small_groups=lv.small_groups,
                 min_saving_usd=lv.min_saving_usd,
+                lone_tail=lv.lone_tail,
+                lone_tail_moves=lv.lone_tail_moves,
             )
             if lv.consolidation
             else None

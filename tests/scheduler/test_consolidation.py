@@ -185,3 +185,37 @@ def test_a_tight_slo_job_alone_goes_co_located_when_its_measured_slack_pays_the_
     # 700 s behind its own solo pace already: the 197 s restart no longer fits either
     behind = {"t": JobProgress(0.0, 400, 0, solo_s_done=400 * e - 700)}
     assert best_move(state, "t", now=400 * e, progress=behind, config=cfg) is None
+
+
+def test_a_member_left_alone_is_valued_co_located_after_its_wait() -> None:
+    """The expected remaining cost with `lone_restart_s`: x (100 iterations left) and z
+    (10 left) share one H20 and one H800 node; once z leaves, x is alone and is valued
+    as consolidation treats it: its group for the ski-rental wait, then its H800 node
+    co-located after the restart (cheaper than both nodes for 90 more iterations)."""
+    state = empty_state(SPEC)
+    for j in (X, Z):
+        res = place(j, state)
+        assert res.placement is not None
+        state = apply_placement(state, j, res.placement, group_id="g0")
+    (group,) = state.groups
+    assert len(group.all_nodes) == 2
+    price = {n.name: n.price_per_hour for n in state.nodes}
+    prog = {"x": JobProgress(0.0, 100), "z": JobProgress(0.0, 190)}
+    plain = members_remaining_cost(group.members, price, prog, switch_overhead_s=2.0)
+    lone = members_remaining_cost(
+        group.members, price, prog, switch_overhead_s=2.0, lone_restart_s=lambda j: 197.0
+    )
+    meta = expected_meta_s(group.members, switch_overhead_s=2.0)
+    e = expected_solo_s(X)
+    wait = 197.0 * 42.24 / 14.8  # rent: the H20 node; buy: the restart on the H800 node
+    t10 = 10 * meta
+    by_hand = (14.8 * (t10 + wait) + 42.24 * (t10 + wait + 197.0 + (90 - wait / e) * e)) / 3600
+    assert lone == pytest.approx(by_hand)
+    assert lone < plain
+    # a job alone now is valued as it stands (consolidation decides its move itself)
+    alone = members_remaining_cost(
+        group.members[:1], price, prog, switch_overhead_s=2.0, lone_restart_s=lambda j: 197.0
+    )
+    assert alone == pytest.approx(
+        members_remaining_cost(group.members[:1], price, prog, switch_overhead_s=2.0)
+    )
