@@ -29,6 +29,7 @@ each submission enqueues a planning task there, which the controller consumes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -169,6 +170,73 @@ def start_controller(env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
     ]
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """Return the user + system CPU seconds of one process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """Return the processes of a process group (gunicorn's master and its workers)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _db_backend_pids(db_url: str) -> list[int]:
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def cpu_sample(
+    procs: dict[str, list[subprocess.Popen[bytes]]], db_url: str | None
+) -> dict[str, dict[int, float]]:
+    """Return CPU seconds so far per role: each started process group, the database
+    backends of the run's database (PostgreSQL server processes, when local) and this
+    process (the load-generating clients)."""
+    out: dict[str, dict[int, float]] = {}
+    for role, group in procs.items():
+        out[role] = {pid: _cpu_s(pid) for p in group for pid in _group_pids(p.pid)}
+    if db_url:
+        with contextlib.suppress(psycopg.Error):
+            out["postgres"] = {pid: _cpu_s(pid) for pid in _db_backend_pids(db_url)}
+    out["bench clients"] = {os.getpid(): time.process_time()}
+    return out
+
+
+def cpu_report(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]], jobs: int
+) -> None:
+    """Print CPU ms per accepted job per role over the load (a process that started during
+    the load counts from 0; one that ended is missed)."""
+    parts = []
+    total = 0.0
+    for role, now in after.items():
+        was = before.get(role, {})
+        used = sum(max(cpu - was.get(pid, 0.0), 0.0) for pid, cpu in now.items())
+        total += used
+        parts.append(f"{role} {used * 1000 / max(jobs, 1):.1f}")
+    print(
+        f"CPU ms per accepted job during the load: {', '.join(parts)}; total {total * 1000 / max(jobs, 1):.1f}"
+    )
+
+
 def phases_finished(db_url: str) -> int:
     with psycopg.connect(db_url) as conn:
         row = conn.execute(
@@ -302,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     procs: list[subprocess.Popen[bytes]] = []
+    roles: dict[str, list[subprocess.Popen[bytes]]] = {}
     db_url = args.database_url
     try:
         if args.url:
@@ -327,9 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             tokens = prepare(env, args.clients)
             port = free_port()
             url = f"http://127.0.0.1:{port}"
-            procs.append(start_gunicorn(env, port, args.workers, args.threads))
+            roles["gunicorn"] = [start_gunicorn(env, port, args.workers, args.threads)]
             if not args.no_controller:
-                procs += start_controller(env)
+                roles["controller+beat"] = start_controller(env)
+            procs += [p for group in roles.values() for p in group]
             wait_ready(url, tokens[0])
             print(
                 f"gunicorn on {url}: {args.workers} workers x {args.threads} threads; "
@@ -347,8 +417,12 @@ def main(argv: list[str] | None = None) -> int:
 
         load_tag = f"load-{run_id}"
         phases_before = phases_finished(db_url) if db_url else 0
+        cpu_before = cpu_sample(roles, db_url)
         load, load_wall = run_load(url, tokens, args.clients, args.jobs_per_client, load_tag)
+        cpu_after = cpu_sample(roles, db_url)
         rate = report(f"load ({args.clients} x {args.jobs_per_client})", load, load_wall)
+        cpu_report(cpu_before, cpu_after, len(load.accepted))
+        print(f"load average after the load {os.getloadavg()[0]:.2f}")
         print(f"throughput ratio load / baseline: {rate / base_rate:.2f}x")
         if db_url:
             print(
