@@ -10,6 +10,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rollmux_web import metrics
 
 urlpatterns = [
+    # first: Django tries the patterns in order, and every include that does not match an
+    # API path costs a walk of its patterns (nothing before it begins with "api/")
+    path("api/v1/", include("rollmux_web.api.urls")),
     path("", include("rollmux_web.reports.urls")),
     path("accounts/", include("rollmux_web.accounts.urls")),
     path("jobs/", include("rollmux_web.jobs.urls")),
@@ -19,7 +22,6 @@ urlpatterns = [
     path("audit/", include("rollmux_web.audit.urls")),
     path("notifications/", include("rollmux_web.notifications.urls")),
     path("sso/", include("rollmux_web.sso.urls")),
-    path("api/v1/", include("rollmux_web.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI (vendored): its start-up script is a separate file (the split view), but it
     # inserts its own style elements, so inline styles are allowed on this page only

@@ -87,8 +87,32 @@ def record_lockout(
     )
 
 
+def _count(key: str, timeout: int) -> int:
+    """Count one request in the window's counter and return the count so far.
+
+    On Redis (production) one round trip: SET NX with the window's expiry and INCR in one
+    MULTI (atomic, so the counter never outlives its window); Django's add() then incr()
+    would be three (incr checks that the key exists first). The value is the integer the
+    cache itself would store. Other caches (embedded: the process's memory) use add + incr.
+    """
+    redis_cache = getattr(cache, "_cache", None)
+    get_client = getattr(redis_cache, "get_client", None)
+    if get_client is not None:
+        full_key = cache.make_and_validate_key(key)
+        pipe = get_client(full_key, write=True).pipeline(transaction=True)
+        pipe.set(full_key, 0, ex=timeout, nx=True)
+        pipe.incr(full_key)
+        return int(pipe.execute()[1])
+    cache.add(key, 0, timeout=timeout)
+    try:
+        return int(cache.incr(key))
+    except ValueError:  # evicted between add and incr: count this one as the first
+        cache.set(key, 1, timeout=timeout)
+        return 1
+
+
 class _FixedWindowThrottle(BaseThrottle):
-    """At most `rate` requests per window per key, counted in the cache (one add + incr)."""
+    """At most `rate` requests per window per key, counted in the cache (`_count`)."""
 
     scope = ""
 
@@ -109,13 +133,7 @@ class _FixedWindowThrottle(BaseThrottle):
         slot = int(now // self.window)
         self.reset_in = (slot + 1) * self.window - now
         key = f"rmx-throttle:{self.scope}:{ident}:{slot}"
-        cache.add(key, 0, timeout=self.window + 1)
-        try:
-            used = cache.incr(key)
-        except ValueError:  # evicted between add and incr: count this one as the first
-            cache.set(key, 1, timeout=self.window + 1)
-            used = 1
-        return used <= int(count)
+        return _count(key, self.window + 1) <= int(count)
 
     def wait(self) -> float | None:
         return max(getattr(self, "reset_in", 1.0), 1.0)

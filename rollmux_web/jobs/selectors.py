@@ -8,16 +8,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from django.db.models import Max, Prefetch, QuerySet
+from django.db.models import Count, Max, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.http import Http404
 from django.utils import timezone
 
 from rollmux_web.accounts.selectors import visible_tenants
-from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, PoolKind
+from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, NodeState, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
-from rollmux_web.workflow.snapshot import pool_node_counts
+from rollmux_web.workflow.snapshot import CAPACITY_STATES
 
 ORDERINGS = {
     "submitted": ("submitted_at", "id"),
@@ -386,20 +386,12 @@ class PoolPrice:
     price_per_gpu_hour: Decimal
 
 
-def pool_prices() -> dict[str, PoolPrice | None]:
-    """Return the GPU type and current price of the rollout and training pools."""
-    # two queries for both pools: each kind's first cluster (the model's ordering), then the
-    # prices of their GPU types in force now
-    first: dict[str, Cluster] = {}
-    for cluster in Cluster.objects.filter(
-        kind__in=(PoolKind.ROLLOUT, PoolKind.TRAIN)
-    ).select_related("gpu_type"):
-        first.setdefault(str(cluster.kind), cluster)
-    prices = prices_now(gpu_type_ids={c.gpu_type_id for c in first.values()})
+def pool_prices(pools: dict[str, PoolNow] | None = None) -> dict[str, PoolPrice | None]:
+    """Return the GPU type and current price of the rollout and training pools (from
+    `pools`, a `pools_now()` read the caller already has, or one query)."""
+    pools = pools_now() if pools is None else pools
     return {
-        str(kind): PoolPrice(c.gpu_type, prices.get(c.gpu_type_id, Decimal("0")))
-        if (c := first.get(str(kind)))
-        else None
+        str(kind): PoolPrice(p.gpu_type, p.price_per_gpu_hour) if (p := pools.get(kind)) else None
         for kind in (PoolKind.ROLLOUT, PoolKind.TRAIN)
     }
 
@@ -446,27 +438,59 @@ class PoolLimits(NamedTuple):
     nodes_down: int
 
 
-def pool_limits() -> dict[str, PoolLimits]:
-    """Return the limits of each pool kind.
+@dataclass(frozen=True)
+class PoolNow:
+    """A pool kind as a submission sees it now: its GPU type, limits and price."""
 
-    Two queries for both pools; a pool without nodes falls back to its GPU type's memory.
-    The capacity is the live planner's (workflow.snapshot.pool_node_counts), so a job
-    refused here is one the planner would call INFEASIBLE.
+    gpu_type: GpuType
+    limits: PoolLimits
+    price_per_gpu_hour: Decimal  # in force now (0 if none is set)
+
+
+def pools_now(*, at: datetime | None = None) -> dict[str, PoolNow]:
+    """Return each pool kind's GPU type, limits and current price, in one query.
+
+    The first pool of each kind (the model's ordering: by name) sets the shape, the largest
+    of its nodes' host memory the memory limit (a pool without nodes: its GPU type's); the
+    capacity counts the nodes up or drained of every pool of the kind, as the live planner
+    does (workflow.snapshot.pool_node_counts), so a job refused here is one the planner
+    would call INFEASIBLE; the price is the one in force at `at` (jobs.selectors.prices_now).
+    A submission reads this once, for its field checks and its quota check alike.
     """
-    counts = pool_node_counts()
-    out: dict[str, PoolLimits] = {}
-    rows = (
-        Cluster.objects.annotate(max_mem=Max("nodes__host_mem_gb"))
-        .order_by("kind", "name")
-        .values(
-            "kind", "gpu_type__name", "gpu_type__gpus_per_node", "gpu_type__host_mem_gb", "max_mem"
-        )
+    at = at or timezone.now()
+    price = (
+        GpuPrice.objects.filter(gpu_type=OuterRef("gpu_type"), effective_from__lte=at)
+        .order_by("-effective_from")
+        .values("price_per_gpu_hour")[:1]
     )
-    for r in rows:
-        if r["kind"] not in out:  # the first pool of each kind (by name) sets the shape
-            mem = r["max_mem"] if r["max_mem"] is not None else r["gpu_type__host_mem_gb"]
-            nodes, down = counts.get(r["kind"], (0, 0))
-            out[r["kind"]] = PoolLimits(
-                r["gpu_type__name"], r["gpu_type__gpus_per_node"], float(mem), nodes, down
-            )
+    clusters = (
+        Cluster.objects.select_related("gpu_type")
+        .annotate(
+            max_mem=Max("nodes__host_mem_gb"),
+            capacity=Count("nodes", filter=Q(nodes__state__in=CAPACITY_STATES)),
+            down=Count("nodes", filter=Q(nodes__state=NodeState.DOWN)),
+            price=Subquery(price),
+        )
+        .order_by("kind", "name")
+    )
+    first: dict[str, Any] = {}
+    counts: dict[str, list[int]] = {}
+    for c in clusters:
+        first.setdefault(str(c.kind), c)
+        n = counts.setdefault(str(c.kind), [0, 0])
+        n[0] += c.capacity
+        n[1] += c.down
+    out: dict[str, PoolNow] = {}
+    for kind, c in first.items():
+        gt = c.gpu_type
+        mem = c.max_mem if c.max_mem is not None else gt.host_mem_gb
+        nodes, down = counts[kind]
+        limits = PoolLimits(gt.name, gt.gpus_per_node, float(mem), nodes, down)
+        out[kind] = PoolNow(gt, limits, c.price if c.price is not None else Decimal("0"))
     return out
+
+
+def pool_limits(pools: dict[str, PoolNow] | None = None) -> dict[str, PoolLimits]:
+    """Return the limits of each pool kind (from `pools`, or one query: `pools_now`)."""
+    pools = pools_now() if pools is None else pools
+    return {kind: p.limits for kind, p in pools.items()}

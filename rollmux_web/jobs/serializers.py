@@ -5,8 +5,9 @@ three channels give the same messages.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
@@ -72,7 +73,8 @@ class JobSpecSerializer(serializers.Serializer):
 
     def _pool(self, kind: str) -> PoolLimits | None:
         if not hasattr(self, "_pools"):
-            self._pools = pool_limits()
+            # the submission's one read of the pools (context "pools"), else one query
+            self._pools = pool_limits(self.context.get("pools"))
         return self._pools.get(kind)
 
     def validate_name(self, value: str) -> str:
@@ -92,6 +94,8 @@ class JobSpecSerializer(serializers.Serializer):
         """Allow a built-in or an import path the admins' allowlist covers; nothing is
         imported here (a researcher's path must not run code in the web process)."""
         value = value.strip()
+        if spec.runner_permitted(value, ()):
+            return value  # a built-in: the allowlist is not read
         allowed = runner_allowlist()
         if spec.runner_permitted(value, allowed):
             return value
@@ -298,6 +302,18 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = spec.JOB_RECORD_FIELDS
         read_only_fields = fields
+
+    _prototypes: ClassVar[dict[type, dict[str, serializers.Field]]] = {}
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        """Copies of the fields ModelSerializer builds from the model, built once per class
+        (building them reads the model's metadata field by field: most of the cost of
+        serialising one job; a copy is an unbound field, as DRF's declared fields are)."""
+        cls = type(self)
+        built = JobSerializer._prototypes.get(cls)
+        if built is None:
+            built = JobSerializer._prototypes[cls] = super().get_fields()
+        return copy.deepcopy(built)
 
     def _latest(self, job: Job) -> Any:
         from rollmux_web.jobs.selectors import latest_placement

@@ -15,7 +15,7 @@ from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.audit.services import audit_record
 from rollmux_web.jobs.models import TERMINAL_STATUSES, DurationSource, Job, JobStatus
-from rollmux_web.jobs.selectors import ACTIVE_STATUSES, job_get
+from rollmux_web.jobs.selectors import ACTIVE_STATUSES, PoolNow, job_get, pools_now
 from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.spec import SPEC_FIELDS, spec_values
 from rollmux_web.quotas.selectors import QuotaUsage, quota_usage
@@ -60,15 +60,18 @@ def _flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     return out
 
 
-def validate_spec(*, user: Any, spec: Any) -> dict[str, Any]:
-    """Return the cleaned spec or raise JobRejected naming every bad field."""
+def validate_spec(
+    *, user: Any, spec: Any, pools: dict[str, PoolNow] | None = None
+) -> dict[str, Any]:
+    """Return the cleaned spec or raise JobRejected naming every bad field (`pools`: the
+    caller's `pools_now()` read, else the checks read the pools themselves)."""
     if not isinstance(spec, dict):
         raise JobRejected(
             "invalid",
             "The job spec must be an object of field names to values.",
             {"non_field_errors": ["Expected an object of field names to values."]},
         )
-    ser = JobSpecSerializer(data=spec, context={"user": user})
+    ser = JobSpecSerializer(data=spec, context={"user": user, "pools": pools})
     if not ser.is_valid():
         fields = _flatten_errors(ser.errors)
         name, msgs = next(iter(fields.items()))
@@ -146,6 +149,7 @@ def _check_quotas(
     now: datetime,
     lock: bool = True,
     caps: bool = True,
+    pools: dict[str, PoolNow] | None = None,
 ) -> None:
     """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant.
 
@@ -159,7 +163,7 @@ def _check_quotas(
     gpus = {"rollout": spec["rollout_gpus"], "train": spec["train_gpus"]}
     t_max = {"rollout": spec.get("t_roll_max_s"), "train": spec.get("t_train_max_s")}
     budgets = None not in t_max.values()
-    for usage in quota_usage(tenants=[tenant], now=now, lock=lock):
+    for usage in quota_usage(tenants=[tenant], now=now, lock=lock, pools=pools):
         kinds = usage.pool_kinds  # the pools of this quota's GPU type
         if not kinds:
             continue
@@ -242,14 +246,19 @@ def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = Non
     if not can_submit(user):
         raise PermissionDenied("Your role may not submit jobs.")
     now = now or timezone.now()
-    data = validate_spec(user=user, spec=spec)
+    pools = pools_now(at=now)  # one read of the pools for the field checks and the quotas
+    data = validate_spec(user=user, spec=spec, pools=pools)
     # a deadlock or serialisation failure reruns the whole write (never a 500)
-    return atomic_with_retry(lambda: _submit(user=user, data=data, channel=channel, now=now))
+    return atomic_with_retry(
+        lambda: _submit(user=user, data=data, channel=channel, now=now, pools=pools)
+    )
 
 
-def _submit(*, user: Any, data: dict[str, Any], channel: str, now: datetime) -> Job:
+def _submit(
+    *, user: Any, data: dict[str, Any], channel: str, now: datetime, pools: dict[str, PoolNow]
+) -> Job:
     """Write the job and its audit entry after the quota checks (in the caller's transaction)."""
-    _check_quotas(tenant=data["tenant"], spec=data, now=now)
+    _check_quotas(tenant=data["tenant"], spec=data, now=now, pools=pools)
     declared = data.get("t_roll_max_s") is not None
     job = Job.objects.create(
         **{name: data.get(name) for name in SPEC_FIELDS},

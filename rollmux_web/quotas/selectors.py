@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import DateTimeField, F, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Greatest
@@ -15,6 +15,9 @@ from django.db.models.functions import Coalesce, Greatest
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.quotas.models import Quota, SloClass
+
+if TYPE_CHECKING:
+    from rollmux_web.jobs.selectors import PoolNow
 
 
 def quotas_for(tenant: Tenant | int | str) -> dict[str, Quota]:
@@ -120,7 +123,11 @@ def busy_gpu_hours_this_month(
 
 
 def quota_usage(
-    *, tenants: Iterable[Tenant] | QuerySet[Tenant], now: datetime, lock: bool = False
+    *,
+    tenants: Iterable[Tenant] | QuerySet[Tenant],
+    now: datetime,
+    lock: bool = False,
+    pools: dict[str, PoolNow] | None = None,
 ) -> list[QuotaUsage]:
     """Return every quota of the tenants with its usage now and this month.
 
@@ -134,7 +141,8 @@ def quota_usage(
     insert and the commit: everything else here (prices, the month's usage) is read before
     it, and a tenant without a GPU cap takes no lock at all. Budgets need no lock: the
     month's usage comes from phase records, which submissions do not write (and with `lock`
-    it is not read when no quota has a monthly limit).
+    it is not read when no quota has a monthly limit). `pools` is a `pools_now()` read the
+    caller has already made (a submission: the one its field checks used).
     """
     from rollmux_web.jobs.models import Job
     from rollmux_web.jobs.selectors import ACTIVE_STATUSES, pool_prices
@@ -148,7 +156,7 @@ def quota_usage(
     # 2. which pools each GPU type serves, at what price now (both pools may share a type)
     kinds: dict[int, list[str]] = defaultdict(list)
     price: dict[int, Decimal] = {}
-    for kind, pool in pool_prices().items():
+    for kind, pool in pool_prices(pools).items():
         if pool is not None:
             kinds[pool.gpu_type.pk].append(kind)
             price[pool.gpu_type.pk] = pool.price_per_gpu_hour

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -90,6 +91,33 @@ def test_each_token_has_its_own_request_rate(api_as: Any, world: Any, settings: 
     assert resp.status_code == 429
     assert resp.json()["error"]["code"] == "throttled" and int(resp["Retry-After"]) >= 1
     assert bob.get("/api/v1/me/").status_code == 200
+
+
+def test_the_rate_is_counted_in_redis_with_one_expiring_counter(
+    api_as: Any, world: Any, settings: Any
+) -> None:
+    """Production's cache (Redis): the counter expires with its window and counts as the
+    Django cache reads it."""
+    import redis
+    from django.core.cache import cache
+
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": settings.REDIS_URL,
+            "KEY_PREFIX": f"test-throttle-{uuid.uuid4().hex[:8]}",
+        }
+    }
+    settings.ROLLMUX_API_TOKEN_RATE = "3/min"
+    alice = api_as("alice")
+    assert [alice.get("/api/v1/me/").status_code for _ in range(4)] == [200, 200, 200, 429]
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = client.keys(f"{settings.CACHES['default']['KEY_PREFIX']}:*rmx-throttle:token:*")
+    assert len(keys) == 1
+    assert 0 < client.ttl(keys[0]) <= 61
+    name = keys[0].decode().split(":", 2)[2]
+    assert cache.get(name) == 4  # the cache reads the same integer
+    client.delete(*keys)
 
 
 def test_anonymous_requests_to_the_token_endpoint_are_rate_limited(

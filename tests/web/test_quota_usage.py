@@ -152,3 +152,44 @@ def test_the_api_gives_the_same_usage_as_the_page(
         "usd_month": h800["usd"].lstrip("$").replace(",", ""),
     }
     assert rows["vision", "H20"]["gpus_left"] is None  # no cap on H20
+
+
+def test_pools_now_reads_limits_and_prices_as_the_planner_and_prices_now_do(world: Any) -> None:
+    """The one read a submission makes of the pools: the first pool of a kind sets the shape
+    and memory, the capacity counts every pool of the kind (the planner's count), the price
+    is the one in force (a later one is not yet)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from rollmux_web.inventory.models import Cluster, GpuPrice, Node, NodeState, PoolKind
+    from rollmux_web.jobs.selectors import pool_limits, pool_prices, pools_now, prices_now
+    from rollmux_web.workflow.snapshot import pool_node_counts
+
+    now = timezone.now()
+    extra = Cluster.objects.create(name="z-rollout-2", kind=PoolKind.ROLLOUT, gpu_type=world.h20)
+    Node.objects.create(name="z-0", cluster=extra, gpu_type=world.h20, gpus=8, host_mem_gb=4096)
+    Node.objects.create(
+        name="z-1", cluster=extra, gpu_type=world.h20, gpus=8, host_mem_gb=1, state=NodeState.DOWN
+    )
+    Node.objects.filter(name="h800-0").update(state=NodeState.DRAINED)
+    Node.objects.filter(name="h800-1").update(state=NodeState.DOWN)
+    GpuPrice.objects.create(
+        gpu_type=world.h800, price_per_gpu_hour=Decimal("9.99"), effective_from=now + timedelta(1)
+    )
+    GpuPrice.objects.create(
+        gpu_type=world.h20, price_per_gpu_hour=Decimal("2.10"), effective_from=now - timedelta(1)
+    )
+    with CaptureQueriesContext(connection) as ctx:
+        pools = pools_now(at=now)
+    assert len(ctx.captured_queries) == 1
+    counts = pool_node_counts()
+    for kind in ("rollout", "train"):
+        assert (pools[kind].limits.nodes, pools[kind].limits.nodes_down) == counts[kind]
+    assert counts["rollout"] == (5, 1) and counts["train"] == (3, 1)
+    # the shape and memory of the first rollout pool by name (not z-rollout-2's 4096 GB)
+    assert pools["rollout"].limits.host_mem_gb == 2048.0
+    prices = prices_now(gpu_type_ids={world.h20.pk, world.h800.pk}, at=now)
+    assert pools["rollout"].price_per_gpu_hour == prices[world.h20.pk] == Decimal("2.10")
+    assert pools["train"].price_per_gpu_hour == prices[world.h800.pk] == Decimal("5.28")
+    assert pool_limits(pools)["train"].gpu_type == "H800"
+    assert pool_prices(pools)["rollout"].gpu_type == world.h20  # type: ignore[union-attr]

@@ -331,9 +331,14 @@ def test_a_submission_through_the_api_costs_a_bounded_number_of_queries(api_as, 
     with CaptureQueriesContext(connection) as ctx:
         assert api.post("/api/v1/jobs/", job_spec(name="counted"), format="json").status_code == 201
     sql = [q["sql"] for q in ctx.captured_queries]
-    # 13 statements (token with user and profile, SLO class, runner allowlist, pool limits x2,
-    # tenant, quotas, pool types and prices x2, the cap's lock, live GPUs, job, audit) and
-    # the test transaction's savepoint pair; it was 18 with a write of last_used_at per call
-    assert len(sql) <= 15, "\n".join(s[:120] for s in sql)
+    listing = "\n".join(s[:120] for s in sql)
+    # 9 statements (token with user and profile; the pools with their limits and prices, read
+    # once for the field checks and the quotas; SLO class; tenant; quotas; the cap's lock;
+    # live GPUs; job; audit) and the test transaction's savepoint pair. It was 13 with the
+    # pools read four times and the runner allowlist read for a built-in runner, and 18 with
+    # a write of last_used_at per call.
+    assert len(sql) <= 11, listing
+    assert sum("inventory_cluster" in s for s in sql) == 1, listing  # the pools, once
+    assert not any("inventory_runnerpackage" in s for s in sql)  # a built-in runner
     assert not any("workflow_phaserecord" in s for s in sql)  # no budget: no month's usage
     assert not any(s.startswith("UPDATE") for s in sql)
