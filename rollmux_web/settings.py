@@ -404,6 +404,9 @@ ROLLMUX_ROLLOUT_SPEED_FACTOR = env_float("ROLLMUX_ROLLOUT_SPEED_FACTOR", 1.0, mi
 ROLLMUX_LONG_TAIL_THRESHOLD = env_float("ROLLMUX_LONG_TAIL_THRESHOLD", 0.8, minimum=0.0)
 ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 20.0, minimum=1e-6)  # why: see seed_demo
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)
+# Planning passes start at most once per this many seconds (workers/plan_marker.py): a burst
+# of submissions shares one pass per interval; a request after a quiet moment plans at once.
+ROLLMUX_PLAN_MIN_INTERVAL_S = env_float("ROLLMUX_PLAN_MIN_INTERVAL_S", 0.5, minimum=0.0)
 # A job submitted without phase times is profiled first: this many iterations alone at the
 # maximum token length (the paper's one-shot profiler: one), each phase given this long
 # (wall-clock) before reconcile calls it overrun (it has no worst case yet to scale).

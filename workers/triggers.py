@@ -38,7 +38,12 @@ def request_planning() -> None:
     from workers.tasks import plan_task
 
     def enqueue() -> None:
-        if plan_marker.claim():  # else a pass is queued and has not taken its snapshot yet
+        wait = plan_marker.claim()  # None: a pass is queued and has not taken its snapshot yet
+        if wait is None:
+            return
+        if wait > 0:  # the last pass started less than ROLLMUX_PLAN_MIN_INTERVAL_S ago
+            plan_task.apply_async(countdown=wait)
+        else:
             plan_task.delay()
 
     _send(enqueue, "planning")

@@ -1,7 +1,9 @@
-"""Planning requests coalesce: one queued pass serves every request made before it starts."""
+"""Planning requests coalesce: one queued pass serves every request made before it starts,
+and passes start at most once per ROLLMUX_PLAN_MIN_INTERVAL_S."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -18,25 +20,73 @@ def broker_mode(settings: Any, clean_broker: None) -> Any:
     app.conf.task_always_eager = settings.CELERY_TASK_ALWAYS_EAGER
 
 
-def test_a_burst_of_requests_enqueues_one_planning_pass(broker_mode: Any, monkeypatch: Any) -> None:
-    from workers import tasks, triggers
+@pytest.fixture
+def sent(monkeypatch: Any) -> list[float]:
+    """The countdown of every planning pass enqueued (0: at once)."""
+    from workers import tasks
 
-    sent: list[int] = []
-    monkeypatch.setattr(tasks.plan_task, "delay", lambda: sent.append(1))
+    out: list[float] = []
+    monkeypatch.setattr(tasks.plan_task, "delay", lambda: out.append(0.0))
+    monkeypatch.setattr(
+        tasks.plan_task, "apply_async", lambda countdown=0.0, **kw: out.append(countdown)
+    )
+    return out
+
+
+def test_a_burst_of_requests_enqueues_one_planning_pass(
+    broker_mode: Any, sent: list[float]
+) -> None:
+    from workers import triggers
+
     for _ in range(20):
         triggers.request_planning()
-    assert sent == [1]
+    assert sent == [0.0]  # nothing ran lately: at once
 
 
 def test_a_request_after_the_pass_started_enqueues_another(
-    broker_mode: Any, monkeypatch: Any
+    broker_mode: Any, settings: Any, sent: list[float]
 ) -> None:
-    from workers import plan_marker, tasks, triggers
+    from workers import plan_marker, triggers
 
-    sent: list[int] = []
-    monkeypatch.setattr(tasks.plan_task, "delay", lambda: sent.append(1))
+    settings.ROLLMUX_PLAN_MIN_INTERVAL_S = 0.0
     triggers.request_planning()
     plan_marker.clear()  # the pass took its snapshot: later jobs need a new pass
     triggers.request_planning()
     triggers.request_planning()
-    assert sent == [1, 1]
+    assert sent == [0.0, 0.0]
+
+
+def test_the_next_pass_waits_for_the_end_of_the_interval(
+    broker_mode: Any, settings: Any, sent: list[float]
+) -> None:
+    from workers import plan_marker, triggers
+
+    settings.ROLLMUX_PLAN_MIN_INTERVAL_S = 2.0
+    triggers.request_planning()
+    plan_marker.clear()  # a pass starts now
+    triggers.request_planning()  # a job committed during it: the next pass, spaced
+    triggers.request_planning()  # ... which this one shares
+    assert len(sent) == 2 and sent[0] == 0.0
+    assert 1.5 < sent[1] <= 2.0
+
+
+def test_a_request_after_a_quiet_interval_plans_at_once(
+    broker_mode: Any, settings: Any, sent: list[float]
+) -> None:
+    from workers import plan_marker, triggers
+
+    settings.ROLLMUX_PLAN_MIN_INTERVAL_S = 0.2
+    plan_marker.clear()  # a pass started ...
+    time.sleep(0.3)  # ... longer ago than the interval
+    triggers.request_planning()
+    assert sent == [0.0]
+
+
+def test_countdown_is_bounded_by_the_interval() -> None:
+    from workers.plan_marker import countdown
+
+    assert countdown(None, 100.0, 0.5) == 0.0
+    assert countdown(99.8, 100.0, 0.5) == pytest.approx(0.3)
+    assert countdown(90.0, 100.0, 0.5) == 0.0
+    assert countdown(200.0, 100.0, 0.5) == 0.5  # another host's clock ahead: at most once
+    assert countdown(99.9, 100.0, 0.0) == 0.0  # no spacing configured
