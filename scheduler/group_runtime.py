@@ -40,6 +40,15 @@ API notes
   pool, and the job stays the head until its rollout starts, so the rollout follows
   the sync at once on the same nodes (a switch overhead, if any, falls on the sync).
   With ``t_sync_s == 0`` no sync phase exists and everything is as without it.
+* Co-located member (issue 14: no rollout nodes): its rollouts run on its training nodes
+  (``phase_nodes``), it has no sync phase, and it is alone in its group (``admit``
+  refuses to mix it with anyone).
+* Long-tail migration (paper section 3): ``tail_nodes(job)`` names the nodes a running
+  rollout may hand to the next member in the rollout pool's order (those they share,
+  keeping one of its own); ``release_tail(job, nodes)`` frees them mid-rollout (the
+  caller's runtime hook, once the rollout is tail-bound), so ``start_ready`` can start
+  that member's rollout there beside the tail. The order of the meta-iteration is kept:
+  the next rollout only starts earlier.
 
 A member admitted mid-run joins the meta-iteration in progress: its rollout is the
 last rollout of the current meta-iteration that has started (so it can start at
