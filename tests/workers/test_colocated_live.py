@@ -86,6 +86,7 @@ def test_a_job_placed_colocated_runs_both_phases_on_its_training_node_and_comple
             drawn = phase_duration(replace(ctx, rollout_speed_factor=1.0), p.iteration, p.kind)
             slow = FACTOR if p.kind == "rollout" else 1.0
             assert p.metrics["emulated_s"] == pytest.approx(drawn * slow)
+            assert p.metrics.get("rollout_speed_factor", 1.0) == slow
         for p in phases[2::2]:  # each later rollout first took the new weights, on the node
             assert p.bytes_moved == 0
             assert p.metrics["sync_cross_pool_bytes"] == 0
@@ -106,6 +107,15 @@ def test_a_job_placed_colocated_runs_both_phases_on_its_training_node_and_comple
     # (an H20 line carries only the solo-disaggregated counterfactual: no H20 was paid for)
     h20 = [line for line in lines if line.gpu_type == "H20"]
     assert all(line.exact.cost == 0 and line.exact.solo_disagg_cost > 0 for line in h20)
+    # ... for the same work on dedicated pools: its rollouts at the rollout type's speed
+    for line in h20:
+        solo_s = sum(
+            (p.finished_at - p.started_at).total_seconds() / (FACTOR if p.kind == "rollout" else 1)
+            for p in PhaseRecord.objects.filter(job_id=line.job_id)
+        )
+        assert float(line.exact.solo_disagg_cost) == pytest.approx(
+            solo_s * GPUS_PER_NODE * 1.85 / 3600, rel=1e-3
+        )
     lines = [line for line in lines if line.gpu_type != "H20"]
     assert {(line.job_id, line.gpu_type) for line in lines} == {(i, "H800") for i in ids}
     for line in lines:

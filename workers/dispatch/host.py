@@ -90,6 +90,9 @@ class PhaseHost:
                 self._reload()
             metrics["load_s"] = time.perf_counter() - t0
             metrics.update(self._run(order, result))
+            factor = self.context.rollout_speed_factor
+            if order.kind == "rollout" and factor != 1.0:  # co-located: on the training type
+                metrics["rollout_speed_factor"] = factor
         except RunnerLoadError as exc:
             result.outcome = f"{Outcome.LOAD_ERROR.value}: {exc}"[:480]
         except WorkerLost as exc:

@@ -101,6 +101,9 @@ class PhaseSpan(NamedTuple):
     # False: the part of a phase on nodes it handed over early (long-tail migration), busy
     # time only; its phase's other span carries the counterfactuals' time, once
     counterfactual: bool = True
+    # a co-located rollout ran at the training type's rollout speed factor f: alone on
+    # dedicated pools it would have taken 1 / f of its time (the solo counterfactual's)
+    solo_scale: float = 1.0
 
 
 @dataclass
@@ -246,13 +249,23 @@ def _phase_spans(
         .filter(started_at__lt=hi_dt)
         .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
         .annotate(nodes_txt=NODES_TXT, **annotations)
-        .values_list("group_id", "job_id", "nodes_txt", s_col, f_col, "metrics__tail_released")
+        .values_list(
+            "group_id",
+            "job_id",
+            "nodes_txt",
+            s_col,
+            f_col,
+            "metrics__tail_released",
+            "metrics__rollout_speed_factor",
+        )
     )
-    for gid, jid, raw, s, f, released in rows.iterator(chunk_size=5000):
+    for gid, jid, raw, s, f, released, factor in rows.iterator(chunk_size=5000):
+        scale = 1.0 / float(factor) if factor else 1.0
         if native:
-            span = PhaseSpan(gid, jid, nodes(raw), s, f)
+            span = PhaseSpan(gid, jid, nodes(raw), s, f, True, scale)
         else:
-            span = PhaseSpan(gid, jid, nodes(raw), us(s), None if f is None else us(f))
+            a, b = us(s), None if f is None else us(f)
+            span = PhaseSpan(gid, jid, nodes(raw), a, b, True, scale)
         if released:
             yield from _tail_spans(span, released)
         else:
@@ -262,11 +275,11 @@ def _phase_spans(
 def _tail_spans(span: PhaseSpan, released: dict[str, float]) -> Iterator[PhaseSpan]:
     """A rollout that migrated its tail (long-tail migration) was busy on the nodes it
     handed over only until then (`tail_released`: node -> seconds after its start)."""
-    gid, jid, names, s, f, _ = span
+    gid, jid, names, s, f, _, scale = span
     kept = tuple(n for n in names if n not in released)
     # the counterfactuals count the phase once, over its whole length (the kept span's, or
     # an empty-node span's when it kept none)
-    yield PhaseSpan(gid, jid, kept, s, f)
+    yield PhaseSpan(gid, jid, kept, s, f, True, scale)
     for n in names:
         if n in released:
             end = s + round(float(released[n]) * 1_000_000)
@@ -313,6 +326,11 @@ class _Micros:
     # (job, stage, price segment) -> microseconds
     cf_roll: dict[tuple[int, str, int], int] = field(default_factory=lambda: defaultdict(int))
     cf_train: dict[tuple[int, str, int], int] = field(default_factory=lambda: defaultdict(int))
+    # the co-located counterfactual's training-type time beyond cf_train (a co-located
+    # rollout slower than on the rollout type)
+    cf_coloc_extra: dict[tuple[int, str, int], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
 
 
 def _allocated_time(inputs: CostInputs, w: CostWindow, prices: PriceBook, m: _Micros) -> None:
@@ -350,7 +368,7 @@ def _busy_time(
     cf_roll_us, cf_train_us = m.cf_roll, m.cf_train
     profile_groups = inputs.profile_groups
     pieces: Sequence[tuple[int, tuple[int, int]]] = ()
-    for gid, jid, phase_nodes, s, f, once in inputs.phases:
+    for gid, jid, phase_nodes, s, f, once, scale in inputs.phases:
         pa = s if s > lo else lo
         pb = hi if f is None or f > hi else f
         if pb <= pa:
@@ -381,6 +399,9 @@ def _busy_time(
         # the duration of every one of its phases (trace-format.md, "Baselines")
         if with_cf and once:
             stage = STAGE_PROFILE if gid in profile_groups else STAGE_RUN
+            if scale != 1.0:
+                _scaled_counterfactuals(inputs, prices, m, (jid, stage), (pa, pb), scale)
+                continue
             if roll_flat is not None:
                 cf_roll_us[(jid, stage, roll_flat)] += pb - pa
             elif rollout_type is not None:
@@ -391,6 +412,27 @@ def _busy_time(
             elif train_type is not None:
                 for seg, t in prices.split_us(train_type, pa, pb):
                     cf_train_us[(jid, stage, seg)] += t
+
+
+def _scaled_counterfactuals(
+    inputs: CostInputs,
+    prices: PriceBook,
+    m: _Micros,
+    key: tuple[int, str],
+    span: tuple[int, int],
+    scale: float,
+) -> None:
+    """The counterfactuals of a co-located rollout at rollout speed factor 1 / `scale`: on
+    dedicated pools both pools for `scale` x its time; co-located, what it took."""
+    jid, stage = key
+    if inputs.rollout_type is not None:
+        for seg, t in prices.split_us(inputs.rollout_type, *span):
+            m.cf_roll[(jid, stage, seg)] += round(t * scale)
+    if inputs.train_type is not None:
+        for seg, t in prices.split_us(inputs.train_type, *span):
+            solo = round(t * scale)
+            m.cf_train[(jid, stage, seg)] += solo
+            m.cf_coloc_extra[(jid, stage, seg)] += t - solo
 
 
 @dataclass
@@ -448,6 +490,10 @@ def _price(inputs: CostInputs, m: _Micros, prices: PriceBook) -> _Money:
             part = prices.amount(train, seg, t, job.train_gpus)
             out.cf_solo[(jid, train, stage)] += part
             out.cf_coloc[(jid, train, stage)] += part
+    for (jid, stage, seg), t in m.cf_coloc_extra.items():
+        job = inputs.jobs.get(jid)
+        if job is not None and train is not None:
+            out.cf_coloc[(jid, train, stage)] += prices.amount(train, seg, t, job.train_gpus)
     return out
 
 
