@@ -245,14 +245,18 @@ def run(args: argparse.Namespace) -> None:
             # a head + one Ray node (its own raylet) per inventory node, labelled with its
             # name and declaring `--gpus` GPUs: one worker per GPU, pinned there
             from rollmux_web.inventory.models import GpuType
-            from tests.workers.multinode import start_cluster
+            from tests.workers.multinode import PRODUCTION_HEALTH_CHECKS, start_cluster
 
             # the inventory says what the Ray nodes declare (a Ray node with fewer GPUs than
             # the inventory names fails its phases at once): `--gpus` per node
             Node.objects.update(gpus=args.gpus)
             GpuType.objects.update(gpus_per_node=args.gpus)
             names = tuple(Node.objects.order_by("name").values_list("name", flat=True))
-            cluster = start_cluster(names, port=args.ray_port, gpus=args.gpus)
+            # Ray's health checks as production runs them (1 s), not the tests' 0.3 s: ten
+            # raylets checked three times a second are load of their own on a small machine
+            cluster = start_cluster(
+                names, port=args.ray_port, gpus=args.gpus, health_checks=PRODUCTION_HEALTH_CHECKS
+            )
             print(f"multi-node Ray up in {time.perf_counter() - t:.1f} s: a head + {len(names)}"
                   f" nodes x {args.gpus} GPUs")  # fmt: skip
         else:
@@ -309,6 +313,12 @@ def run(args: argparse.Namespace) -> None:
         last = PhaseRecord.objects.filter(job_id__in=ids2).order_by("-finished_at").first()
         span = (last.finished_at - first.started_at).total_seconds() if first and last else wall2
         delays2 = switch_delays(ids2)
+        # inside a 1 ms phase: the coordinator's calls to the job's workers (and the sync)
+        inside: dict[str, list[float]] = {}
+        for kind, started, finished in PhaseRecord.objects.filter(
+            job_id__in=ids2, state="succeeded"
+        ).values_list("kind", "started_at", "finished_at"):
+            inside.setdefault(kind, []).append((finished - started).total_seconds())
         node_delays2, _ = node_switch_delays(ids2)
         _ = t0
 
@@ -342,6 +352,13 @@ def run(args: argparse.Namespace) -> None:
         )
         print(
             f"    same-node switch p50 {pct(node_delays2, 50) * ms:.1f} ms  p99 {pct(node_delays2, 99) * ms:.1f} ms (n={len(node_delays2)});  ready -> start p50 {pct(delays2, 50) * ms:.1f} ms  p99 {pct(delays2, 99) * ms:.1f} ms"
+        )
+        print(
+            "    a 1 ms phase's own time (the coordinator's calls to the job's workers): "
+            + ", ".join(
+                f"{kind} p50 {pct(v, 50) * ms:.1f} ms (n={len(v)})"
+                for kind, v in sorted(inside.items())
+            )
         )
         print("  baselines measured in this run:")
         print(

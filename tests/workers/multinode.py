@@ -38,6 +38,8 @@ FAST_HEALTH_CHECKS = {
     "health_check_timeout_ms": 300,
     "health_check_failure_threshold": 3,
 }
+# what docker-compose.yml and the KubeRay manifest set (RAY_health_check_period_ms=1000)
+PRODUCTION_HEALTH_CHECKS = {"health_check_period_ms": 1000}
 
 
 BUCKET = "rollmux-checkpoints"
@@ -115,6 +117,7 @@ def start_cluster(
     port: int | None = None,
     gpus: int = GPUS_PER_NODE,
     object_storage: bool = False,
+    health_checks: dict[str, int] | None = None,
 ) -> MultiNode:
     """Start a head and one labelled Ray node per name (with `object_storage`, an S3 server
     first, whose settings every node inherits); connect this process to it.
@@ -136,7 +139,7 @@ def start_cluster(
             "num_cpus": 2,
             "gcs_server_port": port,
             "include_dashboard": False,
-            "_system_config": FAST_HEALTH_CHECKS,
+            "_system_config": FAST_HEALTH_CHECKS if health_checks is None else health_checks,
         },
     )
     multinode = MultiNode(cluster, {}, str(cluster.address), storage)
