@@ -34,7 +34,9 @@ ROUNDING = (
     "tenant's `by_tenant` cost. A job's profiling run is billed on lines of its own "
     "(`stage` profile; its production run's lines are `stage` run); `by_stage` sums each "
     "stage (exact, rounded once), and `by_job` gives each job's profiling run, production "
-    "run and total from its billed lines (`cost` = `profile_cost` + `run_cost`)."
+    "run and total from its billed lines (`cost` = `profile_cost` + `run_cost`); a row of "
+    "`total`, `by_tenant`, `by_gpu_type` or `by_stage` carries `profile_cost`, the part of "
+    "its cost its profiling runs make."
 )
 
 
@@ -50,10 +52,14 @@ class CostTotalsSerializer(serializers.Serializer):  # type: ignore[misc,unused-
     colocated_cost = serializers.CharField(help_text="the same work on co-located training GPUs")
     saving_vs_solo_disagg = serializers.CharField(**MONEY)
     saving_vs_colocated = serializers.CharField(**MONEY)
+    profile_cost = serializers.CharField(
+        help_text="of `cost`, the part its jobs' profiling runs make (exact, rounded once)"
+    )
 
 
 class CostLineSerializer(CostTotalsSerializer):
     key = None
+    profile_cost = None
     tenant = serializers.CharField()
     job_id = serializers.IntegerField()
     job = serializers.CharField()

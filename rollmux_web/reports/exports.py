@@ -147,6 +147,7 @@ def cost_report_json(report: CostReport) -> dict[str, Any]:
             "colocated_cost": _money(t.colocated_cost),
             "saving_vs_solo_disagg": _money(t.saving_vs_solo),
             "saving_vs_colocated": _money(t.saving_vs_colocated),
+            "profile_cost": _money(t.profile_cost),
         }
 
     return {

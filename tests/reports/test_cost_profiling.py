@@ -167,6 +167,23 @@ def test_a_researcher_sees_only_their_tenants_profiling_runs(
     finance = cost_report(user=world.finance, start=DAY, end=DAY, now=NOW)
     assert {j.job_id for j in finance.by_job} == {vision.pk, speech.pk}
     assert finance.by_stage[0].cost == Decimal("22.82")
+    # the finance view: each tenant's and GPU type's row says what its profiling runs cost
+    assert {t.key: t.profile_cost for t in finance.by_tenant} == {
+        "speech": Decimal("11.41"),
+        "vision": Decimal("11.41"),
+    }
+    assert {t.key: t.profile_cost for t in finance.by_gpu_type} == {
+        "H20": Decimal("5.92"),  # 2 x $2.96
+        "H800": Decimal("16.90"),  # 2 x $8.448
+    }
+    assert finance.total.profile_cost == Decimal("22.82")
+    fin_api = api_as("finance").get(f"/api/v1/reports/cost/?{Q}").json()
+    assert [t["profile_cost"] for t in fin_api["by_tenant"]] == ["11.41", "11.41"]
+    assert fin_api["total"]["profile_cost"] == "22.82"
+    assert "profile_cost" not in fin_api["lines"][0]
+    fin_page = client_as("finance").get(f"/reports/cost/?{Q}").content.decode()
+    assert "of which profiling runs" in fin_page
+    assert fin_page.count('class="num profile-part">$11.41<') == 2  # speech and vision rows
     api = api_as("alice").get(f"/api/v1/reports/cost/?{Q}").json()
     assert [j["job"] for j in api["by_job"]] == ["vision-p"]
     body = client_as("alice").get(f"/reports/cost.csv?{Q}").content.decode()

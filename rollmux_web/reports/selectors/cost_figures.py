@@ -129,10 +129,12 @@ class CostLine(Rounded):
 
 @dataclass(kw_only=True)
 class CostTotals(Rounded):
-    """A row of sums: exact sums of the lines, rounded once (see sum_lines)."""
+    """A row of sums: exact sums of the lines, rounded once (see sum_lines); `profile_cost`
+    is the part of `cost` its lines' profiling runs make (their exact sum, rounded once)."""
 
     key: str
     label: str
+    profile_cost: Decimal = ZERO
 
 
 def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
@@ -149,9 +151,11 @@ def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
         }
     )
     busy, idle = apportion(exact.cost, [exact.busy_cost, exact.idle_cost])
+    profile = sum((ln.exact.cost for ln in lines if ln.is_profile), Decimal(0))
     return CostTotals(
         key=key,
         label=label,
+        profile_cost=cents(profile),
         exact=exact,
         busy_gpu_hours=hq(exact.busy_gpu_hours),
         idle_gpu_hours=hq(exact.idle_gpu_hours),
