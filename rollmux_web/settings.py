@@ -460,6 +460,14 @@ ROLLMUX_NOTIFY_BACKOFF_MAX_S = env_float("ROLLMUX_NOTIFY_BACKOFF_MAX_S", 3600.0,
 ROLLMUX_WEBHOOK_ALLOW_PRIVATE = env_bool("ROLLMUX_WEBHOOK_ALLOW_PRIVATE", False)
 # A phase slower than its declared worst case by more than this fraction: "job drifting".
 ROLLMUX_DRIFT_TOLERANCE = env_float("ROLLMUX_DRIFT_TOLERANCE", 0.1, minimum=0.0)
+# Moves (workflow.services.moves): when a member leaves its co-execution group the planner
+# may move survivors between groups (consolidation on departure), and a drifting job whose
+# group no longer holds every SLO with its learned estimates is moved out (drift re-plan);
+# each move is a checkpoint at an iteration boundary and a restart elsewhere, at most
+# ROLLMUX_MAX_MOVES_PER_JOB per job (both kinds together).
+ROLLMUX_CONSOLIDATION = env_bool("ROLLMUX_CONSOLIDATION", True)
+ROLLMUX_DRIFT_REPLAN = env_bool("ROLLMUX_DRIFT_REPLAN", True)
+ROLLMUX_MAX_MOVES_PER_JOB = env_int("ROLLMUX_MAX_MOVES_PER_JOB", 2, minimum=0)
 
 LOGGING = {
     "version": 1,

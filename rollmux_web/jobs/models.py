@@ -75,9 +75,17 @@ class Job(models.Model):
         blank=True,
         help_text="where the phase times come from; empty until a profiled job's run ends",
     )
+    # What the estimates were before they were learned from the job's observed phases (a
+    # drift re-plan, workflow.services.moves): {"t_roll_min_s": ..., "source": "declared"}.
+    # An emulating runner keeps drawing its phases from these (its configured distribution).
+    prior_estimates = models.JSONField(null=True, blank=True)
     host_mem_gb = models.FloatField()
     time_scale = models.FloatField(
         null=True, blank=True, help_text="emulation speed-up; null = settings default"
+    )
+    emulated_drift = models.FloatField(
+        default=0.0,
+        help_text="emulated runner: iteration i of n lasts (1 + this x i/(n-1)) times its draw",
     )
 
     # lifecycle

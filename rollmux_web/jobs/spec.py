@@ -31,6 +31,7 @@ MAX_PHASE_S = 30 * 24 * 3600.0
 MAX_HOST_MEM_GB = 1_000_000.0
 MAX_TIME_SCALE = 1_000_000.0
 MAX_PRIORITY = 1000
+MAX_EMULATED_DRIFT = 10.0
 MAX_REPORTED_KEY = 64  # an unknown key is echoed in the error; a 1 MB key is cut short
 
 # A time scale divides every phase time; below this a 30-day phase would last millennia
@@ -196,6 +197,18 @@ SPEC: tuple[SpecField, ...] = (
         min_value=MIN_TIME_SCALE,
         max_value=MAX_TIME_SCALE,
         unit="speed-up factor",
+    ),
+    SpecField(
+        "emulated_drift",
+        "Emulated drift",
+        "float",
+        "emulated runner only: iteration i of n runs (1 + this x i/(n-1)) times its drawn "
+        "phase times (the paper's increasing drift template; 0 = none)",
+        required=False,
+        default=0.0,
+        min_value=0.0,
+        max_value=MAX_EMULATED_DRIFT,
+        unit="factor",
     ),
 )
 SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in SPEC)

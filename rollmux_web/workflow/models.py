@@ -34,6 +34,16 @@ class EndReason(models.TextChoices):
     # its host died (the platform's failure, not the job's: not counted as a failed attempt)
     LOST = "lost", "its host was lost: the job was resubmitted"
     PROFILED = "profiled", "its profiling run ended: queued with the measured phase times"
+    # the planner moved it to another co-execution group at an iteration boundary
+    # (workflow.services.moves: consolidation on departure, or a drift re-plan)
+    MOVED = "moved", "moved to another co-execution group (resumed from its checkpoint)"
+
+
+class MoveKind(models.TextChoices):
+    """Why the planner wants a job moved (workflow.services.moves)."""
+
+    CONSOLIDATION = "consolidation", "consolidation on departure"
+    DRIFT = "drift", "drift re-plan"
 
 
 class ExecutionGroup(models.Model):
@@ -46,6 +56,9 @@ class ExecutionGroup(models.Model):
     # The core GroupRuntime snapshot (per-node FIFO queues, running phases), saved after
     # every phase event under the group's row lock so any worker can take the next event.
     runtime_state = models.JSONField(null=True, blank=True)
+    # A member left and others remain: the next planning pass asks the planner which
+    # survivors to move (services.moves.consolidation_plan) and clears it.
+    consolidation_due = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -78,6 +91,12 @@ class Placement(models.Model):
     end_reason = models.CharField(
         max_length=16, blank=True, choices=EndReason.choices, help_text="empty while open"
     )
+    # The planner wants the job moved at its next iteration boundary (services.moves); the
+    # controller then re-checks the move on the cluster of that moment and makes it or not.
+    move_requested = models.CharField(max_length=16, blank=True, choices=MoveKind.choices)
+    # A placement that ended MOVED: what the move did, as the job page and the audit say it
+    # ("moved from group 4 to group 7: saves ...").
+    move_reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -47,6 +47,9 @@ class RunnerContext:
     # factor when the placement is co-located (rollouts on the training GPUs), else 1.0.
     # The emulating runners sleep it; a real runner just runs slower or faster.
     rollout_speed_factor: float = 1.0
+    # `emulated` only: iteration i of n runs (1 + drift x i/(n-1)) times its draw (the paper's
+    # increasing drift template, scheduler.sim.drift), so a job can leave its estimates
+    drift: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

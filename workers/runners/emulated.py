@@ -1,7 +1,7 @@
 """The `emulated` runner: sleeps each phase's duration, scaled down, over a resident state.
 
-A phase lasts a duration drawn in [min, max] of the job's profile, divided by the job's
-time scale (a 300 s phase takes 1.5 s at scale 200). The draw is seeded by (job, iteration,
+A phase lasts a duration drawn in [min, max] of the job's profile (times its configured
+drift, `drift_factor`), divided by the job's time scale (a 300 s phase takes 1.5 s at scale 200). The draw is seeded by (job, iteration,
 kind) so a phase re-run after a failure lasts as long as the first time. The job's resident
 state is a real buffer of the declared host memory scaled down by `STATE_FRACTION`, copied to
 host memory on offload and back on reload, so residency costs what a memcpy of it costs.
@@ -32,7 +32,17 @@ def phase_duration(ctx: RunnerContext, iteration: int, kind: str) -> float:
     else:
         lo, hi, factor = ctx.t_train_min_s, ctx.t_train_max_s, 1.0
     seed = zlib.crc32(f"{ctx.job_id}:{ctx.seed}:{iteration}:{kind}".encode())
-    return random.Random(seed).uniform(lo, hi) * factor / ctx.time_scale
+    return (
+        random.Random(seed).uniform(lo, hi) * factor * drift_factor(ctx, iteration) / ctx.time_scale
+    )
+
+
+def drift_factor(ctx: RunnerContext, iteration: int) -> float:
+    """Return the configured drift of an iteration: 1 + drift x its progress i/(n-1) (the
+    simulator's increasing template, scheduler.sim.drift.drift_factors)."""
+    if not ctx.drift:
+        return 1.0
+    return 1.0 + ctx.drift * iteration / max(1, ctx.iterations - 1)
 
 
 class EmulatedRunner:

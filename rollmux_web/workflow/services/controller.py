@@ -23,7 +23,7 @@ from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.ports import Outcome, PhaseReport
-from rollmux_web.workflow.services import profiling
+from rollmux_web.workflow.services import moves, planning, profiling
 from rollmux_web.workflow.services.departures import (
     job_fail_or_resubmit,
     job_finish,
@@ -257,3 +257,14 @@ def _after_success(
         member_remove(runtime, job.pk)
         placement_end(placement, EndReason.CANCELLED, now, effects)
         job_finish(job, JobStatus.CANCELLED, now, reason="cancelled at a phase boundary")
+    elif phase.kind == PhaseKind.TRAIN.value:
+        # an iteration boundary (its checkpoint is written): the planner may move it now
+        moves.at_iteration_boundary(
+            job=job,
+            placement=placement,
+            runtime=runtime,
+            now=now,
+            effects=effects,
+            persist=planning._placement_persist,
+            stale=planning._StaleSnapshot,
+        )

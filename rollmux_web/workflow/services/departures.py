@@ -64,6 +64,10 @@ def placement_end(
             released_at=now, runtime_state=None
         )
         effects.group_released = True
+    elif reason != EndReason.MOVED:
+        # members remain: the next planning pass asks whether to consolidate them
+        # (services.moves; a move out is not asked about again, so moves do not cascade)
+        ExecutionGroup.objects.filter(pk=group_id).update(consolidation_due=True)
     (effects.kills if kill else effects.releases).append((placement.job_id, placement.pk))
     effects.replan = True
 

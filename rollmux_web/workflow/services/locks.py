@@ -79,6 +79,24 @@ def plan_session_lock() -> Iterator[bool]:
             _sqlite_plan_lock.release()
 
 
+def planner_try_lock() -> bool:
+    """Try to take the planner's lock until this transaction ends; False when a planning
+    pass holds it (the caller then does not place anything now).
+
+    A move (services.moves) places a job from inside the controller's transaction: with
+    this lock no planning pass decides on a snapshot the move makes stale. It never waits,
+    so it cannot deadlock with a pass that waits for the group row the caller holds.
+    PostgreSQL: a transaction-level advisory lock on the planner's key (it conflicts with
+    the pass's session lock). SQLite: the pass also holds the controller's lock, which the
+    caller holds, so no pass runs now.
+    """
+    if not is_postgres():
+        return True
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [PLAN_LOCK_KEY])
+        return bool(cur.fetchone()[0])
+
+
 def lock_group(group_id: int, *, phase_event: bool = False) -> ExecutionGroup:
     """Lock the group row for this transaction and return it.
 

@@ -60,6 +60,11 @@ def runner_context(job: Job, *, colocated: bool = False) -> dict[str, Any]:
     them by the rollout speed factor."""
     profile = not job.has_phase_times
     times = profile_times(job) if profile else job.phase_times
+    if job.prior_estimates and job.runner in EMULATING_RUNNERS:
+        # its estimates were learned from its drifting phases (services.moves): the
+        # emulation keeps drawing from its configured distribution, as a real job would run
+        # the same however the planner estimates it
+        times = PhaseTimes(*(float(job.prior_estimates[n]) for n in PhaseTimes._fields))
     return {
         "job_id": job.pk,
         "iterations": job.iterations,
@@ -68,6 +73,7 @@ def runner_context(job: Job, *, colocated: bool = False) -> dict[str, Any]:
         "t_train_min_s": times.t_train_min_s,
         "t_train_max_s": times.t_train_max_s,
         "profile": profile,
+        "drift": job.emulated_drift,
         "host_mem_gb": job.host_mem_gb,
         "time_scale": job_time_scale(job),
         "seed": 0,

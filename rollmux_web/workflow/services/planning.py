@@ -26,7 +26,7 @@ from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import converters, levers, snapshot, sync
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Placement, PlanWait
-from rollmux_web.workflow.services import profiling
+from rollmux_web.workflow.services import moves, profiling
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save
 from rollmux_web.workflow.services.locks import lock_group, plan_session_lock
@@ -110,6 +110,7 @@ def _profiles_start(now: datetime | None) -> None:
 def _pass(now: datetime | None) -> PlanSummary:
     summary = PlanSummary(ran=True)
     _profiles_start(now)
+    moves.consolidation_plan()  # survivors of departures to move at their next boundary
     key = capacity_key()
     rows = (
         Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)

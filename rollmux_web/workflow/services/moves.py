@@ -1,0 +1,461 @@
+"""Moves: a job leaves its co-execution group for another at an iteration boundary.
+
+One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
+
+* **Consolidation on departure.** When a member leaves a group and others remain,
+  `placement_end` flags the group; the next planning pass (`consolidation_plan`, under
+  the planner lock) asks the core's `plan_consolidation` which survivors to move and
+  marks their placements `move_requested`. The simulator's calls, with its rules:
+  expected remaining cost saved net of the restart (a function of model size), every
+  SLO over the whole run, restarts included, at most ROLLMUX_MAX_MOVES_PER_JOB moves.
+* **Drift re-plan.** Every `WINDOW` iterations a job's last `WINDOW` observed phases are
+  compared with its estimates (scheduler.sim.drift.is_drifting, with the controller's
+  tolerance, ROLLMUX_DRIFT_TOLERANCE); a drifting job's estimates are replaced by the
+  learned ones (`learned_profile`; duration_source `learned`) and its group is
+  re-checked with them (`still_holds`: scheduler.slo.check_group, admission's check).
+  When a member's SLO no longer holds, the drifting job is resubmitted through
+  Algorithm 1 with the learned estimates on the cluster without it, and moves out.
+
+A move happens in the controller's transaction of the mover's training end (its
+checkpoint of that iteration is written before the end is reported), at
+`at_iteration_boundary`:
+
+1. take the planner lock for the transaction (`locks.planner_try_lock`, never waits):
+   no planning pass decides on a snapshot this move makes stale; a pass in progress
+   means "not now": the request stays for the next boundary;
+2. re-decide on the cluster of this moment (`best_move` for a consolidation, `place`
+   for a drift re-plan): the planner may no longer want it (request cleared);
+3. in one savepoint: end the placement (EndReason.MOVED, with `move_reason`), which
+   releases the nodes no other member uses, then persist the placement decided, as the
+   planning pass does (the target group locked, its nodes re-checked, node allocations
+   from now: the database refuses two open allocations of a node); a target that
+   changed under us undoes both and the job stays;
+4. the job is dropped from its old group's runtime before that group starts its next
+   phases, and admitted to the new one at its next iteration: its first phase there is a
+   cold start that restores the checkpoint (PhaseOrder.resume_iteration), so no phase is
+   lost or run twice.
+
+The job page and the audit log say what the move did ("moved from group 4 to group 7:
+saves $... expected"): group numbers and dollars, never another tenant's job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from rollmux_web.audit.services import audit_record
+from rollmux_web.inventory.models import Node
+from rollmux_web.jobs.models import DurationSource, Job
+from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.workflow import converters, snapshot
+from rollmux_web.workflow.models import (
+    EndReason,
+    ExecutionGroup,
+    MoveKind,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+    Strategy,
+)
+from rollmux_web.workflow.services.departures import placement_end
+from rollmux_web.workflow.services.effects import Effects
+from rollmux_web.workflow.services.groups import member_remove
+from rollmux_web.workflow.services.locks import planner_try_lock
+from scheduler.group_runtime import GroupRuntime
+from scheduler.model import (
+    ClusterState,
+    JobProfile,
+    PlacementResult,
+    PlacementStatus,
+)
+from scheduler.planner import place, remove_job
+from scheduler.planner.consolidation import (
+    ConsolidationConfig,
+    best_move,
+    plan_consolidation,
+    restart_seconds,
+)
+from scheduler.planner.objective import JobProgress
+from scheduler.sim.drift import WINDOW, is_drifting, learned_profile, still_holds
+
+log = logging.getLogger(__name__)
+
+# The moves' clock: the planner's `now` is 0 and each job's admission lies its elapsed
+# PROFILE seconds before it (a job emulated at 200x has run 200 s of its profile per
+# wall-clock second), so every job's SLO budget is on its own clock.
+NOW = 0.0
+NEW_GROUP = "a new group"  # a drift move's target before it has its id
+
+
+def config() -> ConsolidationConfig:
+    """Return the consolidation rules the live planner uses (the settings' limits, the
+    admission options of the live planning pass)."""
+    return ConsolidationConfig(
+        max_moves_per_job=settings.ROLLMUX_MAX_MOVES_PER_JOB,
+        max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
+    )
+
+
+def move_state() -> tuple[ClusterState, dict[str, JobProgress]]:
+    """Return the planner's snapshot with every member's whole run, and each one's progress.
+
+    The live snapshot gives a member its remaining iterations (what admission needs);
+    moves judge an SLO over the whole run, so here a member has all its iterations and
+    its `JobProgress` says how many are done, since when (profile seconds) and how
+    often it moved.
+    """
+    state = snapshot.cluster_state()
+    ids = [int(m.job.id) for g in state.groups for m in g.members]
+    moved = dict(
+        Placement.objects.filter(job_id__in=ids, end_reason=EndReason.MOVED)
+        .values("job_id")
+        .annotate(n=Count("pk"))
+        .values_list("job_id", "n")
+    )
+    wall = timezone.now()
+    progress: dict[str, JobProgress] = {}
+    full: dict[str, int] = {}
+    for pk, iterations, done, started, placed, runner, scale in Job.objects.filter(
+        pk__in=ids
+    ).values_list(
+        "pk", "iterations", "iterations_done", "started_at", "placed_at", "runner", "time_scale"
+    ):
+        since = started or placed or wall
+        elapsed = (wall - since).total_seconds() * time_scale_of(runner, scale)
+        progress[str(pk)] = JobProgress(NOW - elapsed, done, moved.get(pk, 0))
+        full[str(pk)] = iterations
+    groups = tuple(
+        replace(
+            g,
+            members=tuple(
+                replace(m, job=replace(m.job, iterations=full.get(m.job.id, m.job.iterations)))
+                for m in g.members
+            ),
+        )
+        for g in state.groups
+    )
+    return replace(state, groups=groups, planner_index=None), progress
+
+
+def consolidation_plan() -> list[int]:
+    """Mark the survivors the planner would move out of groups a member left; return them.
+
+    Step 0 of a planning pass (it holds the planner lock): each flagged group is
+    planned once (`plan_consolidation` on one snapshot) and its flag cleared; the moves
+    themselves are re-decided at each mover's next iteration boundary.
+    """
+    due = list(ExecutionGroup.objects.filter(consolidation_due=True).values_list("pk", flat=True))
+    if not due:
+        return []
+    ExecutionGroup.objects.filter(pk__in=due).update(consolidation_due=False)
+    if not settings.ROLLMUX_CONSOLIDATION or settings.ROLLMUX_MAX_MOVES_PER_JOB < 1:
+        return []
+    try:
+        state, progress = move_state()
+    except snapshot.NoPoolConfigured:
+        return []
+    active = {g.id for g in state.groups}
+    marked: list[int] = []
+    for group_id in due:
+        if str(group_id) not in active:
+            continue  # released meanwhile
+        for move in plan_consolidation(
+            state, str(group_id), now=NOW, progress=progress, config=config()
+        ):
+            job_id = int(move.job_id)
+            n = (
+                Placement.objects.filter(job_id=job_id, ended_at__isnull=True, move_requested="")
+                .exclude(strategy=Strategy.PROFILE)
+                .update(move_requested=MoveKind.CONSOLIDATION)
+            )
+            if n:
+                log.info("job %s: %s (at its next iteration boundary)", job_id, move.reason)
+                marked.append(job_id)
+    return marked
+
+
+# planning._placement_persist(job, profile, result, state, now, effects, node ids by name)
+Persist = Callable[
+    [Job, JobProfile, PlacementResult, ClusterState, datetime, Effects, dict[str, int]],
+    ClusterState,
+]
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """A move the planner still wants, on the cluster of now."""
+
+    kind: str
+    result: PlacementResult  # FIT, with the placement to persist
+    profile: JobProfile  # what the job is admitted as (remaining iterations)
+    without: ClusterState  # the cluster without the job
+    text: str  # the job page's and the audit's words
+
+
+def at_iteration_boundary(
+    *,
+    job: Job,
+    placement: Placement,
+    runtime: GroupRuntime,
+    now: datetime,
+    effects: Effects,
+    persist: Persist,
+    stale: type[Exception],
+) -> bool:
+    """Move the job if the planner wants it elsewhere (module docstring); True if it moved.
+
+    Called by the controller, under the group's lock, when a training of the job ended
+    and the job goes on. `persist` is the planning pass's own persistence of a FIT
+    decision (it raises `stale` when the target group changed under the snapshot): a
+    moved job is placed exactly as a queued one (the planning pass, in turn, asks this
+    module for its consolidation step, hence the parameter, not an import).
+    """
+    kind = placement.move_requested
+    learned: JobProfile | None = None
+    if settings.ROLLMUX_DRIFT_REPLAN and (
+        job.iterations_done % WINDOW == 0 or kind == MoveKind.DRIFT
+    ):
+        learned = _drift_learned(job, placement)
+        if learned is not None:
+            kind = kind or MoveKind.DRIFT
+    if not kind:
+        return False
+    if not planner_try_lock():
+        if kind == MoveKind.DRIFT and learned is not None:
+            Placement.objects.filter(pk=placement.pk).update(move_requested=MoveKind.DRIFT)
+        return False  # a planning pass is deciding: try again at the next boundary
+    state, progress = move_state()
+    if learned is not None:
+        learned = _learn(job, placement, state, learned)
+    decided = _decide(kind, job, placement, state, progress, learned)
+    if decided is None:
+        if placement.move_requested:
+            placement.move_requested = ""
+            Placement.objects.filter(pk=placement.pk).update(move_requested="")
+        return False
+    return _execute(decided, job, placement, runtime, now, effects, persist, stale)
+
+
+def _drift_learned(job: Job, placement: Placement) -> JobProfile | None:
+    """Return the job's profile learned from its last WINDOW iterations in this placement
+    when it drifts (scheduler.sim.drift.is_drifting, beyond ROLLMUX_DRIFT_TOLERANCE of its
+    worst case), else None. One query."""
+    if not job.has_phase_times or placement.strategy == Strategy.PROFILE:
+        return None
+    rows = list(
+        PhaseRecord.objects.filter(
+            placement=placement,
+            state=PhaseState.SUCCEEDED,
+            kind__in=("rollout", "train"),
+            iteration__gte=job.iterations_done - WINDOW,
+            iteration__lt=job.iterations_done,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        ).values_list("kind", "iteration", "started_at", "finished_at")
+    )
+    roll: dict[int, tuple[datetime, datetime]] = {}
+    train: dict[int, tuple[datetime, datetime]] = {}
+    for kind, iteration, started, finished in rows:
+        if started is not None and finished is not None:
+            (roll if kind == "rollout" else train)[iteration] = (started, finished)
+    if len(roll) < WINDOW or len(train) < WINDOW:
+        return None  # it has not run WINDOW iterations here yet
+    scale = time_scale_of(job.runner, job.time_scale)
+    order = sorted(roll)
+
+    def seconds(pair: tuple[datetime, datetime]) -> float:
+        return (pair[1] - pair[0]).total_seconds() * scale
+
+    recent_roll = [seconds(roll[i]) for i in order]
+    recent_train = [seconds(train[i]) for i in order]
+    span = (train[order[-1]][1] - roll[order[0]][0]).total_seconds() * scale
+    profile = converters.job_profile(job)
+    tolerance = 1.0 + settings.ROLLMUX_DRIFT_TOLERANCE
+    planned = replace(
+        profile,
+        t_roll_max_s=profile.t_roll_max_s * tolerance,
+        t_train_max_s=profile.t_train_max_s * tolerance,
+    )
+    if not is_drifting(
+        planned,
+        recent_roll,
+        recent_train,
+        mean_iteration_s=span / WINDOW,
+        mean_solo_s=(sum(recent_roll) + sum(recent_train)) / WINDOW,
+    ):
+        return None
+    return learned_profile(
+        profile, recent_roll, recent_train, remaining=job.iterations - job.iterations_done
+    )
+
+
+def _learn(job: Job, placement: Placement, state: ClusterState, learned: JobProfile) -> JobProfile:
+    """Replace the job's estimates by the learned ones (duration_source `learned`; the
+    estimates they replace kept once, in prior_estimates); return the learned profile
+    as the planner's member (its identity from the snapshot)."""
+    if not job.prior_estimates:
+        job.prior_estimates = dict(job.phase_times._asdict(), source=job.duration_source)
+    job.t_roll_max_s, job.t_roll_min_s = learned.t_roll_max_s, learned.t_roll_min_s
+    job.t_train_max_s, job.t_train_min_s = learned.t_train_max_s, learned.t_train_min_s
+    job.duration_source = DurationSource.LEARNED
+    job.save(
+        update_fields=[
+            "t_roll_max_s",
+            "t_roll_min_s",
+            "t_train_max_s",
+            "t_train_min_s",
+            "duration_source",
+            "prior_estimates",
+            "updated_at",
+        ]
+    )
+    member = next((m.job for g in state.groups for m in g.members if m.job.id == str(job.pk)), None)
+    if member is None:
+        return learned
+    return replace(
+        member,
+        t_roll_max_s=learned.t_roll_max_s,
+        t_roll_min_s=learned.t_roll_min_s,
+        t_train_max_s=learned.t_train_max_s,
+        t_train_min_s=learned.t_train_min_s,
+        observed_solo_s=learned.observed_solo_s,
+    )
+
+
+def _decide(
+    kind: str,
+    job: Job,
+    placement: Placement,
+    state: ClusterState,
+    progress: dict[str, JobProgress],
+    learned: JobProfile | None,
+) -> _Decided | None:
+    """Return the move the planner wants now, or None (module docstring, step 2)."""
+    job_id = str(job.pk)
+    source = next((g for g in state.groups if g.id == str(placement.group_id)), None)
+    mine = progress.get(job_id)
+    if source is None or (mine and mine.moves >= settings.ROLLMUX_MAX_MOVES_PER_JOB):
+        return None
+    without, _released = remove_job(state, job_id)
+    remaining = job.iterations - job.iterations_done
+    if kind == MoveKind.DRIFT:
+        if learned is None or still_holds(
+            source.members, learned, switch_overhead_s=state.spec.switch_overhead_s
+        ):
+            return None
+        profile = replace(learned, iterations=remaining)
+        result = place(
+            profile, without, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
+        )
+        if result.status is not PlacementStatus.FIT or result.placement is None:
+            return None  # nothing fits now: it keeps running where it is
+        if result.placement.group_id == source.id:
+            return None
+        to = f"group {result.placement.group_id}" if result.placement.group_id else NEW_GROUP
+        text = (
+            f"moved from group {source.id} to {to}: its observed phases left its estimates "
+            f"(learned rollout {learned.t_roll_max_s:.0f} s, training {learned.t_train_max_s:.0f}"
+            " s at worst) and its group's SLOs no longer held with them; "
+            f"{restart_seconds(learned):.0f} s restart"
+        )
+        return _Decided(kind, result, profile, without, text)
+    move = best_move(state, job_id, now=NOW, progress=progress, config=config())
+    if move is None:
+        return None
+    profile = replace(
+        next(m.job for m in source.members if m.job.id == job_id), iterations=remaining
+    )
+    price = {n.name: n.price_per_hour for n in state.nodes}
+    added = sum(price.get(x, 0.0) for x in move.placement.new_nodes)
+    per_hour = _freed_per_hour(state, job_id) - added
+    result = PlacementResult(
+        PlacementStatus.FIT, move.reason, move.placement, added, dict(move.predicted_slowdown)
+    )
+    text = f"{move.reason}, ${per_hour:,.2f}/h less from now"
+    return _Decided(kind, result, profile, without, text)
+
+
+def _freed_per_hour(state: ClusterState, job_id: str) -> float:
+    """Return the $/h of the nodes the job's departure releases (only it used them)."""
+    price = {n.name: n.price_per_hour for n in state.nodes}
+    without, _ = remove_job(state, job_id)
+    before = {x for g in state.groups for x in g.rollout_nodes + g.train_nodes}
+    after = {x for g in without.groups for x in g.rollout_nodes + g.train_nodes}
+    return sum(price.get(x, 0.0) for x in before - after)
+
+
+def _execute(
+    decided: _Decided,
+    job: Job,
+    placement: Placement,
+    runtime: GroupRuntime,
+    now: datetime,
+    effects: Effects,
+    persist: Persist,
+    stale: type[Exception],
+) -> bool:
+    """Make the move (module docstring, steps 3 and 4); False if the target went stale."""
+    moved = Effects()
+    nodes = dict(Node.objects.values_list("name", "pk"))
+    try:
+        with transaction.atomic():  # a savepoint: a stale target undoes the whole move
+            placement.move_requested = ""
+            placement.move_reason = decided.text[:500]
+            placement.save(update_fields=["move_requested", "move_reason"])
+            placement_end(placement, EndReason.MOVED, now, moved)
+            persist(job, decided.profile, decided.result, decided.without, now, moved, nodes)
+    except stale:
+        log.info("job %s: its move's target changed meanwhile; trying again later", job.pk)
+        placement.move_reason = ""
+        placement.ended_at = None
+        placement.end_reason = ""
+        return False
+    member_remove(runtime, job.pk)
+    target = (
+        Placement.objects.filter(job=job, ended_at__isnull=True).values_list("group_id", flat=True)
+    ).first()
+    if target is not None and NEW_GROUP in decided.text:  # its id is known now
+        decided = replace(decided, text=decided.text.replace(NEW_GROUP, f"new group {target}"))
+        Placement.objects.filter(pk=placement.pk).update(move_reason=decided.text[:500])
+        placement.move_reason = decided.text[:500]
+    job.reason = decided.text[:500]
+    job.save(update_fields=["reason", "updated_at"])
+    _audit(job, decided, placement, target)
+    effects.orders += moved.orders
+    effects.releases += moved.releases
+    effects.kills += moved.kills
+    effects.replan = True
+    effects.group_released = effects.group_released or moved.group_released
+    return True
+
+
+def _audit(job: Job, decided: _Decided, placement: Placement, target: Any) -> None:
+    slowdown = decided.result.predicted_slowdown.get(str(job.pk), 1.0)
+    audit_record(
+        actor=None,
+        action="job.move",
+        obj=job,
+        tenant=job.tenant.name,
+        before={"group": placement.group_id, "placement": placement.pk},
+        after={
+            "group": target,
+            "kind": decided.kind,
+            "reason": decided.text,
+            "strategy": decided.result.placement.strategy.value if decided.result.placement else "",
+            "predicted_slowdown": round(slowdown, 4),
+            "iterations_done": job.iterations_done,
+            "marginal_cost_per_hour": str(
+                Decimal(str(round(decided.result.marginal_cost_per_hour, 4)))
+            ),
+        },
+    )

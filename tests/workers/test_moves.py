@@ -1,0 +1,184 @@
+"""Live moves (workflow.services.moves): consolidation on departure and the drift re-plan.
+
+A move is a checkpoint at an iteration boundary, the end of the job's placement (MOVED)
+and its placement elsewhere, where its first phase restores the checkpoint. The Ray
+tests run the whole thing on real PostgreSQL, Redis, a Celery worker and a local Ray;
+the inline ones the same services in one process (emulated runner on threads).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from django.utils.html import escape
+
+from rollmux_web.audit.models import AuditEntry
+from rollmux_web.jobs.models import DurationSource, Job, JobStatus
+from rollmux_web.workflow.models import (
+    EndReason,
+    NodeAllocation,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+)
+from tests.workers.builders import all_done, twin_job, wait_for
+from workers import triggers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Emulated at 200x: a 100 s phase sleeps 0.5 s, so the control plane's few milliseconds
+# per switch stay a few profile seconds (the SLOs below are on profile seconds).
+SCALE = 200.0
+
+
+def placed_twins(world: Any, *names_iterations: tuple[str, int], **fields: Any) -> list[Job]:
+    """Submit twin jobs (rollout = training = 100 s) and wait until each is placed."""
+    jobs = [
+        twin_job(world, name, iterations=n, time_scale=SCALE, **fields)
+        for name, n in names_iterations
+    ]
+    triggers.request_planning()
+    ids = [j.pk for j in jobs]
+    wait_for(lambda: Placement.objects.filter(job_id__in=ids).count() >= len(ids), timeout=30)
+    return jobs
+
+
+def consolidation_scenario(world: Any) -> tuple[Job, Job, Job]:
+    """Two twins fill one group (its load equals its cycle: saturated); a third opens a
+    group of its own. When the short twin leaves, its survivor and the third are each
+    alone: moving one into the other's group frees a rollout and a training node."""
+    short, long_ = placed_twins(world, ("short", 3), ("survivor", 14))
+    (third,) = placed_twins(world, ("third", 14))
+    first = Placement.objects.get(job=short).group_id
+    assert Placement.objects.get(job=long_).group_id == first
+    assert Placement.objects.get(job=third).group_id != first, "the full group took a third"
+    return short, long_, third
+
+
+def assert_iterations_once(job: Job) -> None:
+    """Every iteration's rollout and training ran exactly once, in order, across placements."""
+    phases = PhaseRecord.objects.filter(job=job, state=PhaseState.SUCCEEDED).order_by("started_at")
+    kinds = [(p.iteration, p.kind) for p in phases if p.kind != "sync"]
+    assert kinds == [(i, k) for i in range(job.iterations) for k in ("rollout", "train")]
+    assert not PhaseRecord.objects.filter(job=job).exclude(state=PhaseState.SUCCEEDED).exists()
+
+
+def assert_no_node_double_booked() -> None:
+    """No node was allocated to two groups at once, and no node ran two phases at once."""
+    allocations = list(NodeAllocation.objects.order_by("node_id", "start"))
+    for a, b in zip(allocations, allocations[1:], strict=False):
+        if a.node_id == b.node_id:
+            assert a.end is not None and a.end <= b.start, (a.pk, b.pk)
+    phases = list(PhaseRecord.objects.filter(state=PhaseState.SUCCEEDED).order_by("started_at"))
+    by_node: dict[str, list[PhaseRecord]] = {}
+    for p in phases:
+        for n in p.node_names:
+            by_node.setdefault(n, []).append(p)
+    for node, ps in by_node.items():
+        for a, b in zip(ps, ps[1:], strict=False):
+            assert a.finished_at <= b.started_at, f"{node} ran two phases at once"
+
+
+def the_moved(jobs: list[Job]) -> tuple[Job, Placement, Placement]:
+    """Return the one job that moved, its placement it left and the one it completed in."""
+    moved = Placement.objects.filter(job__in=jobs, end_reason=EndReason.MOVED)
+    assert moved.count() == 1, list(moved.values_list("job__name", "move_reason"))
+    left = moved.get()
+    job = Job.objects.get(pk=left.job_id)
+    after = Placement.objects.get(job=job, attempt=left.attempt + 1)
+    return job, left, after
+
+
+def assert_consolidated(world: Any, jobs: list[Job], client_as: Any) -> Job:
+    """The checks of a consolidation: one move, into the other group, resumed, shown."""
+    job, left, after = the_moved(jobs)
+    assert after.group_id != left.group_id and after.end_reason == EndReason.COMPLETED
+    assert left.move_reason.startswith(
+        f"moved from group {left.group_id} to group {after.group_id}: saves $"
+    ), left.move_reason
+    assert "/h less from now" in left.move_reason
+    # it resumed at the iteration after its checkpoint, in a cold start of its new host
+    first = PhaseRecord.objects.filter(placement=after).order_by("started_at").first()
+    assert first is not None and first.kind == "rollout" and first.warm_start is False
+    last_before = PhaseRecord.objects.filter(placement=left, kind="train").order_by("-iteration")
+    assert first.iteration == last_before[0].iteration + 1
+    assert_iterations_once(job)
+    assert_no_node_double_booked()
+    # the job page says it, and the audit log
+    html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
+    assert escape(left.move_reason) in html
+    entry = AuditEntry.objects.get(action="job.move", object_id=str(job.pk))
+    assert entry.after["group"] == after.group_id and entry.tenant == "vision"
+    assert client_as("charlie").get(f"/jobs/{job.pk}/").status_code == 404
+    return job
+
+
+def test_inline_a_departure_consolidates_the_survivors(
+    world: Any, inline_workflow: Any, client_as: Any
+) -> None:
+    jobs = list(consolidation_scenario(world))
+    ids = [j.pk for j in jobs]
+    wait_for(all_done(ids), timeout=90)
+    assert set(Job.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+        JobStatus.COMPLETED
+    }
+    assert_consolidated(world, jobs, client_as)
+
+
+def test_inline_no_move_beyond_the_limit(world: Any, inline_workflow: Any, settings: Any) -> None:
+    settings.ROLLMUX_MAX_MOVES_PER_JOB = 0
+    jobs = list(consolidation_scenario(world))
+    wait_for(all_done([j.pk for j in jobs]), timeout=90)
+    assert not Placement.objects.filter(end_reason=EndReason.MOVED).exists()
+
+
+def drift_scenario(world: Any) -> tuple[Job, Job]:
+    """A drifting twin and a steady one share a group (silver SLO: 1.5x). The drifting
+    job's phases grow (emulated_drift 2: its last iteration runs 3x its draw), so within
+    a few iterations the steady one would be slowed past 1.5x by the drifter's cycle."""
+    drifter = twin_job(world, "drifter", iterations=14, time_scale=SCALE, slo_class=world.silver)
+    drifter.emulated_drift = 2.0
+    drifter.save(update_fields=["emulated_drift"])
+    steady = twin_job(world, "steady", iterations=20, time_scale=SCALE, slo_class=world.silver)
+    triggers.request_planning()
+    wait_for(lambda: Placement.objects.filter(job__in=[drifter, steady]).count() == 2, timeout=30)
+    assert Placement.objects.get(job=drifter).group_id == Placement.objects.get(job=steady).group_id
+    return drifter, steady
+
+
+def assert_replanned(drifter: Job, steady: Job, client_as: Any) -> None:
+    """The drifter was detected, learned, moved out and completed; the other kept its SLO."""
+    from rollmux_web.reports.selectors.slo import slo_report
+
+    job, left, after = the_moved([drifter, steady])
+    assert job.pk == drifter.pk
+    assert after.group_id != left.group_id and after.end_reason == EndReason.COMPLETED
+    assert left.move_reason.startswith(
+        f"moved from group {left.group_id} to new group {after.group_id}: its observed phases"
+        " left its estimates"
+    ), left.move_reason
+    job.refresh_from_db()
+    assert job.duration_source == DurationSource.LEARNED
+    assert job.prior_estimates is not None and job.prior_estimates["t_roll_max_s"] == 100.0
+    assert job.t_roll_max_s is not None and job.t_roll_max_s > 100.0 * 1.1  # learned
+    assert_iterations_once(job)
+    assert_no_node_double_booked()
+    html = client_as("alice").get(f"/jobs/{job.pk}/").content.decode()
+    assert escape(left.move_reason) in html and "learned" in html
+    today = timezone.now().date()
+    report = slo_report(
+        user=steady.submitter, start=today - timedelta(days=1), end=today + timedelta(days=1)
+    )
+    mine = next(j for j in report.jobs if j.job_id == steady.pk)
+    assert mine.met, (mine.slowdown_vs_solo, mine.slo)
+
+
+def test_inline_a_drifting_job_is_replanned_and_the_other_keeps_its_slo(
+    world: Any, inline_workflow: Any, client_as: Any
+) -> None:
+    drifter, steady = drift_scenario(world)
+    wait_for(all_done([drifter.pk, steady.pk]), timeout=120)
+    assert_replanned(drifter, steady, client_as)
