@@ -26,7 +26,7 @@ from rollmux_web.workflow.converters import (
     job_id_str,
     pool_of,
 )
-from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, Strategy
+from rollmux_web.workflow.models import EndReason, ExecutionGroup, NodeAllocation, Strategy
 from rollmux_web.workflow.models import Placement as PlacementRow
 from scheduler.model import ClusterSpec, ClusterState, GpuType, Pool
 
@@ -145,7 +145,7 @@ def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
     Each member's profile counts all its iterations and its `JobProgress` says what it has
     done: iterations done (the job's `iterations_done`), when its SLO clock started (its
     first admission: its first placement that is not a profiling run) and its moves
-    (consolidation moves so far: 0 until live moves record them); so the expected-cost
+    (its placements that ended `moved`: services.moves); so the expected-cost
     objective and consolidation read its remaining iterations as the simulator's do.
     """
     return _read(whole_run=True)
@@ -205,9 +205,18 @@ def _progress(done: dict[int, int]) -> dict[str, JobProgress]:
         .annotate(first=Min("created_at"))
         .values_list("job_id", "first")
     )
+    moved = dict(
+        PlacementRow.objects.filter(job_id__in=list(done), end_reason=EndReason.MOVED)
+        .order_by()
+        .values("job_id")
+        .annotate(n=Count("pk"))
+        .values_list("job_id", "n")
+    )
     return {
         job_id_str(pk): JobProgress(
-            admitted_s=first[pk].timestamp() if pk in first else 0.0, iterations_done=n
+            admitted_s=first[pk].timestamp() if pk in first else 0.0,
+            iterations_done=n,
+            moves=moved.get(pk, 0),
         )
         for pk, n in done.items()
     }

@@ -48,15 +48,16 @@ def placed_twins(world: Any, *names_iterations: tuple[str, int], **fields: Any) 
 
 
 def consolidation_scenario(world: Any) -> tuple[Job, Job, Job]:
-    """Two twins fill one group (its load equals its cycle: saturated); a third opens a
-    group of its own. When the short twin leaves, its survivor and the third are each
-    alone: moving one into the other's group frees a rollout and a training node."""
-    # a loose SLO (3x): the survivor's budget must absorb its Ray start-up (a worker per
-    # GPU: 16 actors per job on this 2-core machine, seconds of wall clock = thousands of
-    # profile seconds at 200x) besides the restart; the move must pay, not just fit
+    """Two twins fill one group (its load equals its cycle); a third (silver: 1.5x) would
+    run 1.5x slower there, switches included more than its SLO, so it opens a group of its
+    own. When the short twin leaves, its survivor and the third are each alone: moving one
+    into the other's group frees a rollout and a training node."""
+    # a loose SLO (3x) for the first two: the survivor's budget must absorb its Ray
+    # start-up (a worker per GPU: 16 actors per job on this 2-core machine, seconds of
+    # wall clock = thousands of profile seconds at 200x) besides the restart
     loose = SloClass.objects.create(name="loose", slowdown=3.0)
     short, long_ = placed_twins(world, ("short", 3), ("survivor", 20), slo_class=loose)
-    (third,) = placed_twins(world, ("third", 20), slo_class=loose)
+    (third,) = placed_twins(world, ("third", 20), slo_class=world.silver)
     first = Placement.objects.get(job=short).group_id
     assert Placement.objects.get(job=long_).group_id == first
     assert Placement.objects.get(job=third).group_id != first, "the full group took a third"

@@ -50,14 +50,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count
 from django.utils import timezone
 
 from rollmux_web.audit.services import audit_record
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import DurationSource, Job
 from rollmux_web.jobs.runners import time_scale_of
-from rollmux_web.workflow import converters, snapshot
+from rollmux_web.workflow import converters, levers, snapshot
 from rollmux_web.workflow.models import (
     EndReason,
     ExecutionGroup,
@@ -78,7 +77,7 @@ from scheduler.model import (
     PlacementResult,
     PlacementStatus,
 )
-from scheduler.planner import place, remove_job
+from scheduler.planner import remove_job
 from scheduler.planner.consolidation import (
     ConsolidationConfig,
     best_move,
@@ -98,53 +97,42 @@ NEW_GROUP = "a new group"  # a drift move's target before it has its id
 
 
 def config() -> ConsolidationConfig:
-    """Return the consolidation rules the live planner uses (the settings' limits, the
-    admission options of the live planning pass)."""
+    """Return the consolidation rules of the live planner: the simulator's rollmux levers
+    as the live planning pass runs them (workflow.levers), ROLLMUX_MAX_MOVES_PER_JOB moves."""
+    lv = levers.live_levers()
     return ConsolidationConfig(
         max_moves_per_job=settings.ROLLMUX_MAX_MOVES_PER_JOB,
         max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
+        singletons=lv.singletons,
+        objective=lv.objective,
+        prune_saturated=lv.prune_saturated,
+        colocated=lv.colocated,
+        solo_z=lv.budget_z,
+        small_groups=lv.small_groups,
+        min_saving_usd=lv.min_saving_usd,
     )
 
 
 def move_state() -> tuple[ClusterState, dict[str, JobProgress]]:
-    """Return the planner's snapshot with every member's whole run, and each one's progress.
+    """Return the planner's view (`snapshot.planner_input`: every member's whole run, its
+    iterations done, moves and first admission) with each SLO clock in profile seconds.
 
-    The live snapshot gives a member its remaining iterations (what admission needs);
-    moves judge an SLO over the whole run, so here a member has all its iterations and
-    its `JobProgress` says how many are done, since when (profile seconds) and how
-    often it moved.
+    A job emulated at 200x has run 200 profile seconds per wall-clock second, and its SLO
+    budget is in profile seconds: the moves' `now` is NOW and each job's admission lies its
+    elapsed wall-clock seconds x its time scale before it.
     """
-    state = snapshot.cluster_state()
-    ids = [int(m.job.id) for g in state.groups for m in g.members]
-    moved = dict(
-        Placement.objects.filter(job_id__in=ids, end_reason=EndReason.MOVED)
-        .values("job_id")
-        .annotate(n=Count("pk"))
-        .values_list("job_id", "n")
-    )
-    wall = timezone.now()
-    progress: dict[str, JobProgress] = {}
-    full: dict[str, int] = {}
-    for pk, iterations, done, started, placed, runner, scale in Job.objects.filter(
-        pk__in=ids
-    ).values_list(
-        "pk", "iterations", "iterations_done", "started_at", "placed_at", "runner", "time_scale"
-    ):
-        since = started or placed or wall
-        elapsed = (wall - since).total_seconds() * time_scale_of(runner, scale)
-        progress[str(pk)] = JobProgress(NOW - elapsed, done, moved.get(pk, 0))
-        full[str(pk)] = iterations
-    groups = tuple(
-        replace(
-            g,
-            members=tuple(
-                replace(m, job=replace(m.job, iterations=full.get(m.job.id, m.job.iterations)))
-                for m in g.members
-            ),
+    state, progress = snapshot.planner_input()
+    wall = timezone.now().timestamp()
+    scale = {m.job.id: m.job.time_scale for g in state.groups for m in g.members}
+    return state, {
+        job_id: replace(
+            p,
+            admitted_s=NOW - max(0.0, wall - p.admitted_s) * scale.get(job_id, 1.0)
+            if p.admitted_s
+            else NOW,
         )
-        for g in state.groups
-    )
-    return replace(state, groups=groups, planner_index=None), progress
+        for job_id, p in progress.items()
+    }
 
 
 def consolidation_plan() -> list[int]:
@@ -165,10 +153,11 @@ def consolidation_plan() -> list[int]:
     except snapshot.NoPoolConfigured:
         return []
     active = {g.id for g in state.groups}
+    every = levers.live_levers().every_departure
     marked: list[int] = []
     for group_id in due:
-        if str(group_id) not in active:
-            continue  # released meanwhile
+        if str(group_id) not in active and not every:
+            continue  # its last member left: only the jobs alone elsewhere could move
         for move in plan_consolidation(
             state, str(group_id), now=NOW, progress=progress, config=config()
         ):
@@ -354,9 +343,7 @@ def _decide(
         ):
             return None
         profile = replace(learned, iterations=remaining)
-        result = place(
-            profile, without, policy="rollmux", max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE
-        )
+        result = levers.place_job(profile, without, progress)
         if result.status is not PlacementStatus.FIT or result.placement is None:
             return None  # nothing fits now: it keeps running where it is
         if result.placement.group_id == source.id:
