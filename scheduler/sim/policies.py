@@ -624,6 +624,24 @@ class PlannedPolicy(StaticPlacement):
         return _job_done(result, job_id)
 
 
+def consolidation_config(lv: Levers, *, max_group_size: int = 5) -> ConsolidationConfig:
+    """Return the consolidation rules of rollmux with levers `lv` (the simulator's, and the
+    live planner's: rollmux_web.workflow.services.moves)."""
+    return ConsolidationConfig(
+        max_moves_per_job=lv.max_moves_per_job,
+        max_group_size=max_group_size,
+        singletons=lv.singletons,
+        objective=lv.objective,
+        prune_saturated=lv.prune_saturated,
+        colocated=lv.colocated,
+        solo_z=lv.budget_z,
+        small_groups=lv.small_groups,
+        min_saving_usd=lv.min_saving_usd,
+        lone_tail=lv.lone_tail,
+        lone_tail_moves=lv.lone_tail_moves,
+    )
+
+
 def make_policy(
     name: str, *, seed: int, max_group_size: int = 5, levers: Levers | None = None
 ) -> Any:
@@ -637,21 +655,7 @@ def make_policy(
     if name == "rollmux":
         lv = DEFAULT_LEVERS if levers is None else levers
         consolidation = (
-            ConsolidationConfig(
-                max_moves_per_job=lv.max_moves_per_job,
-                max_group_size=max_group_size,
-                singletons=lv.singletons,
-                objective=lv.objective,
-                prune_saturated=lv.prune_saturated,
-                colocated=lv.colocated,
-                solo_z=lv.budget_z,
-                small_groups=lv.small_groups,
-                min_saving_usd=lv.min_saving_usd,
-                lone_tail=lv.lone_tail,
-                lone_tail_moves=lv.lone_tail_moves,
-            )
-            if lv.consolidation
-            else None
+            consolidation_config(lv, max_group_size=max_group_size) if lv.consolidation else None
         )
         return CorePolicy(
             name,

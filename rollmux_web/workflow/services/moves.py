@@ -99,18 +99,10 @@ NEW_GROUP = "a new group"  # a drift move's target before it has its id
 def config() -> ConsolidationConfig:
     """Return the consolidation rules of the live planner: the simulator's rollmux levers
     as the live planning pass runs them (workflow.levers), ROLLMUX_MAX_MOVES_PER_JOB moves."""
-    lv = levers.live_levers()
-    return ConsolidationConfig(
-        max_moves_per_job=settings.ROLLMUX_MAX_MOVES_PER_JOB,
-        max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
-        singletons=lv.singletons,
-        objective=lv.objective,
-        prune_saturated=lv.prune_saturated,
-        colocated=lv.colocated,
-        solo_z=lv.budget_z,
-        small_groups=lv.small_groups,
-        min_saving_usd=lv.min_saving_usd,
-    )
+    from scheduler.sim.policies import consolidation_config
+
+    lv = replace(levers.live_levers(), max_moves_per_job=settings.ROLLMUX_MAX_MOVES_PER_JOB)
+    return consolidation_config(lv, max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE)
 
 
 def move_state() -> tuple[ClusterState, dict[str, JobProgress]]:
