@@ -60,3 +60,23 @@ def test_the_jobs_gantt_draws_its_profiling_run_dashed_with_a_tooltip(
     expect(page.locator("#phase-summary tr[data-stage='profile'] .badge").first).to_have_text(
         "profiling run"
     )
+
+
+def test_a_live_profiling_run_is_named_on_the_overview_and_its_group_page(
+    world: Any, page: Any, live_server: Any
+) -> None:
+    from tests.reports.builders import allocate, make_group, make_job, place
+
+    job = make_job(world, name="being-profiled", status="profiling")
+    g = make_group(created=T0)
+    allocate(g, "h20-0", T0, None)
+    allocate(g, "h800-0", T0, None)
+    place(g, job, rollout=["h20-0"], train=["h800-0"], joined=T0, strategy="profile")
+    browser_login(page, live_server, "alice")
+    page.goto(f"{live_server.url}/")
+    row = page.locator("table.groups tr", has=page.locator(f"a[href='/groups/{g.pk}/']"))
+    expect(row.locator(".badge.profiling")).to_have_text("profiling run")
+    page.goto(f"{live_server.url}/groups/{g.pk}/")
+    expect(page.locator("h1")).to_contain_text(f"Profiling run, group {g.pk}")
+    expect(page.locator("#profile-note")).to_be_visible()
+    expect(page.locator("#timeline-chart")).not_to_contain_text("share of bubbles reclaimed")
