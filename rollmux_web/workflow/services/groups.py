@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -113,48 +114,16 @@ def phases_start(
     starts = runtime.start_ready()
     if not starts:
         return []
-    job_ids = {int(s.job_id) for s in starts}
     if placements is None:
         placements = open_placements(group)
-    placements = {
-        job_id: p for job_id, p in placements.items() if job_id in job_ids and p.ended_at is None
-    }
-    jobs = {job_id: p.job for job_id, p in placements.items()}
-    rows = []
-    for start in starts:
-        job_id = int(start.job_id)
-        if job_id not in placements:  # the runtime and the rows disagree: say so, skip it
-            log.error(
-                "group %s: runtime started job %s without an open placement", group.pk, job_id
-            )
-            continue
-        rows.append(
-            PhaseRecord(
-                job_id=job_id,
-                group=group,
-                placement_id=placements[job_id].pk,
-                iteration=start.iteration,
-                kind=start.kind.value,
-                node_names=list(start.nodes),
-                state=PhaseState.RUNNING,
-                warm_start=not start.cold,
-                queued_at=now,
-                started_at=now,
-                due_at=now + timedelta(seconds=_worst_s(start, placements[job_id]) + DUE_SLACK_S),
-            )
-        )
+    rows = phase_rows(group, starts, placements, now)
     # One INSERT for all. The uniqueness of (placement, iteration, kind) cannot be hit here:
     # runtime snapshot and records change in the same transaction under the group lock; if
     # it ever were, the IntegrityError aborts the whole event (nothing half-applied).
     created = PhaseRecord.objects.bulk_create(rows)
-    for phase in created:
-        # a rollout may hand nodes to the next member once tail-bound (long-tail migration)
-        rollout = phase.kind == PhaseKind.ROLLOUT.value
-        tail = runtime.tail_nodes(str(phase.job_id)) if rollout else ()
-        effects.orders.append(
-            phase_order(phase, jobs[phase.job_id], _pools(runtime, phase.job_id), tail_nodes=tail)
-        )
-    started_jobs = [j for j in jobs if jobs[j].status == JobStatus.PLACED]
+    jobs = {p.job_id: p.job for p in placements.values()}
+    phase_orders(created, jobs, runtime, effects)
+    started_jobs = [j for j in {p.job_id for p in created} if jobs[j].status == JobStatus.PLACED]
     if started_jobs:
         # a resubmitted job keeps the start of its first attempt
         Job.objects.filter(pk__in=started_jobs, status=JobStatus.PLACED).update(
@@ -164,3 +133,56 @@ def phases_start(
             updated_at=now,
         )
     return created
+
+
+def phase_rows(
+    group: ExecutionGroup,
+    starts: Sequence[PhaseStart],
+    placements: dict[int, Placement],
+    now: datetime,
+) -> list[PhaseRecord]:
+    """Return the (unsaved) RUNNING records of the phases the runtime started (`starts`),
+    from `now`; `placements`: the group's open placements by job id, with their jobs."""
+    rows = []
+    for start in starts:
+        job_id = int(start.job_id)
+        p = placements.get(job_id)
+        if p is None or p.ended_at is not None:  # the runtime and the rows disagree: say so
+            log.error(
+                "group %s: runtime started job %s without an open placement", group.pk, job_id
+            )
+            continue
+        rows.append(
+            PhaseRecord(
+                job_id=job_id,
+                group=group,
+                placement_id=p.pk,
+                iteration=start.iteration,
+                kind=start.kind.value,
+                node_names=list(start.nodes),
+                state=PhaseState.RUNNING,
+                warm_start=not start.cold,
+                queued_at=now,
+                started_at=now,
+                due_at=now + timedelta(seconds=_worst_s(start, p) + DUE_SLACK_S),
+            )
+        )
+    return rows
+
+
+def order_context(runtime: GroupRuntime, job_id: int, kind: str) -> tuple[Pools, tuple[str, ...]]:
+    """Return what a phase order of the job needs of the runtime as it is now: where its
+    workers live, and for a rollout the nodes it may hand to the next member once
+    tail-bound (long-tail migration)."""
+    rollout = kind == PhaseKind.ROLLOUT.value
+    tail = runtime.tail_nodes(str(job_id)) if rollout else ()
+    return _pools(runtime, job_id), tail
+
+
+def phase_orders(
+    created: Sequence[PhaseRecord], jobs: dict[int, Job], runtime: GroupRuntime, effects: Effects
+) -> None:
+    """Queue the dispatch of the recorded phases of one group (on commit)."""
+    for phase in created:
+        pools, tail = order_context(runtime, phase.job_id, phase.kind)
+        effects.orders.append(phase_order(phase, jobs[phase.job_id], pools, tail_nodes=tail))
