@@ -204,6 +204,7 @@ def place(
         prune_saturated=prune_saturated,
         slo_margin=slo_margin,
         min_slo_probability=min_slo_probability,
+        node_prices=nodes.prices,
     )
     best: Choice | None
     if policy == "solo-disagg":

@@ -48,7 +48,12 @@ NEW_GROUP_ORDER = 1 << 30
 
 
 class FreePool:
-    """Free nodes of one pool that can hold the job's residency, in state order."""
+    """Free nodes of one pool that can hold the job's residency, in state order.
+
+    The free nodes are scanned for room only as far as the decision asks (`take`); a
+    decision takes a few nodes of a pool that may have thousands free, so building the
+    whole list (`fit`, `price`) is left to the callers that need it.
+    """
 
     def __init__(
         self,
@@ -65,14 +70,45 @@ class FreePool:
         self.unbounded = spec.gpu_type(pool).nodes is None
         self.size = size  # nodes of the pool in the state: minted numbering starts there
         self.free_total = len(free)
-        self.fit = [n for n in free if n.host_mem_gb + EPS >= mem]  # free with room
         self.in_use = in_use  # is a name taken: minted names must differ
-        self.price = {n.name: n.price_per_hour for n in self.fit}
+        self._free = free
+        self._mem = mem
+        self._scanned = 0  # free nodes looked at so far
+        self._head: list[Node] = []  # the free nodes with room among them, in order
+        self.minted_price: dict[str, float] = {}  # names minted for an unbounded pool
+        self._taken_price: dict[str, float] = {}  # every name `take` returned
         self._minted: list[str] = []
+
+    def _fitting(self, count: int) -> list[Node]:
+        """Return the first `count` free nodes with room (fewer when there are not so many)."""
+        free, mem, head = self._free, self._mem, self._head
+        while len(head) < count and self._scanned < len(free):
+            n = free[self._scanned]
+            self._scanned += 1
+            if n.host_mem_gb + EPS >= mem:
+                head.append(n)
+        return head[:count]
+
+    @property
+    def fit(self) -> list[Node]:
+        """The free nodes with room for the job's residency, in state order."""
+        free, mem = self._free, self._mem
+        if self._scanned < len(free):  # the rest at once
+            self._head += [n for n in free[self._scanned :] if n.host_mem_gb + EPS >= mem]
+            self._scanned = len(free)
+        return list(self._head)
+
+    @property
+    def price(self) -> dict[str, float]:
+        """The hourly price of every node this pool may offer (free with room, minted)."""
+        return {n.name: n.price_per_hour for n in self.fit} | self.minted_price
 
     def take(self, count: int) -> list[str] | None:
         """Return the names of the first `count` free nodes that fit, minting if unbounded."""
-        names = [n.name for n in self.fit[:count]]
+        nodes = self._fitting(count)
+        for n in nodes:
+            self._taken_price[n.name] = n.price_per_hour
+        names = [n.name for n in nodes]
         if len(names) < count:
             if not self.unbounded:
                 return None
@@ -84,13 +120,14 @@ class FreePool:
                 if self.in_use(name) or name in self._minted:
                     continue
                 self._minted.append(name)
-                self.price[name] = gt.node_price_per_hour
+                self.minted_price[name] = gt.node_price_per_hour
+                self._taken_price[name] = gt.node_price_per_hour
             names += self._minted[: count - len(names)]
         return names
 
     def cost(self, names: Sequence[str]) -> float:
         """Return the summed hourly price of `names` (nodes this pool offered)."""
-        return sum(self.price[x] for x in names)
+        return sum(self._taken_price[x] for x in names)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,6 +173,9 @@ class Request:
     # refuse a placement that gives a member a lower probability of meeting its SLO
     # (scheduler.stochastic); None: not checked
     min_slo_probability: float | None = None
+    # the hourly price of every node of the state by name (PlannerIndex's); None: read
+    # from `nodes`
+    node_prices: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

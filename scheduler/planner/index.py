@@ -94,6 +94,8 @@ class NodeIndex:
     biggest_mem: Mapping[Pool, float]
     position: Mapping[str, int]  # index of each node in state.nodes
     cordoned: Mapping[Pool, int]  # cordoned nodes per pool
+    prices: Mapping[str, float]  # hourly price of each node by name
+    mem_sorted: Mapping[Pool, tuple[float, ...]]  # the pool's host memories, ascending
 
 
 def index_nodes(nodes: tuple[Node, ...]) -> NodeIndex:
@@ -117,6 +119,8 @@ def index_nodes(nodes: tuple[Node, ...]) -> NodeIndex:
         biggest_mem=biggest,
         position=position,
         cordoned=cordoned,
+        prices={n.name: n.price_per_hour for n in nodes},
+        mem_sorted={p: tuple(sorted(n.host_mem_gb for n in v)) for p, v in by_pool.items()},
     )
 
 

@@ -248,8 +248,12 @@ def choose_by_expected_cost(
             )
             if alone[0].delta * co_life_h < best_value - EPS:
                 best, best_value = alone, alone[0].delta * co_life_h
-    price: dict[str, float] = {x: n.price_per_hour for x, n in req.nodes.items()}
-    price.update(req.pools[Pool.ROLLOUT].price)
+    # every node's price, and the rollout names the pool minted (an unbounded pool)
+    nodes_price = req.node_prices
+    if nodes_price is None:
+        nodes_price = {x: n.price_per_hour for x, n in req.nodes.items()}
+    minted = req.pools[Pool.ROLLOUT].minted_price
+    price: Mapping[str, float] = {**nodes_price, **minted} if minted else nodes_price
     factor = req.pools[Pool.TRAIN].spec.train.rollout_speed_factor
     before: dict[str, float] = {}
     switch = req.switch_overhead_s
@@ -259,11 +263,6 @@ def choose_by_expected_cost(
             break
         assert c.summary is not None
         group = c.summary.group
-        slow = check_slo(
-            group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
-        )
-        if slow is None:
-            continue
         if group.id not in before:
             before[group.id] = members_remaining_cost(
                 group.members,
@@ -282,6 +281,11 @@ def choose_by_expected_cost(
             lone_restart_s=lone_restart_s,
         )
         value = after - before[group.id]
-        if value < best_value - EPS:
+        if value >= best_value - EPS:
+            continue  # not better, admissible or not: the (dearer) SLO check is not needed
+        slow = check_slo(
+            group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+        )
+        if slow is not None:
             best, best_value = (c, slow), value
     return best

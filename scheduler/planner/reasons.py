@@ -8,6 +8,7 @@ reuse. Every reason names the field or the pool and carries the numbers.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 
 from scheduler.cluster import nodes_needed
@@ -49,7 +50,9 @@ def infeasible_reason(job: JobProfile, spec: ClusterSpec, index: NodeIndex) -> s
         if gt.nodes is not None and len(pool_nodes) >= gt.nodes:
             # Every node the pool's capacity counts is in the state (cordoned ones too):
             # count those big enough for residency.
-            big = sum(1 for n in pool_nodes if n.host_mem_gb + EPS >= job.host_mem_gb)
+            # (those with host_mem_gb + EPS >= the job's: a suffix of the sorted memories)
+            mems = index.mem_sorted[pool]
+            big = len(mems) - bisect_left(mems, job.host_mem_gb, key=lambda m: m + EPS)
             if big < need:
                 return (
                     f"{field}={gpus} needs {need} {gt.name} nodes with "

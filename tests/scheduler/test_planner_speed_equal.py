@@ -1,0 +1,213 @@
+"""The planner's speed-ups decide exactly as the plain code they replace.
+
+Each speed-up of the live planning pass's hot path (issue 14 item 6) is checked against a
+plain reference written here: the free pools scanned lazily (`FreePool`), the pool's
+residency count by bisection (`infeasible_reason`), and the expected-cost objective that
+runs the SLO check only for a placement that would be chosen (`choose_by_expected_cost`).
+The references are what the code was before; a divergence fails the comparison.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+import pytest
+
+from scheduler.cluster import empty_state
+from scheduler.model import (
+    ClusterSpec,
+    ClusterState,
+    GpuType,
+    JobProfile,
+    Member,
+    Node,
+    PlacementStatus,
+    Pool,
+)
+from scheduler.planner import apply_placement, place
+from scheduler.planner import objective as objective_module
+from scheduler.planner.algorithm1 import (
+    EPS,
+    Choice,
+    FreePool,
+    Request,
+    candidates,
+    check_slo,
+    new_group_candidate,
+)
+from scheduler.planner.consolidation import restart_seconds
+from scheduler.planner.index import GroupSummary, index_nodes
+from scheduler.planner.objective import (
+    JobProgress,
+    expected_solo_s,
+    members_remaining_cost,
+)
+from scheduler.planner.reasons import infeasible_reason
+from tests.scheduler.builders import job
+
+SPEC = ClusterSpec(
+    GpuType("H20", 1.85, 8, 2048, 12), GpuType("H800", 5.28, 8, 2048, 10), switch_overhead_s=2.0
+)
+
+
+def reference_choose(
+    req: Request,
+    summaries: Sequence[GroupSummary],
+    progress: Mapping[str, JobProgress],
+    lone_restart_s: Callable[[JobProfile], float] | None,
+) -> Choice | None:
+    """The expected-cost choice as first written: the SLO check before the cost."""
+    j = req.job
+    life_h = j.iterations * expected_solo_s(j) / 3600.0
+    new = new_group_candidate(req)
+    best: Choice | None = new
+    best_value = new[0].delta * life_h if new is not None else float("inf")
+    price = {x: n.price_per_hour for x, n in req.nodes.items()}
+    price.update(req.pools[Pool.ROLLOUT].price)
+    before: dict[str, float] = {}
+    switch = req.switch_overhead_s
+    cost = {
+        "switch_overhead_s": switch,
+        "colocated_factor": req.pools[Pool.TRAIN].spec.train.rollout_speed_factor,
+        "lone_restart_s": lone_restart_s,
+    }
+    for c in sorted(candidates(req, summaries), key=lambda c: (c.delta, c.lower_bound, c.order)):
+        if c.delta * life_h >= best_value - EPS:
+            break
+        assert c.summary is not None
+        group = c.summary.group
+        slow = check_slo(
+            group, j, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+        )
+        if slow is None:
+            continue
+        if group.id not in before:
+            before[group.id] = members_remaining_cost(group.members, price, progress, **cost)
+        after = members_remaining_cost(
+            group.members + (Member(j, c.rollout, c.train),), price, progress, **cost
+        )
+        if after - before[group.id] < best_value - EPS:
+            best, best_value = (c, slow), after - before[group.id]
+    return best
+
+
+def random_jobs(rng: random.Random, n: int) -> list[JobProfile]:
+    out = []
+    for i in range(n):
+        roll = rng.uniform(40, 400)
+        train = rng.uniform(30, 300)
+        out.append(
+            job(
+                f"j{i}",
+                roll,
+                train,
+                slo=rng.choice((1.1, 1.3, 1.5, 1.8, 2.0)),
+                mem=rng.choice((300, 700, 1200)),
+                rollout_gpus=8 * rng.choice((1, 1, 2)),
+                iterations=rng.choice((5, 50, 400)),
+                roll_min=roll * rng.uniform(0.5, 1.0),
+                train_min=train * rng.uniform(0.5, 1.0),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("lone", [None, restart_seconds])
+def test_the_expected_cost_choice_is_the_reference_choice(
+    seed: int, lone: Callable[[JobProfile], float] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    state: ClusterState = empty_state(SPEC)
+    progress: dict[str, JobProgress] = {}
+    seen: list[tuple[Choice | None, Choice | None]] = []
+    real = objective_module.choose_by_expected_cost
+
+    def both(
+        req: Request,
+        summaries: Sequence[GroupSummary],
+        progress: Mapping[str, JobProgress],
+        *,
+        colocated_factor: float | None = None,
+        lone_restart_s: Callable[[JobProfile], float] | None = None,
+    ) -> Choice | None:
+        mine = real(
+            req,
+            summaries,
+            progress,
+            colocated_factor=colocated_factor,
+            lone_restart_s=lone_restart_s,
+        )
+        seen.append((mine, reference_choose(req, summaries, progress, lone_restart_s)))
+        return mine
+
+    monkeypatch.setattr("scheduler.planner.choose_by_expected_cost", both)
+    for j in random_jobs(rng, 40):
+        res = place(
+            j,
+            state,
+            objective="expected",
+            progress=progress,
+            prune_saturated=False,
+            lone_restart_s=lone,
+        )
+        if res.status is PlacementStatus.FIT and res.placement is not None:
+            state = apply_placement(state, j, res.placement, group_id=f"g{len(seen)}")
+            for m in progress:  # the others advance
+                progress[m] = replace(progress[m], iterations_done=progress[m].iterations_done + 1)
+            progress[j.id] = JobProgress(0.0)
+    assert len(seen) == 40
+    for mine, ref in seen:
+        assert mine == ref
+    joined = [c for c, _ in (m for m, _ in seen if m is not None) if c.summary is not None]
+    assert joined  # some jobs joined a group: the candidates' costs were compared
+    assert any(m is None for m, _ in seen)  # and the pools ran out
+
+
+def reference_fit(free: Sequence[Node], mem: float) -> list[Node]:
+    return [n for n in free if n.host_mem_gb + EPS >= mem]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_lazy_free_pool_offers_the_nodes_the_whole_list_did(seed: int) -> None:
+    rng = random.Random(seed)
+    spec = replace(SPEC, rollout=replace(SPEC.rollout, nodes=40))
+    nodes = [
+        Node(f"h20-{i}", Pool.ROLLOUT, "H20", 8, rng.choice((512.0, 1024.0, 2048.0)), 14.8)
+        for i in range(40)
+    ]
+    for mem in (300.0, 600.0, 1024.0, 1500.0, 3000.0):
+        pool = FreePool(
+            spec=spec, pool=Pool.ROLLOUT, size=40, free=nodes, in_use=lambda _: False, mem=mem
+        )
+        want = reference_fit(nodes, mem)
+        counts = [rng.randint(1, 45) for _ in range(6)]
+        for count in counts:
+            names = pool.take(count)
+            ref = [n.name for n in want[:count]] if len(want) >= count else None
+            assert names == ref
+            if names is not None:
+                assert pool.cost(names) == sum(n.price_per_hour for n in want[:count])
+        assert pool.fit == want
+        assert pool.price == {n.name: n.price_per_hour for n in want}
+
+
+def test_the_residency_count_by_bisection_is_the_count_of_big_enough_nodes() -> None:
+    rng = random.Random(7)
+    spec = replace(SPEC, rollout=replace(SPEC.rollout, nodes=30))
+    mems = [rng.choice((256.0, 512.0, 1024.0, 2048.0)) for _ in range(30)]
+    nodes = tuple(
+        Node(f"h20-{i}", Pool.ROLLOUT, "H20", 8, m, 14.8) for i, m in enumerate(mems)
+    ) + tuple(Node(f"h800-{i}", Pool.TRAIN, "H800", 8, 2048.0, 42.2) for i in range(10))
+    index = index_nodes(nodes)
+    for need_nodes in (1, 3, 8, 20, 30):
+        for mem in (200.0, 256.0, 256.0 - 1e-10, 512.0, 1000.0, 2048.0):
+            j = job("x", 100, 100, mem=mem, rollout_gpus=8 * need_nodes)
+            big = sum(1 for m in mems if m + EPS >= mem)
+            reason = infeasible_reason(j, spec, index)
+            if mem > 2048.0 + EPS or big >= need_nodes:
+                assert reason is None
+            else:
+                assert reason is not None and f"the rollout pool has {big}" in reason
