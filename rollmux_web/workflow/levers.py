@@ -11,9 +11,10 @@ both.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -40,29 +41,36 @@ def live_levers() -> Levers:
     return lv
 
 
+def arrival_policy(lv: Levers | None = None) -> Any:
+    """Return the simulator's rollmux policy adapter with the live levers: what decides an
+    arrival (`scheduler.sim.policies.make_policy`, the very object a simulated run uses)."""
+    from scheduler.sim.policies import make_policy
+
+    return make_policy(
+        "rollmux",
+        seed=0,
+        max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
+        levers=lv or live_levers(),
+    )
+
+
 def place_job(
     profile: JobProfile,
     state: ClusterState,
     progress: Mapping[str, JobProgress] | None = None,
     *,
-    levers: Levers | None = None,
+    policy: Any = None,
+    now_s: float | None = None,
 ) -> PlacementResult:
-    """Place an arriving job as the simulator's rollmux does (`scheduler.planner.place` with
-    the live levers; `progress`: the running members', `snapshot.planner_input`).
+    """Place an arriving job as the simulator's rollmux does (its policy adapter's `place`,
+    `arrival_policy`; `progress`: the running members', `snapshot.planner_input`; `now_s`:
+    the epoch seconds of the decision, the clock of `JobProgress.admitted_s`).
 
     The co-located strategy competes on arrival only with both ROLLMUX_COLOCATED and
     ROLLMUX_COLOCATED_ON_ARRIVAL (the simulator's `colocated and colocated_on_arrival`).
+    When co-located jobs exist, the simulator may also name some to move into the
+    newcomer's new group (`policy.arrival_movers()`): moving them is live moves' work.
     """
-    from scheduler.planner import place
-
-    lv = levers or live_levers()
-    return place(
-        profile,
-        state,
-        policy="rollmux",
-        max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
-        objective=lv.objective,
-        progress=progress or {},
-        prune_saturated=lv.prune_saturated,
-        colocated=lv.colocated and lv.colocated_on_arrival,
-    )
+    policy = policy or arrival_policy()
+    now = time.time() if now_s is None else now_s
+    return policy.place(profile, state, progress or {}, now)  # type: ignore[no-any-return]

@@ -45,7 +45,6 @@ from scheduler.model import Placement as PlacementDecision
 
 if TYPE_CHECKING:
     from scheduler.planner.objective import JobProgress
-    from scheduler.sim.policies import Levers
 
 BATCH_JOBS = 100  # queued jobs claimed per transaction, at most
 BATCH_MIN_JOBS = 10  # ... and at least
@@ -148,7 +147,7 @@ def _pass(now: datetime | None) -> PlanSummary:
     run = _Run(
         key=key,
         now=now,
-        levers=levers.live_levers(),
+        policy=levers.arrival_policy(),
         nodes=dict(Node.objects.values_list("name", "pk")),
         measured=sync.measured_s(todo),
     )
@@ -178,7 +177,7 @@ class _Run:
 
     key: str  # the capacity a waiting job waits on (`capacity_key`)
     now: datetime | None
-    levers: Levers
+    policy: Any  # the simulator's rollmux adapter with the live levers (levers.arrival_policy)
     nodes: dict[str, int]  # node ids by name
     measured: dict[int, float]  # measured sync seconds of the pass's jobs (sync.measured_s)
 
@@ -280,7 +279,8 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
     profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, run.measured))
     decided = time.perf_counter()
     state, progress = out.view
-    result = levers.place_job(profile, state, progress, levers=run.levers)
+    now_s = writes.now.timestamp()
+    result = levers.place_job(profile, state, progress, policy=run.policy, now_s=now_s)
     for _ in range(STALE_RETRIES):
         if result.status is not PlacementStatus.FIT or result.placement is None:
             break
@@ -294,7 +294,7 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
             state, progress = snapshot.planner_input()
             writes.now = run.now or timezone.now()  # after this snapshot, as above
             out.view = (state, progress)
-            result = levers.place_job(profile, state, progress, levers=run.levers)
+            result = levers.place_job(profile, state, progress, policy=run.policy, now_s=now_s)
     else:  # stale every time: the cluster churns; the next pass tries again
         result = PlacementResult(PlacementStatus.RETRY, "the cluster changed; planning again")
         out.again.add(job.pk)
