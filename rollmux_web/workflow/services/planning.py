@@ -302,6 +302,25 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
     return result
 
 
+def _placement_persist(
+    job: Job,
+    profile: JobProfile,
+    result: PlacementResult,
+    state: ClusterState,
+    now: datetime,
+    effects: Effects,
+    nodes: dict[str, int],
+) -> ClusterState:
+    """Persist one FIT decision at once (a live move's new placement: services.moves) and
+    return the snapshot with it applied (`nodes`: node ids by name); raises _StaleSnapshot
+    when its group changed under the snapshot."""
+    run = _Run(key="", now=now, policy=None, nodes=nodes, measured={})
+    writes = _Writes(now, run, _queued_since([job]))
+    state = writes.placement(job, profile, result, state)
+    writes.flush(effects)
+    return state
+
+
 def _queued_since(jobs: list[Job]) -> dict[int, datetime]:
     """Return when each job entered the queue: its submission, or for a resubmitted job the
     end of the placement that put it back (one query for the batch)."""
