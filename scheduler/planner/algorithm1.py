@@ -363,7 +363,15 @@ def check_slo(
 def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidate]:
     """Return GENERATEPLACEMENTS over every group (lines 3-6), unranked."""
     out: list[Candidate] = []
+    job = req.job
+    solo, t_train = job.t_solo_max_s, job.t_train_max_s
+    slo_solo = job.slo * solo
     for order, s in enumerate(summaries):
+        # group_context's cheap bounds first, inline: they drop most groups (the loop runs
+        # over every group for every decision); group_context checks them again
+        tol = min(s.tolerance, slo_solo) + EPS
+        if max(s.t_cycle, solo) > tol or s.min_train_load + t_train > tol:
+            continue
         ctx = group_context(req, s, order)
         if ctx is None:
             continue

@@ -21,8 +21,9 @@ serves admission (a newcomer has done nothing) and consolidation.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.meta_iteration import steady_iteration_times
@@ -69,16 +70,29 @@ def colocated_expected_s(job: JobProfile, rollout_speed_factor: float) -> float:
     return rollout_speed_factor * expected_roll_s(job) + expected_train_s(job)
 
 
-def _expected(member: Member) -> Member:
+def _expected(member: Member, cache: dict[int, Member] | None = None) -> Member:
+    """Return `member` with its phases at their expected durations (`cache`: those made
+    already, by id of the member, for a caller that asks for the same members again)."""
+    if cache is not None and (hit := cache.get(id(member))) is not None:
+        return hit
     job = member.job
-    return replace(
-        member,
-        job=replace(job, t_roll_max_s=expected_roll_s(job), t_train_max_s=expected_train_s(job)),
-    )
+    # = replace(job, t_roll_max_s=..., t_train_max_s=...) without re-running __init__ (its
+    # __post_init__ checks fields this leaves as they were): the objective's hot path
+    exp = copy.copy(job)
+    object.__setattr__(exp, "t_roll_max_s", expected_roll_s(job))
+    object.__setattr__(exp, "t_train_max_s", expected_train_s(job))
+    out = Member(exp, member.rollout_nodes, member.train_nodes)
+    if cache is not None:
+        cache[id(member)] = out
+    return out
 
 
 def expected_meta_s(
-    members: Sequence[Member], *, switch_overhead_s: float, colocated_factor: float = 1.0
+    members: Sequence[Member],
+    *,
+    switch_overhead_s: float,
+    colocated_factor: float = 1.0,
+    _cache: dict[int, Member] | None = None,
 ) -> float:
     """Return the steady meta-iteration of `members` with expected phase durations.
 
@@ -93,7 +107,7 @@ def expected_meta_s(
             return colocated_expected_s(job, colocated_factor)
         return expected_solo_s(job)
     times = steady_iteration_times(
-        [_expected(m) for m in members], switch_overhead_s=switch_overhead_s
+        [_expected(m, _cache) for m in members], switch_overhead_s=switch_overhead_s
     )
     return max(times)
 
@@ -128,6 +142,7 @@ def members_remaining_cost(
         key=lambda e: (e[0], e[1]),
     )
     extra = extra_s or {}
+    expected: dict[int, Member] = {}  # the members at expected durations, made once
     release: dict[str, float] = {}
     now = 0.0
     done_iterations = 0
@@ -155,7 +170,10 @@ def members_remaining_cost(
                 break
         if remaining > done_iterations:
             now += (remaining - done_iterations) * expected_meta_s(
-                active, switch_overhead_s=switch_overhead_s, colocated_factor=colocated_factor
+                active,
+                switch_overhead_s=switch_overhead_s,
+                colocated_factor=colocated_factor,
+                _cache=expected,
             )
             done_iterations = remaining
         leave = now + extra.get(member.job.id, 0.0)

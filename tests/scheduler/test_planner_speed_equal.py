@@ -211,3 +211,22 @@ def test_the_residency_count_by_bisection_is_the_count_of_big_enough_nodes() -> 
                 assert reason is None
             else:
                 assert reason is not None and f"the rollout pool has {big}" in reason
+
+
+def test_a_member_at_expected_durations_is_the_replaced_profile() -> None:
+    rng = random.Random(3)
+    for j in random_jobs(rng, 20):
+        j = replace(j, t_sync_s=rng.choice((0.0, 4.5)), observed_solo_s=rng.choice((None, 300.0)))
+        m = Member(j, ("h20-0",), ("h800-0",))
+        want = replace(
+            m,
+            job=replace(
+                j,
+                t_roll_max_s=objective_module.expected_roll_s(j),
+                t_train_max_s=objective_module.expected_train_s(j),
+            ),
+        )
+        cache: dict[int, Member] = {}
+        assert objective_module._expected(m) == want
+        assert objective_module._expected(m, cache) == want
+        assert objective_module._expected(m, cache) is cache[id(m)]  # made once
