@@ -38,6 +38,7 @@ class PhaseHost:
         self.current: int | None = None
         self._lock = threading.Lock()
         self._publisher: Any = None
+        self._publisher_lock = threading.Lock()
         self.reporting: dict[str, Any] | None = None  # the broker settings of the last phase
 
     # --- what a host does (subclasses) ---------------------------------------------------
@@ -58,6 +59,12 @@ class PhaseHost:
     ) -> dict[str, Any]:
         """Run one phase: reload (warm) or set up (cold), run, offload, checkpoint, report."""
         order = PhaseOrder.from_dict(order_data)
+        if self._publisher is None and report and report.get("broker_url"):
+            # the first phase: connect to the broker while it runs, so its end report does
+            # not also pay for importing Celery and connecting (a new worker process)
+            threading.Thread(
+                target=self._connect, args=(report,), name="rollmux-publisher", daemon=True
+            ).start()
         with self._lock:
             if order.phase_id in self.results:
                 done = self.results[order.phase_id]
@@ -121,16 +128,32 @@ class PhaseHost:
         return os.getpid()
 
     # --- reporting ----------------------------------------------------------------------
+    def _connect(self, report: dict[str, Any]) -> Any:
+        """Return this host's broker client, creating and connecting it once."""
+        with self._publisher_lock:
+            if self._publisher is None:
+                from celery import Celery
+
+                publisher = Celery("rollmux-host", broker=report["broker_url"])
+                try:  # what the first send does once: a pooled connection and channel, the
+                    # task message format, the result backend, the queue declared (idempotent)
+                    queue = publisher.amqp.queues[report.get("queue", "rollmux")]
+                    publisher.amqp.create_task_message  # noqa: B018  (loads the protocol)
+                    publisher.backend  # noqa: B018  (send_task reads it: imports a module)
+                    with publisher.producer_or_acquire() as producer:
+                        producer.maybe_declare(queue)
+                except Exception:  # the broker is down: the first send retries
+                    pass
+                self._publisher = publisher
+            return self._publisher
+
     def _publish(self, report: dict[str, Any] | None, task: str, payload: dict[str, Any]) -> None:
         """Send a phase event straight to the broker (no-op without one)."""
         if not report or not report.get("broker_url"):
             return
         try:
-            if self._publisher is None:
-                from celery import Celery
-
-                self._publisher = Celery("rollmux-host", broker=report["broker_url"])
-            self._publisher.send_task(task, args=[payload], queue=report.get("queue", "rollmux"))
+            publisher = self._publisher or self._connect(report)
+            publisher.send_task(task, args=[payload], queue=report.get("queue", "rollmux"))
         except Exception:  # the broker is down: reconcile recovers from `status`
             traceback.print_exc()
 
