@@ -242,24 +242,28 @@ def _drift_learned(job: Job, placement: Placement) -> JobProfile | None:
             iteration__lt=job.iterations_done,
             started_at__isnull=False,
             finished_at__isnull=False,
-        ).values_list("kind", "iteration", "started_at", "finished_at")
+        ).values_list("kind", "iteration", "started_at", "finished_at", "metrics")
     )
-    roll: dict[int, tuple[datetime, datetime]] = {}
-    train: dict[int, tuple[datetime, datetime]] = {}
-    for kind, iteration, started, finished in rows:
+    roll: dict[int, tuple[datetime, datetime, float]] = {}
+    train: dict[int, tuple[datetime, datetime, float]] = {}
+    for kind, iteration, started, finished, measured in rows:
         if started is not None and finished is not None:
-            (roll if kind == "rollout" else train)[iteration] = (started, finished)
+            # a cold start's set-up (the host's load_s: its workers created, the checkpoint
+            # restored) is the platform's, not the job's phase time
+            load = float((measured or {}).get("load_s", 0.0))
+            (roll if kind == "rollout" else train)[iteration] = (started, finished, load)
     if len(roll) < WINDOW or len(train) < WINDOW:
         return None  # it has not run WINDOW iterations here yet
     scale = time_scale_of(job.runner, job.time_scale)
     order = sorted(roll)
 
-    def seconds(pair: tuple[datetime, datetime]) -> float:
-        return (pair[1] - pair[0]).total_seconds() * scale
+    def seconds(phase: tuple[datetime, datetime, float]) -> float:
+        return max(0.0, (phase[1] - phase[0]).total_seconds() - phase[2]) * scale
 
     recent_roll = [seconds(roll[i]) for i in order]
     recent_train = [seconds(train[i]) for i in order]
-    span = (train[order[-1]][1] - roll[order[0]][0]).total_seconds() * scale
+    loads = sum(roll[i][2] + train[i][2] for i in order)
+    span = max(0.0, (train[order[-1]][1] - roll[order[0]][0]).total_seconds() - loads) * scale
     profile = converters.job_profile(job)
     tolerance = 1.0 + settings.ROLLMUX_DRIFT_TOLERANCE
     planned = replace(
