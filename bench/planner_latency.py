@@ -10,10 +10,11 @@ decision at 2,000 concurrent jobs for its C++ search (Table 5); our target is a 
 under 50 ms in pure Python.
 
     .venv/bin/python bench/planner_latency.py [--decisions 200] [--seed 1] [--sizes 500,2000,4000]
-        [--objective marginal|expected] [--no-prune] [--colocated]
+        [--objective marginal|expected] [--no-prune] [--colocated] [--lone-tail]
 
-The last three time the decision with rollmux's issue-14 admission levers (the
-expected-remaining-cost ranking, no saturation prune, the co-located strategy).
+The last four time the decision with rollmux's issue-14 admission levers (the
+expected-remaining-cost ranking, no saturation prune, the co-located strategy, the
+lone-tail value of a member its partners' departures leave alone).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scheduler.cluster import empty_state  # noqa: E402
 from scheduler.model import ClusterSpec, ClusterState, GpuType, JobProfile  # noqa: E402
 from scheduler.planner import apply_placement, place, remove_job  # noqa: E402
+from scheduler.planner.consolidation import restart_seconds  # noqa: E402
 
 PAPER_MS_AT_2000 = 591.0
 
@@ -97,12 +99,19 @@ def main() -> None:
     ap.add_argument("--objective", default="marginal", choices=["marginal", "expected"])
     ap.add_argument("--no-prune", action="store_true", help="drop the saturation prune")
     ap.add_argument("--colocated", action="store_true", help="allow the co-located strategy")
+    ap.add_argument(
+        "--lone-tail",
+        action="store_true",
+        help="value a member left alone as co-located after its wait (needs --objective expected)",
+    )
     args = ap.parse_args()
     levers = {
         "objective": args.objective,
         "prune_saturated": not args.no_prune,
         "colocated": args.colocated,
     }
+    if args.lone_tail:
+        levers["lone_restart_s"] = restart_seconds
     sizes = [int(x) for x in args.sizes.split(",")]
     print(
         f"rollmux planner decision latency (pure Python, seed {args.seed}, {args.decisions} decisions per size)"
