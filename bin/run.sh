@@ -18,9 +18,21 @@ PORT=${ROLLMUX_PORT:-8000}
 $PY manage.py migrate --noinput
 $PY manage.py seed_demo --if-empty ${ROLLMUX_SEED_ARGS:-}
 pids=()
+# stop a process: TERM, then KILL if it has not exited within $2 s (a Ray head drains for
+# up to 30 s; a controller stuck connecting to a Ray head that never came up ignores TERM)
+stop() {
+  kill "$1" 2>/dev/null || return 0
+  reap "$1" "$2"
+}
+reap() {  # pid, seconds (TERM already sent)
+  for _ in $(seq 1 $(($2 * 2))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.5; done
+  echo "run.sh: pid $1 ignored TERM for $2 s; killing it" >&2
+  kill -9 "$1" 2>/dev/null || true
+}
 cleanup() {
   trap - EXIT INT TERM
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && reap "$p" 40; done
   for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT INT TERM
@@ -30,26 +42,47 @@ if [ -n "${REDIS_URL:-}" ]; then
   # one custom resource node:<name> per inventory node, as the embedded local Ray has
   resources=$(DJANGO_SETTINGS_MODULE=rollmux_web.settings $PY -c 'import json, django; django.setup()
 from workers.composition import node_resources; print(json.dumps(node_resources()))')
-  # (the proxy variables send Ray's cloud-metadata probe to a closed loopback port)
-  http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1 \
-    .venv/bin/ray start --head --block --disable-usage-stats --include-dashboard=false \
-    --node-ip-address=127.0.0.1 --port="$RAY_PORT" \
-    --node-manager-port=$((RAY_PORT + 1)) --object-manager-port=$((RAY_PORT + 2)) \
-    --ray-client-server-port=$((RAY_PORT + 3)) --dashboard-agent-grpc-port=$((RAY_PORT + 4)) \
-    --dashboard-agent-listen-port=$((RAY_PORT + 5)) --metrics-export-port=$((RAY_PORT + 6)) \
-    --runtime-env-agent-port=$((RAY_PORT + 7)) \
-    --num-cpus="${ROLLMUX_RAY_CPUS:-2}" --resources="$resources" \
-    --temp-dir="${ROLLMUX_RAY_TEMP_DIR:-/tmp/rollmux-ray-$RAY_PORT}" & pids+=($!)
   export ROLLMUX_RAY_ADDRESS=127.0.0.1:$RAY_PORT
-  for _ in $(seq 1 120); do  # the head answers within seconds
-    (exec 3<>"/dev/tcp/127.0.0.1/$RAY_PORT") 2>/dev/null && break
-    sleep 0.5
+  ray_dir=${ROLLMUX_RAY_TEMP_DIR:-/tmp/rollmux-ray-$RAY_PORT}
+  ray_log="${TMPDIR:-/tmp}/rollmux-ray-start-$RAY_PORT.log"
+  # The head is up when `ray start` says so ("Ray runtime started"), not when its GCS port
+  # answers: on a loaded machine its raylet can still die in start-up (it waits a fixed 15 s
+  # for the dashboard agent, ray-project/ray#65983) and `ray start` then exits. Such a start
+  # is tried again (3 times); without a Ray head no job would ever run, so run.sh then stops.
+  up=""
+  for attempt in 1 2 3; do
+    : >"$ray_log"
+    # (the proxy variables send Ray's cloud-metadata probe to a closed loopback port)
+    http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1 \
+      .venv/bin/ray start --head --block --disable-usage-stats --include-dashboard=false \
+      --node-ip-address=127.0.0.1 --port="$RAY_PORT" \
+      --node-manager-port=$((RAY_PORT + 1)) --object-manager-port=$((RAY_PORT + 2)) \
+      --ray-client-server-port=$((RAY_PORT + 3)) --dashboard-agent-grpc-port=$((RAY_PORT + 4)) \
+      --dashboard-agent-listen-port=$((RAY_PORT + 5)) --metrics-export-port=$((RAY_PORT + 6)) \
+      --runtime-env-agent-port=$((RAY_PORT + 7)) \
+      --num-cpus="${ROLLMUX_RAY_CPUS:-2}" --resources="$resources" \
+      --temp-dir="$ray_dir" > >(tee -a "$ray_log") 2>&1 & ray_pid=$!
+    pids+=("$ray_pid")
+    for _ in $(seq 1 360); do  # seconds on a quiet machine, a minute or two on a loaded one
+      grep -q "Ray runtime started" "$ray_log" 2>/dev/null && { up=1; break; }
+      kill -0 "$ray_pid" 2>/dev/null || break
+      sleep 0.5
+    done
+    [ -n "$up" ] && break
+    stop "$ray_pid" 20
+    echo "run.sh: the Ray head did not start on 127.0.0.1:$RAY_PORT (attempt $attempt of 3;" \
+      "its raylet log: $ray_dir/session_latest/logs/raylet.out)" >&2
+    sleep 2
   done
+  if [ -z "$up" ]; then
+    echo "run.sh: no Ray head, so no job could run; stopping" >&2
+    exit 1
+  fi
   # the controller: threads pool (one Ray driver per worker process; prefork would start one
   # per child), as many threads as cores (bench/control_plane.py: more threads only add GIL
   # and lock waits to the switch path); restarted when it dies (kill -9 loses nothing)
   (
-    trap 'kill "$child" 2>/dev/null; wait "$child" 2>/dev/null; exit 0' TERM INT
+    trap 'stop "$child" 10; wait "$child" 2>/dev/null; exit 0' TERM INT
     while true; do
       # (no mingle/gossip: nothing here uses them, and mingle waits seconds at start)
       .venv/bin/celery -A rollmux_web worker -n controller@%h -l INFO -P threads \

@@ -7,10 +7,28 @@ dispatchers in this package implement `Dispatcher`, and neither needs the other'
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """Return the items of `data` that are fields of the dataclass `cls`.
+
+    A message from a newer host (a rolling upgrade: workers restarted on new code before
+    the controller, or the other way round) may carry fields this side does not know yet;
+    they are logged and dropped rather than failing every report of the phase. A field
+    this side knows and the message lacks takes its default.
+    """
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        log.warning("%s: ignoring unknown fields %s (a newer peer?)", cls.__name__, unknown)
+    return {k: v for k, v in data.items() if k in names}
 
 
 @dataclass(frozen=True)
@@ -54,7 +72,7 @@ class PhaseOrder:
         for key in _NODE_TUPLES:
             data[key] = tuple(data.get(key) or ())
         data["node_gpus"] = dict(data.get("node_gpus") or {})
-        return cls(**data)
+        return cls(**known_fields(cls, data))
 
     @property
     def host_name(self) -> str:
@@ -127,7 +145,7 @@ class PhaseReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PhaseReport:
-        return cls(**data)
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
