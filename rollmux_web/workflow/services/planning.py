@@ -90,12 +90,15 @@ def queue_plan(*, now: datetime | None = None) -> PlanSummary:
     1. take the planner lock (one pass at a time, whichever worker runs it);
     2. read the queued jobs (priority desc, then submission time); leave out those waiting
        for a capacity that has not changed since they last tried;
-    3. snapshot nodes and active groups (`snapshot.cluster_state`);
+    3. snapshot nodes and active groups with the members' progress
+       (`snapshot.planner_input`);
     4. per batch of jobs, one transaction: claim the jobs still queued (row locks on the
-       job rows only), call the core planner per job, applying each decision to the
-       snapshot so the next job sees it; persist a FIT (Placement, ExecutionGroup for a
-       new group, NodeAllocations from `now`, taken after the lock and the snapshot, job
-       placed; admit the job to its group's runtime and record the phases that start);
+       job rows only), decide each with the simulator's rollmux adapter and the live levers
+       (`levers.place_job`), applying each decision to the snapshot so the next job sees
+       it; write the batch's decisions at its end, one statement per table (`_Writes`:
+       Placement, ExecutionGroup for a new group, NodeAllocations from `now`, taken after
+       the lock and the snapshot, the job rows, the group runtimes that admitted them and
+       the phases they start);
     5. leave RETRY jobs queued with their reason (and the capacity they saw), fail
        INFEASIBLE ones;
     6. on each commit: dispatch the started phases.
