@@ -220,21 +220,31 @@ def cpu_sample(
     return out
 
 
-def cpu_report(
-    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]], jobs: int
-) -> None:
-    """Print CPU ms per accepted job per role over the load (a process that started during
-    the load counts from 0; one that ended is missed)."""
-    parts = []
-    total = 0.0
+def cpu_used(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+) -> dict[str, float]:
+    """Return the CPU seconds each role used between two samples (a process that started in
+    between counts from 0; one that ended is missed)."""
+    out = {}
     for role, now in after.items():
         was = before.get(role, {})
-        used = sum(max(cpu - was.get(pid, 0.0), 0.0) for pid, cpu in now.items())
-        total += used
-        parts.append(f"{role} {used * 1000 / max(jobs, 1):.1f}")
-    print(
-        f"CPU ms per accepted job during the load: {', '.join(parts)}; total {total * 1000 / max(jobs, 1):.1f}"
-    )
+        out[role] = sum(max(cpu - was.get(pid, 0.0), 0.0) for pid, cpu in now.items())
+    return out
+
+
+def cpu_report(used: dict[str, float], jobs: int, idle: dict[str, float], wall_s: float) -> None:
+    """Print CPU ms per accepted job per role over the load, and what the controller would
+    have used in that time without submissions (its rate in the idle window before)."""
+    per_job = {role: s * 1000 / max(jobs, 1) for role, s in used.items()}
+    parts = ", ".join(f"{role} {ms:.1f}" for role, ms in per_job.items())
+    print(f"CPU ms per accepted job during the load: {parts}; total {sum(per_job.values()):.1f}")
+    role = "controller+beat"
+    if role in idle and role in per_job:
+        base = idle[role] * wall_s * 1000 / max(jobs, 1)
+        print(
+            f"  the controller without submissions (the running jobs, watch, reconcile): "
+            f"{idle[role] * 1000:.0f} ms/s, i.e. {base:.1f} of its {per_job[role]:.1f} ms per job"
+        )
 
 
 def phases_finished(db_url: str) -> int:
@@ -361,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--db-name", default="rollmux_bench_api_submit")
     ap.add_argument("--keep-db", action="store_true")
+    ap.add_argument(
+        "--idle-s",
+        type=float,
+        default=10.0,
+        help="seconds to sample the processes' CPU with no submission before the load",
+    )
     ap.add_argument("--url", help="use a running server instead of starting one")
     ap.add_argument("--token", action="append", help="API token(s) for --url")
     ap.add_argument("--database-url", help="the database of --url, for the exactly-once check")
@@ -416,12 +432,18 @@ def main(argv: list[str] | None = None) -> int:
         base_rate = report("baseline (1 client)", base, base_wall)
 
         load_tag = f"load-{run_id}"
+        idle: dict[str, float] = {}
+        if args.idle_s > 0:  # what the running jobs cost the controller with no submission
+            sample = cpu_sample(roles, db_url)
+            time.sleep(args.idle_s)
+            used = cpu_used(sample, cpu_sample(roles, db_url))
+            idle = {role: cpu / args.idle_s for role, cpu in used.items()}
         phases_before = phases_finished(db_url) if db_url else 0
         cpu_before = cpu_sample(roles, db_url)
         load, load_wall = run_load(url, tokens, args.clients, args.jobs_per_client, load_tag)
         cpu_after = cpu_sample(roles, db_url)
         rate = report(f"load ({args.clients} x {args.jobs_per_client})", load, load_wall)
-        cpu_report(cpu_before, cpu_after, len(load.accepted))
+        cpu_report(cpu_used(cpu_before, cpu_after), len(load.accepted), idle, load_wall)
         print(f"load average after the load {os.getloadavg()[0]:.2f}")
         print(f"throughput ratio load / baseline: {rate / base_rate:.2f}x")
         if db_url:

@@ -8,12 +8,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from django.db.models import Count, Max, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db import connection
+from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from rollmux_web.accounts.selectors import visible_tenants
-from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, NodeState, PoolKind
+from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
@@ -447,6 +448,22 @@ class PoolNow:
     price_per_gpu_hour: Decimal  # in force now (0 if none is set)
 
 
+def _pools_sql() -> str:
+    cluster, node = Cluster._meta.db_table, Node._meta.db_table
+    gpu_type, price = GpuType._meta.db_table, GpuPrice._meta.db_table
+    return f"""
+        SELECT c.kind, t.id, t.name, t.gpus_per_node, t.host_mem_gb,
+               (SELECT max(n.host_mem_gb) FROM {node} n WHERE n.cluster_id = c.id),
+               (SELECT count(*) FROM {node} n WHERE n.cluster_id = c.id AND n.state IN (%s, %s)),
+               (SELECT count(*) FROM {node} n WHERE n.cluster_id = c.id AND n.state = %s),
+               (SELECT p.price_per_gpu_hour FROM {price} p
+                 WHERE p.gpu_type_id = c.gpu_type_id AND p.effective_from <= %s
+                 ORDER BY p.effective_from DESC LIMIT 1)
+          FROM {cluster} c JOIN {gpu_type} t ON t.id = c.gpu_type_id
+         ORDER BY c.kind, c.name
+    """
+
+
 def pools_now(*, at: datetime | None = None) -> dict[str, PoolNow]:
     """Return each pool kind's GPU type, limits and current price, in one query.
 
@@ -456,37 +473,35 @@ def pools_now(*, at: datetime | None = None) -> dict[str, PoolNow]:
     does (workflow.snapshot.pool_node_counts), so a job refused here is one the planner
     would call INFEASIBLE; the price is the one in force at `at` (jobs.selectors.prices_now).
     A submission reads this once, for its field checks and its quota check alike.
+
+    In SQL, not the ORM: it is on every submission's path, and building the equivalent
+    queryset (a grouped join with filtered counts and a price subquery) cost ten times the
+    query itself (tests/web/test_quota_usage.py checks it against the ORM selectors).
     """
     at = at or timezone.now()
-    price = (
-        GpuPrice.objects.filter(gpu_type=OuterRef("gpu_type"), effective_from__lte=at)
-        .order_by("-effective_from")
-        .values("price_per_gpu_hour")[:1]
-    )
-    clusters = (
-        Cluster.objects.select_related("gpu_type")
-        .annotate(
-            max_mem=Max("nodes__host_mem_gb"),
-            capacity=Count("nodes", filter=Q(nodes__state__in=CAPACITY_STATES)),
-            down=Count("nodes", filter=Q(nodes__state=NodeState.DOWN)),
-            price=Subquery(price),
-        )
-        .order_by("kind", "name")
-    )
-    first: dict[str, Any] = {}
-    counts: dict[str, list[int]] = {}
-    for c in clusters:
-        first.setdefault(str(c.kind), c)
-        n = counts.setdefault(str(c.kind), [0, 0])
-        n[0] += c.capacity
-        n[1] += c.down
+    up, drained = CAPACITY_STATES
+    with connection.cursor() as cur:
+        cur.execute(_pools_sql(), [up, drained, NodeState.DOWN, at])
+        rows = cur.fetchall()
     out: dict[str, PoolNow] = {}
-    for kind, c in first.items():
-        gt = c.gpu_type
-        mem = c.max_mem if c.max_mem is not None else gt.host_mem_gb
+    counts: dict[str, list[int]] = {}
+    for kind, type_id, name, per_node, type_mem, max_mem, capacity, down, price in rows:
+        n = counts.setdefault(kind, [0, 0])
+        n[0] += capacity
+        n[1] += down
+        if kind not in out:
+            gt = GpuType(id=type_id, name=name, gpus_per_node=per_node, host_mem_gb=type_mem)
+            gt._state.adding = False
+            mem = float(max_mem if max_mem is not None else type_mem)
+            limits = PoolLimits(name, per_node, mem, 0, 0)
+            out[kind] = PoolNow(gt, limits, price if price is not None else Decimal("0"))
+    for kind, pool in out.items():
         nodes, down = counts[kind]
-        limits = PoolLimits(gt.name, gt.gpus_per_node, float(mem), nodes, down)
-        out[kind] = PoolNow(gt, limits, c.price if c.price is not None else Decimal("0"))
+        out[kind] = PoolNow(
+            pool.gpu_type,
+            pool.limits._replace(nodes=nodes, nodes_down=down),
+            pool.price_per_gpu_hour,
+        )
     return out
 
 
