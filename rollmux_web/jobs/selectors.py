@@ -491,7 +491,7 @@ def pools_now(*, at: datetime | None = None) -> dict[str, PoolNow]:
         n[1] += down
         if kind not in out:
             gt = GpuType(id=type_id, name=name, gpus_per_node=per_node, host_mem_gb=type_mem)
-            gt._state.adding = False
+            gt._state.adding, gt._state.db = False, connection.alias  # as the ORM loads it
             mem = float(max_mem if max_mem is not None else type_mem)
             limits = PoolLimits(name, per_node, mem, 0, 0)
             out[kind] = PoolNow(gt, limits, price if price is not None else Decimal("0"))
