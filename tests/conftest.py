@@ -40,6 +40,15 @@ def _fast_password_hashing(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _no_moves(settings: Any) -> None:
+    """Run without live moves (consolidation on departure, drift re-plan) unless a test
+    turns them on (tests/workers/test_moves.py does): a test of something else that counts
+    a job's placements or attempts would otherwise see the planner move a lone survivor."""
+    settings.ROLLMUX_CONSOLIDATION = False
+    settings.ROLLMUX_DRIFT_REPLAN = False
+
+
+@pytest.fixture(autouse=True)
 def _fresh_rate_limits() -> None:
     """Start each test with empty rate-limit counters (the cache: per process in tests), so
     the anonymous limit on the token endpoint counts one test's requests, not the run's."""

@@ -72,6 +72,10 @@ def _worker_env(ray_address: str, settings: Any) -> dict[str, str]:
         ROLLMUX_RAY_ADDRESS=ray_address,
         ROLLMUX_CHECKPOINT_DIR=settings.ROLLMUX_CHECKPOINT_DIR,
         ROLLMUX_DISPATCHER="ray",
+        # the worker process reads its settings from here: no live moves, as in-process
+        # (a move is a new placement: attempts would count it)
+        ROLLMUX_CONSOLIDATION=str(settings.ROLLMUX_CONSOLIDATION).lower(),
+        ROLLMUX_DRIFT_REPLAN=str(settings.ROLLMUX_DRIFT_REPLAN).lower(),
     )
     return env
 

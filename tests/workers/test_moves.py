@@ -30,6 +30,14 @@ from workers import triggers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+
+@pytest.fixture(autouse=True)
+def _moves_on(settings: Any) -> None:
+    """Moves on, as deployed (the tests' conftest turns them off for everything else)."""
+    settings.ROLLMUX_CONSOLIDATION = True
+    settings.ROLLMUX_DRIFT_REPLAN = True
+
+
 # Emulated at 200x: a 100 s phase sleeps 0.5 s, so the control plane's few milliseconds
 # per switch stay a few profile seconds (the SLOs below are on profile seconds).
 SCALE = 200.0

@@ -113,6 +113,9 @@ def test_a_killed_controller_and_a_redis_outage_cost_nothing(tmp_path: Path) -> 
         "ROLLMUX_PORT": str(WEB_PORT),
         "ROLLMUX_SEED_ARGS": "--no-jobs",
         "ROLLMUX_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        # no live moves (a move is a new placement: the attempts below would count it)
+        "ROLLMUX_CONSOLIDATION": "false",
+        "ROLLMUX_DRIFT_REPLAN": "false",
     }
     log = tmp_path / "run.log"
     run = subprocess.Popen(
