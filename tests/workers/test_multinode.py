@@ -56,17 +56,29 @@ def assert_no_node_ran_two_phases_at_once(phases: list[PhaseRecord]) -> None:
 def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_weights(
     multinode_world: Any, multinode_workflow: Any, multinode_cluster: MultiNode, api_client: Any
 ) -> None:
+    # durations the planner packs three of into one group whatever its levers (a new
+    # group, rollout scaling onto the second H20 node, direct packing; the planner's own
+    # choice: a rollout-heavy job alone is cheaper co-located, twins saturate a group)
+    fixed = {"t_roll_min_s": 100.0, "t_roll_max_s": 100.0, "t_train_min_s": 60.0}
     jobs = [
-        job(multinode_world, f"m{i}", iterations=3, slo_class=multinode_world.bronze)
+        job(multinode_world, f"m{i}", iterations=3, slo_class=multinode_world.bronze,
+            t_train_max_s=60.0, **fixed)
         for i in range(3)
-    ]
+    ]  # fmt: skip
     ids = [j.pk for j in jobs]
     triggers.request_planning()
     wait_all_done(ids, timeout=120)
     statuses = dict(Job.objects.filter(pk__in=ids).values_list("pk", "status"))
     assert set(statuses.values()) == {JobStatus.COMPLETED}, Job.objects.values("reason")
-    groups = set(Placement.objects.filter(job_id__in=ids).values_list("group_id", flat=True))
-    assert len(groups) == 1, "the three jobs share one co-execution group"
+    # (admitted together; a survivor may move later, when a member's departure makes that
+    # cheaper: consolidation, its placement ended 'moved')
+    first = Placement.objects.filter(job_id__in=ids, attempt=1)
+    groups = set(first.values_list("group_id", flat=True))
+    assert len(groups) == 1, list(
+        Placement.objects.filter(job_id__in=ids).values_list(
+            "job_id", "attempt", "group_id", "strategy", "end_reason", "created_at"
+        )
+    )  # the three jobs share one co-execution group
     phases = list(PhaseRecord.objects.filter(job_id__in=ids))
     assert all(p.state == PhaseState.SUCCEEDED for p in phases)
     assert_ran_where_pinned(phases, multinode_cluster)
