@@ -186,7 +186,16 @@ def test_form_submit_shows_a_cross_field_error_next_to_another_fields_error(
         assert wording in after_submit
         # the same list, word for word, that inline validation shows under the field
         inline = c.post(f"/jobs/new/validate/?field={name}", data, **HTMX).content.decode()
-        assert inline.strip() == after_submit
+        # (a phase time's check also refreshes the other phase times' errors out of band)
+        own = inline.split('<div id="err-', 1)[0]
+        assert own.strip() == after_submit
+        for other, wording_other in (
+            ("t_roll_min_s", "Must be at most t_roll_max_s"),
+            ("t_train_min_s", "Must be greater than 0"),
+        ):
+            if other != name:  # the out-of-band refresh shows the other field's error too
+                oob = inline.split(f'<div id="err-{other}" hx-swap-oob="innerHTML">', 1)[1]
+                assert wording_other in oob.split("</div>", 1)[0]
     assert Job.objects.count() == 0
 
 
