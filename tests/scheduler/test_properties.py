@@ -518,7 +518,7 @@ def test_plan_meta_iteration_predicts_the_runtime_with_worst_case_durations(
     members = [m for m, _ in plan.members]
     rt = GroupRuntime("g", switch_overhead_s=overhead)
     for m in members:
-        rt.admit(m, iterations=60)
+        rt.admit(m, iterations=120)  # (a transient can outlast 36 iterations: seed 7)
     by_id = {m.job.id: m.job for m in members}
     segs = drive(
         rt, lambda p: by_id[p.job_id].phase_max_s(p.kind) + (overhead if p.switch else 0.0)
@@ -532,7 +532,7 @@ def test_plan_meta_iteration_predicts_the_runtime_with_worst_case_durations(
     mi = plan_meta_iteration(group, switch_overhead_s=overhead)
     floor = max(mi.t_cycle, mi.t_load)
     for m in members:
-        # The runtime's long-run pace (last 24 of 60 iterations) is the plan's.
+        # The runtime's long-run pace (last 24 of 120 iterations) is the plan's.
         ends = sorted(s.end for s in segs if s.job_id == m.job.id and s.kind is T)
         measured = (ends[-1] - ends[-25]) / 24
         assert mi.iteration_time[m.job.id] == pytest.approx(measured, rel=1e-6)
