@@ -8,6 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
@@ -246,7 +247,9 @@ def jobs_drift(jobs: list[Job]) -> dict[int, list[Drift]]:
             for kind, worst in (("rollout", t.t_roll_max_s), ("train", t.t_train_max_s)):
                 d = recent.get((job.pk, kind), [])
                 mean = sum(d) / len(d) * scale if len(d) >= DRIFT_WINDOW else 0.0
-                if mean > worst:
+                # beyond the tolerance the controller's marking and the re-plan use
+                # (dispatch overhead alone puts a just-profiled job's mean above its max)
+                if mean > worst * (1.0 + settings.ROLLMUX_DRIFT_TOLERANCE):
                     drifts.append(Drift(kind, mean, worst, len(d)))
         out[job.pk] = drifts
         job.drift_list = drifts  # type: ignore[attr-defined]

@@ -41,3 +41,22 @@ def test_the_drift_alert_is_shown_while_the_job_runs_only(
     assert ('id="job-drift"' in html) is alert
     assert ('id="job-drift-past"' in html) is note
     assert "rollout: mean 1200.0 s over its last 3 phases, above its worst case 600.0 s" in html
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("roll_min", "drifting"), [(10.5, False), (11.5, True)])
+def test_drift_needs_more_than_the_tolerance_above_the_worst_case(
+    world: Any, roll_min: float, drifting: bool
+) -> None:
+    # QA: a just-profiled job (min = max = its one profile) was flagged at +0.04 % from its
+    # dispatch overhead. Rollout at most 600 s (10 min); ROLLMUX_DRIFT_TOLERANCE is 10 %.
+    from rollmux_web.jobs.selectors import job_drift
+
+    job = make_job(world, name="near", status=JobStatus.RUNNING, iterations=3)
+    g = make_group(created=T0)
+    pl = place(g, job, rollout=["h20-0"], train=["h800-0"], joined=T0)
+    alternate(
+        pl, start=T0, iterations=3, roll_min=roll_min, train_min=5,
+        roll_nodes=["h20-0"], train_nodes=["h800-0"],
+    )  # fmt: skip
+    assert [d.kind for d in job_drift(job=job)] == (["rollout"] if drifting else [])
