@@ -31,6 +31,13 @@ from workers.runners.emulated import phase_duration
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.ray, pytest.mark.celery]
 FACTOR = 1.5  # the training type's rollout speed factor of this cluster
+# Durations for which co-located is the cheapest placement whatever the objective: alone on
+# one H800 node (2 x $5.28/h) an iteration takes 1.5 x 40 + 120 = 180 s, in a new group
+# of an H20 and an H800 node (2 x $1.85 + 2 x $5.28/h) 160 s: $0.53 against $0.63. (A
+# rollout-heavy job, 120 + 40 s, is cheaper in a new group at this factor: $0.65 vs $0.63.)
+TRAINING_HEAVY = {
+    "t_roll_min_s": 30.0, "t_roll_max_s": 40.0, "t_train_min_s": 100.0, "t_train_max_s": 120.0,
+}  # fmt: skip
 
 
 def test_a_job_placed_colocated_runs_both_phases_on_its_training_node_and_completes(
@@ -46,7 +53,7 @@ def test_a_job_placed_colocated_runs_both_phases_on_its_training_node_and_comple
         make_job(
             multinode_world, name=f"c{i}", iterations=4, slo_class=multinode_world.bronze,
             rollout_gpus=GPUS_PER_NODE, train_gpus=GPUS_PER_NODE, model="Qwen2.5-7B",
-            host_mem_gb=100.0,
+            host_mem_gb=100.0, **TRAINING_HEAVY,
         )
         for i in range(2)
     ]  # fmt: skip
