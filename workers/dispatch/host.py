@@ -7,7 +7,7 @@ run), the phase events it publishes to the broker itself, and the outcome of a f
 runner raised) or `lost: ...` (a worker or its node died).
 
 `JobHost` runs a single-object runner in this process: the in-process dispatcher's host.
-The Ray dispatcher's host (`ray_dispatcher.JobCoordinator`) drives one worker per GPU of
+The Ray dispatcher's host (`ray_coordinator.JobCoordinator`) drives one worker per GPU of
 the job's nodes instead. Neither imports Django; this module does not import Ray.
 """
 

@@ -1,6 +1,6 @@
 """One worker of a job on Ray: one side of its runner on one GPU of one node.
 
-The job's coordinator (`ray_dispatcher.JobCoordinator`) creates one `PoolWorker` per GPU
+The job's coordinator (`ray_coordinator.JobCoordinator`) creates one `PoolWorker` per GPU
 of each of the job's nodes: rollout workers on its rollout nodes, trainers on its
 training nodes. A worker keeps its side's state resident in that node's host memory
 between phases (`offload` after each call, `reload` before the next). Data moves between
@@ -9,7 +9,7 @@ rollout worker and fetched by each trainer; the weights go the other way in the 
 (`send_shards` -> `receive_shard` -> `assemble`, the paper's topology-aware sync).
 
 This module does not import Ray: the object-store calls (`_put`, `_get`, `_where`) are
-supplied by the Ray actor class in `ray_dispatcher`. Object refs travel nested in lists,
+supplied by the Ray actor class in `ray_coordinator`. Object refs travel nested in lists,
 so Ray hands them over as refs (the receiver fetches them itself) instead of resolving them.
 """
 
