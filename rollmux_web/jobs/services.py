@@ -103,8 +103,9 @@ def quota_refusal(*, user: Any, spec: dict[str, Any], now: datetime | None = Non
 QUOTAS_PAGE = "/quotas/"  # where a refusal sends the user: each quota next to its usage
 
 
-def _gpus_would_free(*, tenant: Tenant, usage: QuotaUsage, ask: int) -> str:
-    """Return what would let a job asking for `ask` GPUs past a full GPU cap run."""
+def _gpus_would_free(*, tenant: Tenant, usage: QuotaUsage, ask: int, job: int | None) -> str:
+    """Return what would let a job asking for `ask` GPUs past a full GPU cap run (`job`:
+    the job asking, when it is already inserted, left out of the live jobs)."""
     cap, gt = usage.quota.max_gpus or 0, usage.quota.gpu_type.name
     if ask > cap:
         return (
@@ -120,7 +121,7 @@ def _gpus_would_free(*, tenant: Tenant, usage: QuotaUsage, ask: int) -> str:
     enough = sorted(
         (n, j.pk, j.name)
         for j in live
-        if (n := sum(getattr(j, gpus_of[k]) for k in usage.pool_kinds)) >= over
+        if j.pk != job and (n := sum(getattr(j, gpus_of[k]) for k in usage.pool_kinds)) >= over
     )
     example = f", e.g. #{enough[0][1]} {enough[0][2]} with {enough[0][0]}" if enough else ""
     return (
@@ -150,20 +151,24 @@ def _check_quotas(
     lock: bool = True,
     caps: bool = True,
     pools: dict[str, PoolNow] | None = None,
+    job: int | None = None,
 ) -> None:
     """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant.
 
     The usage comes from quotas.selectors.quota_usage, the function /quotas/ shows, so a
     refusal and the page give the same numbers; each refusal ends with what would free it.
-    It locks the tenant's quota rows first, so two concurrent submissions of one tenant
-    cannot both pass the "at once" check. The budgets need the worst-case phase times: a
+    With `lock` it locks the tenant's capped quota rows before it counts the live jobs, so
+    two concurrent submissions of one tenant cannot both pass the "at once" check; a
+    submission calls it last, after inserting its job (`job`, left out of the count) and
+    audit entry, so the lock is held for the count and the commit only. The budgets need
+    the worst-case phase times: a
     job to be profiled has none yet, and `budget_refusal` checks it once it has.
     `caps=False` checks the budgets alone (the job is live already and counted in them).
     """
     gpus = {"rollout": spec["rollout_gpus"], "train": spec["train_gpus"]}
     t_max = {"rollout": spec.get("t_roll_max_s"), "train": spec.get("t_train_max_s")}
     budgets = None not in t_max.values()
-    for usage in quota_usage(tenants=[tenant], now=now, lock=lock, pools=pools):
+    for usage in quota_usage(tenants=[tenant], now=now, lock=lock, pools=pools, exclude_job=job):
         kinds = usage.pool_kinds  # the pools of this quota's GPU type
         if not kinds:
             continue
@@ -176,7 +181,7 @@ def _check_quotas(
                 f"quota: {tenant.name} may use at most {quota.max_gpus} {gt.name} GPUs at "
                 f"once; its live jobs (profiling, queued, placed or running) request "
                 f"{usage.gpus_requested}; this job asks for {ask_gpus}. "
-                + _gpus_would_free(tenant=tenant, usage=usage, ask=ask_gpus)
+                + _gpus_would_free(tenant=tenant, usage=usage, ask=ask_gpus, job=job)
             )
             raise JobRejected("quota_exceeded", msg, {field_name: [msg]}, 403)
         if not budgets:
@@ -257,8 +262,13 @@ def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = Non
 def _submit(
     *, user: Any, data: dict[str, Any], channel: str, now: datetime, pools: dict[str, PoolNow]
 ) -> Job:
-    """Write the job and its audit entry after the quota checks (in the caller's transaction)."""
-    _check_quotas(tenant=data["tenant"], spec=data, now=now, pools=pools)
+    """Write the job and its audit entry, then check the quotas (in the caller's transaction:
+    a refusal rolls both back).
+
+    The checks come last so that the lock they take on the tenant's capped quota rows is
+    held for the live count and the commit only, not for the inserts too (workers/README.md
+    "Locking"): the tenant's concurrent submissions queue on it for that long.
+    """
     declared = data.get("t_roll_max_s") is not None
     job = Job.objects.create(
         **{name: data.get(name) for name in SPEC_FIELDS},
@@ -276,6 +286,7 @@ def _submit(
         tenant=job.tenant.name,
         after={**_audit_view(job), "channel": channel},
     )
+    _check_quotas(tenant=data["tenant"], spec=data, now=now, pools=pools, job=job.pk)
     tenant_name = job.tenant.name
     transaction.on_commit(lambda: metrics.SUBMISSIONS.labels(tenant_name, channel).inc())
     transaction.on_commit(ports.request_planning)

@@ -9,6 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.db import connection
 from django.db.models import DateTimeField, F, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Greatest
 
@@ -128,24 +129,26 @@ def quota_usage(
     now: datetime,
     lock: bool = False,
     pools: dict[str, PoolNow] | None = None,
+    exclude_job: int | None = None,
 ) -> list[QuotaUsage]:
     """Return every quota of the tenants with its usage now and this month.
 
     The one source of these numbers: job submission refuses with them and /quotas/ shows
     them, so a page and a refusal never disagree.
 
-    With `lock` (inside the caller's transaction, which then inserts the job and commits)
-    the rows of the quotas with a GPU cap are locked (FOR UPDATE OF the quota only, in one
-    order) just before the live jobs are counted, so two submissions of one tenant cannot
-    both pass the "at once" check, and the lock is held only for that count, the job's
-    insert and the commit: everything else here (prices, the month's usage) is read before
-    it, and a tenant without a GPU cap takes no lock at all. Budgets need no lock: the
-    month's usage comes from phase records, which submissions do not write (and with `lock`
-    it is not read when no quota has a monthly limit). `pools` is a `pools_now()` read the
-    caller has already made (a submission: the one its field checks used).
+    With `lock` (a submission, inside its transaction, after it inserted its job and audit
+    entry: `exclude_job` is that job, left out of the live count) the rows of the quotas
+    with a GPU cap are locked (FOR UPDATE OF the quota only, in one order) just before the
+    live jobs are counted, so two submissions of one tenant cannot both pass the "at once"
+    check, and the lock is held only for that count, the checks and the commit (no other
+    statement: everything else here, the prices, the month's usage, is read before it, and
+    the inserts are made before it too); a tenant without a GPU cap takes no lock at all.
+    Budgets need no lock: the month's usage comes from phase records, which submissions do
+    not write (and with `lock` it is not read when no quota has a monthly limit). `pools`
+    is a `pools_now()` read the caller has already made (a submission: the one its field
+    checks used).
     """
-    from rollmux_web.jobs.models import Job
-    from rollmux_web.jobs.selectors import ACTIVE_STATUSES, pool_prices
+    from rollmux_web.jobs.selectors import pool_prices
 
     # 1. the quota rows (read, not locked yet)
     qs = Quota.objects.select_related("tenant", "gpu_type").filter(tenant__in=tenants)
@@ -169,26 +172,17 @@ def quota_usage(
         busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now) if budgeted or not lock else {}
     )
     # 4. lock the capped quotas (by primary key: every submission locks in the same order,
-    # so two cannot deadlock), re-reading their caps: an admin may have changed one
+    # so two cannot deadlock), re-reading their caps (an admin may have changed one), and
+    # 5. count the GPUs requested by live jobs, per tenant and pool kind, after the lock:
+    # that read sees every job an earlier holder of the lock committed
     capped = sorted(q.pk for q in quotas if q.max_gpus is not None)
     if lock and capped:
-        caps = dict(
-            Quota.objects.select_for_update(of=("self",))
-            .filter(pk__in=capped)
-            .order_by("pk")
-            .values_list("pk", "max_gpus")
-        )
+        caps, live = _lock_and_count(capped, tenant_ids, exclude_job)
         for q in quotas:
             if q.pk in caps:
                 q.max_gpus = caps[q.pk]
-    # 5. GPUs requested by live jobs, per tenant and pool kind (after the lock: this read
-    # sees every job that an earlier holder of the lock committed)
-    live = {
-        row["tenant_id"]: {"rollout": row["rollout"] or 0, "train": row["train"] or 0}
-        for row in Job.objects.filter(tenant_id__in=tenant_ids, status__in=ACTIVE_STATUSES)
-        .values("tenant_id")
-        .annotate(rollout=Sum("rollout_gpus"), train=Sum("train_gpus"))
-    }
+    else:
+        live = _live_gpus(tenant_ids, exclude_job)
     out = []
     for q in quotas:
         pool_kinds = tuple(kinds.get(q.gpu_type_id, ()))
@@ -207,6 +201,63 @@ def quota_usage(
             )
         )
     return out
+
+
+def _live_jobs(tenant_ids: Iterable[int], exclude_job: int | None) -> QuerySet[Any]:
+    from rollmux_web.jobs.models import Job
+    from rollmux_web.jobs.selectors import ACTIVE_STATUSES
+
+    qs = Job.objects.filter(tenant_id__in=list(tenant_ids), status__in=ACTIVE_STATUSES)
+    return qs.exclude(pk=exclude_job) if exclude_job is not None else qs
+
+
+def _live_gpus(tenant_ids: Iterable[int], exclude_job: int | None) -> dict[int, dict[str, int]]:
+    """Return the GPUs the tenants' live jobs request, per tenant id and pool kind."""
+    return {
+        row["tenant_id"]: {"rollout": row["rollout"] or 0, "train": row["train"] or 0}
+        for row in _live_jobs(tenant_ids, exclude_job)
+        .values("tenant_id")
+        .annotate(rollout=Sum("rollout_gpus"), train=Sum("train_gpus"))
+    }
+
+
+def _lock_and_count(
+    capped: list[int], tenant_ids: Iterable[int], exclude_job: int | None
+) -> tuple[dict[int, int | None], dict[int, dict[str, int]]]:
+    """Lock the quota rows `capped` (FOR UPDATE, primary-key order) and return their caps
+    as they are now and `_live_gpus` read after the lock was granted.
+
+    On PostgreSQL in one round trip: the lock and the count are two statements of one
+    query string (Django's psycopg cursor binds client-side, so the string goes out as one
+    simple query). Each statement of it takes its own snapshot, so the count, which starts
+    once the lock is granted, sees every job committed by the lock's previous holder (one
+    statement locking and counting would count from the snapshot taken before it waited).
+    The lock is then held for this round trip and the commit only, no Python in between
+    but the checks: the tenant's other submissions queue on it for that long.
+    """
+    lock_qs = (
+        Quota.objects.select_for_update(of=("self",))
+        .filter(pk__in=capped)
+        .order_by("pk")
+        .values_list("pk", "max_gpus")
+    )
+    count_qs = (
+        _live_jobs(tenant_ids, exclude_job)
+        .order_by()
+        .values("tenant_id")
+        .annotate(rollout=Sum("rollout_gpus"), train=Sum("train_gpus"))
+        .values_list("tenant_id", "rollout", "train")
+    )
+    if connection.vendor != "postgresql":
+        return dict(lock_qs), _live_gpus(tenant_ids, exclude_job)
+    lock_sql, lock_params = lock_qs.query.sql_with_params()
+    count_sql, count_params = count_qs.query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(f"{lock_sql}; {count_sql}", [*lock_params, *count_params])
+        caps = {int(pk): cap for pk, cap in cur.fetchall()}
+        cur.nextset()
+        live = {int(t): {"rollout": r or 0, "train": n or 0} for t, r, n in cur.fetchall()}
+    return caps, live
 
 
 def quota_usage_list(*, user: Any, now: datetime) -> list[QuotaUsage]:

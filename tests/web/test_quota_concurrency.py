@@ -159,3 +159,65 @@ def test_concurrent_submissions_and_planning_passes_never_surface_a_deadlock(wor
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors
     assert Job.objects.filter(name__startswith="mix-").count() == 24
+
+
+def test_a_submission_waits_for_the_quota_lock_only_after_its_inserts(world: Any) -> None:
+    # The lock on the tenant's capped quota rows is taken last, in the same round trip as the
+    # live count, so the tenant's other submissions queue on it for that count and the commit
+    # only (before: from the lock through the job's and the audit entry's inserts).
+    quota = Quota.objects.create(tenant=world.vision, gpu_type=world.h20, max_gpus=800)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction.atomic():
+            Quota.objects.select_for_update().get(pk=quota.pk)
+            holding.set()
+            release.wait(20)
+        connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(10)
+    result: list[Any] = []
+    submitter = threading.Thread(
+        target=lambda: result.extend(
+            _in_threads(1, lambda i: job_submit(user=world.alice, spec=job_spec(), channel="t"))
+        )
+    )
+    submitter.start()
+    try:
+        waiting = _waiting_on_quota_lock()
+    finally:
+        release.set()
+        holder.join(20)
+        submitter.join(20)
+    assert waiting is not None, "the submission never waited for the quota lock"
+    pid, query, relations = waiting
+    assert "FOR UPDATE" in query and "SUM(" in query, query  # the lock and the count: one query
+    assert {"jobs_job", "audit_auditentry"} <= relations  # inserted before the lock
+    assert isinstance(result[0], Job), result
+
+
+def _waiting_on_quota_lock() -> tuple[int, str, set[str]] | None:
+    """Return (pid, query, tables it holds RowExclusiveLock on) of the backend waiting on a
+    lock with a query on quotas_quota, within 10 s, or None."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT pid, query FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s AND datname = current_database()",
+                ['%"quotas_quota"%'],
+            )
+            row = cur.fetchone()
+            if row is not None:
+                cur.execute(
+                    "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                    " WHERE l.pid = %s AND l.mode = 'RowExclusiveLock' AND l.granted",
+                    [row[0]],
+                )
+                return int(row[0]), str(row[1]), {r[0] for r in cur.fetchall()}
+        time.sleep(0.05)
+    return None

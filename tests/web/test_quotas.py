@@ -332,13 +332,20 @@ def test_a_submission_through_the_api_costs_a_bounded_number_of_queries(api_as, 
         assert api.post("/api/v1/jobs/", job_spec(name="counted"), format="json").status_code == 201
     sql = [q["sql"] for q in ctx.captured_queries]
     listing = "\n".join(s[:120] for s in sql)
-    # 9 statements (token with user and profile; the pools with their limits and prices, read
-    # once for the field checks and the quotas; SLO class; tenant; quotas; the cap's lock;
-    # live GPUs; job; audit) and the test transaction's savepoint pair. It was 13 with the
-    # pools read four times and the runner allowlist read for a built-in runner, and 18 with
-    # a write of last_used_at per call.
-    assert len(sql) <= 11, listing
+    # 9 statements in 8 round trips (token with user and profile; the pools with their
+    # limits and prices, read once for the field checks and the quotas; SLO class; tenant;
+    # job; audit; quotas; the cap's lock and the live GPUs, one query string of two
+    # statements, last: the lock is held for it and the commit only) and the test
+    # transaction's savepoint pair. It was 13 with the pools read four times and the runner
+    # allowlist read for a built-in runner, and 18 with a write of last_used_at per call.
+    assert len(sql) <= 10, listing
     assert sum("inventory_cluster" in s for s in sql) == 1, listing  # the pools, once
     assert not any("inventory_runnerpackage" in s for s in sql)  # a built-in runner
     assert not any("workflow_phaserecord" in s for s in sql)  # no budget: no month's usage
     assert not any(s.startswith("UPDATE") for s in sql)
+    # the inserts come before the quota lock, and the lock and the count are one round trip
+    (lock,) = [i for i, s in enumerate(sql) if "FOR UPDATE" in s]
+    assert 'SUM("jobs_job"."rollout_gpus")' in sql[lock], listing
+    inserts = [i for i, s in enumerate(sql) if s.startswith("INSERT")]
+    assert len(inserts) == 2 and max(inserts) < lock, listing
+    assert all("SAVEPOINT" in s for s in sql[lock + 1 :]), listing  # then the commit
