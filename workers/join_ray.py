@@ -6,7 +6,7 @@ entry point in production (docker-compose.yml; see workers/README.md "Topologies
 The controller is a Ray driver on a node of its own, not a Ray Client: `ray.init(address=
 <GCS>)` needs a raylet on the driver's machine, so this starts one (`ray start`, no CPUs,
 no GPUs, label `rollmux.io/role=controller`: nothing is ever scheduled on it but the job
-coordinators, which prefer the controller's node) and then replaces itself with the
+coordinators, which run on the controller's node) and then replaces itself with the
 command. It imports no Ray itself (the `ray` CLI does the work).
 """
 

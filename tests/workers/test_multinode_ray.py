@@ -63,6 +63,28 @@ def dispatch(multinode_cluster: Any) -> Any:
     return run
 
 
+def test_coordinators_created_at_once_all_run_on_the_controllers_ray_node(
+    multinode_cluster: Any,
+) -> None:
+    # not on a GPU node: a coordinator there would die with that node, and its phase would
+    # end `lost: actor died` instead of naming the node (the fault test's placement `lost`)
+    import ray
+
+    from workers.dispatch.ray_dispatcher import RayDispatcher
+
+    dispatcher = RayDispatcher(address=multinode_cluster.address, on_report=lambda r: None)
+    orders = [order(20 + i, "emulated", ("h20-0",), ("h800-0",)) for i in range(6)]
+    handles = [dispatcher.coordinator(o) for o in orders]  # created at once, no phase yet
+    try:
+        nodes = [s["ray_node_id"] for s in ray.get([h.stats.remote() for h in handles])]
+    finally:
+        for o in orders:
+            dispatcher.kill(o.job_id, o.placement_id)
+    controller = ray.get_runtime_context().get_node_id()  # this process drives the cluster
+    gpu_nodes = {multinode_cluster.ray_node_id(n): n for n in multinode_cluster.nodes}
+    assert nodes == [controller] * len(orders), [gpu_nodes.get(n, n[:12]) for n in nodes]
+
+
 def test_a_runner_outside_the_allowlist_fails_with_a_load_error_and_is_never_imported(
     dispatch: Any,
 ) -> None:

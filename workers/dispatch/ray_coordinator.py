@@ -15,7 +15,7 @@ Where work runs (see workers/README.md "Placement on Ray nodes"):
   inventory node itself: all of a job's workers run on it.
 
 The coordinator (`JobCoordinator`, detached, named `job-<id>-p<placement>` in namespace
-"rollmux", placed on the controller's own Ray node when it can be) outlives the Celery worker
+"rollmux", on the controller's own Ray node: never a GPU node) outlives the Celery worker
 that created it, runs each phase on the workers of the phase's pool, moves the batches and
 weights between them through the object store (it passes object refs; the data goes actor
 to actor), writes no data itself, and publishes `phase_started`/`phase_finished` to the
@@ -654,6 +654,7 @@ class JobCoordinator(PhaseHost):
     def stats(self) -> dict[str, Any]:
         return {
             "pid": os.getpid(),
+            "ray_node_id": ray.get_runtime_context().get_node_id(),
             "phases": len(self.results),
             "workers": {
                 role: [

@@ -155,7 +155,8 @@ class RayDispatcher:
             except Exception:
                 log.exception("background dispatch failed")
 
-    def _actor(self, order: PhaseOrder) -> Any:
+    def coordinator(self, order: PhaseOrder) -> Any:
+        """Return the handle of the order's placement's coordinator, creating it once."""
         name = order.host_name
         with self._lock:
             handle = self._handles.get(name)
@@ -167,10 +168,12 @@ class RayDispatcher:
             lifetime="detached",
             get_if_exists=True,
             max_concurrency=4,  # `status` answers while a phase runs
-            # on the controller's own Ray node when it can (not a GPU node: it survives the
-            # loss of any of the job's nodes and reports it), anywhere else otherwise
+            # on the controller's own Ray node (not a GPU node: it survives the loss of any
+            # of the job's nodes and reports it as that node's death). Hard affinity: with
+            # a soft one Ray put most coordinators created at once on GPU nodes, and a
+            # killed GPU node then took a coordinator along (`lost: actor died`).
             scheduling_strategy=NodeAffinitySchedulingStrategy(
-                ray.get_runtime_context().get_node_id(), soft=True
+                ray.get_runtime_context().get_node_id(), soft=False
             ),
         ).remote(order.runner, order.context, order.checkpoint_dir)
         with self._lock:
@@ -274,7 +277,7 @@ class RayDispatcher:
                 report.group_id, report.job_id = order.group_id, order.job_id
                 self.on_report(report)
                 return
-            ref = self._actor(order).run_phase.remote(order.to_dict(), self.report)
+            ref = self.coordinator(order).run_phase.remote(order.to_dict(), self.report)
         except Exception as exc:
             self.on_report(PhaseReport(order.phase_id, f"lost: dispatch failed: {exc}"[:480]))
             return
