@@ -346,6 +346,10 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The Django fixup of Celery closes a worker's database connections after every task (a
+# new PostgreSQL connection per phase event, on the switch path); with this it does so every
+# that many tasks, and workers/connections.py closes what Django would (CONN_MAX_AGE, errors).
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000, minimum=0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_TASK_DEFAULT_QUEUE = "rollmux"

@@ -5,8 +5,9 @@ so web servers, Celery workers, management commands and the tests all get it):
 
 1. fill the web app's ports (`rollmux_web.workflow.ports`) with the dispatcher factory
    (ROLLMUX_DISPATCHER: the Ray dispatcher, or the in-process one) and the triggers;
-2. connect the Celery worker's start-up handlers: warm-up (`workers.warmup`) and the
-   worker's metrics exporter (`workers.metrics_exporter`);
+2. connect the Celery worker's handlers: warm-up (`workers.warmup`), the worker's metrics
+   exporter (`workers.metrics_exporter`) and its database connections kept across tasks
+   (`workers.connections`);
 3. in the embedded default (no Redis), let the web server process run work and its
    in-process beat.
 
@@ -23,7 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from rollmux_web.workflow import ports
-from workers import embedded, triggers, warmup
+from workers import connections, embedded, triggers, warmup
 from workers.dispatch import Dispatcher, PhaseReport
 
 SERVER_COMMANDS = ("runserver", "gunicorn", "uvicorn", "daphne")
@@ -41,6 +42,7 @@ def install() -> None:
     from workers import metrics_exporter  # noqa: F401  (its worker signal handlers connect)
 
     warmup.install(app)
+    connections.install()
     # Embedded default (no Redis, no beat process): the web server runs the safety-net
     # beat itself, so jobs left queued or running by a previous run get picked up.
     if any(cmd in arg for arg in sys.argv[:2] for cmd in SERVER_COMMANDS):
