@@ -47,6 +47,8 @@ class _Nothing:
 
     def node_state_changed(self, node_id: int) -> None: ...
 
+    def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
+
 
 def _seed(nodes: int, jobs: int) -> None:
     from rollmux_web.jobs.models import Job, JobStatus

@@ -21,6 +21,7 @@ from workers.dispatch import PhaseReport
 log = logging.getLogger(__name__)
 
 _replan = threading.Event()
+DRIFT_CHECK_RETRIES = 10  # x 0.5 s while planning passes hold the planner's lock
 
 
 @shared_task(name="workers.tasks.plan", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
@@ -66,6 +67,23 @@ def phase_tail_task(payload: dict[str, Any]) -> bool:
         group_id=int(payload["group_id"]),
         nodes=[str(n) for n in payload["nodes"]],
     )
+
+
+@shared_task(name="workers.tasks.drift_check", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
+def drift_check_task(self: Any, placement_id: int, iterations_done: int) -> str:
+    """Check a placement for drift at an iteration boundary (the drift re-plan); mark it to
+    move at its next boundary if the planner wants it elsewhere. A planning pass holding
+    the planner's lock: again in a moment (eager: the boundary checks instead)."""
+    eager = bool(self.request.is_eager)
+    last = self.request.retries >= DRIFT_CHECK_RETRIES
+    outcome = services.drift_check(
+        placement_id=int(placement_id),
+        iterations_done=int(iterations_done),
+        may_wait=not (eager or last),
+    )
+    if outcome == services.DRIFT_BUSY:
+        raise self.retry(countdown=0.5, max_retries=DRIFT_CHECK_RETRIES)
+    return outcome
 
 
 @shared_task(name="workers.tasks.cancel_job", acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]

@@ -56,6 +56,17 @@ def request_cancel(job_id: int) -> None:
     _send(lambda: cancel_job_task.delay(job_id), f"cancel of job {job_id}")
 
 
+def request_drift_check(placement_id: int, iterations_done: int) -> None:
+    """Ask whether a job drifts and should move (the drift re-plan's check, off the
+    controller's switch path: after the boundary's next phases were dispatched)."""
+    from workers.tasks import drift_check_task
+
+    _send(
+        lambda: drift_check_task.delay(placement_id, iterations_done),
+        f"drift check of placement {placement_id}",
+    )
+
+
 def node_state_changed(node_id: int) -> None:
     """React to a node going down/drained/up (resubmit jobs pinned to a down node)."""
     from workers.tasks import node_changed_task

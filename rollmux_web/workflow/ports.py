@@ -33,6 +33,7 @@ __all__ = [
     "node_state_changed",
     "override",
     "request_cancel",
+    "request_drift_check",
     "request_planning",
 ]
 
@@ -45,6 +46,8 @@ class Triggers(Protocol):
     def request_cancel(self, job_id: int) -> None: ...
 
     def node_state_changed(self, node_id: int) -> None: ...
+
+    def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -140,3 +143,8 @@ def request_cancel(job_id: int) -> None:
 def node_state_changed(node_id: int) -> None:
     """React to a node going down, drained or up."""
     _triggers().node_state_changed(node_id)
+
+
+def request_drift_check(placement_id: int, iterations_done: int) -> None:
+    """Ask for the drift re-plan's check of a placement at an iteration boundary."""
+    _triggers().request_drift_check(placement_id, iterations_done)

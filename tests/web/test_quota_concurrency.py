@@ -27,6 +27,8 @@ class _NoTriggers:
 
     def node_state_changed(self, node_id: int) -> None: ...
 
+    def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
+
 
 class _NoDispatch:
     """Accepts phase orders and runs nothing (these tests are about the database locks)."""

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.workflow import services
+from rollmux_web.workflow import ports, services
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
 from tests.workers.builders import Recorder, end_of, make_job
 from workers.dispatch import PhaseOrder
@@ -23,10 +23,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PHASE_END_QUERIES = 7
 
 
-def placed_pair(world: Any, recorder: Recorder) -> list[PhaseOrder]:
+def placed_pair(world: Any, recorder: Recorder, iterations: int = 2) -> list[PhaseOrder]:
     """Two jobs the planner packs into one group; return the first phases it dispatched."""
     for i in range(2):
-        make_job(world, name=f"j{i}", iterations=2)
+        make_job(world, name=f"j{i}", iterations=iterations)
     services.queue_plan()
     assert recorder.orders, "the planner started no phase"
     first = list(recorder.orders)
@@ -133,3 +133,57 @@ def test_a_failed_phase_resubmits_its_job(world: Any, recorder: Recorder, settin
     job = Job.objects.get(pk=order.job_id)
     assert job.status == JobStatus.QUEUED
     assert "boom" in job.reason
+
+
+class _Sequence(Recorder):
+    """Records the dispatches and the drift checks asked for, in the order they happen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []
+
+    def dispatch(self, order: PhaseOrder) -> None:
+        super().dispatch(order)
+        self.events.append(("dispatch", order.job_id))
+
+    def request_planning(self) -> None: ...
+
+    def request_cancel(self, job_id: int) -> None: ...
+
+    def node_state_changed(self, node_id: int) -> None: ...
+
+    def request_drift_check(self, placement_id: int, iterations_done: int) -> None:
+        self.events.append(("drift check", iterations_done))
+
+
+def test_a_training_end_asks_for_the_drift_check_after_the_dispatch(
+    world: Any, recorder: Recorder, settings: Any
+) -> None:
+    """Every WINDOW iterations the drift re-plan looks at the job's last phases: not in the
+    controller's transaction (no read of its phase records there), but in a task asked for
+    once the next phases are dispatched."""
+    from scheduler.sim.drift import WINDOW
+
+    settings.ROLLMUX_DRIFT_REPLAN = True
+    pending = placed_pair(world, recorder, iterations=WINDOW + 1)
+    job_id = pending[0].job_id
+    seq = _Sequence()
+    with ports.override(dispatcher=seq, triggers=seq):
+        while True:  # end the pair's phases in turn, to the job's WINDOW-th training
+            order = pending.pop(0)
+            if (order.job_id, order.kind, order.iteration) == (job_id, "train", WINDOW - 1):
+                break
+            services.phase_finish(end_of(order))
+            pending += seq.orders
+            seq.orders.clear()
+        seq.events.clear()
+        with CaptureQueriesContext(connection) as ctx:
+            assert services.phase_finish(end_of(order)) is True
+    reads = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("SELECT")]
+    assert not any('FROM "workflow_phaserecord"' in q for q in reads), reads
+    # the training end saves the job's iterations on top of a rollout end's statements
+    assert len(ctx.captured_queries) <= PHASE_END_QUERIES + 1, [
+        q["sql"][:80] for q in ctx.captured_queries
+    ]
+    assert seq.events[-1] == ("drift check", WINDOW)
+    assert ("dispatch", order.job_id) in seq.events[:-1]

@@ -14,6 +14,7 @@ The decision cycle, in the paper's words:
 | a job arrives, departs, a node changes: plan | `planning` | `queue_plan` (Algorithm 1 per queued job, by `scheduler.planner.place`) |
 | a phase ends (the runtime hook): next phases | `controller` | `phase_finish` (`GroupRuntime.finish` -> `start_ready`) |
 | a cancel, a node down: the job leaves | `departures` | `job_stop`, `node_down_resubmit` |
+| every few iterations, after the dispatch: is the job drifting, should it move? | `moves` | `drift_check` (the move itself: `at_iteration_boundary`, in `phase_finish`) |
 | a report lost, a host dead, an overrun | `reconcile` | `phases_watch` (overdue phases, every second), `phases_reconcile` (everything, every 15 s) |
 
 Helpers: `locks` (the row and advisory locks, the phase claim), `groups` (a group's
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from rollmux_web.workflow.services.controller import phase_finish, phase_start, phase_tail
 from rollmux_web.workflow.services.departures import job_stop, node_down_resubmit
+from rollmux_web.workflow.services.moves import DRIFT_BUSY, drift_check
 from rollmux_web.workflow.services.orders import (
     job_time_scale,
     order_for,
@@ -41,8 +43,10 @@ from rollmux_web.workflow.services.reconcile import (
 )
 
 __all__ = [
+    "DRIFT_BUSY",
     "PlanSummary",
     "ReconcileSummary",
+    "drift_check",
     "job_stop",
     "job_time_scale",
     "node_down_resubmit",

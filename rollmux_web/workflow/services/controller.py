@@ -130,6 +130,7 @@ def phase_finish(
         placements = open_placements(group)
         runtime = runtime_load(group)
         effects = Effects()
+        effects.schedule()  # first: on commit the dispatch runs before any event published
         try:
             finish: FinishResult | None = runtime.finish(str(phase.job_id), PhaseKind(phase.kind))
         except ValueError:
@@ -174,7 +175,6 @@ def phase_finish(
         if not effects.group_released:
             phases_start(group, runtime, now, effects, placements=placements)
             runtime_save(group, runtime)
-        effects.schedule()
         if effects.orders and report.finished_at is not None:
             ended = report.finished_at  # observed after the dispatch (on_commit runs in order)
             transaction.on_commit(lambda: metrics.observe_switch(ended))

@@ -1,9 +1,11 @@
-"""Side effects of a committed decision: dispatch, release, kill, ask for planning.
+"""Side effects of a committed decision: dispatch, release, kill, ask for planning, check
+for drift.
 
 A service collects them in an `Effects` while it decides, and `schedule()` runs them on
 commit through the ports (the dispatcher and the triggers the composition root set). A
 rolled-back transaction runs none; a failed effect never undoes a committed decision
-(`reconcile` repairs what it left undone).
+(`reconcile` repairs what it left undone). The dispatch comes first: what only books
+(a planning pass, a drift check) is asked for after the next phases are on their way.
 """
 
 from __future__ import annotations
@@ -30,29 +32,38 @@ class Effects:
     kills: list[tuple[int, int]] = field(default_factory=list)
     replan: bool = False
     group_released: bool = False  # a departure emptied the group
+    drift_checks: list[tuple[int, int]] = field(default_factory=list)  # (placement, iteration)
+    _scheduled: bool = field(default=False, repr=False)
 
     def schedule(self) -> None:
-        if not (self.orders or self.releases or self.kills or self.replan):
-            return
-        orders, releases, kills, replan = self.orders, self.releases, self.kills, self.replan
-        transaction.on_commit(lambda: run_effects(orders, releases, kills, replan))
+        """Run these effects when the transaction commits, as they are then (once: a later
+        call does nothing). The phase-end controller calls it first thing, so the dispatch
+        runs before the domain events its transaction publishes later (events.publish)."""
+        if not self._scheduled:
+            self._scheduled = True
+            transaction.on_commit(functools.partial(run_effects, self))
+
+    def empty(self) -> bool:
+        return not (self.orders or self.releases or self.kills or self.replan or self.drift_checks)
 
 
-def run_effects(
-    orders: list[PhaseOrder],
-    releases: list[tuple[int, int]],
-    kills: list[tuple[int, int]],
-    replan: bool,
-) -> None:
+def run_effects(effects: Effects) -> None:
+    if effects.empty():
+        return
     dispatcher = ports.dispatcher()
-    for job_id, placement_id in kills:
+    for job_id, placement_id in effects.kills:
         _safely(functools.partial(dispatcher.kill, job_id, placement_id), "kill host")
-    for job_id, placement_id in releases:
+    for job_id, placement_id in effects.releases:
         _safely(functools.partial(dispatcher.release, job_id, placement_id), "release host")
-    for order in orders:
+    for order in effects.orders:
         _safely(functools.partial(dispatcher.dispatch, order), f"dispatch phase {order.phase_id}")
-    if replan:
+    if effects.replan:
         ports.request_planning()
+    for placement_id, iterations_done in effects.drift_checks:
+        _safely(
+            functools.partial(ports.request_drift_check, placement_id, iterations_done),
+            f"drift check of placement {placement_id}",
+        )
 
 
 def _safely(fn: Callable[[], None], what: str) -> None:

@@ -15,11 +15,17 @@ One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
   re-checked with them (`still_holds`: scheduler.slo.check_group, admission's check).
   When a member's SLO no longer holds, the drifting job is resubmitted through
   Algorithm 1 with the learned estimates on the cluster without it, and moves out.
+  The check is `drift_check`, a task of its own that the controller asks for after it
+  dispatched the boundary's next phases (its query, the planner's snapshot and the
+  decision are not on the switch path); when it wants the move it marks the placement
+  (`move_requested` drift) and the move is made, re-decided, at the next boundary.
 
 A move happens in the controller's transaction of the mover's training end (its
 checkpoint of that iteration is written before the end is reported), at
 `at_iteration_boundary`:
 
+0. only a placement marked to move does any of this (a boundary of any other job asks
+   for its drift check, on commit, every WINDOW iterations, and nothing else);
 1. take the planner lock for the transaction (`locks.planner_try_lock`, never waits):
    no planning pass decides on a snapshot this move makes stale; a pass in progress
    means "not now": the request stays for the next boundary;
@@ -202,35 +208,98 @@ def at_iteration_boundary(
     module for its consolidation step, hence the parameter, not an import).
     """
     kind = placement.move_requested
-    learned: JobProfile | None = None
-    if settings.ROLLMUX_DRIFT_REPLAN and (
-        job.iterations_done % WINDOW == 0 or kind == MoveKind.DRIFT
-    ):
-        learned = _drift_learned(job, placement)
-        if learned is not None:
-            kind = kind or MoveKind.DRIFT
+    if settings.ROLLMUX_DRIFT_REPLAN and job.iterations_done % WINDOW == 0:
+        # after the dispatch (effects), in a task of its own: it reads only a placement
+        # still open and not marked (a move made or requested now comes first)
+        effects.drift_checks.append((placement.pk, job.iterations_done))
     if not kind:
         return False
+    learned: JobProfile | None = None
+    if kind == MoveKind.DRIFT:
+        if not settings.ROLLMUX_DRIFT_REPLAN:
+            return _clear_request(placement)
+        learned = _drift_learned(job, placement, job.iterations_done, found=True)
     if not planner_try_lock():
-        if kind == MoveKind.DRIFT and learned is not None:
-            Placement.objects.filter(pk=placement.pk).update(move_requested=MoveKind.DRIFT)
         return False  # a planning pass is deciding: try again at the next boundary
     state, progress = move_state()
     if learned is not None:
-        learned = _learn(job, placement, state, learned)
+        learned = _learned_member(job, state, learned)
+        _save_learned(job, learned)
     decided = _decide(kind, job, placement, state, progress, learned)
     if decided is None:
-        if placement.move_requested:
-            placement.move_requested = ""
-            Placement.objects.filter(pk=placement.pk).update(move_requested="")
-        return False
+        return _clear_request(placement)
     return _execute(decided, job, placement, runtime, now, effects, persist, stale)
 
 
-def _drift_learned(job: Job, placement: Placement) -> JobProfile | None:
-    """Return the job's profile learned from its last WINDOW iterations in this placement
-    when it drifts (scheduler.sim.drift.is_drifting, beyond ROLLMUX_DRIFT_TOLERANCE of its
-    worst case), else None. One query."""
+def _clear_request(placement: Placement) -> bool:
+    """The planner no longer wants the requested move: clear the request; return False."""
+    if placement.move_requested:
+        placement.move_requested = ""
+        Placement.objects.filter(pk=placement.pk).update(move_requested="")
+    return False
+
+
+# drift_check's outcomes
+DRIFT_NONE = "none"  # not drifting, or drifting and the group still holds (estimates learned)
+DRIFT_MARKED = "marked"  # the placement is marked: the job moves at its next boundary
+DRIFT_BUSY = "busy"  # a planning pass holds the planner's lock: ask again later
+DRIFT_GONE = "gone"  # the placement ended, is marked already, or it is no production run
+
+
+def drift_check(*, placement_id: int, iterations_done: int, may_wait: bool = True) -> str:
+    """The drift re-plan's check of a placement at the boundary of `iterations_done`
+    iterations (module docstring), off the switch path; safe to run twice.
+
+    Its last WINDOW iterations (one query): not drifting, nothing more. Drifting: under
+    the planner's lock (never waited for: DRIFT_BUSY when a pass holds it, if `may_wait`,
+    else the placement is marked and its boundary checks), on the planner's snapshot, the
+    job's estimates are replaced by the learned ones and, when a member's SLO no longer
+    holds and Algorithm 1 places the job elsewhere, the placement is marked to move at its
+    next iteration boundary, where the move is decided again on the cluster of then.
+    """
+    placement = (
+        Placement.objects.select_related("job")
+        .filter(pk=placement_id, ended_at__isnull=True, move_requested="")
+        .exclude(strategy=Strategy.PROFILE)
+        .first()
+    )
+    if placement is None or not settings.ROLLMUX_DRIFT_REPLAN:
+        return DRIFT_GONE
+    job = placement.job
+    learned = _drift_learned(job, placement, iterations_done)
+    if learned is None:
+        return DRIFT_NONE
+    with transaction.atomic():
+        if not planner_try_lock():
+            if may_wait:
+                return DRIFT_BUSY
+            return _mark(placement, MoveKind.DRIFT)  # its boundary looks again
+        state, progress = move_state()
+        member = _learned_member(job, state, learned)
+        decided = _decide(MoveKind.DRIFT, job, placement, state, progress, member)
+        _save_learned(job, learned)  # last: the job row is locked from here to the commit
+        if decided is None:
+            return DRIFT_NONE
+        return _mark(placement, MoveKind.DRIFT)
+
+
+def _mark(placement: Placement, kind: str) -> str:
+    n = Placement.objects.filter(pk=placement.pk, ended_at__isnull=True, move_requested="").update(
+        move_requested=kind
+    )
+    if n:
+        log.info("job %s: to move (%s) at its next iteration boundary", placement.job_id, kind)
+    return DRIFT_MARKED if n else DRIFT_GONE
+
+
+def _drift_learned(
+    job: Job, placement: Placement, upto: int, *, found: bool = False
+) -> JobProfile | None:
+    """Return the job's profile learned from its WINDOW iterations before `upto` in this
+    placement when it drifts (scheduler.sim.drift.is_drifting, beyond
+    ROLLMUX_DRIFT_TOLERANCE of its worst case), else None. One query. `found`: its drift
+    check found it drifting already (and its estimates may be the learned ones now): the
+    profile learned from the window, without asking again."""
     if not job.has_phase_times or placement.strategy == Strategy.PROFILE:
         return None
     rows = list(
@@ -238,8 +307,8 @@ def _drift_learned(job: Job, placement: Placement) -> JobProfile | None:
             placement=placement,
             state=PhaseState.SUCCEEDED,
             kind__in=("rollout", "train"),
-            iteration__gte=job.iterations_done - WINDOW,
-            iteration__lt=job.iterations_done,
+            iteration__gte=upto - WINDOW,
+            iteration__lt=upto,
             started_at__isnull=False,
             finished_at__isnull=False,
         ).values_list("kind", "iteration", "started_at", "finished_at", "metrics")
@@ -271,7 +340,7 @@ def _drift_learned(job: Job, placement: Placement) -> JobProfile | None:
         t_roll_max_s=profile.t_roll_max_s * tolerance,
         t_train_max_s=profile.t_train_max_s * tolerance,
     )
-    if not is_drifting(
+    if not found and not is_drifting(
         planned,
         recent_roll,
         recent_train,
@@ -279,15 +348,12 @@ def _drift_learned(job: Job, placement: Placement) -> JobProfile | None:
         mean_solo_s=(sum(recent_roll) + sum(recent_train)) / WINDOW,
     ):
         return None
-    return learned_profile(
-        profile, recent_roll, recent_train, remaining=job.iterations - job.iterations_done
-    )
+    return learned_profile(profile, recent_roll, recent_train, remaining=job.iterations - upto)
 
 
-def _learn(job: Job, placement: Placement, state: ClusterState, learned: JobProfile) -> JobProfile:
+def _save_learned(job: Job, learned: JobProfile) -> None:
     """Replace the job's estimates by the learned ones (duration_source `learned`; the
-    estimates they replace kept once, in prior_estimates); return the learned profile
-    as the planner's member (its identity from the snapshot)."""
+    estimates they replace kept once, in prior_estimates)."""
     if not job.prior_estimates:
         job.prior_estimates = dict(job.phase_times._asdict(), source=job.duration_source)
     job.t_roll_max_s, job.t_roll_min_s = learned.t_roll_max_s, learned.t_roll_min_s
@@ -304,6 +370,10 @@ def _learn(job: Job, placement: Placement, state: ClusterState, learned: JobProf
             "updated_at",
         ]
     )
+
+
+def _learned_member(job: Job, state: ClusterState, learned: JobProfile) -> JobProfile:
+    """Return the learned profile as the planner's member (its identity from the snapshot)."""
     member = next((m.job for g in state.groups for m in g.members if m.job.id == str(job.pk)), None)
     if member is None:
         return learned
