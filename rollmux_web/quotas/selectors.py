@@ -15,6 +15,7 @@ from django.db.models.functions import Coalesce, Greatest
 
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import visible_tenants
+from rollmux_web.inventory.models import GpuType
 from rollmux_web.quotas.models import Quota, SloClass
 
 if TYPE_CHECKING:
@@ -151,8 +152,11 @@ def quota_usage(
     from rollmux_web.jobs.selectors import pool_prices
 
     # 1. the quota rows (read, not locked yet)
-    qs = Quota.objects.select_related("tenant", "gpu_type").filter(tenant__in=tenants)
-    quotas = list(qs.order_by("tenant__name", "gpu_type__name"))
+    if isinstance(tenants, list | tuple) and connection.vendor == "postgresql":
+        quotas = _quotas_of(tenants)  # (a submission's path: SQL, not the ORM)
+    else:
+        qs = Quota.objects.select_related("tenant", "gpu_type").filter(tenant__in=tenants)
+        quotas = list(qs.order_by("tenant__name", "gpu_type__name"))
     if not quotas:
         return []
     tenant_ids = {q.tenant_id for q in quotas}
@@ -203,21 +207,52 @@ def quota_usage(
     return out
 
 
-def _live_jobs(tenant_ids: Iterable[int], exclude_job: int | None) -> QuerySet[Any]:
-    from rollmux_web.jobs.models import Job
-    from rollmux_web.jobs.selectors import ACTIVE_STATUSES
-
-    qs = Job.objects.filter(tenant_id__in=list(tenant_ids), status__in=ACTIVE_STATUSES)
-    return qs.exclude(pk=exclude_job) if exclude_job is not None else qs
+def _quotas_of(tenants: list[Tenant] | tuple[Tenant, ...]) -> list[Quota]:
+    """Return the quotas of `tenants` as `Quota.objects.select_related("tenant", "gpu_type")`
+    ordered by tenant and GPU type name loads them (the tenants are the objects given), in
+    SQL: building that queryset cost more than running it, on every submission's path
+    (tests/web/test_quota_usage.py checks the two agree)."""
+    by_id = {t.pk: t for t in tenants}
+    gpu_type_t = GpuType._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT q.id, q.tenant_id, q.max_gpus, q.monthly_gpu_hours, q.monthly_budget_usd,"
+            " g.id, g.name, g.gpus_per_node, g.host_mem_gb"
+            f" FROM {Quota._meta.db_table} q JOIN {gpu_type_t} g ON g.id = q.gpu_type_id"
+            " WHERE q.tenant_id = ANY(%s)",
+            [list(by_id)],
+        )
+        rows = cur.fetchall()
+    out = []
+    for pk, tenant_id, cap, hours, usd, type_id, name, per_node, mem in rows:
+        gt = GpuType(id=type_id, name=name, gpus_per_node=per_node, host_mem_gb=mem)
+        q = Quota(
+            id=pk,
+            tenant=by_id[tenant_id],
+            gpu_type=gt,
+            max_gpus=cap,
+            monthly_gpu_hours=hours,
+            monthly_budget_usd=usd,
+        )
+        for obj in (gt, q):
+            obj._state.adding, obj._state.db = False, connection.alias  # as the ORM loads it
+        out.append(q)
+    return sorted(out, key=lambda q: (q.tenant.name, q.gpu_type.name))
 
 
 def _live_gpus(tenant_ids: Iterable[int], exclude_job: int | None) -> dict[int, dict[str, int]]:
     """Return the GPUs the tenants' live jobs request, per tenant id and pool kind."""
+    from rollmux_web.jobs.models import Job
+    from rollmux_web.jobs.selectors import ACTIVE_STATUSES
+
+    qs = Job.objects.filter(tenant_id__in=list(tenant_ids), status__in=ACTIVE_STATUSES)
+    if exclude_job is not None:
+        qs = qs.exclude(pk=exclude_job)
     return {
         row["tenant_id"]: {"rollout": row["rollout"] or 0, "train": row["train"] or 0}
-        for row in _live_jobs(tenant_ids, exclude_job)
-        .values("tenant_id")
-        .annotate(rollout=Sum("rollout_gpus"), train=Sum("train_gpus"))
+        for row in qs.values("tenant_id").annotate(
+            rollout=Sum("rollout_gpus"), train=Sum("train_gpus")
+        )
     }
 
 
@@ -235,25 +270,24 @@ def _lock_and_count(
     The lock is then held for this round trip and the commit only, no Python in between
     but the checks: the tenant's other submissions queue on it for that long.
     """
-    lock_qs = (
-        Quota.objects.select_for_update(of=("self",))
-        .filter(pk__in=capped)
-        .order_by("pk")
-        .values_list("pk", "max_gpus")
-    )
-    count_qs = (
-        _live_jobs(tenant_ids, exclude_job)
-        .order_by()
-        .values("tenant_id")
-        .annotate(rollout=Sum("rollout_gpus"), train=Sum("train_gpus"))
-        .values_list("tenant_id", "rollout", "train")
-    )
+    from rollmux_web.jobs.models import Job
+    from rollmux_web.jobs.selectors import ACTIVE_STATUSES
+
     if connection.vendor != "postgresql":
-        return dict(lock_qs), _live_gpus(tenant_ids, exclude_job)
-    lock_sql, lock_params = lock_qs.query.sql_with_params()
-    count_sql, count_params = count_qs.query.sql_with_params()
+        caps = dict(
+            Quota.objects.select_for_update().filter(pk__in=capped).values_list("pk", "max_gpus")
+        )
+        return caps, _live_gpus(tenant_ids, exclude_job)
+    quota_t, job_t = Quota._meta.db_table, Job._meta.db_table
+    sql = (
+        f"SELECT id, max_gpus FROM {quota_t} WHERE id = ANY(%s) ORDER BY id FOR UPDATE;"
+        f" SELECT tenant_id, SUM(rollout_gpus), SUM(train_gpus) FROM {job_t}"
+        " WHERE tenant_id = ANY(%s) AND status = ANY(%s) AND id IS DISTINCT FROM %s"
+        " GROUP BY tenant_id"
+    )
     with connection.cursor() as cur:
-        cur.execute(f"{lock_sql}; {count_sql}", [*lock_params, *count_params])
+        statuses = [str(s) for s in ACTIVE_STATUSES]
+        cur.execute(sql, [capped, sorted(tenant_ids), statuses, exclude_job])
         caps = {int(pk): cap for pk, cap in cur.fetchall()}
         cur.nextset()
         live = {int(t): {"rollout": r or 0, "train": n or 0} for t, r, n in cur.fetchall()}

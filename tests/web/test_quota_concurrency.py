@@ -211,7 +211,7 @@ def _waiting_on_quota_lock() -> tuple[int, str, set[str]] | None:
             cur.execute(
                 "SELECT pid, query FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                 " AND query LIKE %s AND datname = current_database()",
-                ['%"quotas_quota"%'],
+                ["%quotas_quota%FOR UPDATE%"],
             )
             row = cur.fetchone()
             if row is not None:

@@ -86,6 +86,38 @@ def test_the_selector_counts_live_requests_and_this_months_phases(world: Any, bu
     assert rows["speech", "H800"].gpus_requested == 16
 
 
+def test_the_tenants_given_as_rows_or_as_a_queryset_read_the_same_quotas(
+    world: Any, busy: Any
+) -> None:
+    # A list of tenants (a submission's path) reads the quota rows in SQL; a queryset (the
+    # quota page) through the ORM: the same quotas, in the same order, with the same usage.
+    from rollmux_web.accounts.models import Tenant
+
+    def view(usages: list[Any]) -> list[tuple[Any, ...]]:
+        return [
+            (
+                u.quota.pk,
+                u.quota.tenant.name,
+                u.quota.gpu_type.name,
+                u.quota.gpu_type.gpus_per_node,
+                u.quota.gpu_type.host_mem_gb,
+                u.quota.max_gpus,
+                u.quota.monthly_gpu_hours,
+                u.quota.monthly_budget_usd,
+                u.pool_kinds,
+                u.gpus_requested,
+                u.gpu_hours_text,
+                u.usd_text,
+            )
+            for u in usages
+        ]
+
+    now = timezone.now()
+    rows = view(quota_usage(tenants=[world.speech, world.vision], now=now))
+    orm = view(quota_usage(tenants=Tenant.objects.filter(name__in=["vision", "speech"]), now=now))
+    assert rows == orm and len(rows) == 3
+
+
 def test_gpu_cap_refusal_and_the_quota_page_give_the_same_numbers(
     client_as: Any, world: Any, busy: Any
 ) -> None:
