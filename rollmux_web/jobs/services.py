@@ -7,13 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from rollmux_web import metrics
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.audit.services import audit_record
+from rollmux_web.jobs.caps import GPU_CAP_EXCEEDED, commit_within_gpu_caps
 from rollmux_web.jobs.models import TERMINAL_STATUSES, DurationSource, Job, JobStatus
 from rollmux_web.jobs.selectors import ACTIVE_STATUSES, PoolNow, job_get, pools_now
 from rollmux_web.jobs.serializers import JobSpecSerializer
@@ -152,8 +153,9 @@ def _check_quotas(
     caps: bool = True,
     pools: dict[str, PoolNow] | None = None,
     job: int | None = None,
-) -> None:
-    """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant.
+) -> list[QuotaUsage]:
+    """Refuse the job if it would exceed a GPU cap or a monthly budget of its tenant;
+    return the tenant's quotas with their usage.
 
     The usage comes from quotas.selectors.quota_usage, the function /quotas/ shows, so a
     refusal and the page give the same numbers; each refusal ends with what would free it.
@@ -163,12 +165,16 @@ def _check_quotas(
     audit entry, so the lock is held for the count and the commit only. The budgets need
     the worst-case phase times: a
     job to be profiled has none yet, and `budget_refusal` checks it once it has.
-    `caps=False` checks the budgets alone (the job is live already and counted in them).
+    `caps=False` checks the budgets alone (the job is live already and counted in them,
+    or a submission's commit checks the caps: `_submit`), and counts no live GPUs.
     """
     gpus = {"rollout": spec["rollout_gpus"], "train": spec["train_gpus"]}
     t_max = {"rollout": spec.get("t_roll_max_s"), "train": spec.get("t_train_max_s")}
     budgets = None not in t_max.values()
-    for usage in quota_usage(tenants=[tenant], now=now, lock=lock, pools=pools, exclude_job=job):
+    usages = quota_usage(
+        tenants=[tenant], now=now, lock=lock, pools=pools, exclude_job=job, count_live=caps
+    )
+    for usage in usages:
         kinds = usage.pool_kinds  # the pools of this quota's GPU type
         if not kinds:
             continue
@@ -220,6 +226,7 @@ def _check_quotas(
                     )
                 )
                 raise JobRejected("budget_exceeded", msg, {"non_field_errors": [msg]}, 403)
+    return usages
 
 
 def budget_refusal(*, job: Job, now: datetime | None = None) -> str:
@@ -253,21 +260,41 @@ def job_submit(*, user: Any, spec: Any, channel: str, now: datetime | None = Non
     now = now or timezone.now()
     pools = pools_now(at=now)  # one read of the pools for the field checks and the quotas
     data = validate_spec(user=user, spec=spec, pools=pools)
-    # a deadlock or serialisation failure reruns the whole write (never a 500)
-    return atomic_with_retry(
-        lambda: _submit(user=user, data=data, channel=channel, now=now, pools=pools)
+    # a deadlock or serialisation failure reruns the whole write (never a 500); a GPU cap
+    # its commit found exceeded reruns it with the check made here, to say by how much
+    write = lambda at_commit: _submit(  # noqa: E731
+        user=user, data=data, channel=channel, now=now, pools=pools, caps_at_commit=at_commit
     )
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        try:
+            return atomic_with_retry(lambda: write(True))
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != GPU_CAP_EXCEEDED:
+                raise
+    return atomic_with_retry(lambda: write(False))
 
 
 def _submit(
-    *, user: Any, data: dict[str, Any], channel: str, now: datetime, pools: dict[str, PoolNow]
+    *,
+    user: Any,
+    data: dict[str, Any],
+    channel: str,
+    now: datetime,
+    pools: dict[str, PoolNow],
+    caps_at_commit: bool,
 ) -> Job:
     """Write the job and its audit entry, then check the quotas (in the caller's transaction:
     a refusal rolls both back).
 
-    The checks come last so that the lock they take on the tenant's capped quota rows is
-    held for the live count and the commit only, not for the inserts too (workers/README.md
-    "Locking"): the tenant's concurrent submissions queue on it for that long.
+    The GPU caps are checked last, under a lock on the tenant's capped quota rows (two
+    submissions must not both take the last GPUs), so that the tenant's concurrent
+    submissions queue on that lock for as little as possible (workers/README.md
+    "Locking"): with `caps_at_commit` (the outermost transaction, on PostgreSQL) the
+    budgets are checked here and the caps by the commit itself, in one round trip
+    (jobs.caps.commit_within_gpu_caps, which raises GPU_CAP_EXCEEDED: the caller
+    then runs this again without it, for the refusal's numbers); otherwise the caps are
+    checked here after the lock and a count of the live jobs, and the lock is held for that
+    round trip, the checks and the commit.
     """
     declared = data.get("t_roll_max_s") is not None
     job = Job.objects.create(
@@ -286,10 +313,25 @@ def _submit(
         tenant=job.tenant.name,
         after={**_audit_view(job), "channel": channel},
     )
-    _check_quotas(tenant=data["tenant"], spec=data, now=now, pools=pools, job=job.pk)
+    usages = _check_quotas(
+        tenant=data["tenant"],
+        spec=data,
+        now=now,
+        lock=not caps_at_commit,
+        caps=not caps_at_commit,
+        pools=pools,
+        job=job.pk,
+    )
     tenant_name = job.tenant.name
     transaction.on_commit(lambda: metrics.SUBMISSIONS.labels(tenant_name, channel).inc())
     transaction.on_commit(ports.request_planning)
+    caps = [
+        (u.quota.pk, "rollout" in u.pool_kinds, "train" in u.pool_kinds)
+        for u in usages
+        if u.quota.max_gpus is not None and u.pool_kinds
+    ]
+    if caps_at_commit and caps:
+        commit_within_gpu_caps(caps=caps, live=tuple(str(s) for s in ACTIVE_STATUSES))
     return job
 
 

@@ -131,6 +131,7 @@ def quota_usage(
     lock: bool = False,
     pools: dict[str, PoolNow] | None = None,
     exclude_job: int | None = None,
+    count_live: bool = True,
 ) -> list[QuotaUsage]:
     """Return every quota of the tenants with its usage now and this month.
 
@@ -147,7 +148,8 @@ def quota_usage(
     Budgets need no lock: the month's usage comes from phase records, which submissions do
     not write (and with `lock` it is not read when no quota has a monthly limit). `pools`
     is a `pools_now()` read the caller has already made (a submission: the one its field
-    checks used).
+    checks used). `count_live=False` leaves `gpus_requested` at 0 and reads no live jobs
+    (a caller checking the budgets alone).
     """
     from rollmux_web.jobs.selectors import pool_prices
 
@@ -167,13 +169,16 @@ def quota_usage(
         if pool is not None:
             kinds[pool.gpu_type.pk].append(kind)
             price[pool.gpu_type.pk] = pool.price_per_gpu_hour
-    # 3. busy GPU-hours this month, per tenant and pool kind (for an admission, only when a
-    # quota has a monthly limit to check them against)
+    # 3. busy GPU-hours this month, per tenant and pool kind (for an admission, `lock` or
+    # `count_live=False`, only when a quota has a monthly limit to check them against)
     budgeted = any(
         q.monthly_gpu_hours is not None or q.monthly_budget_usd is not None for q in quotas
     )
+    admission = lock or not count_live
     month = (
-        busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now) if budgeted or not lock else {}
+        busy_gpu_hours_this_month(tenant_ids=tenant_ids, now=now)
+        if budgeted or not admission
+        else {}
     )
     # 4. lock the capped quotas (by primary key: every submission locks in the same order,
     # so two cannot deadlock), re-reading their caps (an admin may have changed one), and
@@ -186,7 +191,7 @@ def quota_usage(
             if q.pk in caps:
                 q.max_gpus = caps[q.pk]
     else:
-        live = _live_gpus(tenant_ids, exclude_job)
+        live = _live_gpus(tenant_ids, exclude_job) if count_live else {}
     out = []
     for q in quotas:
         pool_kinds = tuple(kinds.get(q.gpu_type_id, ()))

@@ -30,6 +30,14 @@ class _NoTriggers:
     def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
 
 
+class _CountingTriggers(_NoTriggers):
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def request_planning(self) -> None:
+        self.requests += 1
+
+
 class _NoDispatch:
     """Accepts phase orders and runs nothing (these tests are about the database locks)."""
 
@@ -164,9 +172,10 @@ def test_concurrent_submissions_and_planning_passes_never_surface_a_deadlock(wor
 
 
 def test_a_submission_waits_for_the_quota_lock_only_after_its_inserts(world: Any) -> None:
-    # The lock on the tenant's capped quota rows is taken last, in the same round trip as the
-    # live count, so the tenant's other submissions queue on it for that count and the commit
-    # only (before: from the lock through the job's and the audit entry's inserts).
+    # The lock on the tenant's capped quota rows is taken last, in the query string that
+    # counts the live GPUs, checks the cap and commits, so the tenant's other submissions
+    # queue on it for the server's work only (before: from the lock through the count, the
+    # job's and the audit entry's inserts, each a round trip, to the commit).
     quota = Quota.objects.create(tenant=world.vision, gpu_type=world.h20, max_gpus=800)
     holding, release = threading.Event(), threading.Event()
 
@@ -195,7 +204,8 @@ def test_a_submission_waits_for_the_quota_lock_only_after_its_inserts(world: Any
         submitter.join(20)
     assert waiting is not None, "the submission never waited for the quota lock"
     pid, query, relations = waiting
-    assert "FOR UPDATE" in query and "SUM(" in query, query  # the lock and the count: one query
+    # the lock, the count, the check and the commit: one query
+    assert "FOR UPDATE" in query and "SUM(" in query and query.endswith("COMMIT"), query
     assert {"jobs_job", "audit_auditentry"} <= relations  # inserted before the lock
     assert isinstance(result[0], Job), result
 
@@ -223,3 +233,37 @@ def _waiting_on_quota_lock() -> tuple[int, str, set[str]] | None:
                 return int(row[0]), str(row[1]), {r[0] for r in cur.fetchall()}
         time.sleep(0.05)
     return None
+
+
+def test_the_commit_checks_the_gpu_cap_and_a_refusal_still_names_the_numbers(world: Any) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    from rollmux_web.audit.models import AuditEntry
+
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h20, max_gpus=16)  # 2 x 8 rollout
+    planning = _CountingTriggers()
+    with CaptureQueriesContext(connection) as ctx, ports.override(triggers=planning):  # type: ignore[arg-type]
+        job_submit(user=world.alice, spec=job_spec(name="first"), channel="t")
+    assert planning.requests == 1  # the on-commit hooks ran after the commit in the check
+    # (Django lists BEGIN and COMMIT too; psycopg sends no COMMIT after the one in the check)
+    sql = [q["sql"] for q in ctx.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+    locking = [s for s in sql if "FOR UPDATE" in s]
+    assert len(locking) == 1 and locking[0].endswith("COMMIT"), sql  # one round trip
+    # the pools, SLO class, tenant, job, audit entry, quotas, then the check with the commit
+    assert len(sql) <= 7 and sql[-1] is locking[0], "\n".join(s.strip()[:70] for s in sql)
+    assert not any(s.startswith("SELECT") and "SUM(" in s for s in sql), [
+        s for s in sql if "SUM(" in s
+    ]
+    with ports.override(triggers=planning):  # type: ignore[arg-type]
+        job_submit(user=world.bob, spec=job_spec(name="second"), channel="t")
+        with pytest.raises(JobRejected) as refused:
+            job_submit(user=world.alice, spec=job_spec(name="third"), channel="t")
+    assert planning.requests == 2  # not for the refused one
+    # the commit refused it; the submission ran again with the check in Python for the message
+    assert refused.value.code == "quota_exceeded"
+    assert refused.value.message.startswith(
+        "quota: vision may use at most 16 H20 GPUs at once; its live jobs (profiling, queued, "
+        "placed or running) request 16; this job asks for 8. "
+    )
+    assert list(Job.objects.order_by("pk").values_list("name", flat=True)) == ["first", "second"]
+    assert AuditEntry.objects.filter(action="job.submit").count() == 2

@@ -336,7 +336,9 @@ def test_a_submission_through_the_api_costs_a_bounded_number_of_queries(api_as, 
     # limits and prices, read once for the field checks and the quotas; SLO class; tenant;
     # job; audit; quotas; the cap's lock and the live GPUs, one query string of two
     # statements, last: the lock is held for it and the commit only) and the test
-    # transaction's savepoint pair. It was 13 with the pools read four times and the runner
+    # transaction's savepoint pair (inside a test's transaction; a submission in a
+    # transaction of its own checks the caps in its commit: test_quota_concurrency.py).
+    # It was 13 with the pools read four times and the runner
     # allowlist read for a built-in runner, and 18 with a write of last_used_at per call.
     assert len(sql) <= 10, listing
     assert sum("inventory_cluster" in s for s in sql) == 1, listing  # the pools, once
