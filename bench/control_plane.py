@@ -30,27 +30,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from workers import ray_env  # noqa: E402  (after the path)
-
-ray_env.apply(override=False)
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rollmux_web.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.live import Stack, pct, ping_worker, setup, wait_done  # noqa: E402  (after the path)
 
 
 def make_world(rollout_nodes: int, train_nodes: int) -> Any:
@@ -87,17 +73,6 @@ def submit(
         )
         ids.append(job.pk)
     return ids
-
-
-def wait_done(ids: list[int], timeout: float) -> float:
-    from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
-
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if not Job.objects.filter(pk__in=ids).exclude(status__in=TERMINAL_STATUSES).exists():
-            return time.monotonic() - start
-        time.sleep(0.1)
-    raise SystemExit(f"jobs did not finish within {timeout} s")
 
 
 def node_switch_delays(ids: list[int]) -> tuple[list[float], list[float]]:
@@ -196,197 +171,131 @@ def baseline_ray_call(n: int = 200) -> list[float]:
     return out
 
 
-def baseline_celery(n: int = 100) -> list[float]:
-    from rollmux_web.celery import app
-
-    app.send_task("workers.tasks.ping").get(timeout=120)  # the worker is up
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        app.send_task("workers.tasks.ping").get(timeout=30)
-        out.append(time.perf_counter() - t)
-    return out
-
-
 def run(args: argparse.Namespace) -> None:
-    import django
-
-    django.setup()
-    import redis
-    from django.conf import settings
-    from django.db import connection
-    from django.test.utils import setup_test_environment
-
-    from rollmux_web.workflow import ports
+    setup()
+    from rollmux_web.inventory.models import GpuType, Node
+    from tests.workers.multinode import PRODUCTION_HEALTH_CHECKS
     from workers import triggers
-    from workers.composition import deliver_report, report_config
-    from workers.dispatch import ray_dispatcher
-    from workers.dispatch.ray_dispatcher import RayDispatcher
 
-    if connection.vendor != "postgresql" or not settings.REDIS_URL:
-        raise SystemExit("set DATABASE_URL (PostgreSQL) and REDIS_URL")
-    setup_test_environment()
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    old_name = connection.settings_dict["NAME"]
-    # its own scratch database, so a test run on the same DATABASE_URL is not disturbed
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"bench_control_plane_{old_name}"
-    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    ckpt = Path(os.environ.get("TMPDIR", "/tmp")) / "rollmux-bench-ckpt"
-    settings.ROLLMUX_CHECKPOINT_DIR = str(ckpt)
-    worker = None
-    previous_ports = None
-    cluster = None
-    try:
+    print(
+        f"load average (1/5/15 min) at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    with Stack("control_plane") as stack:
         world = make_world(args.rollout_nodes, args.train_nodes)
-        from rollmux_web.inventory.models import Node
-
         t = time.perf_counter()
         if args.multinode:
             # a head + one Ray node (its own raylet) per inventory node, labelled with its
-            # name and declaring `--gpus` GPUs: one worker per GPU, pinned there
-            from rollmux_web.inventory.models import GpuType
-            from tests.workers.multinode import PRODUCTION_HEALTH_CHECKS, start_cluster
-
-            # the inventory says what the Ray nodes declare (a Ray node with fewer GPUs than
-            # the inventory names fails its phases at once): `--gpus` per node
+            # name and declaring `--gpus` GPUs: one worker per GPU, pinned there; the
+            # inventory says what the Ray nodes declare (a Ray node with fewer GPUs than
+            # the inventory names fails its phases at once)
             Node.objects.update(gpus=args.gpus)
             GpuType.objects.update(gpus_per_node=args.gpus)
             names = tuple(Node.objects.order_by("name").values_list("name", flat=True))
             # Ray's health checks as production runs them (1 s), not the tests' 0.3 s: ten
             # raylets checked three times a second are load of their own on a small machine
-            cluster = start_cluster(
-                names, port=args.ray_port, gpus=args.gpus, health_checks=PRODUCTION_HEALTH_CHECKS
+            stack.multinode(
+                names, gpus=args.gpus, port=args.ray_port, health_checks=PRODUCTION_HEALTH_CHECKS
             )
             print(f"multi-node Ray up in {time.perf_counter() - t:.1f} s: a head + {len(names)}"
                   f" nodes x {args.gpus} GPUs")  # fmt: skip
         else:
-            resources = {n.ray_resource: 1.0 for n in Node.objects.all()}
-            ray_dispatcher.ensure_ray("local", resources=lambda: resources)
+            stack.local_ray()
             print(f"local Ray up in {time.perf_counter() - t:.1f} s")
-        address = ray_dispatcher.ray_address()
-        previous_ports = ports.configure(
-            dispatcher=RayDispatcher(
-                address=address, on_report=deliver_report, report=report_config()
-            )
-        )
-        from tests.factories import database_url
+        with stack.worker(
+            pool=args.pool, concurrency=args.concurrency, log_level=args.worker_log_level
+        ):
+            celery_rt = ping_worker(100)
+            ray_rt = baseline_ray_call()
+            measure(args, world, triggers, celery_rt, ray_rt)
 
-        env = dict(os.environ)
-        env.update(
-            DATABASE_URL=database_url(db_name),
-            REDIS_URL=settings.REDIS_URL,
-            ROLLMUX_RAY_ADDRESS=address,
-            ROLLMUX_CHECKPOINT_DIR=str(ckpt),
-        )
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "rollmux_web", "worker", "-P", args.pool,
-             "-c", str(args.concurrency), "-Q", "rollmux", "-l", args.worker_log_level,
-             "--without-mingle", "--without-gossip"],
-            cwd=ROOT, env=env,
-        )  # fmt: skip
-        celery_rt = baseline_celery()  # also waits for the worker to be up
-        ray_rt = baseline_ray_call()
 
-        # 1. switch delay: phases long enough that the node is the bottleneck
-        ids = submit(
-            world, args.jobs, args.iterations, args.phase_ms / 1000, args.phase_ms / 2000, 1000.0
-        )
-        triggers.request_planning()
-        wall = wait_done(ids, timeout=600)
-        delays = switch_delays(ids)
-        node_delays, cold_delays = node_switch_delays(ids)
-        pickup, handle = split_delays(ids)
-        from rollmux_web.workflow.models import PhaseRecord, Placement
+def measure(
+    args: argparse.Namespace, world: Any, triggers: Any, celery_rt: list[float], ray_rt: list[float]
+) -> None:
+    """Run the two runs and print what they measured."""
+    # 1. switch delay: phases long enough that the node is the bottleneck
+    ids = submit(
+        world, args.jobs, args.iterations, args.phase_ms / 1000, args.phase_ms / 2000, 1000.0
+    )
+    triggers.request_planning()
+    wall = wait_done(ids, timeout=600)
+    delays = switch_delays(ids)
+    node_delays, cold_delays = node_switch_delays(ids)
+    pickup, handle = split_delays(ids)
+    from rollmux_web.workflow.models import PhaseRecord, Placement
 
-        groups = len(
-            set(Placement.objects.filter(job_id__in=ids).values_list("group_id", flat=True))
-        )
-        n_phases = PhaseRecord.objects.filter(job_id__in=ids).count()
+    groups = len(set(Placement.objects.filter(job_id__in=ids).values_list("group_id", flat=True)))
+    n_phases = PhaseRecord.objects.filter(job_id__in=ids).count()
 
-        # 2. throughput: near-zero phases, the controller is the bottleneck
-        ids2 = submit(world, args.jobs, args.iterations, 0.001, 0.001, 1000.0)
-        t0 = time.monotonic()
-        triggers.request_planning()
-        wall2 = wait_done(ids2, timeout=600)
-        n2 = PhaseRecord.objects.filter(job_id__in=ids2, state="succeeded").count()
-        first = PhaseRecord.objects.filter(job_id__in=ids2).order_by("started_at").first()
-        last = PhaseRecord.objects.filter(job_id__in=ids2).order_by("-finished_at").first()
-        span = (last.finished_at - first.started_at).total_seconds() if first and last else wall2
-        delays2 = switch_delays(ids2)
-        # inside a 1 ms phase: the coordinator's calls to the job's workers (and the sync)
-        inside: dict[str, list[float]] = {}
-        for kind, started, finished in PhaseRecord.objects.filter(
-            job_id__in=ids2, state="succeeded"
-        ).values_list("kind", "started_at", "finished_at"):
-            inside.setdefault(kind, []).append((finished - started).total_seconds())
-        node_delays2, _ = node_switch_delays(ids2)
-        _ = t0
+    # 2. throughput: near-zero phases, the controller is the bottleneck
+    ids2 = submit(world, args.jobs, args.iterations, 0.001, 0.001, 1000.0)
+    triggers.request_planning()
+    wall2 = wait_done(ids2, timeout=600)
+    n2 = PhaseRecord.objects.filter(job_id__in=ids2, state="succeeded").count()
+    first = PhaseRecord.objects.filter(job_id__in=ids2).order_by("started_at").first()
+    last = PhaseRecord.objects.filter(job_id__in=ids2).order_by("-finished_at").first()
+    span = (last.finished_at - first.started_at).total_seconds() if first and last else wall2
+    delays2 = switch_delays(ids2)
+    # inside a 1 ms phase: the coordinator's calls to the job's workers (and the sync)
+    inside: dict[str, list[float]] = {}
+    for kind, started, finished in PhaseRecord.objects.filter(
+        job_id__in=ids2, state="succeeded"
+    ).values_list("kind", "started_at", "finished_at"):
+        inside.setdefault(kind, []).append((finished - started).total_seconds())
+    node_delays2, _ = node_switch_delays(ids2)
 
-        ms = 1000.0
-        print()
+    ms = 1000.0
+    print()
+    print(
+        f"load average (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+    )
+    print("control plane: actor -> Redis -> Celery worker (PostgreSQL) -> Ray actor")
+    print(
+        f"  worker: {args.pool} pool x{args.concurrency}; {args.jobs} jobs x {args.iterations} iterations; {groups} co-execution groups"
+    )
+    print(f"  run 1 ({args.phase_ms:.0f} ms rollouts): {n_phases} phases in {wall:.1f} s")
+    print(
+        f"    phase end -> next phase start on the same node (that end started it), warm: p50 {pct(node_delays, 50) * ms:.1f} ms  p99 {pct(node_delays, 99) * ms:.1f} ms  max {max(node_delays) * ms:.1f} ms  (n={len(node_delays)})"
+    )
+    if cold_delays:
         print(
-            f"load average (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+            f"    the same, starting a placement's first phase (cold: creates its coordinator; not in the target): p50 {pct(cold_delays, 50) * ms:.1f} ms  max {max(cold_delays) * ms:.1f} ms  (n={len(cold_delays)})"
         )
-        print("control plane: actor -> Redis -> Celery worker (PostgreSQL) -> Ray actor")
-        print(
-            f"  worker: {args.pool} pool x{args.concurrency}; {args.jobs} jobs x {args.iterations} iterations; {groups} co-execution groups"
+    print(
+        f"    ready -> start, any phase (includes round-robin order waits): p50 {pct(delays, 50) * ms:.1f} ms  p99 {pct(delays, 99) * ms:.1f} ms  max {max(delays) * ms:.1f} ms  (n={len(delays)})"
+    )
+    print(
+        f"      of which report -> controller p50 {pct(pickup, 50) * ms:.1f} ms"
+        f"  p99 {pct(pickup, 99) * ms:.1f} ms; controller -> actor start"
+        f" p50 {pct(handle, 50) * ms:.1f} ms  p99 {pct(handle, 99) * ms:.1f} ms"
+    )
+    print(
+        f"  run 2 (1 ms phases): {n2} phases in {span:.2f} s = {n2 / span:.0f} phases/s sustained"
+    )
+    print(
+        f"    same-node switch p50 {pct(node_delays2, 50) * ms:.1f} ms  p99 {pct(node_delays2, 99) * ms:.1f} ms (n={len(node_delays2)});  ready -> start p50 {pct(delays2, 50) * ms:.1f} ms  p99 {pct(delays2, 99) * ms:.1f} ms"
+    )
+    print(
+        "    a 1 ms phase's own time (the coordinator's calls to the job's workers): "
+        + ", ".join(
+            f"{kind} p50 {pct(v, 50) * ms:.1f} ms (n={len(v)})"
+            for kind, v in sorted(inside.items())
         )
-        print(f"  run 1 ({args.phase_ms:.0f} ms rollouts): {n_phases} phases in {wall:.1f} s")
-        print(
-            f"    phase end -> next phase start on the same node (that end started it), warm: p50 {pct(node_delays, 50) * ms:.1f} ms  p99 {pct(node_delays, 99) * ms:.1f} ms  max {max(node_delays) * ms:.1f} ms  (n={len(node_delays)})"
-        )
-        if cold_delays:
-            print(
-                f"    the same, starting a placement's first phase (cold: creates its coordinator; not in the target): p50 {pct(cold_delays, 50) * ms:.1f} ms  max {max(cold_delays) * ms:.1f} ms  (n={len(cold_delays)})"
-            )
-        print(
-            f"    ready -> start, any phase (includes round-robin order waits): p50 {pct(delays, 50) * ms:.1f} ms  p99 {pct(delays, 99) * ms:.1f} ms  max {max(delays) * ms:.1f} ms  (n={len(delays)})"
-        )
-        print(
-            f"      of which report -> controller p50 {pct(pickup, 50) * ms:.1f} ms"
-            f"  p99 {pct(pickup, 99) * ms:.1f} ms; controller -> actor start"
-            f" p50 {pct(handle, 50) * ms:.1f} ms  p99 {pct(handle, 99) * ms:.1f} ms"
-        )
-        print(
-            f"  run 2 (1 ms phases): {n2} phases in {span:.2f} s = {n2 / span:.0f} phases/s sustained"
-        )
-        print(
-            f"    same-node switch p50 {pct(node_delays2, 50) * ms:.1f} ms  p99 {pct(node_delays2, 99) * ms:.1f} ms (n={len(node_delays2)});  ready -> start p50 {pct(delays2, 50) * ms:.1f} ms  p99 {pct(delays2, 99) * ms:.1f} ms"
-        )
-        print(
-            "    a 1 ms phase's own time (the coordinator's calls to the job's workers): "
-            + ", ".join(
-                f"{kind} p50 {pct(v, 50) * ms:.1f} ms (n={len(v)})"
-                for kind, v in sorted(inside.items())
-            )
-        )
-        print("  baselines measured in this run:")
-        print(
-            f"    Ray actor call round trip   p50 {pct(ray_rt, 50) * ms:.2f} ms  p99 {pct(ray_rt, 99) * ms:.2f} ms"
-        )
-        print(
-            f"    Celery task round trip      p50 {pct(celery_rt, 50) * ms:.2f} ms  p99 {pct(celery_rt, 99) * ms:.2f} ms"
-        )
-        print(
-            f"    same-node switch p50 / Celery round trip p50 = {pct(node_delays, 50) / pct(celery_rt, 50):.1f}x"
-        )
-        p99 = pct(node_delays, 99)
-        verdict = "meets" if p99 < 0.100 else "MISSES"
-        print(f"  target p99 < 100 ms (same-node switch): {verdict} (p99 {p99 * ms:.1f} ms)")
-        print(f"  vs the paper's ~2 s warm switch: p99 is {p99 / 2.0 * 100:.1f}% of it")
-    finally:
-        if worker is not None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-        if previous_ports is not None:
-            ports.restore(previous_ports)
-        ray_dispatcher.shutdown_ray()
-        if cluster is not None:
-            cluster.cluster.shutdown()
-        connection.creation.destroy_test_db(old_name, verbosity=0)
+    )
+    print("  baselines measured in this run:")
+    print(
+        f"    Ray actor call round trip   p50 {pct(ray_rt, 50) * ms:.2f} ms  p99 {pct(ray_rt, 99) * ms:.2f} ms"
+    )
+    print(
+        f"    Celery task round trip      p50 {pct(celery_rt, 50) * ms:.2f} ms  p99 {pct(celery_rt, 99) * ms:.2f} ms"
+    )
+    print(
+        f"    same-node switch p50 / Celery round trip p50 = {pct(node_delays, 50) / pct(celery_rt, 50):.1f}x"
+    )
+    p99 = pct(node_delays, 99)
+    verdict = "meets" if p99 < 0.100 else "MISSES"
+    print(f"  target p99 < 100 ms (same-node switch): {verdict} (p99 {p99 * ms:.1f} ms)")
+    print(f"  vs the paper's ~2 s warm switch: p99 is {p99 / 2.0 * 100:.1f}% of it")
 
 
 def main() -> None:

@@ -1,11 +1,12 @@
 """Benchmark live long-tail migration (paper section 3, issue 14 item 4) as an ablation.
 
 A pair in one co-execution group on a multi-node Ray (a head + 2 H20 + 1 H800 Ray nodes,
-each its own raylet, 2 GPUs each), PostgreSQL, Redis and a Celery worker (threads, in this
-process): job A rolls out on both H20 nodes, job B, packed into A's group, on one of them;
-both train on the H800 node. The same pair runs twice, with ROLLMUX_LONG_TAIL_THRESHOLD 0
-(off) and then 0.8: when A's rollout is tail-bound its workers on B's node hand their
-responses to its workers on the other node, and B's rollout starts there.
+each its own raylet, 2 GPUs each), PostgreSQL, Redis and the controller's Celery worker
+(threads x2, a process of its own per run, as bench/control_plane.py runs it: bench/live.py):
+job A rolls out on both H20 nodes, job B, packed into A's group, on one of them; both train
+on the H800 node. The same pair runs twice, with ROLLMUX_LONG_TAIL_THRESHOLD 0 (off) and
+then 0.8: when A's rollout is tail-bound its workers on B's node hand their responses to
+its workers on the other node, and B's rollout starts there.
 
 Printed per run, from the phase records (the Ray actors' own stamps): the pair's makespan
 (first phase start -> last phase end), the mean meta-iteration (the time between A's
@@ -29,13 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from workers import ray_env  # noqa: E402  (after the path)
-
-ray_env.apply(override=False)
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rollmux_web.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.live import Stack, setup  # noqa: E402  (after the path)
 
 GPUS = 2
 
@@ -121,78 +117,34 @@ def show(name: str, m: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    import django
-
-    django.setup()
-    import redis
-    from celery.contrib.testing.worker import start_worker
-    from django.conf import settings
-    from django.db import connection
-    from django.test.utils import setup_test_environment
-
-    from rollmux_web.celery import app
-    from rollmux_web.workflow import ports
+    setup()
+    from rollmux_web.inventory.models import GpuType, Node
     from tests.factories import make_world
-    from tests.workers.multinode import start_cluster, wait_all_done
+    from tests.workers.multinode import wait_all_done
     from workers import triggers
-    from workers.composition import deliver_report, report_config
-    from workers.dispatch import ray_dispatcher
-    from workers.dispatch.ray_dispatcher import RayDispatcher
 
-    if connection.vendor != "postgresql" or not settings.REDIS_URL:
-        raise SystemExit("set DATABASE_URL (PostgreSQL) and REDIS_URL")
-    setup_test_environment()
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    old_name = connection.settings_dict["NAME"]
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"bench_long_tail_{old_name}"
-    connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    settings.ROLLMUX_CHECKPOINT_DIR = str(Path(os.environ.get("TMPDIR", "/tmp")) / "rollmux-lt")
-    settings.ROLLMUX_EMBEDDED_BEAT = False
-    cluster = None
-    try:
+    with Stack("long_tail") as stack:
         world = make_world(rollout_nodes=2, train_nodes=1)
-        from rollmux_web.inventory.models import GpuType, Node
-
         Node.objects.update(gpus=GPUS)
         GpuType.objects.update(gpus_per_node=GPUS)
         names = tuple(Node.objects.order_by("name").values_list("name", flat=True))
-        cluster = start_cluster(names, port=args.ray_port, gpus=GPUS)
-        dispatcher = RayDispatcher(
-            address=cluster.address, on_report=deliver_report, report=report_config()
-        )
-        dispatcher.warm()
+        stack.multinode(names, gpus=GPUS, port=args.ray_port)
         results = {}
-        with (
-            ports.override(dispatcher=dispatcher),
-            start_worker(
-                app,
-                pool="threads",
-                concurrency=2,
-                perform_ping_check=False,
-                shutdown_timeout=20,
-                queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
-            ),  # fmt: skip
-        ):
-            for name, threshold in (("off", 0.0), ("on", args.threshold)):
-                settings.ROLLMUX_LONG_TAIL_THRESHOLD = threshold
+        for name, threshold in (("off", 0.0), ("on", args.threshold)):
+            # the controller reads the threshold (its rollout orders name the tail nodes)
+            with stack.worker(env={"ROLLMUX_LONG_TAIL_THRESHOLD": str(threshold)}):
                 ids = submit(world, args, name)
                 triggers.request_planning()
                 wait_all_done(ids, timeout=600)
-                results[name] = measure(ids)
-                if args.phases:
-                    print_phases(ids)
-                show(f"long-tail migration {name} (threshold {threshold})", results[name])
-        dispatcher.stop()
+            results[name] = measure(ids)
+            if args.phases:
+                print_phases(ids)
+            show(f"long-tail migration {name} (threshold {threshold})", results[name])
         off, on = results["off"], results["on"]
         print(f"speed-up off / on: makespan after the cold start {off['warm'] / on['warm']:.3f}x,"
               f" meta-iteration {off['meta'] / on['meta']:.3f}x"
               f" (whole makespan {off['makespan'] / on['makespan']:.3f}x)"
               f" (load average {os.getloadavg()[0]:.1f})")  # fmt: skip
-    finally:
-        ray_dispatcher.shutdown_ray()
-        if cluster is not None:
-            cluster.cluster.shutdown()
-        connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
 def main() -> None:
@@ -203,7 +155,9 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=40.0, help="wall = profile / this")
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--phases", action="store_true", help="print every phase record")
-    parser.add_argument("--ray-port", type=int, default=8235, help="the head's GCS port")
+    parser.add_argument(
+        "--ray-port", type=int, default=None, help="the head's GCS port (default: a free one)"
+    )
     run(parser.parse_args())
 
 
