@@ -53,6 +53,8 @@ from workers.composition import node_resources; print(json.dumps(node_resources(
   for attempt in 1 2 3; do
     : >"$ray_log"
     # (the proxy variables send Ray's cloud-metadata probe to a closed loopback port)
+    # RAY_worker_niceness=0: the coordinators' node (workers/ray_env.py CONTROLLER_NODE_ENV)
+    RAY_worker_niceness=0 \
     http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1 \
       .venv/bin/ray start --head --block --disable-usage-stats --include-dashboard=false \
       --node-ip-address=127.0.0.1 --port="$RAY_PORT" \

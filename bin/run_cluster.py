@@ -92,11 +92,12 @@ def start_cluster(port: int) -> Any:
 
     from rollmux_web.inventory.models import Node
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "gcs_server_port": port, "include_dashboard": False},
-        shutdown_at_exit=True,
-    )
+    with ray_env.controller_node():  # the head: the coordinators' node (its workers at 0)
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "gcs_server_port": port, "include_dashboard": False},
+            shutdown_at_exit=True,
+        )
     for node in Node.objects.order_by("name"):
         cluster.add_node(
             num_cpus=0, num_gpus=node.gpus, labels={"rollmux.io/node": node.name}, wait=True

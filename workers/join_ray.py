@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from workers import ray_env
+
 ROLE_LABEL = "rollmux.io/role=controller"
 
 
@@ -28,7 +30,9 @@ def join(address: str, *, attempts: int = 30, wait_s: float = 2.0) -> None:
         f"--labels={ROLE_LABEL}", "--disable-usage-stats",
     ]  # fmt: skip
     for attempt in range(1, attempts + 1):
-        if subprocess.run(cmd, check=False).returncode == 0:
+        # the coordinators' node: its worker processes at the controller's priority
+        env = {**os.environ, **ray_env.CONTROLLER_NODE_ENV}
+        if subprocess.run(cmd, check=False, env=env).returncode == 0:
             return
         print(f"join_ray: ray start failed (attempt {attempt}/{attempts})", file=sys.stderr)
         time.sleep(wait_s)

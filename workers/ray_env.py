@@ -8,7 +8,9 @@ cluster) apply it before importing Ray; `make test` and `bin/run.sh` export the 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -19,6 +21,34 @@ RAY_ENV = {
     "https_proxy": "http://127.0.0.1:9",
     "no_proxy": "127.0.0.1,localhost,::1",
 }
+
+
+# The Ray node the job coordinators run on (the controller's: `workers.join_ray` in compose,
+# the head in bin/run.sh, KubeRay, `make run-cluster` and the multi-node tests and bench, the
+# one local Ray when embedded). Ray starts every worker process at niceness 15, below its
+# own daemons and the controller: a coordinator sits on every phase switch's path (it
+# publishes the phase's end, takes the next phase), and at 15 it waited behind every other
+# process of a busy machine. At 0 it runs at the controller's priority. The GPU nodes keep
+# Ray's 15: their workers run the phases, which must not starve the raylet.
+CONTROLLER_NODE_ENV = {"RAY_worker_niceness": "0"}
+CONTROLLER_NODE_CONFIG = {"worker_niceness": 0}  # the same, as a local Ray's _system_config
+
+
+@contextlib.contextmanager
+def controller_node() -> Iterator[None]:
+    """Start the controller's Ray node inside this block (`ray.cluster_utils.Cluster`'s head:
+    its raylet takes CONTROLLER_NODE_ENV from this process's environment, the Ray nodes
+    started after the block do not)."""
+    saved = {key: os.environ.get(key) for key in CONTROLLER_NODE_ENV}
+    os.environ.update(CONTROLLER_NODE_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def apply(*, override: bool = True) -> None:

@@ -133,15 +133,16 @@ def start_cluster(
 
     ray_dispatcher.shutdown_ray()  # a local Ray of earlier tests, if any
     storage = start_object_storage() if object_storage else None
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 2,
-            "gcs_server_port": port,
-            "include_dashboard": False,
-            "_system_config": FAST_HEALTH_CHECKS if health_checks is None else health_checks,
-        },
-    )
+    with ray_env.controller_node():  # the head: the coordinators' node, as in production
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 2,
+                "gcs_server_port": port,
+                "include_dashboard": False,
+                "_system_config": FAST_HEALTH_CHECKS if health_checks is None else health_checks,
+            },
+        )
     multinode = MultiNode(cluster, {}, str(cluster.address), storage)
     for name in names:
         multinode.add(name, gpus)

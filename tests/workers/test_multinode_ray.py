@@ -67,22 +67,35 @@ def test_coordinators_created_at_once_all_run_on_the_controllers_ray_node(
     multinode_cluster: Any,
 ) -> None:
     # not on a GPU node: a coordinator there would die with that node, and its phase would
-    # end `lost: actor died` instead of naming the node (the fault test's placement `lost`)
+    # end `lost: actor died` instead of naming the node (the fault test's placement `lost`);
+    # and at the controller's priority, not below it (Ray's worker niceness, 15)
+    import os
+
     import ray
 
-    from workers.dispatch.ray_dispatcher import RayDispatcher
+    from workers.dispatch.ray_dispatcher import NODE_LABEL, RayDispatcher
 
     dispatcher = RayDispatcher(address=multinode_cluster.address, on_report=lambda r: None)
     orders = [order(20 + i, "emulated", ("h20-0",), ("h800-0",)) for i in range(6)]
     handles = [dispatcher.coordinator(o) for o in orders]  # created at once, no phase yet
     try:
-        nodes = [s["ray_node_id"] for s in ray.get([h.stats.remote() for h in handles])]
+        stats = ray.get([h.stats.remote() for h in handles])
     finally:
         for o in orders:
             dispatcher.kill(o.job_id, o.placement_id)
     controller = ray.get_runtime_context().get_node_id()  # this process drives the cluster
     gpu_nodes = {multinode_cluster.ray_node_id(n): n for n in multinode_cluster.nodes}
+    nodes = [s["ray_node_id"] for s in stats]
     assert nodes == [controller] * len(orders), [gpu_nodes.get(n, n[:12]) for n in nodes]
+    assert [s["niceness"] for s in stats] == [os.nice(0)] * len(orders)
+    # a GPU node's worker processes (the phases' work) keep Ray's lower priority
+    on_gpu_node = (
+        ray.remote(num_cpus=0)(Holder).options(label_selector={NODE_LABEL: "h20-0"}).remote()
+    )
+    try:
+        assert ray.get(on_gpu_node.niceness.remote(), timeout=60) > os.nice(0)
+    finally:
+        ray.kill(on_gpu_node, no_restart=True)
 
 
 def test_a_runner_outside_the_allowlist_fails_with_a_load_error_and_is_never_imported(
@@ -130,6 +143,11 @@ class Holder:
 
     def ping(self) -> int:
         return 1
+
+    def niceness(self) -> int:
+        import os
+
+        return os.nice(0)
 
 
 def test_workers_whose_node_gpus_other_ray_work_holds_fail_within_seconds_naming_it(

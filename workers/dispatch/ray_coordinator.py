@@ -655,6 +655,7 @@ class JobCoordinator(PhaseHost):
         return {
             "pid": os.getpid(),
             "ray_node_id": ray.get_runtime_context().get_node_id(),
+            "niceness": os.nice(0),
             "phases": len(self.results),
             "workers": {
                 role: [

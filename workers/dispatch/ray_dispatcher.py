@@ -25,6 +25,7 @@ from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
 )
 
+from workers import ray_env
 from workers.dispatch.base import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
 from workers.dispatch.ray_coordinator import (
     NAMESPACE,
@@ -91,6 +92,8 @@ def _init(address: str, resources: Callable[[], dict[str, float]]) -> None:
             resources=resources(),
             include_dashboard=False,
             num_cpus=int(os.environ.get("ROLLMUX_RAY_CPUS", "2")),
+            # the controller's node: its coordinators at the controller's priority
+            _system_config=ray_env.CONTROLLER_NODE_CONFIG,
         )
     else:
         kwargs["address"] = address
