@@ -206,8 +206,10 @@ def multinode_workflow(
             queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
         ),  # fmt: skip
     ):
-        yield dispatcher
-    dispatcher.stop()
+        try:
+            yield dispatcher
+        finally:
+            dispatcher.stop()  # the node watch first: its last change's task still runs here
 
 
 def wait_all_done(job_ids: list[int], timeout: float) -> None:

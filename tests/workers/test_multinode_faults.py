@@ -88,6 +88,9 @@ def test_a_killed_raylet_is_noticed_in_seconds_and_its_job_resumes_elsewhere(
 
         wait_all_done([victim.pk, bystander.pk], timeout=120)
     finally:
+        # the node watch stopped first: its task for the node's return would race this
+        # test's database teardown (a flush deadlocked with it)
+        multinode_workflow.stop()
         multinode_cluster.add(target)  # the other multi-node tests need all four nodes
     victim.refresh_from_db()
     bystander.refresh_from_db()

@@ -135,6 +135,7 @@ class RayDispatcher:
         self._jobs: queue.Queue[Callable[[], None]] | None = None
         self._missing_checked: set[str] = set()
         self._stopped = threading.Event()
+        self._watch_thread: threading.Thread | None = None
 
     # --- plumbing -------------------------------------------------------------------
     def _submit(self, fn: Callable[[], None]) -> None:
@@ -244,8 +245,12 @@ class RayDispatcher:
         except Exception:
             log.exception("handling the change of node %s failed", name)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the node watch and wait for it: no node change is told after this returns."""
         self._stopped.set()
+        thread = self._watch_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     # --- Dispatcher ---------------------------------------------------------------------
     def warm(self) -> None:
@@ -258,7 +263,7 @@ class RayDispatcher:
             if self._watching or self.on_node_change is None:
                 return
             self._watching = True
-        self.watch_nodes(self.on_node_change)
+        self._watch_thread = self.watch_nodes(self.on_node_change)
 
     def dispatch(self, order: PhaseOrder) -> None:
         self._submit(lambda: self._dispatch(order))
