@@ -186,3 +186,45 @@ def test_workers_whose_node_gpus_other_ray_work_holds_fail_within_seconds_naming
     # the coordinator's own start and the busy wait (3 s), on a loaded machine: never the
     # 60 s creation timeout
     assert took < 30.0, f"took {took:.1f} s"
+
+
+def test_a_worker_whose_gpu_shares_other_jobs_hold_fails_within_seconds_naming_it(
+    dispatch: Any, multinode_cluster: Any
+) -> None:
+    # every share of the node's GPU taken by other jobs' resident workers (ROLLMUX_GPU_SHARE
+    # of them per GPU; here one actor holds all of the GPU's bundle, the same to Ray)
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from workers.dispatch.ray_coordinator import GPU_SHARE, node_gpu_group
+
+    node = multinode_cluster.add("h800-7", gpus=1)
+    group = node_gpu_group("h800-7", 1)  # the node's GPU group, as the coordinators make it
+    holder = (
+        ray.remote(num_cpus=0)(Holder)
+        .options(
+            num_gpus=1.0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=0
+            ),
+        )
+        .remote()
+    )
+    try:
+        assert ray.get(holder.ping.remote(), timeout=30) == 1
+        report, took = dispatch(
+            order(6, "emulated", ("h20-0",), ("h800-7",), gpus={"h20-0": 2, "h800-7": 1})
+        )
+        told = list(changes)
+    finally:
+        ray.kill(holder, no_restart=True)
+        ray.util.remove_placement_group(group)
+        multinode_cluster.cluster.remove_node(node)
+        multinode_cluster.nodes.pop("h800-7")
+    assert report.outcome == (
+        f"lost: workers cannot be created: GPU 0 of h800-7 holds {GPU_SHARE} resident workers"
+        f" already (ROLLMUX_GPU_SHARE={GPU_SHARE})"
+    ), report.outcome
+    assert not any(name == "h800-7" for name, _, _ in told), "the node itself is fine"
+    print(f"\nh800-7's GPU shares taken: the phase failed {took:.2f} s after its dispatch")
+    assert took < 30.0, f"took {took:.1f} s"  # the busy wait (3 s), not the 60 s timeout

@@ -137,7 +137,7 @@ def missing_reason(missing: list[str]) -> str:
     return f"{', '.join(missing)}: no live Ray node has the label {labels}"
 
 
-def _node_gpu_group(name: str, gpus: int) -> Any:
+def node_gpu_group(name: str, gpus: int) -> Any:
     """Return the node's GPU placement group (one 1-GPU bundle per GPU), creating it once.
 
     A group left from a Ray node that rejoined with another GPU count can never be placed
@@ -310,7 +310,7 @@ class JobCoordinator(PhaseHost):
         peers = [{"role": r, "rank": k, "node": n} for r, k, n, _, _ in specs]
         sizes = {role: sum(1 for s in specs if s[0] == role) for role in nodes}
         groups = {
-            name: _node_gpu_group(name, where.gpus)
+            name: node_gpu_group(name, where.gpus)
             for _, _, name, where, _ in specs
             if where.labelled and where.gpus
         }
