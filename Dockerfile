@@ -30,7 +30,8 @@ COPY static ./static
 RUN python manage.py collectstatic --noinput
 
 RUN useradd --create-home --uid 10001 rollmux \
-    && mkdir -p /tmp/prometheus && chown rollmux /tmp/prometheus
+    && mkdir -p /tmp/prometheus /var/lib/rollmux/checkpoints \
+    && chown rollmux /tmp/prometheus /var/lib/rollmux/checkpoints
 USER rollmux
 
 EXPOSE 8000

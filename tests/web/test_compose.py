@@ -136,6 +136,23 @@ def test_ray_head_and_workers_advertise_h20_and_h800_nodes():
     assert join[:3] == JOIN_RAY and _option(join, "--address") == f"ray-head:{port}"
 
 
+def test_every_ray_node_mounts_the_one_checkpoint_volume_the_controller_names():
+    # a job resumed on other nodes reads the checkpoint its trainers wrote on the lost one
+    uri = SERVICES["worker"]["environment"]["ROLLMUX_CHECKPOINT_URI"]
+    default = re.fullmatch(r"\$\{ROLLMUX_CHECKPOINT_URI:-(/[^}]+)\}", uri)
+    assert default, uri  # a directory by default, object storage when set
+    path = default.group(1)
+    assert _ray_workers()
+    for name in _ray_workers():
+        assert f"checkpoints:{path}" in SERVICES[name].get("volumes", []), name
+    assert "checkpoints" in COMPOSE["volumes"]
+    # the image makes the mount point, owned by its non-root user: a new named volume takes
+    # the directory's owner (root's, the trainers could not write there)
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(rf"mkdir -p [^\n]*{re.escape(path)}", text)
+    assert re.search(rf"chown rollmux [^\n]*{re.escape(path)}", text)
+
+
 def test_ray_node_labels_match_the_inventory_naming():
     from rollmux_web.accounts.management.commands import seed_demo
 
