@@ -83,6 +83,9 @@ def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_wei
     assert all(p.state == PhaseState.SUCCEEDED for p in phases)
     assert_ran_where_pinned(phases, multinode_cluster)
     assert_no_node_ran_two_phases_at_once(phases)
+    for p in phases:  # the Ray call's own stamp: sent after the controller recorded the phase
+        sent = p.started_at.timestamp() - p.metrics["dispatch_s"]
+        assert p.queued_at.timestamp() <= sent <= p.started_at.timestamp(), p.pk
     for p in phases:  # rollouts on the job's rollout (H20) nodes, trainings on H800
         prefix = "h800-" if p.kind == "train" else "h20-"
         assert all(n.startswith(prefix) for n in p.node_names), (p.kind, p.node_names)

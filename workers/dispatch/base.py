@@ -59,6 +59,9 @@ class PhaseOrder:
     # the GPUs the job needs on each of its nodes (its GPUs of a pool over the pool's nodes):
     # a Ray node that serves one of them with fewer fails the phase at once, naming it
     node_gpus: dict[str, int] = field(default_factory=dict)
+    # when the dispatcher handed it to the host's transport (its wall clock, epoch seconds):
+    # the host records `dispatch_s`, that moment to the phase's start (None: not stamped)
+    sent_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

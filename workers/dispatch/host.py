@@ -88,6 +88,8 @@ class PhaseHost:
             phase_id=order.phase_id, outcome="ok", group_id=order.group_id, job_id=order.job_id
         )
         metrics: dict[str, float] = {}
+        if order.sent_at is not None:  # the dispatch's own transit (the Ray call)
+            metrics["dispatch_s"] = max(0.0, started - order.sent_at)
         try:
             t0 = time.perf_counter()
             if not self.set_up:

@@ -10,11 +10,13 @@ With `ray_coordinator`, the only modules of the project that import `ray`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -285,7 +287,9 @@ class RayDispatcher:
                 report.group_id, report.job_id = order.group_id, order.job_id
                 self.on_report(report)
                 return
-            ref = self.coordinator(order).run_phase.remote(order.to_dict(), self.report)
+            handle = self.coordinator(order)
+            sent = dataclasses.replace(order, sent_at=time.time())
+            ref = handle.run_phase.remote(sent.to_dict(), self.report)
         except Exception as exc:
             self.on_report(PhaseReport(order.phase_id, f"lost: dispatch failed: {exc}"[:480]))
             return
