@@ -9,8 +9,13 @@ colocated/rollmux under both checks.
 
 Part "drift" (item 4): the paper's drift templates (scheduler.sim.drift) on the same
 traces; per setting, rollmux's static planner against re-planning of drifting jobs
-(checkpoint, resubmit with learned estimates, resume), with solo-disagg under the same
-drift as the cost baseline.
+(scheduler.replan: projected end-of-run SLOs; checkpoint, resubmit with the forecast,
+resume; moves hedged, `replanning_levers`), with solo-disagg under the same drift as the
+cost baseline. "missed" counts the re-planning runs' misses over all seeds, "beyond" those
+that no re-plan could have avoided: an ORACLE bound (scheduler.sim.metrics.replan_bound:
+from its first checkpoint on the job runs alone, its partners moved away, knowing its
+future) above the SLO, and "moved" those the bound misses were the job itself to move
+out then (one restart more).
 
     .venv/bin/python bench/slo_drift.py [--part check|drift|all] [--kinds paper,philly]
                                         [--seeds 0,1,2,3,4] [--settings none,mixed,...]
@@ -34,8 +39,13 @@ from scheduler.model import JobProfile  # noqa: E402
 from scheduler.sim.drift import SETTINGS, job_templates  # noqa: E402
 from scheduler.sim.engine import RunResult, simulate  # noqa: E402
 from scheduler.sim.gen import generate  # noqa: E402
-from scheduler.sim.metrics import summarise, total_cost_usd  # noqa: E402
-from scheduler.sim.policies import make_policy  # noqa: E402
+from scheduler.sim.metrics import (  # noqa: E402
+    SLO_TOLERANCE,
+    replan_bound,
+    summarise,
+    total_cost_usd,
+)
+from scheduler.sim.policies import make_policy, replanning_levers  # noqa: E402
 from scheduler.slo import DEFAULT_SLO_MARGIN  # noqa: E402
 from scheduler.trace import default_cluster  # noqa: E402
 
@@ -56,8 +66,28 @@ def with_margin(margin: float | None, run: Callable[[], RunResult]) -> RunResult
 
 
 def run(jobs: Sequence[JobProfile], policy: str, seed: int, **kw: object) -> RunResult:
-    """Simulate one policy on `jobs`."""
-    return simulate(jobs, SPEC, make_policy(policy, seed=seed), seed=seed, **kw)  # type: ignore[arg-type]
+    """Simulate one policy on `jobs` (rollmux re-planning drift with its re-planning levers)."""
+    levers = replanning_levers() if kw.get("replan_drift") else None
+    policy_ = make_policy(policy, seed=seed, levers=levers)
+    return simulate(jobs, SPEC, policy_, seed=seed, **kw)  # type: ignore[arg-type]
+
+
+def misses(result: RunResult) -> tuple[int, int, int]:
+    """Return the finished jobs that missed their SLO on drawn durations, how many of them
+    no re-plan could have saved (oracle: `replan_bound` above their SLO), and how many
+    none that moves the job itself could have (the bound with its restart)."""
+    missed = beyond = moved = 0
+    factor = SPEC.train.rollout_speed_factor
+    for r in result.jobs.values():
+        slo = r.profile.slo * (1 + SLO_TOLERANCE)
+        if r.mean_iteration_s is None or r.mean_iteration_s <= slo * r.solo_iteration_s:
+            continue
+        missed += 1
+        bound = replan_bound(r, rollout_speed_factor=factor)
+        beyond += bound is not None and bound > slo
+        bound = replan_bound(r, rollout_speed_factor=factor, restart=True)
+        moved += bound is not None and bound > slo
+    return missed, beyond, moved
 
 
 def check_part(kinds: Sequence[str], seeds: Sequence[int]) -> None:
@@ -93,7 +123,8 @@ def drift_part(kinds: Sequence[str], seeds: Sequence[int], settings: Sequence[st
     print("drift: rollmux static vs re-planning (SLO on drawn durations; cost over solo-disagg)")
     print(
         f"{'trace':<9} {'setting':<15} {'SLO static':>10} {'SLO replan':>10} "
-        f"{'solo/static':>11} {'solo/replan':>11} {'replans':>7}"
+        f"{'solo/static':>11} {'solo/replan':>11} {'replans':>7} {'missed':>7} {'beyond':>6}"
+        f" {'moved':>5}"
     )
     for kind in kinds:
         for setting in settings:
@@ -111,12 +142,15 @@ def drift_part(kinds: Sequence[str], seeds: Sequence[int], settings: Sequence[st
                         solo / total_cost_usd(static),
                         solo / total_cost_usd(replan),
                         sum(r.replans for r in replan.jobs.values()),
+                        *misses(replan),
                     )
                 )
             mean = [statistics.mean(col) for col in zip(*rows, strict=True)]
+            total = [sum(col) for col in zip(*rows, strict=True)]
             print(
                 f"{kind:<9} {setting:<15} {mean[0]:>10.1%} {mean[1]:>10.1%} "
-                f"{mean[2]:>11.3f} {mean[3]:>11.3f} {mean[4]:>7.1f}",
+                f"{mean[2]:>11.3f} {mean[3]:>11.3f} {mean[4]:>7.1f} {total[5]:>7} {total[6]:>6}"
+                f" {total[7]:>5}",
                 flush=True,
             )
 

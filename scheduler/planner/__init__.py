@@ -13,7 +13,7 @@ Where the paper's words live:
 * `reasons`: the INFEASIBLE and RETRY sentences (and the pool capacity one);
 * `index`: the per-state index (group summaries, free nodes) that travels with the
   ClusterState, built incrementally by
-* `transitions`: `apply_placement` and `remove_job`;
+* `transitions`: `apply_placement`, `remove_job` and `update_job` (new estimates in place);
 * `scheduler.cluster`: node naming, `nodes_needed`, `empty_state`.
 
 Decisions where the paper is silent (see also the module functions):
@@ -98,7 +98,7 @@ from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import PlannerIndex, build_index, planner_index
 from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
-from scheduler.planner.transitions import apply_placement, remove_job
+from scheduler.planner.transitions import apply_placement, remove_job, update_job
 from scheduler.slo import DEFAULT_SLO_MARGIN
 from scheduler.stochastic import slo_probabilities
 
@@ -113,6 +113,7 @@ __all__ = [
     "planner_index",
     "pool_capacity",
     "remove_job",
+    "update_job",
 ]
 
 POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")

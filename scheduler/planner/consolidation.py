@@ -145,6 +145,9 @@ class ConsolidationConfig:
     # wait, then co-located (scheduler.planner.objective.members_remaining_cost)
     lone_tail: bool = False
     lone_tail_moves: bool = False  # the same in a move's saving
+    # [I] under drift re-planning: a move's budget must also hold were the mover's
+    # remaining run this much shorter (1: off; see `_budget_ok`)
+    drift_hedge: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -220,21 +223,33 @@ def _budget_ok(
     if known is None:
         known = done * e - z * sd * math.sqrt(done)
     rest = max(0.0, remaining)
-    if colocated_factor is not None:
-        # per remaining iteration: f r + t - slo (r + t + sync), r and t drawn
-        span_r = job.t_roll_max_s - job.roll_min
-        span_t = job.t_train_max_s - job.train_min
-        mean_r = (job.roll_min + job.t_roll_max_s) / 2.0
-        mean_t = (job.train_min + job.t_train_max_s) / 2.0
-        mean_x = colocated_factor * mean_r + mean_t - slo * (mean_r + mean_t + job.t_sync_s)
-        sd_x = math.sqrt(
-            ((colocated_factor - slo) * span_r) ** 2 + ((1.0 - slo) * span_t) ** 2
-        ) / math.sqrt(12.0)
-        future = rest * mean_x + z * sd_x * math.sqrt(rest) + allowance * iteration_s
-        return elapsed + extra_s + future <= slo * known + 1e-9
-    future_ref = rest * e - z * sd * math.sqrt(rest)
-    spent = elapsed + extra_s + (rest + allowance) * iteration_s
-    return spent <= slo * (known + future_ref) + 1e-9
+    # [I] with a drift hedge h < 1 the budget must also hold were the job's remaining run
+    # (its phases, its pace, their spread) h times as long: a restart a shrinking job's
+    # slack cannot absorb is not spent on it (`ConsolidationConfig.drift_hedge`)
+    for h in (1.0, cfg.drift_hedge) if cfg.drift_hedge < 1.0 else (1.0,):
+        if colocated_factor is not None:
+            # per remaining iteration: f r + t - slo (r + t + sync), r and t drawn
+            span_r = job.t_roll_max_s - job.roll_min
+            span_t = job.t_train_max_s - job.train_min
+            mean_r = (job.roll_min + job.t_roll_max_s) / 2.0
+            mean_t = (job.train_min + job.t_train_max_s) / 2.0
+            mean_x = h * (colocated_factor * mean_r + mean_t) - slo * (
+                h * (mean_r + mean_t) + job.t_sync_s
+            )
+            sd_x = (
+                h
+                * math.sqrt(((colocated_factor - slo) * span_r) ** 2 + ((1.0 - slo) * span_t) ** 2)
+                / math.sqrt(12.0)
+            )
+            future = rest * mean_x + z * sd_x * math.sqrt(rest) + allowance * iteration_s * h
+            if elapsed + extra_s + future > slo * known + 1e-9:
+                return False
+            continue
+        future_ref = h * (rest * e - z * sd * math.sqrt(rest))
+        spent = elapsed + extra_s + h * (rest + allowance) * iteration_s
+        if spent > slo * (known + future_ref) + 1e-9:
+            return False
+    return True
 
 
 def _prices(state: ClusterState, placement: Placement) -> dict[str, float]:

@@ -164,3 +164,22 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
         free={p: tuple(v) for p, v in free.items()},
     )
     return replace(state, groups=groups, planner_index=child_index), released
+
+
+def update_job(state: ClusterState, job: JobProfile) -> ClusterState:
+    """Return `state` with its member `job.id` planned as `job` from now: the same nodes
+    and place in its group's order, new estimates (a drift re-plan that learned them and
+    keeps the job where it is). Raises KeyError when the job is in no group."""
+    index = planner_index(state)
+    if job.id not in index.job_ids:
+        raise KeyError(f"job {job.id!r} is in no co-execution group")
+    i = next(k for k, x in enumerate(index.summaries) if job.id in x.job_ids)
+    g = state.groups[i]
+    group = replace(
+        g, members=tuple(replace(m, job=job) if m.job.id == job.id else m for m in g.members)
+    )
+    groups = state.groups[:i] + (group,) + state.groups[i + 1 :]
+    summaries = list(index.summaries)
+    summaries[i] = summarise(group)
+    child_index = replace(index, groups=groups, summaries=tuple(summaries))
+    return replace(state, groups=groups, planner_index=child_index)

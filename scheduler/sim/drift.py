@@ -16,17 +16,20 @@ measures it at submission. A simulation setting is one template for every job
 ("increasing-1.0", ...), or "mixed": each job draws one of the seven uniformly
 (seeded by the job id, so every policy sees the same drift).
 
-Re-planning (`simulate(..., replan_drift=True)`): every `WINDOW` iterations the
-simulator asks whether a job drifts (`is_drifting`: its recent mean phase time is
-above its worst case, or its measured slowdown so far is on track to break its SLO);
-if so it learns the job's estimates from its last `WINDOW` observed phases
-(`learned_profile`: worst case = the largest observed, range = the observed one,
-observed mean solo time) and re-checks its group with them
-(scheduler.slo.check_group). When an SLO no longer
-holds, the job is checkpointed, removed and resubmitted through the planner with its
-learned estimates, and resumes at its next iteration after the paper's restart time
-(scheduler.planner.consolidation.restart_seconds), at most `MAX_REPLANS` times. The
-static planner (the default) never re-plans.
+Re-planning (`simulate(..., replan_drift=True)`, the decision in scheduler.replan, which
+the live planner shares): every `WINDOW` iterations of a job the simulator fits the
+trend of its drawn phases so far (`Observer`), projects every member of its group to
+the end of its run (the SLO over the whole run, restarts and waits included) and
+`decide`s: a job whose projection breaks, or without which a partner's would hold, is
+checkpointed, removed and resubmitted through the planner with its forecast profile
+(`move_profile`: the forecast's range, what is left of its SLO budget), and resumes at
+its next iteration after the paper's restart time
+(scheduler.planner.consolidation.restart_seconds), at most `MAX_REPLANS` times; a job
+whose durations trend but that stays is planned from then with its forecast in place
+(scheduler.planner.update_job), so admissions and consolidation see it. The re-planning
+runs also hedge every move (`DRIFT_HEDGE`, `Levers.drift_hedge`). The live planner
+writes a drifting job's estimates with `learned_profile` (its observed range). The static
+planner (the default) never re-plans.
 """
 
 from __future__ import annotations
@@ -37,20 +40,21 @@ from dataclasses import replace
 
 import numpy as np
 
-from scheduler.model import JobProfile, Member
-from scheduler.slo import check_group
+from scheduler.model import JobProfile
+from scheduler.replan import MIN_OBSERVED, Outlook, Trend, fit_trend, planned_outlook
 
 __all__ = [
+    "CHECK_EVERY",
+    "DRIFT_HEDGE",
     "MAX_REPLANS",
+    "Observer",
     "SETTINGS",
     "TEMPLATES",
     "WINDOW",
     "drift_factors",
     "drifted",
-    "is_drifting",
     "job_templates",
     "learned_profile",
-    "still_holds",
 ]
 
 TEMPLATES = (
@@ -65,6 +69,16 @@ TEMPLATES = (
 SETTINGS = (*TEMPLATES, "mixed")
 WINDOW = 5  # iterations of observations a re-plan learns from (and between two checks)
 MAX_REPLANS = 3  # per job: each costs a restart
+# iterations between two checks of a job: the live planner's cadence (every WINDOW-th
+# boundary). Checking at every boundary (measured, docs/results.md section 9) saves a few
+# short jobs and costs more moves on noise.
+CHECK_EVERY = WINDOW
+# [I] Re-planning hedges every move's SLO budget against the strongest shrinkage of the
+# templates: under decreasing 1.5x a phase ends at 1 / 2.5 of its first (Levers.drift_hedge;
+# the mean over a run, 0.61, is not enough for a move made later in a shrinking run). A
+# move at a job's first iterations, before any trend can show, would otherwise spend a
+# restart that a tight SLO's slack no longer covers once the job's run shrinks.
+DRIFT_HEDGE = 1.0 / 2.5
 
 
 def _parse(template: str) -> tuple[str, float]:
@@ -130,36 +144,42 @@ def learned_profile(
     )
 
 
-def is_drifting(
-    profile: JobProfile,
-    roll: Sequence[float],
-    train: Sequence[float],
-    *,
-    mean_iteration_s: float,
-    mean_solo_s: float,
-) -> bool:
-    """Return True when a job's observed durations have left its estimates.
-
-    Either its recent mean phase time is above its worst case (it grew past what it
-    was planned with), or its measured slowdown so far (mean iteration time under
-    sharing over its mean solo time, restarts excluded) is on track to break its SLO.
-    """
-    recent = float(np.mean(roll) + np.mean(train))
-    above = recent > profile.t_roll_max_s + profile.t_train_max_s + 1e-9
-    return above or mean_iteration_s > profile.slo * mean_solo_s * (1.0 + 1e-9)
-
-
-def still_holds(
-    members: Sequence[Member], learned: JobProfile, *, switch_overhead_s: float
-) -> bool:
-    """Return True when every member's SLO holds with `learned` in place of its job."""
-    updated = [replace(m, job=learned) if m.job.id == learned.id else m for m in members]
-    return check_group(updated, switch_overhead_s=switch_overhead_s).ok
-
-
 def templates_summary(templates: Mapping[str, str]) -> dict[str, int]:
     """Return how many jobs got each template (for reports)."""
     out = dict.fromkeys(TEMPLATES, 0)
     for t in templates.values():
         out[t] += 1
     return {t: n for t, n in out.items() if n}
+
+
+class Observer:
+    """The simulator's eyes for the re-plan: a running job's outlook (scheduler.replan)
+    from its drawn phases, its trends fitted once per iteration count."""
+
+    def __init__(self) -> None:
+        self._trends: dict[str, tuple[int, tuple[Trend, Trend] | None]] = {}
+
+    def outlook(
+        self,
+        profile: JobProfile,
+        roll: Sequence[float],
+        train: Sequence[float],
+        *,
+        done: int,
+        elapsed_s: float,
+        solo_done_s: float,
+    ) -> Outlook:
+        """Return the job's outlook after `done` iterations of its drawn `roll` / `train`:
+        from its plan until it has run MIN_OBSERVED, from its observations after."""
+        cached = self._trends.get(profile.id)
+        if cached is None or cached[0] != done:
+            seen = done >= MIN_OBSERVED
+            cached = (done, (fit_trend(roll[:done]), fit_trend(train[:done])) if seen else None)
+            self._trends[profile.id] = cached
+        base = planned_outlook(
+            profile, remaining=profile.iterations - done, elapsed_s=elapsed_s, done=done
+        )
+        base = replace(base, solo_done_s=solo_done_s)
+        if cached[1] is None:
+            return base
+        return replace(base, roll=cached[1][0], train=cached[1][1], observed=True)

@@ -22,7 +22,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -40,16 +40,11 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.planner.consolidation import Move, restart_seconds
+from scheduler.planner import update_job
+from scheduler.planner.consolidation import Move
 from scheduler.planner.objective import JobProgress
-from scheduler.sim.drift import (
-    MAX_REPLANS,
-    WINDOW,
-    drifted,
-    is_drifting,
-    learned_profile,
-    still_holds,
-)
+from scheduler.replan import Outlook, decide
+from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.longtail import LongTailModel
 
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
@@ -159,6 +154,7 @@ class JobRecord:
     drift: str = "none"  # its drift template (scheduler.sim.drift)
     replans: int = 0  # times a drift re-plan moved it (checkpoint, resubmit, resume)
     solo_done_s: float = 0.0  # drawn rollout + training (+ sync) of the iterations done
+    first_boundary_s: float | None = None  # when its first iteration ended (its first checkpoint)
 
     @property
     def solo_iteration_s(self) -> float:
@@ -302,6 +298,7 @@ class Simulation:
         self.replan_drift = replan_drift
         self.planned_profile: dict[str, JobProfile] = {}
         self.drift_checked: dict[str, int] = {}
+        self.observer = Observer()
         self.heap: list[_Event] = []
         self.seq = 0
         self.now = 0.0
@@ -554,6 +551,8 @@ class Simulation:
             i = record.iterations_done
             record.solo_done_s += record.roll[i] + record.train[i] + record.profile.t_sync_s
             record.iterations_done += 1
+            if i == 0:
+                record.first_boundary_s = self.now
         if self.policy.job_done(result, job_id):
             # The runtime dropped the member itself when it finished its last phase.
             record.status = "done"
@@ -636,43 +635,50 @@ class Simulation:
         return True
 
     def _drift_replan(self, job_id: str, group_id: str) -> bool:
-        """Re-check a job's group with its learned estimates; move it out if an SLO breaks.
+        """Project its group's SLOs to the end of their runs; move the job out if it must.
 
         Runs at the job's iteration boundary every `drift.WINDOW` iterations (see
-        scheduler.sim.drift). Returns True when the job moved.
+        scheduler.replan and scheduler.sim.drift). Returns True when the job moved.
         """
         record = self.jobs[job_id]
         done = record.iterations_done
-        if done - self.drift_checked.get(job_id, 0) < WINDOW or record.replans >= MAX_REPLANS:
+        if done - self.drift_checked.get(job_id, 0) < CHECK_EVERY or record.replans >= MAX_REPLANS:
             return False
         if done >= record.profile.iterations:
             return False
         self.drift_checked[job_id] = done
-        current = self.planned_profile.get(job_id, record.profile)
-        recent_roll = record.roll[done - WINDOW : done]
-        recent_train = record.train[done - WINDOW : done]
-        assert record.admitted_s is not None
-        if not is_drifting(
-            current,
-            recent_roll,
-            recent_train,
-            mean_iteration_s=(self.now - record.admitted_s - record.restart_s) / done,
-            mean_solo_s=(sum(record.roll[:done]) + sum(record.train[:done])) / done,
-        ):
-            return False
-        learned = learned_profile(
-            current, recent_roll, recent_train, remaining=record.profile.iterations - done
+        group = self._group(group_id)
+        assert group is not None and record.admitted_s is not None
+        outlooks = {m.job.id: self._outlook(m.job.id) for m in group.members}
+        k = min(WINDOW, done)
+        recent = (sum(record.roll[done - k : done]) + sum(record.train[done - k : done])) / k
+        decision = decide(
+            group.members,
+            outlooks,
+            job_id,
+            record.profile,
+            recent_solo_s=recent,
+            slowdown_so_far=(self.now - record.admitted_s) / record.solo_done_s,
+            switch_overhead_s=self.spec.switch_overhead_s,
+            movable={j for j in outlooks if self.jobs[j].replans < MAX_REPLANS},
+            others_drift=any(o.drifts for j, o in outlooks.items() if j != job_id),
         )
-        group = next(g for g in self.state.groups if g.id == group_id)
-        if still_holds(group.members, learned, switch_overhead_s=self.spec.switch_overhead_s):
+        if not decision.move or decision.profile is None:
+            if decision.profile is not None:  # planned from now with what it learned
+                self.state = update_job(self.state, decision.profile)
             return False
+        learned, restart = decision.profile, decision.restart_s
+        remaining = record.profile.iterations - done
         # Resubmit with the learned estimates on the state without the job; stay put
         # when nothing fits now (the job keeps running where it is).
         without = self.policy.remove(self.state, job_id)
-        result = self.policy.place(learned, without, self._progress(), self.now)
+        joining = replace(learned, iterations=remaining)  # what it adds from now
+        result = self.policy.place(joining, without, self._progress(), self.now)
         if result.status is not PlacementStatus.FIT or result.placement is None:
             return False
         placement = result.placement
+        if placement.group_id == group_id:
+            return False  # the planner would keep it where it is
         target = self._target_group(placement)
         self.runtimes[group_id].remove(job_id)
         self.state = self.policy.apply(without, learned, placement, target)
@@ -687,7 +693,6 @@ class Simulation:
         self.runtimes[target].admit(
             member, iterations=record.profile.iterations, start_iteration=done
         )
-        restart = restart_seconds(record.profile)
         self.restart_due[job_id] = restart
         record.restart_s += restart
         record.replans += 1
@@ -699,6 +704,15 @@ class Simulation:
             self._start_ready(group_id)
         self._retry_waiting()
         return True
+
+    def _outlook(self, job_id: str) -> Outlook:
+        """Return a running job's outlook from its drawn phases (scheduler.replan)."""
+        r = self.jobs[job_id]
+        assert r.admitted_s is not None
+        return self.observer.outlook(
+            r.profile, r.roll, r.train, done=r.iterations_done,
+            elapsed_s=self.now - r.admitted_s, solo_done_s=r.solo_done_s,
+        )  # fmt: skip
 
     # -- main loop --------------------------------------------------------------
     def run(self) -> RunResult:

@@ -28,7 +28,8 @@ import numpy as np
 
 from scheduler.costs import idle_fraction, run_cost
 from scheduler.model import Pool
-from scheduler.sim.engine import RunResult
+from scheduler.planner.consolidation import restart_seconds
+from scheduler.sim.engine import JobRecord, RunResult
 
 HOUR = 3600.0
 # Floating-point slack when comparing a measured iteration time with its SLO bound.
@@ -126,3 +127,24 @@ def ratios(per_policy: dict[str, dict[str, Any]]) -> dict[str, float]:
             if denominator > 0:
                 out[f"{num}/{den}"] = round(per_policy[num]["total_cost_usd"] / denominator, 4)
     return out
+
+
+def replan_bound(
+    record: JobRecord, *, rollout_speed_factor: float = 1.0, restart: bool = False
+) -> float | None:
+    """Return the smallest slowdown ANY re-plan could have given a finished job (an oracle
+    bound, for reports): from its first checkpoint (the end of its first iteration, as
+    it ran: no observation of it exists before) it runs alone to the end at its drawn
+    phases (the faster of its own rollout nodes and its training nodes at
+    `rollout_speed_factor`, no sync), its partners moved away, or with `restart` itself
+    moved out, paying one restart. Above the job's SLO: no re-planning of its admitted
+    placement, even one knowing every future duration, keeps the SLO. None: it has not
+    run an iteration."""
+    if record.first_boundary_s is None or record.admitted_s is None or not record.roll:
+        return None
+    f = min(1.0, rollout_speed_factor)
+    rest = sum(r * f + t for r, t in zip(record.roll[1:], record.train[1:], strict=True))
+    total = record.first_boundary_s - record.admitted_s + rest
+    if restart:
+        total += restart_seconds(record.profile)
+    return total / (len(record.roll) * record.solo_iteration_s)

@@ -47,6 +47,7 @@ from scheduler.planner.consolidation import (
     plan_consolidation,
 )
 from scheduler.planner.objective import JobProgress
+from scheduler.sim.drift import DRIFT_HEDGE
 from scheduler.sim.engine import Runtime
 from scheduler.sim.longtail import LongTailModel
 
@@ -85,6 +86,9 @@ class Levers:
     lone_tail: bool = True
     lone_tail_moves: bool = True  # the same in consolidation's savings
     min_saving_usd: float = 0.0  # a move must save more than this (expected dollars)
+    # under drift re-planning a move's SLO budget must also hold were the mover's remaining
+    # run this much shorter (scheduler.sim.drift.DRIFT_HEDGE; 1: off)
+    drift_hedge: float = 1.0
 
 
 DEFAULT_LEVERS = Levers()
@@ -624,6 +628,12 @@ class PlannedPolicy(StaticPlacement):
         return _job_done(result, job_id)
 
 
+def replanning_levers(levers: Levers | None = None) -> Levers:
+    """Return `levers` (default rollmux's) as the drift re-planning runs use them: moves
+    hedged against a shrinking run (scheduler.sim.drift.DRIFT_HEDGE)."""
+    return replace(DEFAULT_LEVERS if levers is None else levers, drift_hedge=DRIFT_HEDGE)
+
+
 def consolidation_config(lv: Levers, *, max_group_size: int = 5) -> ConsolidationConfig:
     """Return the consolidation rules of rollmux with levers `lv` (the simulator's, and the
     live planner's: rollmux_web.workflow.services.moves)."""
@@ -639,6 +649,7 @@ def consolidation_config(lv: Levers, *, max_group_size: int = 5) -> Consolidatio
         min_saving_usd=lv.min_saving_usd,
         lone_tail=lv.lone_tail,
         lone_tail_moves=lv.lone_tail_moves,
+        drift_hedge=lv.drift_hedge,
     )
 
 

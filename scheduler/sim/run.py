@@ -11,7 +11,7 @@ from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import ratios, summarise
 from scheduler.sim.milp import trace_lower_bound
 from scheduler.sim.optimal import run_optimal
-from scheduler.sim.policies import OPTIMAL_MAX_JOBS, Levers, make_policy, ordered
+from scheduler.sim.policies import OPTIMAL_MAX_JOBS, Levers, make_policy, ordered, replanning_levers
 
 
 def run_simulation(
@@ -68,7 +68,9 @@ def run_simulation(
                 "search_s": round(search.search_s, 3),
             }
         else:
-            policy = make_policy(name, seed=seed, max_group_size=max_group_size, levers=levers)
+            replans = replan_drift and name == "rollmux"
+            lv = replanning_levers(levers) if replans else levers
+            policy = make_policy(name, seed=seed, max_group_size=max_group_size, levers=lv)
             run = simulate(
                 jobs,
                 spec,
@@ -76,10 +78,10 @@ def run_simulation(
                 seed=seed,
                 progress=step,
                 drift=templates,
-                replan_drift=replan_drift and name == "rollmux",
+                replan_drift=replans,
             )
             figures = summarise(run)
-            if replan_drift and name == "rollmux":
+            if replans:
                 figures["drift_replans"] = sum(r.replans for r in run.jobs.values())
         report["policies"][name] = figures
         step(1.0)

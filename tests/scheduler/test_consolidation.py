@@ -159,19 +159,24 @@ def test_expected_remaining_cost_releases_each_node_when_its_last_member_leaves(
     assert delayed == pytest.approx(3 * first + 2 * 50.0)
 
 
-def test_a_tight_slo_job_alone_goes_co_located_when_its_measured_slack_pays_the_restart() -> None:
-    """The statistical budget (rule 4): a long job with SLO 1.003 alone in its group has
-    0.003 x 1000 x 270 s = 810 s of slack over its run; co-located, its remaining
-    iterations take exactly its own drawn phases, so the 197 s restart fits. The margin
-    rule (expected solo / 1.01) refuses any move of such a job."""
+def tight_alone() -> tuple[ClusterState, float]:
+    """A long job with SLO 1.003 alone in its group; return the state and its expected
+    solo iteration (270 s)."""
     tight = replace(
         job("t", 200, 100, slo=1.003, iterations=1000), t_roll_min_s=150, t_train_min_s=90
     )
     state = empty_state(SPEC)
     res = place(tight, state)
     assert res.placement is not None
-    state = apply_placement(state, tight, res.placement, group_id="g0")
-    e = expected_solo_s(tight)
+    return apply_placement(state, tight, res.placement, group_id="g0"), expected_solo_s(tight)
+
+
+def test_a_tight_slo_job_alone_goes_co_located_when_its_measured_slack_pays_the_restart() -> None:
+    """The statistical budget (rule 4): a long job with SLO 1.003 alone in its group has
+    0.003 x 1000 x 270 s = 810 s of slack over its run; co-located, its remaining
+    iterations take exactly its own drawn phases, so the 197 s restart fits. The margin
+    rule (expected solo / 1.01) refuses any move of such a job."""
+    state, e = tight_alone()
     # 400 iterations done alone: their drawn solo seconds, and the same time elapsed
     done = {"t": JobProgress(0.0, 400, 0, solo_s_done=400 * e)}
     cfg = ConsolidationConfig(colocated=True, objective="expected")
@@ -219,3 +224,19 @@ def test_a_member_left_alone_is_valued_co_located_after_its_wait() -> None:
     assert alone == pytest.approx(
         members_remaining_cost(group.members[:1], price, prog, switch_overhead_s=2.0)
     )
+
+
+def test_under_drift_re_planning_a_move_must_also_fit_a_run_that_shrinks() -> None:
+    """The drift hedge (ConsolidationConfig.drift_hedge): a tight job 50 iterations into
+    its 1000 has 0.003 x 1000 x 270 s = 810 s of slack, enough for a 400 s restart; were
+    its remaining run 0.4 x as long (the strongest decreasing template's end), the
+    slack would be 0.003 x (50 + 950 x 0.4) x 270 s = 348 s, and the move is refused."""
+    state, e = tight_alone()
+    done = {"t": JobProgress(0.0, 50, 0, solo_s_done=50 * e)}
+    cfg = ConsolidationConfig(colocated=True, objective="expected", restart_s=lambda j: 400.0)
+    assert best_move(state, "t", now=50 * e, progress=done, config=cfg) is not None
+    hedged = replace(cfg, drift_hedge=0.4)
+    assert best_move(state, "t", now=50 * e, progress=done, config=hedged) is None
+    # a 150 s restart fits even the shrunk run's slack
+    cheap = replace(hedged, restart_s=lambda j: 150.0)
+    assert best_move(state, "t", now=50 * e, progress=done, config=cheap) is not None

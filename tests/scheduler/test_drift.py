@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scheduler.replan import observed_outlook, should_assess
 from scheduler.sim.__main__ import main as cli_main
 from scheduler.sim.drift import (
     SETTINGS,
     TEMPLATES,
     drift_factors,
-    is_drifting,
     job_templates,
     learned_profile,
 )
@@ -56,11 +56,15 @@ def test_estimates_are_learned_from_the_observed_phases() -> None:
     assert (learned.t_train_min_s, learned.t_train_max_s) == (60, 70)
     assert learned.observed_solo_s == pytest.approx(160 + 65)
     assert learned.iterations == 40
-    # Above its worst case: drifting; within it and on time: not.
-    assert is_drifting(base, [150, 170], [60, 70], mean_iteration_s=200, mean_solo_s=200)
-    assert not is_drifting(base, [90, 95], [45, 45], mean_iteration_s=140, mean_solo_s=140)
-    # Within its estimates but slowed past its SLO (1.5 x 140 = 210 < 230): drifting.
-    assert is_drifting(base, [90, 95], [45, 45], mean_iteration_s=230, mean_solo_s=140)
+    # Above its worst case: worth a check; within it, steady and on time: not.
+    seen = observed_outlook(base, [150, 170], [60, 70], remaining=40, elapsed_s=0.0)
+    assert should_assess(seen, base, recent_solo_s=225, slowdown_so_far=1.0)
+    calm = observed_outlook(base, [90, 95], [45, 45], remaining=40, elapsed_s=0.0)
+    assert not should_assess(calm, base, recent_solo_s=137.5, slowdown_so_far=1.0)
+    # Within its estimates but slowed past its SLO (1.5 x 140 = 210 < 230): worth a check.
+    assert should_assess(calm, base, recent_solo_s=137.5, slowdown_so_far=230 / 140)
+    # A partner that drifts: worth a check (the caller that knows it says so)
+    assert should_assess(calm, base, recent_solo_s=137.5, slowdown_so_far=1.0, others_drift=True)
 
 
 def test_replanning_moves_a_drifting_job_out_so_its_partner_keeps_its_slo() -> None:

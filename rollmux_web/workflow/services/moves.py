@@ -8,13 +8,15 @@ One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
   marks their placements `move_requested`. The simulator's calls, with its rules:
   expected remaining cost saved net of the restart (a function of model size), every
   SLO over the whole run, restarts included, at most ROLLMUX_MAX_MOVES_PER_JOB moves.
-* **Drift re-plan.** Every `WINDOW` iterations a job's last `WINDOW` observed phases are
-  compared with its estimates (scheduler.sim.drift.is_drifting, with the controller's
-  tolerance, ROLLMUX_DRIFT_TOLERANCE); a drifting job's estimates are replaced by the
-  learned ones (`learned_profile`; duration_source `learned`) and its group is
-  re-checked with them (`still_holds`: scheduler.slo.check_group, admission's check).
-  When a member's SLO no longer holds, the drifting job is resubmitted through
-  Algorithm 1 with the learned estimates on the cluster without it, and moves out.
+* **Drift re-plan.** Every `WINDOW` iterations a job's last `WINDOW` observed phases give
+  its outlook (scheduler.replan); when a check is due (`should_assess`: a trend, beyond
+  the controller's tolerance ROLLMUX_DRIFT_TOLERANCE of its worst case, or behind its
+  SLO) its estimates are replaced by the learned ones (`learned_profile`; duration_source
+  `learned`) and every member of its group is projected to the end of its run with them
+  (`assess`, the simulator's decision: each SLO over the whole run, the move's restart
+  included). When the job's own projection breaks, or a partner's would hold without it,
+  it is resubmitted through Algorithm 1 with the learned estimates on the cluster
+  without it, and moves out.
   The check is `drift_check`, a task of its own that the controller asks for after it
   dispatched the boundary's next phases (its query, the planner's snapshot and the
   decision are not on the switch path); when it wants the move it marks the placement
@@ -48,7 +50,7 @@ saves $... expected"): group numbers and dollars, never another tenant's job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -80,6 +82,7 @@ from scheduler.group_runtime import GroupRuntime
 from scheduler.model import (
     ClusterState,
     JobProfile,
+    Member,
     PlacementResult,
     PlacementStatus,
 )
@@ -91,7 +94,8 @@ from scheduler.planner.consolidation import (
     restart_seconds,
 )
 from scheduler.planner.objective import JobProgress
-from scheduler.sim.drift import WINDOW, is_drifting, learned_profile, still_holds
+from scheduler.replan import Outlook, assess, group_outlooks, observed_outlook, should_assess
+from scheduler.sim.drift import WINDOW, learned_profile
 
 log = logging.getLogger(__name__)
 
@@ -215,17 +219,18 @@ def at_iteration_boundary(
     if not kind:
         return False
     learned: JobProfile | None = None
+    drift = None
     if kind == MoveKind.DRIFT:
         if not settings.ROLLMUX_DRIFT_REPLAN:
             return _clear_request(placement)
-        learned = _drift_learned(job, placement, job.iterations_done, found=True)
+        drift = _drift_learned(job, placement, job.iterations_done, found=True)
     if not planner_try_lock():
         return False  # a planning pass is deciding: try again at the next boundary
     state, progress = move_state()
-    if learned is not None:
-        learned = _learned_member(job, state, learned)
+    if drift is not None:
+        learned = _learned_member(job, state, drift[0])
         _save_learned(job, learned)
-    decided = _decide(kind, job, placement, state, progress, learned)
+    decided = _decide(kind, job, placement, state, progress, learned, drift and drift[1])
     if decided is None:
         return _clear_request(placement)
     return _execute(decided, job, placement, runtime, now, effects, persist, stale)
@@ -266,9 +271,10 @@ def drift_check(*, placement_id: int, iterations_done: int, may_wait: bool = Tru
     if placement is None or not settings.ROLLMUX_DRIFT_REPLAN:
         return DRIFT_GONE
     job = placement.job
-    learned = _drift_learned(job, placement, iterations_done)
-    if learned is None:
+    drift = _drift_learned(job, placement, iterations_done)
+    if drift is None:
         return DRIFT_NONE
+    learned, seen = drift
     with transaction.atomic():
         if not planner_try_lock():
             if may_wait:
@@ -276,7 +282,7 @@ def drift_check(*, placement_id: int, iterations_done: int, may_wait: bool = Tru
             return _mark(placement, MoveKind.DRIFT)  # its boundary looks again
         state, progress = move_state()
         member = _learned_member(job, state, learned)
-        decided = _decide(MoveKind.DRIFT, job, placement, state, progress, member)
+        decided = _decide(MoveKind.DRIFT, job, placement, state, progress, member, seen)
         _save_learned(job, learned)  # last: the job row is locked from here to the commit
         if decided is None:
             return DRIFT_NONE
@@ -294,9 +300,9 @@ def _mark(placement: Placement, kind: str) -> str:
 
 def _drift_learned(
     job: Job, placement: Placement, upto: int, *, found: bool = False
-) -> JobProfile | None:
+) -> tuple[JobProfile, Outlook] | None:
     """Return the job's profile learned from its WINDOW iterations before `upto` in this
-    placement when it drifts (scheduler.sim.drift.is_drifting, beyond
+    placement when its check is due (scheduler.replan.should_assess, beyond
     ROLLMUX_DRIFT_TOLERANCE of its worst case), else None. One query. `found`: its drift
     check found it drifting already (and its estimates may be the learned ones now): the
     profile learned from the window, without asking again."""
@@ -340,15 +346,15 @@ def _drift_learned(
         t_roll_max_s=profile.t_roll_max_s * tolerance,
         t_train_max_s=profile.t_train_max_s * tolerance,
     )
-    if not found and not is_drifting(
-        planned,
-        recent_roll,
-        recent_train,
-        mean_iteration_s=span / WINDOW,
-        mean_solo_s=(sum(recent_roll) + sum(recent_train)) / WINDOW,
+    recent = (sum(recent_roll) + sum(recent_train)) / WINDOW
+    # its trends (the SLO clock is the planner's: group_outlooks)
+    seen = observed_outlook(profile, recent_roll, recent_train, remaining=1, elapsed_s=0.0)
+    if not found and not should_assess(
+        seen, planned, recent_solo_s=recent, slowdown_so_far=span / WINDOW / recent
     ):
         return None
-    return learned_profile(profile, recent_roll, recent_train, remaining=job.iterations - upto)
+    learned = learned_profile(profile, recent_roll, recent_train, remaining=job.iterations - upto)
+    return learned, seen
 
 
 def _save_learned(job: Job, learned: JobProfile) -> None:
@@ -394,6 +400,7 @@ def _decide(
     state: ClusterState,
     progress: dict[str, JobProgress],
     learned: JobProfile | None,
+    seen: Outlook | None = None,
 ) -> _Decided | None:
     """Return the move the planner wants now, or None (module docstring, step 2)."""
     job_id = str(job.pk)
@@ -404,9 +411,7 @@ def _decide(
     without, _released = remove_job(state, job_id)
     remaining = job.iterations - job.iterations_done
     if kind == MoveKind.DRIFT:
-        if learned is None or still_holds(
-            source.members, learned, switch_overhead_s=state.spec.switch_overhead_s
-        ):
+        if learned is None or not _must_go(source.members, learned, state, progress, seen):
             return None
         profile = replace(learned, iterations=remaining)
         result = levers.place_job(profile, without, progress)
@@ -436,6 +441,28 @@ def _decide(
     )
     text = f"{move.reason}, ${per_hour:,.2f}/h less from now"
     return _Decided(kind, result, profile, without, text)
+
+
+def _must_go(
+    members: Sequence[Member],
+    learned: JobProfile,
+    state: ClusterState,
+    progress: dict[str, JobProgress],
+    seen: Outlook | None,
+) -> bool:
+    """Return True when the drifting job should leave its group: every member projected to
+    the end of its run (scheduler.replan.assess, the simulator's decision), the job at its
+    learned estimates and observed trends (`seen`), the others at their plan, each on its
+    SLO clock."""
+    mine = [replace(m, job=learned) if m.job.id == learned.id else m for m in members]
+    trends = {learned.id: seen} if seen is not None else None
+    return assess(
+        mine,
+        group_outlooks(mine, progress, now=NOW, trends=trends),
+        learned.id,
+        switch_overhead_s=state.spec.switch_overhead_s,
+        restart_s=restart_seconds(learned),
+    ).move
 
 
 def _freed_per_hour(state: ClusterState, job_id: str) -> float:
