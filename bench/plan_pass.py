@@ -27,9 +27,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.workers.builders import NoTriggers  # noqa: E402  (after the path)
 
 
-class _Nothing:
+class _Nothing(NoTriggers):
     """A dispatcher and a set of triggers that do nothing (the pass alone is measured)."""
 
     def dispatch(self, order: Any) -> None: ...
@@ -40,14 +41,6 @@ class _Nothing:
     def release(self, job_id: int, placement_id: int) -> None: ...
 
     def kill(self, job_id: int, placement_id: int) -> None: ...
-
-    def request_planning(self) -> None: ...
-
-    def request_cancel(self, job_id: int) -> None: ...
-
-    def node_state_changed(self, node_id: int) -> None: ...
-
-    def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
 
 
 def _seed(nodes: int, jobs: int) -> None:

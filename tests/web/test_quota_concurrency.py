@@ -16,21 +16,12 @@ from rollmux_web.quotas.models import Quota
 from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import ports
 from tests.factories import job_spec
+from tests.workers.builders import NoTriggers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-class _NoTriggers:
-    def request_planning(self) -> None: ...
-
-    def request_cancel(self, job_id: int) -> None: ...
-
-    def node_state_changed(self, node_id: int) -> None: ...
-
-    def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
-
-
-class _CountingTriggers(_NoTriggers):
+class _CountingTriggers(NoTriggers):
     def __init__(self) -> None:
         self.requests = 0
 
@@ -51,7 +42,7 @@ class _NoDispatch:
 
 @pytest.fixture(autouse=True)
 def _quiet_ports() -> Iterator[None]:
-    with ports.override(triggers=_NoTriggers(), dispatcher=_NoDispatch()):  # type: ignore[arg-type]
+    with ports.override(triggers=NoTriggers(), dispatcher=_NoDispatch()):  # type: ignore[arg-type]
         yield
 
 

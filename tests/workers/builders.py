@@ -1,4 +1,5 @@
-"""Builders of the workflow tests: job rows, waits, a recording dispatcher, phase reports.
+"""Builders of the workflow tests: job rows, waits, a recording dispatcher, triggers that do
+nothing, phase reports.
 
 Tests import these from here (fixtures live in conftest.py and are never imported).
 """
@@ -92,6 +93,19 @@ class Recorder:
 
     def kill(self, job_id: int, placement_id: int) -> None:
         pass
+
+
+class NoTriggers:
+    """The workflow's triggers doing nothing (tests and benches that drive planning and the
+    controller themselves); subclass it to record the calls a test is about."""
+
+    def request_planning(self) -> None: ...
+
+    def request_cancel(self, job_id: int) -> None: ...
+
+    def node_state_changed(self, node_id: int) -> None: ...
+
+    def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
 
 
 def end_of(order: PhaseOrder, *, outcome: str = "ok", started: bool = True) -> PhaseReport:

@@ -19,7 +19,7 @@ from rollmux_web.workflow import ports
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation
 from rollmux_web.workflow.services import phase_finish, queue_plan
 from tests.factories import job_spec
-from tests.workers.builders import end_of
+from tests.workers.builders import NoTriggers, end_of
 from workers.dispatch import PhaseOrder, Probe
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,7 +123,7 @@ def test_concurrent_submissions_and_planning_never_surface_a_deadlock(
 
     with ports.override(dispatcher=dispatcher):
         # planning is driven by the planner threads here, not by each commit
-        previous = ports.configure(triggers=_NoTriggers())
+        previous = ports.configure(triggers=NoTriggers())
         try:
             threads = [threading.Thread(target=guarded(lambda n=n: submitter(n))) for n in range(4)]
             threads += [threading.Thread(target=guarded(planner)) for _ in range(2)]
@@ -152,13 +152,3 @@ def test_concurrent_submissions_and_planning_never_surface_a_deadlock(
         cur.execute(OVERLAPS)
         assert cur.fetchone()[0] == 0, "a node was allocated to two groups at once"
     assert NodeAllocation.objects.count() >= 2
-
-
-class _NoTriggers:
-    def request_planning(self) -> None: ...
-
-    def request_cancel(self, job_id: int) -> None: ...
-
-    def node_state_changed(self, node_id: int) -> None: ...
-
-    def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...

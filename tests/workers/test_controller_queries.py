@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import ports, services
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
-from tests.workers.builders import Recorder, end_of, make_job
+from tests.workers.builders import NoTriggers, Recorder, end_of, make_job
 from workers.dispatch import PhaseOrder
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,7 +135,7 @@ def test_a_failed_phase_resubmits_its_job(world: Any, recorder: Recorder, settin
     assert "boom" in job.reason
 
 
-class _Sequence(Recorder):
+class _Sequence(Recorder, NoTriggers):
     """Records the dispatches and the drift checks asked for, in the order they happen."""
 
     def __init__(self) -> None:
@@ -145,12 +145,6 @@ class _Sequence(Recorder):
     def dispatch(self, order: PhaseOrder) -> None:
         super().dispatch(order)
         self.events.append(("dispatch", order.job_id))
-
-    def request_planning(self) -> None: ...
-
-    def request_cancel(self, job_id: int) -> None: ...
-
-    def node_state_changed(self, node_id: int) -> None: ...
 
     def request_drift_check(self, placement_id: int, iterations_done: int) -> None:
         self.events.append(("drift check", iterations_done))
