@@ -27,6 +27,11 @@ within slo x the mean drawn solo iteration time (trace-format.md), so
    profile's spread) and the SLO that is left of its budget after its elapsed time
    and the restart (`remaining_slo`), so the new group's check holds what its run needs.
 
+A job too short to be re-planned in time (`SHORT_RUN` iterations: its run is over about
+when a trend of it could show) is planned stricter until its first check (`young_profile`;
+the simulator's re-planning runs), so newcomers that only its shrinkage would make its
+pace-setters do not join it.
+
 The first version's trigger (recent mean above the worst case, or the slowdown SINCE
 ADMISSION past the SLO, then admission's per-iteration check) reacted only once a miss
 had mostly happened; it survives as the cheap gate `should_assess`. docs/results.md
@@ -52,6 +57,8 @@ from scheduler.slo import DEFAULT_SLO_MARGIN, SLO_EPS, expected_profile
 __all__ = [
     "MIN_OBSERVED",
     "SEGMENTS",
+    "SHORT_RUN",
+    "SHRINK_MEAN",
     "TREND_ALPHA",
     "Assessment",
     "Decision",
@@ -69,6 +76,7 @@ __all__ = [
     "project",
     "remaining_slo",
     "should_assess",
+    "young_profile",
 ]
 
 # a slope counts as drift when significant at this level (two-sided; 3 standard errors
@@ -80,6 +88,10 @@ SEGMENTS = 3  # pieces of the remaining run the projection evaluates
 # a forecast duration never falls below this share of the fitted current one (the speed
 # model already slows the fall; this bounds a noisy steep fit)
 FLOOR = 0.2
+# [I] a run this short (iterations) is over about when a trend of it could show (4 checks)
+SHORT_RUN = 20
+# [I] the strongest decreasing template's mean scale over a run: ln(2.5) / 1.5
+SHRINK_MEAN = math.log(2.5) / 1.5
 
 
 @dataclass(frozen=True)
@@ -560,3 +572,14 @@ def decide(
         learned = move_profile(mine, base, restart_s=0.0) if mine.drifts else None
         return Decision(False, learned, reason=verdict.reason)
     return Decision(True, move_profile(mine, base, restart_s=restart), restart, verdict.reason)
+
+
+def young_profile(job: JobProfile) -> JobProfile | None:
+    """Return how a just-admitted job too short to be re-planned in time (at most
+    `SHORT_RUN` iterations) is planned until its first check: its SLO held as if its run
+    shrank to `SHRINK_MEAN` of its profile, so that a newcomer joins its group only if
+    it would keep its SLO even then (the misses of docs/results.md section 9: short jobs
+    a newcomer joined before any trend of theirs could show). None: not that short."""
+    if job.iterations > SHORT_RUN:
+        return None
+    return replace(job, slo=max(1.0, job.slo * SHRINK_MEAN))

@@ -27,7 +27,8 @@ its next iteration after the paper's restart time
 (scheduler.planner.consolidation.restart_seconds), at most `MAX_REPLANS` times; a job
 whose durations trend but that stays is planned from then with its forecast in place
 (scheduler.planner.update_job), so admissions and consolidation see it. The re-planning
-runs also hedge every move (`DRIFT_HEDGE`, `Levers.drift_hedge`). The live planner
+runs also hedge every move (`DRIFT_HEDGE`, `Levers.drift_hedge`) and hold a short job
+stricter until its first check (scheduler.replan.young_profile). The live planner
 writes a drifting job's estimates with `learned_profile` (its observed range). The static
 planner (the default) never re-plans.
 """

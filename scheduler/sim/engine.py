@@ -43,7 +43,7 @@ from scheduler.model import (
 from scheduler.planner import update_job
 from scheduler.planner.consolidation import Move
 from scheduler.planner.objective import JobProgress
-from scheduler.replan import Outlook, decide
+from scheduler.replan import Outlook, decide, young_profile
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.longtail import LongTailModel
 
@@ -299,6 +299,7 @@ class Simulation:
         self.planned_profile: dict[str, JobProfile] = {}
         self.drift_checked: dict[str, int] = {}
         self.observer = Observer()
+        self.young: set[str] = set()  # short jobs planned stricter until their first check
         self.heap: list[_Event] = []
         self.seq = 0
         self.now = 0.0
@@ -400,6 +401,10 @@ class Simulation:
             job=job, rollout_nodes=placement.rollout_nodes, train_nodes=placement.train_nodes
         )
         runtime.admit(member, iterations=job.iterations)
+        young = young_profile(job) if self.replan_drift else None
+        if young is not None:  # held stricter until its first check (scheduler.replan)
+            self.state = update_job(self.state, young)
+            self.young.add(job_id)
         record.status = "running"
         record.admitted_s = self.now
         record.group_id = group_id
@@ -635,11 +640,8 @@ class Simulation:
         return True
 
     def _drift_replan(self, job_id: str, group_id: str) -> bool:
-        """Project its group's SLOs to the end of their runs; move the job out if it must.
-
-        Runs at the job's iteration boundary every `drift.WINDOW` iterations (see
-        scheduler.replan and scheduler.sim.drift). Returns True when the job moved.
-        """
+        """Project its group's SLOs to the end of their runs and move the job out if it must,
+        every `drift.CHECK_EVERY` iterations (scheduler.replan); True when it moved."""
         record = self.jobs[job_id]
         done = record.iterations_done
         if done - self.drift_checked.get(job_id, 0) < CHECK_EVERY or record.replans >= MAX_REPLANS:
@@ -664,8 +666,13 @@ class Simulation:
             others_drift=any(o.drifts for j, o in outlooks.items() if j != job_id),
         )
         if not decision.move or decision.profile is None:
-            if decision.profile is not None:  # planned from now with what it learned
-                self.state = update_job(self.state, decision.profile)
+            planned = decision.profile
+            if planned is None and job_id in self.young:  # its first check: its own SLO
+                now = next(m.job for m in group.members if m.job.id == job_id)
+                planned = replace(now, slo=record.profile.slo)
+            if planned is not None:  # planned from now with what it learned
+                self.state = update_job(self.state, planned)
+            self.young.discard(job_id)
             return False
         learned, restart = decision.profile, decision.restart_s
         remaining = record.profile.iterations - done

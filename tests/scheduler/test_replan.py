@@ -12,6 +12,8 @@ from scheduler.planner import apply_placement, place, update_job
 from scheduler.planner.consolidation import restart_seconds
 from scheduler.replan import (
     MIN_OBSERVED,
+    SHORT_RUN,
+    SHRINK_MEAN,
     Decision,
     Outlook,
     Trend,
@@ -24,10 +26,13 @@ from scheduler.replan import (
     planned_outlook,
     project,
     remaining_slo,
+    young_profile,
 )
-from scheduler.sim.engine import JobRecord
+from scheduler.sim.engine import JobRecord, simulate
 from scheduler.sim.metrics import replan_bound
+from scheduler.sim.policies import make_policy, replanning_levers
 from scheduler.slo import check_group
+from scheduler.trace import default_cluster
 from tests.scheduler.builders import cluster_spec, job, member
 
 SWITCH = 2.0
@@ -210,3 +215,28 @@ def test_the_oracle_bound_is_a_run_alone_from_the_first_checkpoint() -> None:
     assert moved == pytest.approx((900.0 + restart_seconds(profile)) / 800.0)
     record.first_boundary_s = 200.0  # alone at its own pace: nothing lost yet
     assert replan_bound(record) == pytest.approx(1.0)
+
+
+def test_a_short_job_is_planned_stricter_until_its_first_check() -> None:
+    short = job("S", 300, 100, slo=1.2, iterations=10)
+    young = young_profile(short)
+    assert young is not None and young.slo == 1.0  # 1.2 x 0.61, held at 1
+    assert young_profile(replace(short, slo=2.0)).slo == pytest.approx(2.0 * SHRINK_MEAN)  # type: ignore[union-attr]
+    assert young_profile(replace(short, iterations=SHORT_RUN + 1)) is None
+    # In a run: S (20 iterations, first) would hide in the bubbles of N (arriving 10 s
+    # later: a 400 s cycle, 1.38 x S's solo time, within S's 1.5), and the static planner
+    # packs them; re-planning keeps S to itself until its first check, since S's run is
+    # over before a trend of it could show.
+    s = job("S", 90, 200, slo=1.5, iterations=20)
+    newcomer = replace(job("N", 300, 100, slo=2.0, iterations=20), arrival_s=10.0)
+    spec = default_cluster()
+    static = simulate([s, newcomer], spec, make_policy("rollmux", seed=1), seed=1)
+    assert static.jobs["S"].group_id == static.jobs["N"].group_id
+    replan = simulate(
+        [s, newcomer],
+        spec,
+        make_policy("rollmux", seed=1, levers=replanning_levers()),
+        seed=1,
+        replan_drift=True,
+    )
+    assert replan.jobs["S"].group_id != replan.jobs["N"].group_id
