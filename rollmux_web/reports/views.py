@@ -297,6 +297,16 @@ def _submission_errors(request: HttpRequest) -> dict[str, list[str]]:
     return {f: [str(m) for m in msgs] for f, msgs in ser.errors.items()}
 
 
+def _field_label(name: str) -> str:
+    """Return a field's label as the submit form shows it ("Training GPUs", not train_gpus)."""
+    from rollmux_web.jobs.spec import spec_field
+
+    try:
+        return spec_field(name).label
+    except KeyError:
+        return name.replace("_", " ")
+
+
 @login_required
 @require_GET
 def whatif_preview(request: HttpRequest) -> HttpResponse:
@@ -311,8 +321,8 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
         if bad:
             # in the submission's own words (what the field shows inline and after Submit)
             words = _submission_errors(request)
-            ctx["hint"] = "; ".join(
-                f"{f.replace('_', ' ')}: {' '.join(str(x) for x in words.get(f) or e)}"
+            ctx["hint"] = " ".join(
+                f"{_field_label(f)}: {' '.join(str(x) for x in words.get(f) or e)}"
                 for f, e in bad.items()
             )
         elif set(missing) <= set(PHASE_TIME_NAMES) and not any(
@@ -327,7 +337,7 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
         else:
             ctx["hint"] = (
                 "Fill in "
-                + ", ".join(f.replace("_", " ") for f in missing)
+                + ", ".join(_field_label(f) for f in missing)
                 + " to see where this job would go."
             )
         return render(request, "reports/whatif_preview.html", ctx)

@@ -252,10 +252,19 @@ def test_preview_into_another_tenants_group_names_neither_group_nor_job(
 @pytest.mark.parametrize(
     ("change", "text"),
     [
-        ({"rollout_gpus": ""}, "Fill in rollout gpus"),
-        ({"train_gpus": "many"}, "train gpus: A valid integer is required."),
-        ({"t_roll_min_s": "900"}, "t roll min s: Must be at most t_roll_max_s (300 s), got 900 s."),
-        ({"host_mem_gb": "-3"}, "host mem gb"),
+        ({"rollout_gpus": ""}, "Fill in Rollout GPUs to see where this job would go."),
+        ({"train_gpus": "many"}, "Training GPUs: A valid integer is required."),
+        (
+            {"t_roll_min_s": "900"},
+            "Rollout min (s): Must be at most t_roll_max_s (300 s), got 900 s.",
+        ),
+        ({"host_mem_gb": "-3"}, "Host memory (GB): "),
+        # several at once: each under its label, one sentence after another (no ".;")
+        (
+            {"iterations": "0", "train_gpus": "-8"},
+            "Iterations: Ensure this value is greater than or equal to 1. "
+            "Training GPUs: Must be a positive number of GPUs, got -8.",
+        ),
     ],
 )
 def test_preview_answers_bad_fields_with_a_hint(
@@ -275,7 +284,7 @@ def test_the_preview_words_a_bad_field_as_the_form_does(world: Any, client_as: A
     ).content.decode()
     message = re.search(r"<li>([^<]+)</li>", inline)
     assert message, inline
-    assert f"t train min s: {message.group(1).strip()}" in hint
+    assert f"Training min (s): {message.group(1).strip()}" in hint
 
 
 @pytest.mark.django_db
@@ -349,6 +358,25 @@ def test_a_cancelled_job_is_not_applicable_in_the_slo_report(world: Any, client_
     assert "not applicable (cancelled)" in html
     api = client_as("alice").get("/api/v1/reports/slo/?start=2026-03-10&end=2026-03-10").json()
     assert api["jobs"][0]["met"] is None and api["jobs"][0]["solo_source"].startswith("measured")
+
+
+@pytest.mark.django_db
+def test_the_slo_report_says_so_when_no_job_has_finished_instead_of_an_empty_chart(
+    world: Any, client_as: Any
+) -> None:
+    # the QA pass: with only running jobs the attainment chart was an empty card
+    job, _ = waiting_job(world, "still-going", "vision", T0, world.gold)
+    job.status = JobStatus.RUNNING
+    job.save()
+    url = "/reports/slo/?start=2026-03-10&end=2026-03-10"
+    html = client_as("alice").get(url).content.decode()
+    assert 'id="no-finished"' in html and "No job has finished in this range yet" in html
+    assert "SLO attainment per tenant and class (finished jobs)" not in html
+    job.status = JobStatus.COMPLETED
+    job.save()
+    html = client_as("alice").get(url).content.decode()
+    assert 'id="no-finished"' not in html
+    assert "SLO attainment per tenant and class (finished jobs)" in html
 
 
 @pytest.mark.django_db

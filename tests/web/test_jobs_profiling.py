@@ -386,7 +386,7 @@ def test_the_planner_preview_says_a_job_without_phase_times_is_profiled_first(
         .get("/whatif/preview/", {**query, "t_roll_max_s": "100"}, **HTMX)
         .content.decode()
     )
-    assert "Fill in t train max s" in html
+    assert "Fill in Training max (s)" in html  # the form's label, not t_train_max_s
 
 
 # --- drift (issue 13 item 4: the live marking) -------------------------------------------------
