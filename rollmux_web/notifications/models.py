@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from rollmux_web import events as event_kinds
 from rollmux_web.accounts.models import Tenant
 
 
@@ -45,6 +46,11 @@ class Subscription(models.Model):
     def __str__(self) -> str:
         return f"{self.channel} to {self.target} ({self.scope})"
 
+    @property
+    def event_labels(self) -> list[str]:
+        """Return the events in the words the form offers them in ("job done", not the key)."""
+        return [event_kinds.KINDS.get(k, k) for k in self.events]
+
 
 class DeliveryStatus(models.TextChoices):
     PENDING = "pending", "Pending"
@@ -81,3 +87,8 @@ class Delivery(models.Model):
             # an event reaches a subscription once, whoever publishes it how often
             models.UniqueConstraint(fields=["subscription", "event_key"], name="uniq_delivery")
         ]
+
+    @property
+    def event_label(self) -> str:
+        """Return the event in the form's words ("job done"; a test delivery stays "test")."""
+        return event_kinds.KINDS.get(self.event_kind, self.event_kind)

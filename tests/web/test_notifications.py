@@ -383,6 +383,8 @@ def test_the_page_lists_subscriptions_and_the_delivery_log_per_tenant(
     page = client.get("/notifications/").content.decode()
     assert receiver.url in page and sub.secret in page  # the owner sees the secret
     assert "A test delivery to" in page and "Sent" in page
+    # the events in the form's words, not their keys
+    assert "<td>job failed, job placed</td>" in page and "<td>job.failed" not in page
     bad = client.post("/notifications/", {"channel": "email", "target": "not-an-address",
                                           "events": ["job.placed"]})  # fmt: skip
     assert bad.status_code == 400 and "Enter a valid email address." in bad.content.decode()
