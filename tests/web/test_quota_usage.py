@@ -121,8 +121,11 @@ def test_the_tenants_given_as_rows_or_as_a_queryset_read_the_same_quotas(
 def test_gpu_cap_refusal_and_the_quota_page_give_the_same_numbers(
     client_as: Any, world: Any, busy: Any
 ) -> None:
-    row = _row(client_as("alice").get("/quotas/").content.decode(), "vision", "H800")
+    page = client_as("alice").get("/quotas/").content.decode()
+    row = _row(page, "vision", "H800")
     assert row["requested"] == "24"
+    # the page explains the column with the refusal's list of live statuses (profiling too)
+    assert "profiling, queued, placed and running jobs request" in " ".join(page.split())
     err = _refusal(world, train_gpus=16)  # 24 + 16 > 32
     assert err.code == "quota_exceeded"
     assert err.message.startswith(
