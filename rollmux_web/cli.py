@@ -391,7 +391,14 @@ def describe_text(d: dict[str, Any]) -> str:
             f"~{_duration(est['remaining_wall_s'])} for {est['iterations_left']} iterations",
             2,
         )
-    lines += _wrap("Solo cost/iteration", f"${est['solo_cost_per_iteration_usd']:.2f}", 2)
+    solo = est.get("solo_cost_per_iteration_usd")  # None: no phase times, profiled first
+    lines += _wrap(
+        "Solo cost/iteration",
+        "- (no phase times yet: its profiling run measures them)"
+        if solo is None
+        else f"${solo:.2f} busy",
+        2,
+    )
     lines.append(f"Phases: {phases['total']}")
     for kind, k in sorted(phases["by_kind"].items()):
         states = ", ".join(f"{n} {s}" for s, n in sorted(k["states"].items()))

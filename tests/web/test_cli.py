@@ -311,3 +311,20 @@ def test_watch_redraws_until_the_described_job_ends(
     assert code == 0 and statuses[0] == "queued" and statuses[-1] == "completed"
     code, text, _ = run(["get", "jobs", "--watch", "--count", "2", "--interval", "0.05"])
     assert code == 0 and text.count("SUBMITTED (UTC)") == 2
+
+
+def test_describe_job_of_a_job_without_phase_times_says_it_is_profiled_first(
+    world: Any, env: dict[str, str], monkeypatch: Any
+) -> None:
+    # the QA pass: `rollmux describe job` of a profiling job crashed formatting its
+    # (unknown) solo cost per iteration
+    from tests.reports.builders import make_job
+
+    times = ("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s")
+    job = make_job(world, name="to-profile", status=JobStatus.PROFILING, **dict.fromkeys(times))
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, err = run(["describe", "job", str(job.pk)])
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "Status: profiling" in text and "Solo iteration: - worst case" in text
+    assert "Solo cost/iteration: - (no phase times yet: its profiling run measures them)" in text
