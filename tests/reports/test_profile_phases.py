@@ -47,6 +47,8 @@ def test_pages_name_the_profiling_run(world: Any, client_as: Any) -> None:
     alice = client_as("alice")
     html = alice.get(f"/timeline/jobs/{job.pk}/").content.decode()
     assert "profiling run (dashed outline" in html
+    # the status badge in the job page's and the list's words ("running", not "Running")
+    assert f'<span class="badge {job.status}">{job.status}</span></h1>' in html
     group_page = alice.get(f"/groups/{prof.pk}/").content.decode()
     assert f"Profiling run, group {prof.pk}" in group_page and 'id="profile-note"' in group_page
     assert "nothing to reclaim" in group_page and "share of bubbles reclaimed" not in group_page
