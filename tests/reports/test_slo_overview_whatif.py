@@ -400,6 +400,43 @@ def test_the_group_page_and_the_preview_state_each_members_chance_of_its_slo(
 
 
 @pytest.mark.django_db
+def test_the_group_page_gives_each_members_slowdown_at_admission_and_now(
+    world: Any, client_as: Any
+) -> None:
+    # the QA pass: a member admitted alone kept "1.00x" on the group page after two more
+    # joined it, while it ran 1.26x slower; the page now also predicts it for the group as is
+    from django.conf import settings
+
+    from rollmux_web.workflow.models import Placement
+    from rollmux_web.workflow.selectors import cluster_snapshot
+    from scheduler.slo import check_group
+
+    job, g = live_resident(world)
+    Placement.objects.filter(job=job).update(predicted_slowdown=1.0)  # admitted alone
+    joiner = make_job(world, name="joiner", t_roll_max_s=600.0, t_train_max_s=1200.0)
+    place(g, joiner, rollout=["h20-0"], train=["h800-0"], joined=datetime.now(tz=UTC))
+    (core,) = [x for x in cluster_snapshot().groups if x.id == str(g.pk)]
+    worst = check_group(
+        core.members, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S, margin=None
+    ).worst_s
+    now = {m.job.id: t / m.job.t_solo_max_s for m, t in zip(core.members, worst, strict=True)}
+    # the training node now carries 600 + 1200 s per meta-iteration: the resident's
+    # 1200 s iteration becomes about 1800 s
+    assert now[str(job.pk)] > 1.4
+    page = client_as("alice").get(f"/groups/{g.pk}/").content.decode()
+    assert "Predicted slowdown at admission</th>" in page and "Predicted slowdown now</th>" in page
+    row = re.search(r"resident</a></td>(.*?)</tr>", page, re.S)
+    assert row is not None
+    assert '<td class="num">1.00×</td>' in row.group(1)
+    assert f'<td class="num">{now[str(job.pk)]:.2f}×</td>' in row.group(1)
+    # a released group has no "now"
+    g.released_at = datetime.now(tz=UTC)
+    g.save()
+    page = client_as("alice").get(f"/groups/{g.pk}/").content.decode()
+    assert "Predicted slowdown now" not in page
+
+
+@pytest.mark.django_db
 def test_a_live_group_whose_member_is_pinned_to_no_node_still_renders(
     world: Any, client_as: Any
 ) -> None:

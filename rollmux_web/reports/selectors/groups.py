@@ -18,6 +18,7 @@ from rollmux_web.accounts.access import (
 )
 from rollmux_web.workflow.models import ExecutionGroup, Placement, Strategy
 from rollmux_web.workflow.selectors import cluster_snapshot
+from scheduler.slo import check_group
 from scheduler.stochastic import slo_probabilities
 
 GROUP_STATES = ("all", "active", "released")
@@ -74,16 +75,22 @@ def group_rows(*, user: Any, groups: Iterable[ExecutionGroup]) -> list[dict[str,
     ]
 
 
-def group_slo_chances(group: ExecutionGroup) -> dict[int, float]:
-    """Return, per job id of a live group's members, the chance it meets its SLO in the
-    group (`scheduler.stochastic.slo_probabilities`, the function admission uses), on the
-    planner's snapshot; empty for a released group or when the snapshot cannot be built."""
+def group_live_estimates(group: ExecutionGroup) -> tuple[dict[int, float], dict[int, float]]:
+    """Return, per job id of a live group's active members, the chance it meets its SLO in
+    the group (`scheduler.stochastic.slo_probabilities`, the function admission uses) and
+    its predicted slowdown now (worst-case iteration time over worst-case solo time, as
+    admission predicts it: `scheduler.slo.check_group`, for the group as it is), on the
+    planner's snapshot; both empty for a released group or when the snapshot cannot be
+    built.
+
+    A member's placement keeps the slowdown predicted when it was admitted; members that
+    joined after it slow it down, so the page shows both."""
     if group.released_at is not None:
-        return {}
+        return {}, {}
     try:
         state = cluster_snapshot()
     except Exception:  # a broken snapshot must not take the group page down
-        return {}
+        return {}, {}
     core = next((g for g in state.groups if str(g.id) == str(group.pk)), None)
     # a member pinned to no node has no load to model (the core's function needs some)
     if (
@@ -91,21 +98,27 @@ def group_slo_chances(group: ExecutionGroup) -> dict[int, float]:
         or not core.members
         or any(not (m.rollout_nodes or m.train_nodes) for m in core.members)
     ):
-        return {}
+        return {}, {}
+    overhead = settings.ROLLMUX_SWITCH_OVERHEAD_S
     try:
-        chances = slo_probabilities(
-            core.members, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S
-        )
-    except (ValueError, ArithmeticError):  # a probability must not take the page down
-        return {}
-    return {int(jid): p for jid, p in chances.items() if str(jid).isdigit()}
+        chances = slo_probabilities(core.members, switch_overhead_s=overhead)
+        worst = check_group(core.members, switch_overhead_s=overhead, margin=None).worst_s
+        slowdowns = {
+            m.job.id: t / m.job.t_solo_max_s for m, t in zip(core.members, worst, strict=True)
+        }
+    except (ValueError, ArithmeticError):  # an estimate must not take the page down
+        return {}, {}
+    return (
+        {int(jid): p for jid, p in chances.items() if str(jid).isdigit()},
+        {int(jid): x for jid, x in slowdowns.items() if str(jid).isdigit()},
+    )
 
 
 def group_list_members(*, user: Any, group: ExecutionGroup) -> list[dict[str, Any]]:
     """Return a group's members (other tenants' jobs anonymous) with their placements and,
     for active members of a live group, the chance they meet their SLO."""
     viewer = visible_tenant_ids(user)
-    chances = group_slo_chances(group)
+    chances, slowdowns_now = group_live_estimates(group)
     out = []
     for pl in (
         Placement.objects.filter(group=group)
@@ -118,7 +131,8 @@ def group_list_members(*, user: Any, group: ExecutionGroup) -> list[dict[str, An
             | {
                 "strategy": pl.strategy_label,
                 "profile": pl.strategy == Strategy.PROFILE,
-                "predicted_slowdown": pl.predicted_slowdown,
+                "predicted_slowdown": pl.predicted_slowdown,  # at its admission
+                "slowdown_now": slowdowns_now.get(pl.job.pk) if pl.ended_at is None else None,
                 "joined": pl.created_at,
                 "left": pl.ended_at,
                 "slo_probability": chances.get(pl.job.pk) if pl.ended_at is None else None,
