@@ -246,6 +246,7 @@ def test_detail_shows_placement_and_phase_summary(client_as: Any, world: Any) ->
     assert f'href="/groups/{group.pk}/"' in html
     assert "rollout scaling" in html and "h20-0, h20-1" in html and "h800-3" in html
     assert "1.310×" in html
+    assert "at admission; members that join later can slow it down" in html  # not "now"
     assert "100.0" in html and "80.0" in html  # mean phase durations
     list_html = client_as("alice").get("/jobs/").content.decode()
     assert f">group {group.pk}<" in list_html  # one spelling: "group 18"
