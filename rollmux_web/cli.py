@@ -503,7 +503,8 @@ def load_spec(path: str) -> dict[str, Any]:
     try:
         spec = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CliError(f"{path} is not valid YAML or JSON: {str(exc).splitlines()[0]}") from None
+        why = job_spec.parse_error_text(exc)
+        raise CliError(f"{path} is not valid YAML or JSON: {why}") from None
     if not isinstance(spec, dict):
         raise CliError(f"{path} must hold one object of field names to values")
     # the server refuses unknown fields too; saying so here needs no login or network

@@ -308,3 +308,24 @@ def spec_values(job: Any) -> dict[str, Any]:
         value = getattr(job, f.name)
         out[f.name] = getattr(value, "name", value) if f.reference else value
     return out
+
+
+def parse_error_text(exc: Exception) -> str:
+    """Return what is wrong with a spec file that YAML could not parse, and where: "expected
+    ',' or ']', but got '<stream end>' at line 2, column 1 (while parsing a flow sequence
+    from line 1, column 7)" (PyYAML's first line alone, "while parsing a flow sequence",
+    names neither the problem nor the place)."""
+    problem = getattr(exc, "problem", None)
+    if not problem:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = str(problem)
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        text += f" at line {mark.line + 1}, column {mark.column + 1}"
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        text += f" ({context}"
+        if start is not None:
+            text += f" from line {start.line + 1}, column {start.column + 1}"
+        text += ")"
+    return text

@@ -47,6 +47,7 @@ from rollmux_web.jobs.spec import (
     SPEC,
     SPEC_FIELDS,
     SpecField,
+    parse_error_text,
 )
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
@@ -300,7 +301,7 @@ def job_upload(request: HttpRequest) -> HttpResponse:
             # YAML is a superset of JSON, so one parser reads both
             spec = yaml.safe_load(upload.read().decode("utf-8"))
         except (UnicodeDecodeError, yaml.YAMLError) as exc:
-            errors["file"] = [f"Not valid YAML or JSON: {str(exc).splitlines()[0]}"]
+            errors["file"] = [f"Not valid YAML or JSON: {parse_error_text(exc)}"]
         else:
             if not isinstance(spec, dict):
                 errors["file"] = ["The file must hold one object of field names to values."]

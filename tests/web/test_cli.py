@@ -328,3 +328,18 @@ def test_describe_job_of_a_job_without_phase_times_says_it_is_profiled_first(
     text = " ".join(out.split())
     assert "Status: profiling" in text and "Solo iteration: - worst case" in text
     assert "Solo cost/iteration: - (no phase times yet: its profiling run measures them)" in text
+
+
+def test_submit_of_a_file_yaml_cannot_parse_says_what_is_wrong_and_where(
+    tmp_path: Path, env: dict[str, str], monkeypatch: Any, world: Any
+) -> None:
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: [unclosed\n")
+    code, _, err = run(["submit", str(path)])
+    assert code == 1
+    assert (
+        f"{path} is not valid YAML or JSON: expected ',' or ']', but got '<stream end>' "
+        "at line 2, column 1 (while parsing a flow sequence from line 1, column 7)"
+    ) in err
+    assert not Job.objects.exists()  # refused before anything was sent
