@@ -14,7 +14,9 @@ def choice(params: Any, name: str, allowed: Sequence[str], default: str, errors:
     value = params.get(name) or default
     if value in allowed:
         return str(value)
-    errors.append(f"{name}: {value!r} is not one of {', '.join(allowed)}.")
+    # ("" in `allowed` is "any": left out, or the message would read "not one of , a, b")
+    named = ", ".join(a for a in allowed if a) + (" (or empty: any)" if "" in allowed else "")
+    errors.append(f"{name}: {value!r} is not one of {named}.")
     return default
 
 

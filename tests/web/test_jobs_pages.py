@@ -268,6 +268,12 @@ def test_nul_bytes_in_filters_and_form_values_are_not_server_errors(
     assert c.get("/jobs/", {"tenant": "vi\x00sion"}).status_code == 200
     resp = c.get("/jobs/", {"tenant": "vi\x00sion", "status": "\x00"})
     assert resp.status_code == 400 and "status:" in resp.content.decode()  # named, not a 500
+    resp = c.get("/jobs/", {"status": "bogus"})
+    assert resp.status_code == 400
+    assert (
+        "status: &#x27;bogus&#x27; is not one of profiling, queued, placed, running, completed, "
+        "failed, cancelled (or empty: any)."  # (was "not one of , profiling, ...")
+    ) in resp.content.decode()
     resp = c.post("/jobs/new/validate/?field=tenant", form_data(tenant="a\x00b"))
     assert resp.status_code == 200
     assert "<li>Null characters are not allowed.</li>" in resp.content.decode()
