@@ -17,7 +17,7 @@ during the run. The GPU caps of the demo tenants are raised to a value no run re
 their budgets lifted (the rows and caps stay, so the quota check still does its work for
 every submission) so that every job is accepted.
 
-    .venv/bin/python bench/api_submit.py                      # 32 clients x 50 jobs, gunicorn 2 x 8
+    .venv/bin/python bench/api_submit.py                      # 32 clients x 50 jobs, gunicorn as production
     .venv/bin/python bench/api_submit.py --clients 8 --jobs-per-client 20 --workers 2
     .venv/bin/python bench/api_submit.py --url http://127.0.0.1:8000 --token KEY   # existing server
 
@@ -366,10 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--jobs-per-client", type=int, default=50)
     ap.add_argument("--baseline-jobs", type=int, default=100)
-    # 2 x 8 on this 2-core machine: one process per core, threads for the database round
-    # trips (4 x 4 and 3 x 4 used more CPU per job: README "Benchmarks")
-    ap.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    ap.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker")
+    # production's gunicorn settings (rollmux_web/gunicorn_conf.py: one process per CPU, 8
+    # threads each, unless GUNICORN_WORKERS / GUNICORN_THREADS say otherwise)
+    from rollmux_web import gunicorn_conf
+
+    ap.add_argument(
+        "--workers", type=int, default=gunicorn_conf.workers, help="gunicorn worker processes"
+    )
+    ap.add_argument(
+        "--threads", type=int, default=gunicorn_conf.threads, help="gunicorn threads per worker"
+    )
     ap.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--db-name", default="rollmux_bench_api_submit")
     ap.add_argument("--keep-db", action="store_true")
