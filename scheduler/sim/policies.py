@@ -303,7 +303,7 @@ class ColocatedPolicy(StaticPlacement):
         return PlacementResult(
             PlacementStatus.FIT,
             f"colocated on {need} {spec.train.name} node(s)",
-            Placement(job.id, Strategy.NEW_GROUP, None, (), nodes, nodes),
+            Placement(job.id, Strategy.COLOCATED, None, (), nodes, nodes),
             marginal_cost_per_hour=need * spec.train.node_price_per_hour,
             predicted_slowdown={job.id: 1.0},
         )

@@ -133,6 +133,9 @@ def test_colocated_runs_both_phases_on_training_nodes_only() -> None:
     result = run("colocated", jobs, seed=6)
     assert all(result.node_pool[n] is Pool.TRAIN for p in result.phases for n in p.nodes)
     assert result.peak_nodes[Pool.ROLLOUT] == 0
+    # every admission is counted as co-located (the what-if page's "Admissions" row)
+    assert result.admissions["colocated"] == len(jobs)
+    assert result.admissions["new_group"] == 0
     figures = summarise(result)
     assert figures["slo_attainment"] == 1.0 and figures["mean_slowdown"] == pytest.approx(1.0)
 
