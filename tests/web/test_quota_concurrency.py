@@ -3,6 +3,7 @@ lock, and deadlocks are retried inside the service instead of reaching the calle
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -86,6 +87,19 @@ def test_a_tenant_without_a_gpu_cap_takes_no_quota_lock(world: Any) -> None:
     # Its quota row caps only dollars: another transaction holding that row must not delay
     # a submission (before: every submission took FOR UPDATE on the tenant's quota rows).
     quota = Quota.objects.create(tenant=world.vision, gpu_type=world.h20, monthly_gpu_hours=1e6)
+    with _quota_row_held(quota):
+        done = _in_threads(
+            1,
+            lambda i: _with_lock_timeout(
+                lambda: job_submit(user=world.alice, spec=job_spec(), channel="t")
+            ),
+        )
+    assert isinstance(done[0], Job), done
+
+
+@contextlib.contextmanager
+def _quota_row_held(quota: Quota) -> Iterator[None]:
+    """Hold FOR UPDATE on the quota row in another connection for the block."""
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -99,16 +113,10 @@ def test_a_tenant_without_a_gpu_cap_takes_no_quota_lock(world: Any) -> None:
     holder.start()
     assert holding.wait(10)
     try:
-        done = _in_threads(
-            1,
-            lambda i: _with_lock_timeout(
-                lambda: job_submit(user=world.alice, spec=job_spec(), channel="t")
-            ),
-        )
+        yield
     finally:
         release.set()
         holder.join(20)
-    assert isinstance(done[0], Job), done
 
 
 def _with_lock_timeout(fn: Callable[[], Any]) -> Any:
@@ -168,31 +176,16 @@ def test_a_submission_waits_for_the_quota_lock_only_after_its_inserts(world: Any
     # queue on it for the server's work only (before: from the lock through the count, the
     # job's and the audit entry's inserts, each a round trip, to the commit).
     quota = Quota.objects.create(tenant=world.vision, gpu_type=world.h20, max_gpus=800)
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with transaction.atomic():
-            Quota.objects.select_for_update().get(pk=quota.pk)
-            holding.set()
-            release.wait(20)
-        connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert holding.wait(10)
     result: list[Any] = []
     submitter = threading.Thread(
         target=lambda: result.extend(
             _in_threads(1, lambda i: job_submit(user=world.alice, spec=job_spec(), channel="t"))
         )
     )
-    submitter.start()
-    try:
+    with _quota_row_held(quota):
+        submitter.start()
         waiting = _waiting_on_quota_lock()
-    finally:
-        release.set()
-        holder.join(20)
-        submitter.join(20)
+    submitter.join(20)
     assert waiting is not None, "the submission never waited for the quota lock"
     pid, query, relations = waiting
     # the lock, the count, the check and the commit: one query
