@@ -139,6 +139,10 @@ def subscription_create(
             errors["tenant"] = ["Choose one of your tenants."]
     elif scope == Scope.CLUSTER and not is_admin(user):
         errors["scope"] = ["Only admins may subscribe to the whole cluster."]
+    if not errors:
+        twice = _already_sent(user, channel, target, scope, tenant, set(events_wanted))
+        if twice:
+            errors["events"] = [twice]
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -161,6 +165,26 @@ def subscription_create(
             after={"channel": channel, "target": target, "scope": scope, "events": sub.events},
         )
     return sub
+
+
+def _already_sent(
+    user: Any, channel: str, target: str, scope: str, tenant: Tenant | None, wanted: set[str]
+) -> str:
+    """Why a new subscription would deliver an event twice to the same destination (one of
+    the user's subscriptions with this channel, target and scope already sends it), or ""."""
+    same = Subscription.objects.filter(
+        owner=user, channel=channel, target__iexact=target, scope=scope, active=True,
+        tenant=tenant if scope == Scope.TENANT else None,
+    ).order_by("pk")  # fmt: skip
+    for sub in same:
+        both = sorted(wanted & set(sub.events))
+        if both:
+            labels = ", ".join(events.KINDS.get(k, k) for k in both)
+            return (
+                f"Already sent to {target} by your subscription #{sub.pk}: {labels}. "
+                "Remove it there, or choose other events."
+            )
+    return ""
 
 
 def _own(user: Any, subscription_id: int) -> Subscription:

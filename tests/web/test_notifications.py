@@ -398,3 +398,31 @@ def test_the_page_lists_subscriptions_and_the_delivery_log_per_tenant(
     assert charlie.post(f"/notifications/{sub.pk}/delete/").status_code == 404
     assert client_as("alice").post(f"/notifications/{sub.pk}/delete/").status_code == 302
     assert not Subscription.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_second_subscription_sending_an_event_to_the_same_destination_is_refused(
+    world: Any,
+) -> None:
+    first = services.subscription_create(
+        user=world.alice, channel="email", target="alice@example.internal",
+        events_wanted=[events.JOB_PLACED, events.JOB_COMPLETED],
+    )  # fmt: skip
+    with pytest.raises(ValidationError) as refused:
+        services.subscription_create(
+            user=world.alice, channel="email", target="Alice@example.internal",
+            events_wanted=[events.JOB_COMPLETED, events.JOB_FAILED],
+        )  # fmt: skip
+    message = refused.value.message_dict["events"][0]
+    assert f"#{first.pk}" in message and events.KINDS[events.JOB_COMPLETED] in message
+    assert Subscription.objects.filter(owner=world.alice).count() == 1
+    # other events to the same address, or the same events elsewhere, are a different sending
+    services.subscription_create(
+        user=world.alice, channel="email", target="alice@example.internal",
+        events_wanted=[events.JOB_FAILED],
+    )  # fmt: skip
+    services.subscription_create(
+        user=world.alice, channel="email", target="oncall@example.internal",
+        events_wanted=[events.JOB_COMPLETED],
+    )  # fmt: skip
+    assert Subscription.objects.filter(owner=world.alice).count() == 3
