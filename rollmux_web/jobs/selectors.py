@@ -221,7 +221,8 @@ class Drift:
 def jobs_drift(jobs: list[Job]) -> dict[int, list[Drift]]:
     """Return per job id the phase kinds that drift (one query for a page of jobs); sets
     `drift_list` on each job. The profiling run does not count (it ran at the maximum
-    token length on purpose), nor does a job without estimates."""
+    token length on purpose), nor do cold starts (their time includes creating the job's
+    workers, which the phase estimates leave out), nor does a job without estimates."""
     recent: dict[tuple[int, str], list[float]] = {}
     with_times = [j for j in jobs if j.has_phase_times]
     for job_id, kind, started, finished in (
@@ -233,6 +234,7 @@ def jobs_drift(jobs: list[Job]) -> dict[int, list[Drift]]:
             finished_at__isnull=False,
         )
         .exclude(placement__strategy="profile")
+        .exclude(warm_start=False)  # a cold start includes creating the workers
         .order_by("job_id", "kind", "-finished_at")
         .values_list("job_id", "kind", "started_at", "finished_at")
     ):

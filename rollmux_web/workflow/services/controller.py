@@ -213,6 +213,8 @@ def _check_drift(job: Job, phase: ClaimedPhase, report: PhaseReport) -> None:
     worst = declared.get(phase.kind)
     if not worst or report.started_at is None or report.finished_at is None:
         return
+    if report.warm is False:  # a cold start: its time includes creating the job's workers
+        return
     profile_s = (report.finished_at - report.started_at) * time_scale_of(job.runner, job.time_scale)
     if profile_s > worst * (1.0 + settings.ROLLMUX_DRIFT_TOLERANCE):
         events.publish(
