@@ -7,6 +7,9 @@ durations are divided by the time scale).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.conf import settings
 
 EMULATING_RUNNERS = ("emulated", "toy-rl")  # runners whose durations are scaled by time_scale
@@ -23,6 +26,19 @@ def time_scale_of(runner: str, time_scale: float | None) -> float:
     if runner not in EMULATING_RUNNERS:
         return 1.0
     return float(settings.ROLLMUX_TIME_SCALE)
+
+
+def load_seconds(metrics: Mapping[str, Any] | None) -> float:
+    """Return the host's set-up or reload time a phase report carries (`load_s`: its workers
+    created and the checkpoint restored on a cold start, the weights reloaded on a warm
+    one): the platform's time inside the phase, not the job's."""
+    return float((metrics or {}).get("load_s", 0.0))
+
+
+def own_seconds(wall_s: float, metrics: Mapping[str, Any] | None) -> float:
+    """Return a phase's own wall-clock seconds: its time less the host's `load_seconds`
+    (what the drift checks compare with the job's estimates)."""
+    return max(0.0, wall_s - load_seconds(metrics))
 
 
 # What the emulating runners draw from when they profile a job that declared no phase

@@ -17,7 +17,7 @@ from django.utils import timezone
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
 from rollmux_web.jobs.models import Job, JobStatus
-from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.jobs.runners import own_seconds, time_scale_of
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
 from rollmux_web.workflow.snapshot import CAPACITY_STATES
 
@@ -221,11 +221,11 @@ class Drift:
 def jobs_drift(jobs: list[Job]) -> dict[int, list[Drift]]:
     """Return per job id the phase kinds that drift (one query for a page of jobs); sets
     `drift_list` on each job. The profiling run does not count (it ran at the maximum
-    token length on purpose), nor do cold starts (their time includes creating the job's
-    workers, which the phase estimates leave out), nor does a job without estimates."""
+    token length on purpose), nor does a job without estimates; a phase counts its own time,
+    without the host's set-up or reload (`runners.own_seconds`, as the drift re-plan)."""
     recent: dict[tuple[int, str], list[float]] = {}
     with_times = [j for j in jobs if j.has_phase_times]
-    for job_id, kind, started, finished in (
+    for job_id, kind, started, finished, metrics in (
         PhaseRecord.objects.filter(
             job__in=[j.pk for j in with_times],
             kind__in=("rollout", "train"),
@@ -234,13 +234,12 @@ def jobs_drift(jobs: list[Job]) -> dict[int, list[Drift]]:
             finished_at__isnull=False,
         )
         .exclude(placement__strategy="profile")
-        .exclude(warm_start=False)  # a cold start includes creating the workers
         .order_by("job_id", "kind", "-finished_at")
-        .values_list("job_id", "kind", "started_at", "finished_at")
+        .values_list("job_id", "kind", "started_at", "finished_at", "metrics")
     ):
         got = recent.setdefault((job_id, kind), [])
         if len(got) < DRIFT_WINDOW and started is not None and finished is not None:
-            got.append((finished - started).total_seconds())
+            got.append(own_seconds((finished - started).total_seconds(), metrics))
     out: dict[int, list[Drift]] = {}
     for job in jobs:
         drifts: list[Drift] = []

@@ -20,7 +20,7 @@ from django.utils import timezone
 from rollmux_web import events, metrics
 from rollmux_web.inventory.services import node_ray_changed
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
-from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.jobs.runners import own_seconds, time_scale_of
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
 from rollmux_web.workflow.ports import Outcome, PhaseReport
 from rollmux_web.workflow.services import moves, planning, profiling
@@ -213,9 +213,8 @@ def _check_drift(job: Job, phase: ClaimedPhase, report: PhaseReport) -> None:
     worst = declared.get(phase.kind)
     if not worst or report.started_at is None or report.finished_at is None:
         return
-    if report.warm is False:  # a cold start: its time includes creating the job's workers
-        return
-    profile_s = (report.finished_at - report.started_at) * time_scale_of(job.runner, job.time_scale)
+    wall_s = report.finished_at - report.started_at
+    profile_s = own_seconds(wall_s, report.metrics) * time_scale_of(job.runner, job.time_scale)
     if profile_s > worst * (1.0 + settings.ROLLMUX_DRIFT_TOLERANCE):
         events.publish(
             events.JOB_DRIFTING,

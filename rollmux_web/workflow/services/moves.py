@@ -63,7 +63,7 @@ from django.utils import timezone
 from rollmux_web.audit.services import audit_record
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import DurationSource, Job
-from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.jobs.runners import load_seconds, time_scale_of
 from rollmux_web.workflow import converters, levers, snapshot
 from rollmux_web.workflow.models import (
     EndReason,
@@ -323,9 +323,8 @@ def _drift_learned(
     train: dict[int, tuple[datetime, datetime, float]] = {}
     for kind, iteration, started, finished, measured in rows:
         if started is not None and finished is not None:
-            # a cold start's set-up (the host's load_s: its workers created, the checkpoint
-            # restored) is the platform's, not the job's phase time
-            load = float((measured or {}).get("load_s", 0.0))
+            # the host's set-up or reload is the platform's, not the job's phase time
+            load = load_seconds(measured)
             (roll if kind == "rollout" else train)[iteration] = (started, finished, load)
     if len(roll) < WINDOW or len(train) < WINDOW:
         return None  # it has not run WINDOW iterations here yet
