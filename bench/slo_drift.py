@@ -19,6 +19,7 @@ out then (one restart more).
 
     .venv/bin/python bench/slo_drift.py [--part check|drift|all] [--kinds paper,philly]
                                         [--seeds 0,1,2,3,4] [--settings none,mixed,...]
+                                        [--misses]
 
 Everything is measured as it comes out; nothing here is tuned.
 """
@@ -72,6 +73,24 @@ def run(jobs: Sequence[JobProfile], policy: str, seed: int, **kw: object) -> Run
     return simulate(jobs, SPEC, policy_, seed=seed, **kw)  # type: ignore[arg-type]
 
 
+def miss_lines(result: RunResult) -> list[str]:
+    """Return one line per job that missed its SLO on drawn durations: its template,
+    length, SLO, slowdown, admission strategy, moves and drift re-plans, the oracle bound."""
+    out = []
+    factor = SPEC.train.rollout_speed_factor
+    for job_id, r in sorted(result.jobs.items()):
+        slo = r.profile.slo * (1 + SLO_TOLERANCE)
+        if r.mean_iteration_s is None or r.mean_iteration_s <= slo * r.solo_iteration_s:
+            continue
+        bound = replan_bound(r, rollout_speed_factor=factor)
+        out.append(
+            f"{job_id} {r.drift} n={len(r.roll)} slo={r.profile.slo:.3f} "
+            f"slowdown={r.mean_iteration_s / r.solo_iteration_s:.4f} {r.strategy} "
+            f"moves={r.moves} replans={r.replans} bound={bound if bound is None else round(bound, 4)}"
+        )
+    return out
+
+
 def misses(result: RunResult) -> tuple[int, int, int]:
     """Return the finished jobs that missed their SLO on drawn durations, how many of them
     no re-plan could have saved (oracle: `replan_bound` above their SLO), and how many
@@ -118,7 +137,9 @@ def check_part(kinds: Sequence[str], seeds: Sequence[int]) -> None:
         print(f"{kind:<10} mean drop of solo-disagg/rollmux {statistics.mean(drops):.3f}")
 
 
-def drift_part(kinds: Sequence[str], seeds: Sequence[int], settings: Sequence[str]) -> None:
+def drift_part(
+    kinds: Sequence[str], seeds: Sequence[int], settings: Sequence[str], *, show_misses: bool
+) -> None:
     """Print, per drift setting, static against re-planning rollmux."""
     print("drift: rollmux static vs re-planning (SLO on drawn durations; cost over solo-disagg)")
     print(
@@ -145,6 +166,9 @@ def drift_part(kinds: Sequence[str], seeds: Sequence[int], settings: Sequence[st
                         *misses(replan),
                     )
                 )
+                if show_misses:
+                    for line in miss_lines(replan):
+                        print(f"  miss {kind}-{seed} {setting}: {line}", flush=True)
             mean = [statistics.mean(col) for col in zip(*rows, strict=True)]
             total = [sum(col) for col in zip(*rows, strict=True)]
             print(
@@ -163,6 +187,7 @@ def main() -> None:
     ap.add_argument("--kinds", default="paper,philly")
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--misses", action="store_true", help="list every re-planning miss")
     args = ap.parse_args()
     kinds = args.kinds.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -170,7 +195,7 @@ def main() -> None:
     if args.part in ("check", "all"):
         check_part(kinds, seeds)
     if args.part in ("drift", "all"):
-        drift_part(kinds, seeds, args.settings.split(","))
+        drift_part(kinds, seeds, args.settings.split(","), show_misses=args.misses)
     print(f"({time.perf_counter() - started:.0f} s)")
 
 
