@@ -4,7 +4,8 @@ The architecture rule: the simulator and the live planner call the same function
 (scheduler.replan). These tests check the live planner feeds them the same things:
 
 * a job's trends are fitted on everything it ran in production, as the simulator's
-  Observer fits them, across its placements (`moves._drift_learned`, `moves.drift_check`).
+  Observer fits them, across its placements (`moves._drift_learned`, `moves.drift_check`);
+* a short job is planned with `young_profile` until its first check (the snapshot).
 
 No dispatcher runs: the phase records are written here and the test transaction never
 commits (so nothing the planning pass asks for on commit happens).
@@ -12,6 +13,7 @@ commits (so nothing the planning pass asks for on commit happens).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from django.utils import timezone
 
 from rollmux_web.jobs.models import DurationSource, Job
+from rollmux_web.workflow import snapshot
 from rollmux_web.workflow.models import (
     EndReason,
     ExecutionGroup,
@@ -28,7 +31,7 @@ from rollmux_web.workflow.models import (
     Strategy,
 )
 from rollmux_web.workflow.services import moves, queue_plan
-from scheduler.replan import fit_trend
+from scheduler.replan import fit_trend, young_profile
 from scheduler.sim.drift import WINDOW
 from tests.workers.builders import make_job
 
@@ -185,3 +188,69 @@ def test_a_moved_job_is_fitted_on_both_placements_latest_attempts(world: Any) ->
     assert seen.roll == fit_trend(ROLL) and seen.train == fit_trend(TRAIN)
     # learned from the latest attempts of its last WINDOW iterations
     assert learned.t_roll_max_s == max(ROLL[-WINDOW:])
+
+
+# -- (b) a short job is planned stricter until its first check ------------------------
+
+
+def exact_job(world: Any, name: str, phase_s: float, **fields: Any) -> Job:
+    """A job whose rollout and training always take `phase_s` (bronze SLO: 2.0x)."""
+    return make_job(  # type: ignore[no-any-return]
+        world,
+        name=name,
+        t_roll_max_s=phase_s,
+        t_roll_min_s=phase_s,
+        t_train_max_s=phase_s,
+        t_train_min_s=phase_s,
+        slo_class=world.bronze,
+        **fields,
+    )
+
+
+# A short job (10 iterations, 100 s phases) runs; a newcomer with 150 s phases would slow
+# it to about 1.5x its solo time beside it: within its bronze SLO (2.0), not within the
+# young one (2.0 x SHRINK_MEAN = 1.22).
+@pytest.mark.parametrize(
+    ("done", "replan", "together"),
+    [
+        pytest.param(0, True, False, id="before-its-first-check-the-newcomer-goes-elsewhere"),
+        pytest.param(WINDOW - 1, True, False, id="one-iteration-before-its-first-check"),
+        pytest.param(WINDOW, True, True, id="after-its-first-check-its-own-slo"),
+        pytest.param(0, False, True, id="drift-re-planning-off-its-own-slo"),
+    ],
+)
+def test_a_short_job_is_planned_young_until_its_first_check(
+    world: Any, settings: Any, done: int, replan: bool, together: bool
+) -> None:
+    settings.ROLLMUX_DRIFT_REPLAN = replan
+    short = exact_job(world, "short", 100.0, iterations=10)
+    assert queue_plan().placed == [short.pk]
+    Job.objects.filter(pk=short.pk).update(iterations_done=done)
+
+    state, _progress = snapshot.planner_input()
+    (member,) = [m.job for g in state.groups for m in g.members]
+    held = young_profile(replace(member, slo=world.bronze.slowdown))
+    assert held is not None and held.slo < world.bronze.slowdown  # a short job
+    assert member.slo == (world.bronze.slowdown if together else held.slo)
+
+    newcomer = exact_job(world, "newcomer", 150.0, iterations=50)
+    assert queue_plan().placed == [newcomer.pk]
+    same = open_placement(newcomer).group_id == open_placement(short).group_id
+    assert same is together
+
+
+def test_a_newcomer_in_the_same_pass_sees_the_short_job_young(world: Any) -> None:
+    # both queued: the pass places the short job first, then the newcomer on the batch's
+    # snapshot, which holds the short job as the next snapshot will
+    short = exact_job(world, "short", 100.0, iterations=10)
+    newcomer = exact_job(world, "newcomer", 150.0, iterations=50)
+    assert queue_plan().placed == [short.pk, newcomer.pk]
+    assert open_placement(newcomer).group_id != open_placement(short).group_id
+
+
+def test_the_page_view_of_the_cluster_keeps_the_short_jobs_own_slo(world: Any) -> None:
+    # the stricter SLO is the planner's; the pages' SLO chances use the job's own
+    short = exact_job(world, "short", 100.0, iterations=10)
+    assert queue_plan().placed == [short.pk]
+    (member,) = [m.job for g in snapshot.cluster_state().groups for m in g.members]
+    assert member.slo == world.bronze.slowdown

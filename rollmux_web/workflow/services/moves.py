@@ -479,8 +479,19 @@ def _must_go(
     """Return True when the drifting job should leave its group: every member projected to
     the end of its run (scheduler.replan.assess, the simulator's decision), the job at its
     learned estimates and observed trends (`seen`), the others at their plan, each on its
-    SLO clock."""
-    mine = [replace(m, job=learned) if m.job.id == learned.id else m for m in members]
+    SLO clock and against its own SLO (the snapshot holds a short newcomer to a stricter one,
+    `snapshot.held_young`, for admissions; the simulator projects it with its own)."""
+    own = dict(
+        Job.objects.filter(pk__in=[int(m.job.id) for m in members]).values_list(
+            "pk", "slo_class__slowdown"
+        )
+    )
+    mine = [
+        replace(m, job=learned)
+        if m.job.id == learned.id
+        else replace(m, job=replace(m.job, slo=own.get(int(m.job.id), m.job.slo)))
+        for m in members
+    ]
     trends = {learned.id: seen} if seen is not None else None
     return assess(
         mine,
