@@ -59,6 +59,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import DurationField, ExpressionWrapper, F
 from django.utils import timezone
 
 from rollmux_web.audit.services import audit_record
@@ -338,24 +339,27 @@ def _drift_learned(
             finished_at__isnull=False,
         )
         .exclude(placement__strategy=Strategy.PROFILE)
-        .values_list("kind", "iteration", "started_at", "finished_at", "metrics")
+        .order_by()  # (the latest attempt is picked below: no sort)
+        # the wall-clock time computed by the database: one timestamp a row to read, not two
+        .annotate(wall=ExpressionWrapper(F("finished_at") - F("started_at"), DurationField()))
+        .values_list("kind", "iteration", "started_at", "wall", "metrics")
     )
     scale = time_scale_of(job.runner, job.time_scale)
     # iteration -> (started, finished, the host's load, own profile seconds)
     roll: dict[int, tuple[datetime, datetime, float, float]] = {}
     train: dict[int, tuple[datetime, datetime, float, float]] = {}
-    for kind, iteration, started, finished, measured in rows:
+    for kind, iteration, started, wall, measured in rows:
         phases = roll if kind == "rollout" else train
-        if started is None or finished is None:
+        if started is None or wall is None:
             continue  # (the query leaves them out)
         if iteration in phases and phases[iteration][0] >= started:
             continue  # an earlier attempt of an iteration run again
         # the host's set-up or reload is the platform's, not the job's phase time
         load = load_seconds(measured)
-        own = max(0.0, (finished - started).total_seconds() - load) * scale
+        own = max(0.0, wall.total_seconds() - load) * scale
         if kind == "rollout":  # co-located, it ran on the training GPUs at this factor
             own /= float((measured or {}).get("rollout_speed_factor") or 1.0)
-        phases[iteration] = (started, finished, load, own)
+        phases[iteration] = (started, started + wall, load, own)
     order = sorted(roll.keys() & train.keys())
     if len(order) < WINDOW:
         return None  # it has not run WINDOW iterations yet
