@@ -7,6 +7,19 @@ live moves read the same levers here: each is the core's default unless its sett
 set (ROLLMUX_PLANNER_OBJECTIVE, ROLLMUX_PLANNER_PRUNE_SATURATED, ROLLMUX_COLOCATED,
 ROLLMUX_COLOCATED_ON_ARRIVAL; README "Configuration"), so one planner decides alike in
 both.
+
+With drift re-planning on (ROLLMUX_DRIFT_REPLAN, the default) they are the simulator's
+re-planning levers (`scheduler.sim.policies.replanning_levers`: every move's SLO budget
+hedged against a shrinking run, `Levers.drift_hedge` = scheduler.sim.drift.DRIFT_HEDGE),
+as the simulator's re-planning runs use them. The hedge is a consolidation rule
+(`ConsolidationConfig.drift_hedge`), and each reader needs it:
+
+* live moves (`services.moves.config`): `plan_consolidation` and `best_move`, the
+  consolidation on departure and its re-decision at the mover's boundary;
+* the planning pass (`arrival_policy`): an arrival placed with partners
+  (`place_with_partners`) moves co-located jobs into its group only if their budgets
+  hold hedged;
+* the what-if preview (`place_job`): it answers what the planning pass would do.
 """
 
 from __future__ import annotations
@@ -26,8 +39,9 @@ if TYPE_CHECKING:
 
 
 def live_levers() -> Levers:
-    """Return the levers the live planner runs: the core's defaults, overridden by settings."""
-    from scheduler.sim.policies import DEFAULT_LEVERS
+    """Return the levers the live planner runs: the core's defaults, overridden by settings,
+    as re-planning runs them when drift re-planning is on (module docstring)."""
+    from scheduler.sim.policies import DEFAULT_LEVERS, replanning_levers
 
     lv = DEFAULT_LEVERS
     if settings.ROLLMUX_PLANNER_OBJECTIVE is not None:
@@ -38,7 +52,7 @@ def live_levers() -> Levers:
         lv = replace(lv, colocated=settings.ROLLMUX_COLOCATED)
     if settings.ROLLMUX_COLOCATED_ON_ARRIVAL is not None:
         lv = replace(lv, colocated_on_arrival=settings.ROLLMUX_COLOCATED_ON_ARRIVAL)
-    return lv
+    return replanning_levers(lv) if settings.ROLLMUX_DRIFT_REPLAN else lv
 
 
 def arrival_policy(lv: Levers | None = None) -> Any:

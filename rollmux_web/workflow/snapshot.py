@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from django.utils import timezone
 from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState
 from rollmux_web.inventory.models import GpuType as GpuTypeRow
 from rollmux_web.inventory.models import Node as NodeRow
+from rollmux_web.jobs.models import Job
 from rollmux_web.workflow.converters import (
     NoPoolConfigured,
     core_group,
@@ -28,7 +30,7 @@ from rollmux_web.workflow.converters import (
 )
 from rollmux_web.workflow.models import EndReason, ExecutionGroup, NodeAllocation, Strategy
 from rollmux_web.workflow.models import Placement as PlacementRow
-from scheduler.model import ClusterSpec, ClusterState, GpuType, Pool
+from scheduler.model import ClusterSpec, ClusterState, GpuType, Group, JobProfile, Pool
 
 if TYPE_CHECKING:
     from scheduler.planner.objective import JobProgress
@@ -39,6 +41,7 @@ __all__ = [
     "cluster_spec",
     "cluster_state",
     "current_prices",
+    "held_young",
     "open_placements",
     "planner_input",
     "pool_node_counts",
@@ -147,8 +150,29 @@ def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
     first admission: its first placement that is not a profiling run) and its moves
     (its placements that ended `moved`: services.moves); so the expected-cost
     objective and consolidation read its remaining iterations as the simulator's do.
+
+    With drift re-planning on (ROLLMUX_DRIFT_REPLAN), a short member that has not reached
+    its first check is planned stricter (`held_young`), as the simulator's re-planning
+    runs hold it from its admission to its first check.
     """
     return _read(whole_run=True)
+
+
+def held_young(profile: JobProfile, job: Job) -> JobProfile:
+    """Return `profile`, a running member's (of `job`), as the planner plans it: with drift
+    re-planning on and before its first check (fewer than scheduler.sim.drift.WINDOW
+    iterations run in production), a job too short to be re-planned in time is held to
+    scheduler.replan.young_profile (a newcomer joins its group only if it would keep its
+    SLO even were its run to shrink), else as it is. The simulator applies it at admission
+    and releases it at the job's first check; so does this, by its iterations done."""
+    from scheduler.replan import young_profile
+    from scheduler.sim.drift import WINDOW
+
+    if not settings.ROLLMUX_DRIFT_REPLAN or job.iterations_done >= WINDOW:
+        return profile
+    # the core decides on the whole run (a resubmitted job's profile counts what is left)
+    young = young_profile(replace(profile, iterations=job.iterations))
+    return profile if young is None else replace(young, iterations=profile.iterations)
 
 
 def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:
@@ -182,12 +206,22 @@ def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:
         allocs = [a for a in allocations[g.pk] if a.node.name in usable]
         if not allocs and not by_group[g.pk]:
             continue
-        core_groups.append(core_group(g, allocs, by_group[g.pk], whole_run=whole_run))
+        group = core_group(g, allocs, by_group[g.pk], whole_run=whole_run)
+        if whole_run:  # the planner's view
+            group = _young_held(group, by_group[g.pk])
+        core_groups.append(group)
     state = ClusterState(spec=spec, nodes=tuple(nodes), groups=tuple(core_groups))
     if not whole_run:
         return state, {}
     done = {p.job_id: p.job.iterations_done for g in core_groups for p in by_group[int(g.id)]}
     return state, _progress(done)
+
+
+def _young_held(group: Group, placements: list[PlacementRow]) -> Group:
+    """Return `group` with its members as the planner plans them (`held_young`)."""
+    jobs = {job_id_str(p.job_id): p.job for p in placements}
+    members = tuple(replace(m, job=held_young(m.job, jobs[m.job.id])) for m in group.members)
+    return replace(group, members=members)
 
 
 def _progress(done: dict[int, int]) -> dict[str, JobProgress]:

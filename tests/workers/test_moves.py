@@ -25,6 +25,7 @@ from rollmux_web.workflow.models import (
     PhaseState,
     Placement,
 )
+from scheduler.replan import SHORT_RUN
 from tests.workers.builders import all_done, twin_job, wait_for
 from workers import triggers
 
@@ -178,11 +179,14 @@ def test_inline_no_move_beyond_the_limit(world: Any, inline_workflow: Any, setti
 def drift_scenario(world: Any) -> tuple[Job, Job]:
     """A drifting twin and a steady one share a group (silver SLO: 1.5x). The drifting
     job's phases grow (emulated_drift 2: its last iteration runs 3x its draw), so within
-    a few iterations the steady one would be slowed past 1.5x by the drifter's cycle."""
-    drifter = twin_job(world, "drifter", iterations=14, time_scale=SCALE, slo_class=world.silver)
+    a few iterations the steady one would be slowed past 1.5x by the drifter's cycle.
+    Both run more than SHORT_RUN iterations: a shorter job is planned with its young
+    profile until its first check (silver 1.5 -> 1.0) and gets no partner before it."""
+    n = SHORT_RUN + 1
+    drifter = twin_job(world, "drifter", iterations=n, time_scale=SCALE, slo_class=world.silver)
     drifter.emulated_drift = 2.0
     drifter.save(update_fields=["emulated_drift"])
-    steady = twin_job(world, "steady", iterations=20, time_scale=SCALE, slo_class=world.silver)
+    steady = twin_job(world, "steady", iterations=n + 6, time_scale=SCALE, slo_class=world.silver)
     triggers.request_planning()
     wait_for(lambda: Placement.objects.filter(job__in=[drifter, steady]).count() == 2, timeout=30)
     assert Placement.objects.get(job=drifter).group_id == Placement.objects.get(job=steady).group_id

@@ -11,6 +11,7 @@ dispatcher runs (the test transaction never commits).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,9 +20,11 @@ from rollmux_web.jobs.models import Job
 from rollmux_web.quotas.models import SloClass
 from rollmux_web.workflow import converters, levers, services, snapshot, sync
 from rollmux_web.workflow.models import Placement
+from rollmux_web.workflow.services import moves
 from scheduler.model import PlacementStatus, Strategy
 from scheduler.planner import place
-from scheduler.sim.policies import DEFAULT_LEVERS, make_policy
+from scheduler.sim.drift import DRIFT_HEDGE
+from scheduler.sim.policies import DEFAULT_LEVERS, make_policy, replanning_levers
 from tests.workers.builders import make_job
 
 pytestmark = pytest.mark.django_db
@@ -119,3 +122,19 @@ def test_co_location_on_arrival_is_a_setting(world: Any, settings: Any) -> None:
     result = levers.place_job(newcomer_profile(lone), state, progress)
     assert result.strategy is Strategy.COLOCATED
     assert result.placement is not None and result.placement.rollout_nodes == ()
+
+
+@pytest.mark.parametrize("replan", [True, False], ids=["drift-re-planning-on", "off"])
+def test_the_live_levers_hedge_moves_as_the_replanning_runs_do(settings: Any, replan: bool) -> None:
+    # with drift re-planning the simulator's runs hedge every move (replanning_levers);
+    # the live planner's readers of the levers (moves, the planning pass, the preview)
+    # must get the same hedge, and none without it
+    settings.ROLLMUX_DRIFT_REPLAN = replan
+    settings.ROLLMUX_PLANNER_OBJECTIVE = "marginal"  # a setting still applies beneath it
+    hedge = DRIFT_HEDGE if replan else DEFAULT_LEVERS.drift_hedge
+    lv = levers.live_levers()
+    assert lv.drift_hedge == hedge and lv.objective == "marginal"
+    if replan:
+        assert lv == replanning_levers(replace(DEFAULT_LEVERS, objective="marginal"))
+    assert moves.config().drift_hedge == hedge
+    assert levers.arrival_policy().consolidation.drift_hedge == hedge

@@ -8,11 +8,12 @@ One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
   marks their placements `move_requested`. The simulator's calls, with its rules:
   expected remaining cost saved net of the restart (a function of model size), every
   SLO over the whole run, restarts included, at most ROLLMUX_MAX_MOVES_PER_JOB moves.
-* **Drift re-plan.** Every `WINDOW` iterations a job's last `WINDOW` observed phases give
-  its outlook (scheduler.replan); when a check is due (`should_assess`: a trend, beyond
-  the controller's tolerance ROLLMUX_DRIFT_TOLERANCE of its worst case, or behind its
-  SLO) its estimates are replaced by the learned ones (`learned_profile`; duration_source
-  `learned`) and every member of its group is projected to the end of its run with them
+* **Drift re-plan.** Every `WINDOW` iterations a job's observed phases give its outlook
+  (scheduler.replan: its trends fitted on everything it ran in production, as the
+  simulator's); when a check is due (`should_assess`: a trend, beyond the controller's
+  tolerance ROLLMUX_DRIFT_TOLERANCE of its worst case, or behind its SLO) its estimates
+  are replaced by the learned ones (`learned_profile` of its last `WINDOW` iterations;
+  duration_source `learned`) and every member of its group is projected to the end of its run with them
   (`assess`, the simulator's decision: each SLO over the whole run, the move's restart
   included). When the job's own projection breaks, or a partner's would hold without it,
   it is resubmitted through Algorithm 1 with the learned estimates on the cluster
@@ -58,6 +59,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import DurationField, ExpressionWrapper, F
 from django.utils import timezone
 
 from rollmux_web.audit.services import audit_record
@@ -255,7 +257,7 @@ def drift_check(*, placement_id: int, iterations_done: int, may_wait: bool = Tru
     """The drift re-plan's check of a placement at the boundary of `iterations_done`
     iterations (module docstring), off the switch path; safe to run twice.
 
-    Its last WINDOW iterations (one query): not drifting, nothing more. Drifting: under
+    Its phases so far (one query, `_drift_learned`): not drifting, nothing more. Drifting: under
     the planner's lock (never waited for: DRIFT_BUSY when a pass holds it, if `may_wait`,
     else the placement is marked and its boundary checks), on the planner's snapshot, the
     job's estimates are replaced by the learned ones and, when a member's SLO no longer
@@ -301,41 +303,69 @@ def _mark(placement: Placement, kind: str) -> str:
 def _drift_learned(
     job: Job, placement: Placement, upto: int, *, found: bool = False
 ) -> tuple[JobProfile, Outlook] | None:
-    """Return the job's profile learned from its WINDOW iterations before `upto` in this
-    placement when its check is due (scheduler.replan.should_assess, beyond
-    ROLLMUX_DRIFT_TOLERANCE of its worst case), else None. One query. `found`: its drift
-    check found it drifting already (and its estimates may be the learned ones now): the
-    profile learned from the window, without asking again."""
+    """Return the job's profile learned at its check after `upto` iterations and its
+    outlook when the check is due (scheduler.replan.should_assess, beyond
+    ROLLMUX_DRIFT_TOLERANCE of its worst case), else None. `found`: its drift check found
+    it drifting already (and its estimates may be the learned ones now): the profile and
+    outlook without asking again.
+
+    One query (the index on (job, iteration)): every rollout and training the job ran in
+    production before `upto`, in all its placements but its profiling run (their
+    iterations are numbered apart), one per iteration (its latest attempt), each its own
+    time (wall-clock less the host's `load_seconds`) in profile seconds (x its time scale;
+    a co-located rollout / the speed factor it ran at). What it is used for:
+
+    * its trends (`observed_outlook`): fitted on ALL of them, as the simulator's Observer
+      fits everything a job has run; a slow drift (+50% over 100 iterations) is never
+      significant on the last WINDOW points;
+    * its slowdown so far (the gate's): over all of them, as the simulator's since its
+      admission (the waits and a move's restart included, the hosts' loads not);
+    * its recent mean (the gate's) and its learned estimates (`learned_profile`: the
+      worst and best case and the mean solo time admission plans it with from now): the
+      last WINDOW iterations, what its phases are now; the whole run's range and mean
+      would hold a drifting job to what it no longer is (a growing job's mean lags its
+      present, its range reaches back to its start). The simulator's recent mean is the
+      same window.
+    """
     if not job.has_phase_times or placement.strategy == Strategy.PROFILE:
         return None
-    rows = list(
+    rows = (
         PhaseRecord.objects.filter(
-            placement=placement,
+            job=job,
             state=PhaseState.SUCCEEDED,
             kind__in=("rollout", "train"),
-            iteration__gte=upto - WINDOW,
             iteration__lt=upto,
             started_at__isnull=False,
             finished_at__isnull=False,
-        ).values_list("kind", "iteration", "started_at", "finished_at", "metrics")
+        )
+        .exclude(placement__strategy=Strategy.PROFILE)
+        .order_by()  # (the latest attempt is picked below: no sort)
+        # the wall-clock time computed by the database: one timestamp a row to read, not two
+        .annotate(wall=ExpressionWrapper(F("finished_at") - F("started_at"), DurationField()))
+        .values_list("kind", "iteration", "started_at", "wall", "metrics")
     )
-    roll: dict[int, tuple[datetime, datetime, float]] = {}
-    train: dict[int, tuple[datetime, datetime, float]] = {}
-    for kind, iteration, started, finished, measured in rows:
-        if started is not None and finished is not None:
-            # the host's set-up or reload is the platform's, not the job's phase time
-            load = load_seconds(measured)
-            (roll if kind == "rollout" else train)[iteration] = (started, finished, load)
-    if len(roll) < WINDOW or len(train) < WINDOW:
-        return None  # it has not run WINDOW iterations here yet
     scale = time_scale_of(job.runner, job.time_scale)
-    order = sorted(roll)
-
-    def seconds(phase: tuple[datetime, datetime, float]) -> float:
-        return max(0.0, (phase[1] - phase[0]).total_seconds() - phase[2]) * scale
-
-    recent_roll = [seconds(roll[i]) for i in order]
-    recent_train = [seconds(train[i]) for i in order]
+    # iteration -> (started, finished, the host's load, own profile seconds)
+    roll: dict[int, tuple[datetime, datetime, float, float]] = {}
+    train: dict[int, tuple[datetime, datetime, float, float]] = {}
+    for kind, iteration, started, wall, measured in rows:
+        phases = roll if kind == "rollout" else train
+        if started is None or wall is None:
+            continue  # (the query leaves them out)
+        if iteration in phases and phases[iteration][0] >= started:
+            continue  # an earlier attempt of an iteration run again
+        # the host's set-up or reload is the platform's, not the job's phase time
+        load = load_seconds(measured)
+        own = max(0.0, wall.total_seconds() - load) * scale
+        if kind == "rollout":  # co-located, it ran on the training GPUs at this factor
+            own /= float((measured or {}).get("rollout_speed_factor") or 1.0)
+        phases[iteration] = (started, started + wall, load, own)
+    order = sorted(roll.keys() & train.keys())
+    if len(order) < WINDOW:
+        return None  # it has not run WINDOW iterations yet
+    all_roll = [roll[i][3] for i in order]
+    all_train = [train[i][3] for i in order]
+    recent_roll, recent_train = all_roll[-WINDOW:], all_train[-WINDOW:]
     loads = sum(roll[i][2] + train[i][2] for i in order)
     span = max(0.0, (train[order[-1]][1] - roll[order[0]][0]).total_seconds() - loads) * scale
     profile = converters.job_profile(job)
@@ -346,10 +376,11 @@ def _drift_learned(
         t_train_max_s=profile.t_train_max_s * tolerance,
     )
     recent = (sum(recent_roll) + sum(recent_train)) / WINDOW
+    solo = sum(all_roll) + sum(all_train)
     # its trends (the SLO clock is the planner's: group_outlooks)
-    seen = observed_outlook(profile, recent_roll, recent_train, remaining=1, elapsed_s=0.0)
+    seen = observed_outlook(profile, all_roll, all_train, remaining=1, elapsed_s=0.0)
     if not found and not should_assess(
-        seen, planned, recent_solo_s=recent, slowdown_so_far=span / WINDOW / recent
+        seen, planned, recent_solo_s=recent, slowdown_so_far=span / solo if solo > 0 else 1.0
     ):
         return None
     learned = learned_profile(profile, recent_roll, recent_train, remaining=job.iterations - upto)
@@ -452,8 +483,19 @@ def _must_go(
     """Return True when the drifting job should leave its group: every member projected to
     the end of its run (scheduler.replan.assess, the simulator's decision), the job at its
     learned estimates and observed trends (`seen`), the others at their plan, each on its
-    SLO clock."""
-    mine = [replace(m, job=learned) if m.job.id == learned.id else m for m in members]
+    SLO clock and against its own SLO (the snapshot holds a short newcomer to a stricter one,
+    `snapshot.held_young`, for admissions; the simulator projects it with its own)."""
+    own = dict(
+        Job.objects.filter(pk__in=[int(m.job.id) for m in members]).values_list(
+            "pk", "slo_class__slowdown"
+        )
+    )
+    mine = [
+        replace(m, job=learned)
+        if m.job.id == learned.id
+        else replace(m, job=replace(m.job, slo=own.get(int(m.job.id), m.job.slo)))
+        for m in members
+    ]
     trends = {learned.id: seen} if seen is not None else None
     return assess(
         mine,

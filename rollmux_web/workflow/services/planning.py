@@ -447,7 +447,9 @@ class _Writes:
         placement = result.placement
         assert placement is not None  # a FIT carries its placement
         group, runtime = self.group(placement)
-        state = apply_placement(state, profile, placement, group_id=str(group.pk))
+        # the rest of the batch sees the member as the next snapshot will (held_young)
+        planned = snapshot.held_young(profile, job)
+        state = apply_placement(state, planned, placement, group_id=str(group.pk))
         slowdown = result.predicted_slowdown.get(profile.id, 1.0)
         row = Placement(
             job=job,
