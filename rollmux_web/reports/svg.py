@@ -76,11 +76,11 @@ def _bar(bar: PhaseBar) -> list[str]:
             'fill="url(#failed-hatch)" pointer-events="none" aria-hidden="true"/>'
             for r in bar.rects
         )
-    if bar.warm_start is not None and bar.rects and bar.rects[0].w >= 6:
-        colour = "#12b76a" if bar.warm_start else "#c0362c"
+    if bar.marker:  # set only on a bar wide enough for the wedge (timeline.MARKER_MIN_W)
+        colour = "#12b76a" if bar.marker == "warm" else "#c0362c"
         for r in bar.rects:
             out.append(
-                f'<path class="{"warm" if bar.warm_start else "cold"}" '
+                f'<path class="{bar.marker}" '
                 f'd="M{r.x} {r.y}h9l-9 11z" fill="{colour}" stroke="#fff" stroke-width="1" '
                 'pointer-events="none" aria-hidden="true"/>'
             )
@@ -137,8 +137,9 @@ def timeline_svg(tl: Timeline) -> SafeString:
         )
     for agg in tl.aggregates:
         out.append(
-            f'<rect class="agg" x="{agg.x}" y="{agg.y}" width="{agg.w}" height="{LANE_H}" '
-            f'fill="{agg.fill}" fill-opacity="{agg.opacity}" data-tip="{_a(agg.tip)}"/>'
+            f'<rect class="agg {agg.kind}" x="{agg.x}" y="{agg.y}" width="{agg.w}" '
+            f'height="{LANE_H}" fill="{agg.fill}" fill-opacity="{agg.opacity}" '
+            f'data-tip="{_a(agg.tip)}"/>'
         )
     for bar in tl.bars:
         out.extend(_bar(bar))
