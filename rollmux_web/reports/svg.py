@@ -14,7 +14,7 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
-from rollmux_web.reports.timeline import LANE_H, PhaseBar, Timeline
+from rollmux_web.reports.timeline import LANE_H, MAX_WIDTH, MIN_WIDTH, PhaseBar, Timeline
 
 
 def _a(value: object) -> str:
@@ -87,17 +87,23 @@ def _bar(bar: PhaseBar) -> list[str]:
     return out
 
 
-def timeline_svg(tl: Timeline) -> SafeString:
+def timeline_svg(tl: Timeline, *, fitted: bool = False) -> SafeString:
     """Return the Gantt chart: lanes per node under pool titles, bubbles, control-plane
-    delays, one element per phase record."""
+    delays, one element per phase record.
+
+    It is scaled to its card's width (static/css/reports.css); `fitted`: it was drawn at
+    the width the page measured for it, so it is scaled 1:1 (static/js/timeline.js asks
+    for it again at that width otherwise, within data-min-width..data-max-width)."""
     out: list[str] = []
     desc = (
         f"{tl.phase_count} phases from {tl.t0:%Y-%m-%d %H:%M:%S} to {tl.t1:%Y-%m-%d %H:%M:%S} UTC"
         f" on {len(tl.lanes)} nodes"
     )
     out.append(
-        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" role="img" '
-        f'width="{tl.width}" height="{tl.height}" viewBox="0 0 {tl.width} {tl.height}" '
+        f'<svg class="timeline{" fitted" if fitted else ""}" xmlns="http://www.w3.org/2000/svg" '
+        f'role="img" width="{tl.width}" height="{tl.height}" '
+        f'viewBox="0 0 {tl.width} {tl.height}" preserveAspectRatio="xMinYMin meet" '
+        f'data-min-width="{MIN_WIDTH}" data-max-width="{MAX_WIDTH}" '
         f'aria-label="{_a(tl.title)} timeline: {_a(desc)}" '
         f'data-t0="{tl.t0.timestamp():.3f}" data-t1="{tl.t1.timestamp():.3f}" '
         f'data-left="{tl.plot_left}" data-right="{tl.plot_right}">'

@@ -20,6 +20,11 @@ from rollmux_web.reports.palette import UNKNOWN_JOB, JobShades, job_colours
 from rollmux_web.workflow.models import PhaseState
 
 BAR_LIMIT = 3000  # above this many phases in the window, sub-pixel bars are aggregated
+# The chart is drawn as wide as its card (the page tells the server: static/js/timeline.js),
+# one SVG unit to a CSS pixel so its text keeps its size; DEFAULT_WIDTH until it has.
+DEFAULT_WIDTH = 1200
+MIN_WIDTH = 640  # a narrower card scrolls the chart (static/css/reports.css has the same 640)
+MAX_WIDTH = 4000
 LANE_H = 22
 LANE_GAP = 6
 LEFT = 120
@@ -214,14 +219,38 @@ class Timeline:
     marks: frozenset[str] = frozenset()
 
 
+def drawn_width(width: int) -> int:
+    """Return the width a chart is drawn at: its card's, within MIN_WIDTH..MAX_WIDTH."""
+    return max(MIN_WIDTH, min(int(width), MAX_WIDTH))
+
+
+def _label_w(step: int) -> float:
+    """Return the room a tick label of this step needs: its longest format at 11 px
+    (about 6.5 px a digit) and a gap; see the formats in `ticks`."""
+    if step < 60:
+        chars = 8  # HH:MM:SS
+    elif step < 3600:
+        chars = 5  # HH:MM
+    elif step < 86400:
+        chars = 16  # YYYY-MM-DD HH:MM (at midnight)
+    else:
+        chars = 10  # YYYY-MM-DD
+    return chars * 6.5 + 14
+
+
 def ticks(t0: datetime, t1: datetime, left: float, plot_w: float) -> tuple[Tick, ...]:
-    """Return about 8 time-axis ticks on round steps (seconds to weeks)."""
+    """Return at most 8 time-axis ticks on round steps (a second to a year), spaced so that
+    their labels do not overlap at this width."""
     span = (t1 - t0).total_seconds()
     if span <= 0:
         return ()
     steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600]
-    steps += [43200, 86400, 172800, 604800]
-    step = next((s for s in steps if span / s <= 8), steps[-1])
+    week = 604800
+    steps += [43200, 86400, 172800, week, 2 * week, 4 * week, 13 * week, 26 * week, 52 * week]
+    step = next(
+        (s for s in steps if span / s <= 8 and plot_w * s / span >= _label_w(s)),
+        week * math.ceil(span / (8 * week)),  # over years: whole weeks, 8 ticks
+    )
     first = math.ceil(t0.timestamp() / step) * step
     out = []
     t = first
@@ -500,7 +529,7 @@ def build_timeline(
     jobs, phase kinds and marks drawn, nothing else. Jobs in `masked` (other tenants')
     are drawn under their label only: no phase id, job id or iteration.
     """
-    width = max(400, min(int(width), 4000))
+    width = drawn_width(width)
     lanes, heads, bottom = _lanes(rows, pre_aggregated, pools)
     lane_y = {ln.node: ln.y for ln in lanes}
     plot_w = width - LEFT - RIGHT

@@ -141,6 +141,31 @@ def test_the_legend_names_only_the_kinds_and_members_drawn_in_the_window(
 
 
 @pytest.mark.django_db
+def test_the_chart_is_drawn_at_the_width_the_page_measured_for_its_card(
+    world: Any, client_as: Any
+) -> None:
+    g, _, _ = group_with(world)
+    c = client_as("alice")
+
+    def drawn(path: str) -> str:
+        page = c.get(path).content.decode()
+        return page[page.index('<svg class="timeline') :].split(">", 1)[0]
+
+    # not measured yet (no JavaScript, or its first chart): the default, scaled by the CSS
+    first = drawn(f"/groups/{g.pk}/")
+    assert 'class="timeline"' in first and 'viewBox="0 0 1200 ' in first
+    # timeline.js keeps the card's width in a cookie and asks with ?width= after a resize
+    c.cookies["gantt_width"] = "900"
+    assert 'class="timeline fitted"' in drawn(f"/groups/{g.pk}/")
+    assert 'viewBox="0 0 900 ' in drawn(f"/groups/{g.pk}/")
+    assert 'viewBox="0 0 1500 ' in drawn(f"/groups/{g.pk}/?width=1500")
+    # a phone's card: drawn at the smallest width that keeps the labels apart, and scrolled
+    assert 'viewBox="0 0 640 ' in drawn(f"/groups/{g.pk}/?width=350")
+    c.cookies["gantt_width"] = "wide"
+    assert 'class="timeline"' in drawn(f"/groups/{g.pk}/")
+
+
+@pytest.mark.django_db
 def test_a_zoomed_past_window_of_a_live_group_is_history_not_now(
     world: Any, client_as: Any
 ) -> None:
