@@ -14,7 +14,7 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
-from rollmux_web.reports.timeline import LANE_H, PhaseBar, Timeline
+from rollmux_web.reports.timeline import LANE_H, MAX_WIDTH, MIN_WIDTH, PhaseBar, Timeline
 
 
 def _a(value: object) -> str:
@@ -76,28 +76,34 @@ def _bar(bar: PhaseBar) -> list[str]:
             'fill="url(#failed-hatch)" pointer-events="none" aria-hidden="true"/>'
             for r in bar.rects
         )
-    if bar.warm_start is not None and bar.rects and bar.rects[0].w >= 6:
-        colour = "#12b76a" if bar.warm_start else "#c0362c"
+    if bar.marker:  # set only on a bar wide enough for the wedge (timeline.MARKER_MIN_W)
+        colour = "#12b76a" if bar.marker == "warm" else "#c0362c"
         for r in bar.rects:
             out.append(
-                f'<path class="{"warm" if bar.warm_start else "cold"}" '
+                f'<path class="{bar.marker}" '
                 f'd="M{r.x} {r.y}h9l-9 11z" fill="{colour}" stroke="#fff" stroke-width="1" '
                 'pointer-events="none" aria-hidden="true"/>'
             )
     return out
 
 
-def timeline_svg(tl: Timeline) -> SafeString:
+def timeline_svg(tl: Timeline, *, fitted: bool = False) -> SafeString:
     """Return the Gantt chart: lanes per node under pool titles, bubbles, control-plane
-    delays, one element per phase record."""
+    delays, one element per phase record.
+
+    It is scaled to its card's width (static/css/reports.css); `fitted`: it was drawn at
+    the width the page measured for it, so it is scaled 1:1 (static/js/timeline.js asks
+    for it again at that width otherwise, within data-min-width..data-max-width)."""
     out: list[str] = []
     desc = (
         f"{tl.phase_count} phases from {tl.t0:%Y-%m-%d %H:%M:%S} to {tl.t1:%Y-%m-%d %H:%M:%S} UTC"
         f" on {len(tl.lanes)} nodes"
     )
     out.append(
-        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" role="img" '
-        f'width="{tl.width}" height="{tl.height}" viewBox="0 0 {tl.width} {tl.height}" '
+        f'<svg class="timeline{" fitted" if fitted else ""}" xmlns="http://www.w3.org/2000/svg" '
+        f'role="img" width="{tl.width}" height="{tl.height}" '
+        f'viewBox="0 0 {tl.width} {tl.height}" preserveAspectRatio="xMinYMin meet" '
+        f'data-min-width="{MIN_WIDTH}" data-max-width="{MAX_WIDTH}" '
         f'aria-label="{_a(tl.title)} timeline: {_a(desc)}" '
         f'data-t0="{tl.t0.timestamp():.3f}" data-t1="{tl.t1.timestamp():.3f}" '
         f'data-left="{tl.plot_left}" data-right="{tl.plot_right}">'
@@ -137,8 +143,9 @@ def timeline_svg(tl: Timeline) -> SafeString:
         )
     for agg in tl.aggregates:
         out.append(
-            f'<rect class="agg" x="{agg.x}" y="{agg.y}" width="{agg.w}" height="{LANE_H}" '
-            f'fill="{agg.fill}" fill-opacity="{agg.opacity}" data-tip="{_a(agg.tip)}"/>'
+            f'<rect class="agg {agg.kind}" x="{agg.x}" y="{agg.y}" width="{agg.w}" '
+            f'height="{LANE_H}" fill="{agg.fill}" fill-opacity="{agg.opacity}" '
+            f'data-tip="{_a(agg.tip)}"/>'
         )
     for bar in tl.bars:
         out.extend(_bar(bar))

@@ -20,6 +20,11 @@ from rollmux_web.reports.palette import UNKNOWN_JOB, JobShades, job_colours
 from rollmux_web.workflow.models import PhaseState
 
 BAR_LIMIT = 3000  # above this many phases in the window, sub-pixel bars are aggregated
+# The chart is drawn as wide as its card (the page tells the server: static/js/timeline.js),
+# one SVG unit to a CSS pixel so its text keeps its size; DEFAULT_WIDTH until it has.
+DEFAULT_WIDTH = 1200
+MIN_WIDTH = 640  # a narrower card scrolls the chart (static/css/reports.css has the same 640)
+MAX_WIDTH = 4000
 LANE_H = 22
 LANE_GAP = 6
 LEFT = 120
@@ -29,6 +34,9 @@ AXIS_H = 26
 POOL_HEAD_H = 16  # a pool's title row above its first lane
 DELAY_MIN_S = 1.0  # a report later than this after its phase's end is a control-plane delay
 FAILED_STATES = ("failed", "lost")
+MARKER_MIN_W = 6  # a start marker (a 9 px wedge) is drawn on bars at least this wide
+PHASE_KINDS = ("rollout", "sync", "train")  # the legend's order of a job's shades
+KIND_NAMES = {"rollout": "rollout", "sync": "weight sync", "train": "training"}
 POOL_TITLES = {PoolKind.ROLLOUT.value: "Rollout pool", PoolKind.TRAIN.value: "Training pool"}
 NO_LABEL = "a job"  # a phase whose job has no label (never its id: it may be another tenant's)
 
@@ -116,6 +124,7 @@ class PhaseBar:
     running: bool
     failed: bool = False  # failed or lost: drawn hatched, with a red edge
     profile: bool = False  # the job's profiling run: drawn with a dashed outline
+    marker: str = ""  # "warm" or "cold": the start's wedge, drawn on a wide enough bar
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,20 @@ class AggRect:
     fill: str
     opacity: float
     tip: str
+    kind: str = ""  # the phase kind of the column's longest phase (its shade)
+
+
+@dataclass(frozen=True)
+class LegendJob:
+    """A job's legend entry: its label and the shade of each phase kind drawn for it."""
+
+    label: str
+    swatches: tuple[tuple[str, str], ...]  # (kind, fill) in PHASE_KINDS order
+
+    @property
+    def kinds_text(self) -> str:
+        """Return the kinds the swatches stand for ("rollout, training")."""
+        return ", ".join(KIND_NAMES.get(k, k) for k, _ in self.swatches)
 
 
 @dataclass(frozen=True)
@@ -182,7 +205,7 @@ class Timeline:
     ticks: tuple[Tick, ...]
     phase_count: int
     aggregated_count: int
-    legend: tuple[tuple[str, JobShades], ...]  # (job label, its shades)
+    legend: tuple[LegendJob, ...]  # the jobs drawn, each with the kinds drawn for it
     headline: tuple[PoolBubbles, ...]
     live: bool  # the window reaches now and the group or job is still running
     empty_message: str = ""
@@ -191,16 +214,43 @@ class Timeline:
     kinds: frozenset[str] = frozenset()  # the phase kinds drawn (the legend names sync if any)
     has_failed: bool = False
     has_profile: bool = False  # a profiling run's phase is drawn (the legend names it)
+    # the other marks drawn, each named in the legend: "bubble", "delay", "failed",
+    # "profile", "warm", "cold" (a legend lists exactly what the chart draws)
+    marks: frozenset[str] = frozenset()
+
+
+def drawn_width(width: int) -> int:
+    """Return the width a chart is drawn at: its card's, within MIN_WIDTH..MAX_WIDTH."""
+    return max(MIN_WIDTH, min(int(width), MAX_WIDTH))
+
+
+def _label_w(step: int) -> float:
+    """Return the room a tick label of this step needs: its longest format at 11 px
+    (about 6.5 px a digit) and a gap; see the formats in `ticks`."""
+    if step < 60:
+        chars = 8  # HH:MM:SS
+    elif step < 3600:
+        chars = 5  # HH:MM
+    elif step < 86400:
+        chars = 16  # YYYY-MM-DD HH:MM (at midnight)
+    else:
+        chars = 10  # YYYY-MM-DD
+    return chars * 6.5 + 14
 
 
 def ticks(t0: datetime, t1: datetime, left: float, plot_w: float) -> tuple[Tick, ...]:
-    """Return about 8 time-axis ticks on round steps (seconds to weeks)."""
+    """Return at most 8 time-axis ticks on round steps (a second to a year), spaced so that
+    their labels do not overlap at this width."""
     span = (t1 - t0).total_seconds()
     if span <= 0:
         return ()
     steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600]
-    steps += [43200, 86400, 172800, 604800]
-    step = next((s for s in steps if span / s <= 8), steps[-1])
+    week = 604800
+    steps += [43200, 86400, 172800, week, 2 * week, 4 * week, 13 * week, 26 * week, 52 * week]
+    step = next(
+        (s for s in steps if span / s <= 8 and plot_w * s / span >= _label_w(s)),
+        week * math.ceil(span / (8 * week)),  # over years: whole weeks, 8 ticks
+    )
     first = math.ceil(t0.timestamp() / step) * step
     out = []
     t = first
@@ -292,9 +342,11 @@ def _bars(
     busy: dict[str, list[tuple[float, float]]],
     agg_cols: dict[str, dict[int, dict[tuple[int, str], float]]],
     masked: frozenset[int],
+    drawn: dict[int, set[str]],
 ) -> tuple[list[PhaseBar], int]:
     """Return a bar per phase (and how many went to `agg_cols` instead: narrower than a
-    pixel when aggregating); every phase's busy span is added to `busy` per node."""
+    pixel when aggregating); every phase's busy span is added to `busy` per node, and the
+    kind of every bar to `drawn` per job."""
     bars: list[PhaseBar] = []
     aggregated = 0
     w0, w1, scale, now_ts = frame.w0, frame.w1, frame.scale, frame.now_ts
@@ -320,6 +372,10 @@ def _bars(
             if n in lane_y
         )
         hidden = jid in masked
+        marker = ""
+        if warm is not None and rects and rects[0].w >= MARKER_MIN_W:
+            marker = "warm" if warm else "cold"
+        drawn[jid].add(kind)
         bars.append(
             PhaseBar(
                 phase_id=None if hidden else pid,
@@ -332,6 +388,7 @@ def _bars(
                 running=f is None or state == PhaseState.RUNNING,
                 failed=state in FAILED_STATES,
                 profile=profile,
+                marker=marker,
             )
         )
     return bars, aggregated
@@ -343,8 +400,10 @@ def _aggregates(
     scale: float,
     colours: dict[int, JobShades],
     labels: dict[int, str],
+    drawn: dict[int, set[str]],
 ) -> list[AggRect]:
-    """Merge runs of neighbouring pixel columns of one lane with the same job, kind and shade."""
+    """Merge runs of neighbouring pixel columns of one lane with the same job, kind and shade
+    (each run's job and kind added to `drawn`: its rectangle has their shade)."""
     out: list[AggRect] = []
     for n, cols in agg_cols.items():
         y = lane_y[n] + 2
@@ -361,6 +420,7 @@ def _aggregates(
             if run:
                 out.append(_agg_rect(run, y, colours, labels))
             run = [col, col, key, opacity, secs]
+            drawn[key[0]].add(key[1])
         if run:
             out.append(_agg_rect(run, y, colours, labels))
     return out
@@ -378,6 +438,7 @@ def _agg_rect(
         opacity=opacity,
         tip=f"{c1 - c0 + 1} px of short phases, mostly {labels.get(jid, NO_LABEL)} {kind};"
         f" busy {duration(secs)}",
+        kind=kind,
     )
 
 
@@ -464,10 +525,11 @@ def build_timeline(
 
     1. lanes per node; 2. a bar per phase (sub-pixel ones merged per lane and pixel
     column when there are over BAR_LIMIT); 3. bubbles: allocated but idle; 4. the
-    headline's bubble fractions per pool; 5. control-plane delays. Jobs in `masked`
-    (other tenants') are drawn under their label only: no phase id, job id or iteration.
+    headline's bubble fractions per pool; 5. control-plane delays; 6. the legend: the
+    jobs, phase kinds and marks drawn, nothing else. Jobs in `masked` (other tenants')
+    are drawn under their label only: no phase id, job id or iteration.
     """
-    width = max(400, min(int(width), 4000))
+    width = drawn_width(width)
     lanes, heads, bottom = _lanes(rows, pre_aggregated, pools)
     lane_y = {ln.node: ln.y for ln in lanes}
     plot_w = width - LEFT - RIGHT
@@ -492,6 +554,7 @@ def build_timeline(
         for n in p.nodes:
             agg_cols[n][p.column][(p.job_id, p.kind)] += p.busy_s
             busy[n].append((cs, cs + p.busy_s))
+    drawn: dict[int, set[str]] = defaultdict(set)  # job -> the phase kinds drawn in its shades
     bars, aggregated = _bars(
         rows,
         frame,
@@ -502,7 +565,11 @@ def build_timeline(
         busy=busy,
         agg_cols=agg_cols,
         masked=masked,
+        drawn=drawn,
     )
+    aggregates = _aggregates(agg_cols, lane_y, scale, colours, labels, drawn)
+    bubbles = _bubbles(lanes, alloc_by_node, busy, frame, now, min_w=1.0 if aggregate else 0.5)
+    delay_marks = _delays(delays, lane_y, frame, min_w=0.5)
     headline: tuple[PoolBubbles, ...] = ()
     if with_headline:
         # the database's per-job sums stand in for the short phases in the headline
@@ -511,6 +578,11 @@ def build_timeline(
             for s in pre_job_sums
         ]
         headline = bubble_headline(rows + pseudo, pools, alloc_by_node, t0, t1, now)
+    marks = {b.marker for b in bars if b.marker}
+    marks |= {"failed"} if any(b.failed for b in bars) else set()
+    marks |= {"profile"} if any(b.profile for b in bars) else set()
+    marks |= {"bubble"} if bubbles else set()
+    marks |= {"delay"} if delay_marks else set()
     return Timeline(
         title=title,
         t0=t0,
@@ -521,22 +593,37 @@ def build_timeline(
         plot_right=width - RIGHT,
         lanes=lanes,
         bars=tuple(bars),
-        aggregates=tuple(_aggregates(agg_cols, lane_y, scale, colours, labels)),
-        bubbles=tuple(
-            _bubbles(lanes, alloc_by_node, busy, frame, now, min_w=1.0 if aggregate else 0.5)
-        ),
+        aggregates=tuple(aggregates),
+        bubbles=tuple(bubbles),
         ticks=ticks(t0, t1, LEFT, plot_w),
         phase_count=len(rows) + pre_count,
         aggregated_count=aggregated + pre_count,
-        legend=tuple((labels.get(jid, NO_LABEL), shades) for jid, shades in colours.items()),
+        legend=_legend(colours, labels, drawn),
         headline=headline,
         live=live,
         empty_message="" if rows or pre_aggregated else "No phase ran in this window.",
         pool_heads=heads,
-        delays=tuple(_delays(delays, lane_y, frame, min_w=0.5)),
+        delays=tuple(delay_marks),
         kinds=frozenset(r.kind for r in rows) | frozenset(p.kind for p in pre_aggregated),
-        has_failed=any(b.failed for b in bars),
-        has_profile=any(b.profile for b in bars),
+        has_failed="failed" in marks,
+        has_profile="profile" in marks,
+        marks=frozenset(marks),
+    )
+
+
+def _legend(
+    colours: dict[int, JobShades], labels: dict[int, str], drawn: dict[int, set[str]]
+) -> tuple[LegendJob, ...]:
+    """Return a legend entry per job with something drawn, a swatch per kind drawn for it
+    (a member with no phase in the window, or a kind it did not run, is not listed)."""
+    return tuple(
+        LegendJob(
+            label=labels.get(jid, NO_LABEL),
+            swatches=tuple((k, shades.of(k)) for k in PHASE_KINDS if k in drawn[jid])
+            + tuple((k, shades.of(k)) for k in sorted(drawn[jid] - set(PHASE_KINDS))),
+        )
+        for jid, shades in colours.items()
+        if drawn.get(jid)
     )
 
 

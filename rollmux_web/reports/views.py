@@ -40,11 +40,19 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
 # --------------------------------------------------------------------------- timelines
 
 
-def _width(request: HttpRequest) -> int:
-    try:
-        return int(request.GET.get("width", "1200"))
-    except ValueError:
-        return 1200
+# the chart card's width in CSS px, kept by static/js/timeline.js for the next page's chart
+WIDTH_COOKIE = "gantt_width"
+
+
+def _width(request: HttpRequest) -> int | None:
+    """Return the chart width the page asked for (?width=, else the cookie timeline.js
+    keeps), or None if it has not said (no JavaScript, or the first chart it shows)."""
+    for raw in (request.GET.get("width"), request.COOKIES.get(WIDTH_COOKIE)):
+        try:
+            return int(raw or "")
+        except ValueError:
+            continue
+    return None
 
 
 def _timeline_page(
@@ -52,12 +60,15 @@ def _timeline_page(
 ) -> HttpResponse:
     start, end = request.GET.get("start"), request.GET.get("end")
     error = ""
+    asked = _width(request)
+    width = selectors.DEFAULT_WIDTH if asked is None else asked
     try:
-        tl = build(start=start, end=end, width=_width(request))
+        tl = build(start=start, end=end, width=width)
     except selectors.ReportInputError as exc:
         error = exc.message
-        tl = build(start=None, end=None, width=_width(request))
-    ctx = {"tl": tl, "chart": svg.timeline_svg(tl), "error": error, **extra}
+        tl = build(start=None, end=None, width=width)
+    ctx = {"tl": tl, "chart": svg.timeline_svg(tl, fitted=asked is not None), "error": error}
+    ctx |= extra
     ctx["zoom"] = _zoom_links(tl)
     if request.htmx:
         return render_partial(request, f"{template}#chart", ctx, stop_polling=not tl.live)

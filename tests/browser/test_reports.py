@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.reports.selectors import cost_report
 from rollmux_web.workflow.models import PhaseRecord
 from tests.browser.support import ARTIFACTS, browser_login
@@ -58,11 +59,14 @@ def test_group_timeline_draws_one_bar_per_phase_record_with_tooltips_and_zoom(
     g, _ = three_job_group(world)
     browser_login(page, live_server, "alice")
     page.goto(f"{live_server.url}/groups/{g.pk}/")
+    # the first chart of the session is drawn 1200 wide, then again at its card's width
+    page.wait_for_selector("svg.timeline.fitted")
     bars = page.locator("svg.timeline .bar")
     assert bars.count() == PhaseRecord.objects.filter(group=g).count() == 36
     assert page.locator("svg.timeline .bubble").count() > 0
     assert page.get_attribute("svg.timeline", "aria-label").startswith(f"Group {g.pk} timeline")
-    bars.first.hover()
+    # near its start: game-3b's first rollout, drawn over it, starts at its middle
+    bars.first.hover(position={"x": 5, "y": 11})
     tip = page.locator("#tooltip")
     assert "iteration 1 ·" in tip.inner_text() and "math-7b" in tip.inner_text()
     assert "share of bubbles reclaimed" in page.inner_text("#timeline-chart")
@@ -73,7 +77,7 @@ def test_group_timeline_draws_one_bar_per_phase_record_with_tooltips_and_zoom(
         group=g, started_at__lt=T0 + 30 * M, finished_at__gt=T0
     ).count()
     assert 0 < expected < 36
-    assert page.locator("svg.timeline .bar").count() == expected
+    assert page.locator("svg.timeline.fitted .bar").count() == expected
     # drag across the chart to zoom: the server redraws a narrower window
     box = page.locator("svg.timeline").bounding_box()
     y = box["y"] + 40
@@ -84,6 +88,107 @@ def test_group_timeline_draws_one_bar_per_phase_record_with_tooltips_and_zoom(
     page.wait_for_url("**start=2026-03-10T00:0*")
     page.wait_for_load_state("networkidle")
     assert page.locator("svg.timeline .bar").count() < expected
+
+
+# What the chart draws and what its legend lists, as "kind fill" per job shade and a name
+# per mark; each legend item says what it stands for (data-mark, and data-kind/-fill per swatch)
+LEGEND_AND_DRAWN = """() => {
+  const svg = document.querySelector("svg.timeline");
+  const drawn = new Set();
+  for (const el of svg.querySelectorAll(".bar, .agg")) {
+    const kind = ["rollout", "sync", "train"].find((k) => el.classList.contains(k));
+    drawn.add(kind + " " + el.getAttribute("fill"));
+  }
+  const marks = {bubble: ".bubble", delay: ".delay", failed: ".failed-hatch",
+                 profile: ".bar.profile", cold: "path.cold", warm: "path.warm"};
+  for (const [mark, sel] of Object.entries(marks)) if (svg.querySelector(sel)) drawn.add(mark);
+  const listed = new Set();
+  for (const li of document.querySelectorAll("#timeline-chart .legend li")) {
+    if (li.dataset.mark !== "job") { listed.add(li.dataset.mark || li.innerText); continue; }
+    for (const sw of li.querySelectorAll("[data-kind]")) {
+      listed.add(sw.dataset.kind + " " + sw.dataset.fill);
+    }
+  }
+  return {drawn: [...drawn].sort(), listed: [...listed].sort()};
+}"""
+
+# The chart's drawn box, its card's content box, its viewBox width, and every tick label's
+# centre with the time it names (epoch s), read against the chart's time scale (data-*).
+CHART_GEOMETRY = """() => {
+  const svg = document.querySelector("svg.timeline");
+  const card = svg.closest("#timeline-chart");
+  const cs = getComputedStyle(card);
+  const box = svg.getBoundingClientRect();
+  const unit = box.width / svg.viewBox.baseVal.width;
+  const d = svg.dataset;
+  const x = (t) => box.left + unit * (+d.left + (t - d.t0) / (d.t1 - d.t0) * (d.right - d.left));
+  const day = new Date(d.t0 * 1000).toISOString().slice(0, 10);
+  const ticks = [...svg.querySelectorAll("text")]
+    .filter((t) => /^\\d\\d:\\d\\d/.test(t.textContent))  // HH:MM or HH:MM:SS
+    .map((t) => {
+      const r = t.getBoundingClientRect();
+      const hms = t.textContent.length == 5 ? t.textContent + ":00" : t.textContent;
+      const at = Date.parse(day + "T" + hms + "Z") / 1000;
+      return {label: t.textContent, left: r.left, right: r.right,
+              centre: r.left + r.width / 2, x: x(at)};
+    });
+  const lane = svg.querySelector("g.lane text").getBoundingClientRect();
+  const inner = card.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+  return {drawn: box.width, card: inner, units: svg.viewBox.baseVal.width,
+          fitted: svg.classList.contains("fitted"), lane_label_h: lane.height, ticks};
+}"""
+
+
+def fitted_chart(page: Any) -> dict[str, Any]:
+    """Wait (10 s at most) for the chart to be redrawn at its card's width; return its geometry."""
+    geo: dict[str, Any] = {}
+    for _ in range(40):
+        page.wait_for_load_state("networkidle")
+        geo = page.evaluate(CHART_GEOMETRY)
+        if geo["fitted"] and abs(geo["units"] - geo["card"]) <= 2:
+            break
+        page.wait_for_timeout(250)
+    return geo
+
+
+def assert_fills_its_card_legibly(geo: dict[str, Any]) -> None:
+    # drawn as wide as the card's content box, one unit to a CSS px (text at its 11-12 px)
+    assert geo["drawn"] == pytest.approx(geo["card"], abs=3), geo
+    assert geo["units"] == pytest.approx(geo["drawn"], abs=2), geo
+    assert geo["lane_label_h"] >= 11
+    # the time axis: each tick label sits over the time it names; neighbours do not touch
+    assert len(geo["ticks"]) >= 3, geo["ticks"]
+    for tick in geo["ticks"]:
+        assert tick["centre"] == pytest.approx(tick["x"], abs=2), tick
+    for a, b in zip(geo["ticks"], geo["ticks"][1:], strict=False):
+        assert b["left"] > a["right"] + 4, (a, b)
+
+
+@pytest.mark.parametrize("which", ["group", "job"])
+def test_the_gantt_fills_its_card_and_its_legend_lists_exactly_what_it_draws(
+    world: Any, page: Any, live_server: Any, which: str
+) -> None:
+    g, jobs = three_job_group(world)
+    url = f"{live_server.url}/groups/{g.pk}/"
+    if which == "job":
+        # finished: its timeline is its life, not up to today
+        Job.objects.filter(pk=jobs[0].pk).update(
+            status=JobStatus.COMPLETED, finished_at=T0 + 3 * 60 * M
+        )
+        url = f"{live_server.url}/timeline/jobs/{jobs[0].pk}/"
+    browser_login(page, live_server, "alice")
+    for width in (1400, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(url)
+        geo = fitted_chart(page)
+        snapshot(page, f"gantt-{which}-{width}")
+        assert_fills_its_card_legibly(geo)
+        seen = page.evaluate(LEGEND_AND_DRAWN)
+        assert seen["listed"] == seen["drawn"]
+        assert ("bubble" in seen["drawn"]) == (which == "group")
+    # a window made narrower with the page open: the chart is redrawn to its card again
+    page.set_viewport_size({"width": 1400, "height": 900})
+    assert_fills_its_card_legibly(fitted_chart(page))
 
 
 def test_on_a_phone_the_gantt_scrolls_at_a_readable_text_size(
@@ -97,15 +202,18 @@ def test_on_a_phone_the_gantt_scrolls_at_a_readable_text_size(
     try:
         browser_login(phone, live_server, "alice")
         phone.goto(f"{live_server.url}/groups/{g.pk}/")
+        phone.wait_for_selector("svg.timeline.fitted")
         svg = phone.locator("svg.timeline")
         drawn = svg.bounding_box()
-        # the chart keeps its drawn width (not squeezed to 390 px) and its box scrolls
-        assert drawn["width"] == pytest.approx(int(svg.get_attribute("width")), abs=1)
+        # narrower than its smallest drawing (640 units: timeline.MIN_WIDTH), the chart keeps
+        # one unit to a CSS px (not squeezed to 390 px) and its box scrolls
+        assert int(svg.get_attribute("width")) == 640
+        assert drawn["width"] == pytest.approx(640, abs=1)
         scroll = phone.evaluate(
             "() => { const b = document.querySelector('.timeline-scroll');"
             " return [b.scrollWidth, b.clientWidth]; }"
         )
-        assert scroll[0] > scroll[1] + 300
+        assert scroll[0] > scroll[1] + 250
         # a lane label renders at its 12 px, not the ~4 px a squeezed chart gave
         label = phone.locator("svg.timeline g.lane text").first.bounding_box()
         assert label["height"] >= 11
@@ -117,8 +225,6 @@ def test_on_a_phone_the_gantt_scrolls_at_a_readable_text_size(
 def test_overview_shows_pools_groups_and_waiting_jobs(
     world: Any, page: Any, live_server: Any
 ) -> None:
-    from rollmux_web.jobs.models import JobStatus
-
     now = datetime.now(tz=UTC)
     g = make_group(created=now - 30 * M)
     allocate(g, "h20-0", now - 30 * M, None)

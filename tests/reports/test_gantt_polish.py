@@ -10,7 +10,12 @@ import pytest
 
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import JobStatus
-from rollmux_web.reports.selectors import cluster_overview, group_timeline, slo_report
+from rollmux_web.reports.selectors import (
+    cluster_overview,
+    group_timeline,
+    job_timeline,
+    slo_report,
+)
 from rollmux_web.reports.svg import timeline_svg
 from rollmux_web.workflow.models import PhaseRecord, PhaseState
 from tests.reports.builders import allocate, make_group, make_job, phase, place
@@ -99,6 +104,65 @@ def test_lanes_sit_under_their_pool_and_warm_starts_show(world: Any) -> None:
     # a warm start is a green wedge outlined in white (visible on light and dark shades)
     assert svg.count('class="warm"') == 3 and 'fill="#12b76a" stroke="#fff"' in svg
     assert svg.count('class="cold"') == 1
+
+
+@pytest.mark.django_db
+def test_a_jobs_own_timeline_lists_no_bubble_since_it_draws_none(
+    world: Any, client_as: Any
+) -> None:
+    _, job, _ = group_with(world)
+    tl = job_timeline(user=world.alice, job_id=job.pk)
+    # a job's chart has no allocations: its gaps are other members' time, not bubbles
+    assert tl.bubbles == () and "bubble" not in tl.marks
+    assert tl.marks == {"cold", "warm"}
+    (entry,) = tl.legend
+    assert [k for k, _ in entry.swatches] == ["rollout", "sync", "train"]
+    page = client_as("alice").get(f"/timeline/jobs/{job.pk}/").content.decode()
+    assert "bubble (allocated, idle)" not in page and 'data-mark="bubble"' not in page
+    assert "gemma (rollout, weight sync, training)" in page
+
+
+@pytest.mark.django_db
+def test_the_legend_names_only_the_kinds_and_members_drawn_in_the_window(
+    world: Any, client_as: Any
+) -> None:
+    g, _, _ = group_with(world)
+    idle = make_job(world, name="idle-member", status=JobStatus.COMPLETED)
+    place(g, idle, rollout=["h20-0"], train=["h800-0"], joined=T0)  # never ran a phase
+    # the first 8 minutes: gemma's cold rollout only; the training node idles (a bubble)
+    a, b = T0.strftime("%Y-%m-%dT%H:%M:%S"), (T0 + 8 * M).strftime("%Y-%m-%dT%H:%M:%S")
+    tl = group_timeline(user=world.alice, group_id=g.pk, start=a, end=b)
+    (entry,) = tl.legend
+    assert entry.label == "gemma" and [k for k, _ in entry.swatches] == ["rollout"]
+    assert tl.marks == {"cold", "bubble"}
+    page = client_as("alice").get(f"/groups/{g.pk}/?start={a}&end={b}").content.decode()
+    assert "gemma (rollout)" in page and "idle-member (" not in page
+    assert "warm start" not in page and "cold start" in page
+
+
+@pytest.mark.django_db
+def test_the_chart_is_drawn_at_the_width_the_page_measured_for_its_card(
+    world: Any, client_as: Any
+) -> None:
+    g, _, _ = group_with(world)
+    c = client_as("alice")
+
+    def drawn(path: str) -> str:
+        page = c.get(path).content.decode()
+        return page[page.index('<svg class="timeline') :].split(">", 1)[0]
+
+    # not measured yet (no JavaScript, or its first chart): the default, scaled by the CSS
+    first = drawn(f"/groups/{g.pk}/")
+    assert 'class="timeline"' in first and 'viewBox="0 0 1200 ' in first
+    # timeline.js keeps the card's width in a cookie and asks with ?width= after a resize
+    c.cookies["gantt_width"] = "900"
+    assert 'class="timeline fitted"' in drawn(f"/groups/{g.pk}/")
+    assert 'viewBox="0 0 900 ' in drawn(f"/groups/{g.pk}/")
+    assert 'viewBox="0 0 1500 ' in drawn(f"/groups/{g.pk}/?width=1500")
+    # a phone's card: drawn at the smallest width that keeps the labels apart, and scrolled
+    assert 'viewBox="0 0 640 ' in drawn(f"/groups/{g.pk}/?width=350")
+    c.cookies["gantt_width"] = "wide"
+    assert 'class="timeline"' in drawn(f"/groups/{g.pk}/")
 
 
 @pytest.mark.django_db

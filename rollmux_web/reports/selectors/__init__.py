@@ -47,10 +47,11 @@ from rollmux_web.reports.selectors.timeline_queries import (
     job_window,
 )
 from rollmux_web.reports.selectors.trace_export import group_trace, job_trace, trace_events
-from rollmux_web.reports.timeline import BAR_LIMIT, LANE_H, Timeline
+from rollmux_web.reports.timeline import BAR_LIMIT, DEFAULT_WIDTH, LANE_H, Timeline
 
 __all__ = [
     "BAR_LIMIT",
+    "DEFAULT_WIDTH",
     "GROUP_STATES",
     "LANE_H",
     "MAX_RANGE_DAYS",

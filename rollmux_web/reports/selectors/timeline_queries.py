@@ -23,6 +23,7 @@ from rollmux_web.reports.selectors._sql import NODES_TXT, epoch, epoch_fields, n
 from rollmux_web.reports.selectors._time import now_or, parse_window
 from rollmux_web.reports.timeline import (
     BAR_LIMIT,
+    DEFAULT_WIDTH,
     DELAY_MIN_S,
     LEFT,
     RIGHT,
@@ -33,6 +34,7 @@ from rollmux_web.reports.timeline import (
     Spans,
     Timeline,
     build_timeline,
+    drawn_width,
 )
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Strategy
 
@@ -200,7 +202,7 @@ def group_timeline(
     group_id: int,
     start: str | None = None,
     end: str | None = None,
-    width: int = 1200,
+    width: int = DEFAULT_WIDTH,
     now: datetime | None = None,
     group: ExecutionGroup | None = None,
 ) -> Timeline:
@@ -247,7 +249,7 @@ def job_timeline(
     job_id: int,
     start: str | None = None,
     end: str | None = None,
-    width: int = 1200,
+    width: int = DEFAULT_WIDTH,
     now: datetime | None = None,
 ) -> Timeline:
     """Return the Gantt geometry of one job: its phases on the nodes they ran on."""
@@ -294,7 +296,7 @@ def _group_phase_rows(
     )
     if count <= BAR_LIMIT:
         return phase_rows(flt, t0, t1), [], []
-    plot_w = max(400, min(int(width), 4000)) - LEFT - RIGHT
+    plot_w = drawn_width(width) - LEFT - RIGHT
     px = (t1 - t0).total_seconds() / plot_w
     pixel = timedelta(seconds=px)
     rows = phase_rows(
