@@ -149,6 +149,11 @@ class JobProfile:
     # (the live planner learns it from its phase records); None: not known yet. The
     # SLO check (scheduler.slo) uses it instead of the distribution's mean.
     observed_solo_s: float | None = None
+    # A job whose durations trend (scheduler.replan.move_profile): its forecast rollout +
+    # training over each of a few equal pieces of its remaining run, over their mean (so
+    # the factors average 1); the SLO check follows it piece by piece (scheduler.slo).
+    # None: flat.
+    trend_shape: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.time_scale) and self.time_scale > 0):
@@ -163,6 +168,11 @@ class JobProfile:
         if observed is not None and not (math.isfinite(observed) and observed > 0):
             raise ValueError(
                 f"job {self.id!r}: observed_solo_s must be a finite number > 0, got {observed!r}"
+            )
+        shape = self.trend_shape
+        if shape is not None and not (shape and all(math.isfinite(f) and f > 0 for f in shape)):
+            raise ValueError(
+                f"job {self.id!r}: trend_shape must be finite factors > 0, got {shape!r}"
             )
 
     @property
@@ -300,7 +310,10 @@ def profile_to_dict(job: JobProfile) -> dict[str, Any]:
 
 def profile_from_dict(d: Mapping[str, Any]) -> JobProfile:
     """Rebuild a JobProfile from `profile_to_dict` output (unknown keys are ignored)."""
-    return JobProfile(**{k: d[k] for k in JobProfile.__dataclass_fields__ if k in d})
+    fields = {k: d[k] for k in JobProfile.__dataclass_fields__ if k in d}
+    if fields.get("trend_shape") is not None:  # JSON has lists
+        fields["trend_shape"] = tuple(float(f) for f in fields["trend_shape"])
+    return JobProfile(**fields)
 
 
 def member_to_dict(m: Member) -> dict[str, Any]:

@@ -28,9 +28,10 @@ within slo x the mean drawn solo iteration time (trace-format.md), so
    and the restart (`remaining_slo`), so the new group's check holds what its run needs.
 
 A job too short to be re-planned in time (`SHORT_RUN` iterations: its run is over about
-when a trend of it could show) is planned stricter until its first check (`young_profile`;
-the simulator's re-planning runs), so newcomers that only its shrinkage would make its
-pace-setters do not join it.
+when a trend of it could show) is planned stricter for its whole run, its own admission
+included (`young_profile`; the simulator's re-planning runs and the live planner), so it
+joins no group, and no newcomer joins it, where only its shrinkage would make the
+others its pace-setters.
 
 The first version's trigger (recent mean above the worst case, or the slowdown SINCE
 ADMISSION past the SLO, then admission's per-iteration check) reacted only once a miss
@@ -76,6 +77,7 @@ __all__ = [
     "project",
     "remaining_slo",
     "should_assess",
+    "trend_shape",
     "young_profile",
 ]
 
@@ -498,7 +500,10 @@ def move_profile(outlook: Outlook, base: JobProfile, *, restart_s: float) -> Job
 
     Its phases over the remaining run: the forecast's mean as the observed solo time, and
     the forecast's largest (smallest) phase x `base`'s spread as the worst (best) case;
-    its SLO what is left of its budget (`remaining_slo`). `base` is the profile the job
+    its SLO what is left of its budget (`remaining_slo`); a job that trends carries the
+    forecast's shape (`trend_shape`), which the SLO check follows piece by piece (at the
+    mean alone it hides the end of a shrinking run, or the start of a growing one,
+    where the partners set the pace: docs/results.md section 9, the tight-SLO misses). `base` is the profile the job
     was submitted with (its spread: max / mean of each phase).
     """
     rest = float(max(1, outlook.remaining))
@@ -517,7 +522,20 @@ def move_profile(outlook: Outlook, base: JobProfile, *, restart_s: float) -> Job
         t_train_min_s=min(trains) * t_lo,
         observed_solo_s=outlook.solo_s(0.0, rest),
         slo=remaining_slo(outlook, restart_s=restart_s),
+        trend_shape=trend_shape(outlook, rest) if outlook.drifts else None,
     )
+
+
+def trend_shape(outlook: Outlook, rest: float) -> tuple[float, ...]:
+    """Return a trending job's forecast rollout + training over `SEGMENTS` equal pieces of
+    its `rest` remaining iterations, over their mean (`JobProfile.trend_shape`)."""
+    step = rest / SEGMENTS
+    phases = [
+        outlook.roll.mean(i * step, (i + 1) * step) + outlook.train.mean(i * step, (i + 1) * step)
+        for i in range(SEGMENTS)
+    ]
+    mean = sum(phases) / len(phases)
+    return tuple(p / mean for p in phases)
 
 
 @dataclass(frozen=True)
@@ -575,11 +593,13 @@ def decide(
 
 
 def young_profile(job: JobProfile) -> JobProfile | None:
-    """Return how a just-admitted job too short to be re-planned in time (at most
-    `SHORT_RUN` iterations) is planned until its first check: its SLO held as if its run
-    shrank to `SHRINK_MEAN` of its profile, so that a newcomer joins its group only if
-    it would keep its SLO even then (the misses of docs/results.md section 9: short jobs
-    a newcomer joined before any trend of theirs could show). None: not that short."""
+    """Return how a job too short to be re-planned in time (at most `SHORT_RUN`
+    iterations) is planned, for its whole run and at its own admission: its SLO held as
+    if its run shrank to `SHRINK_MEAN` of its profile, so that it joins a group, and a
+    newcomer joins its group, only if it would keep its SLO even then (the misses of
+    docs/results.md section 9: short jobs that joined a group, or that a newcomer
+    joined, before any trend of theirs could show, and whose run was over before a
+    re-plan could help). None: not that short."""
     if job.iterations > SHORT_RUN:
         return None
     return replace(job, slo=max(1.0, job.slo * SHRINK_MEAN))

@@ -124,12 +124,33 @@ def check_group(
         return GroupSloCheck(tuple(worst), (), tuple(held))
     inflated = [replace(m, job=expected_profile(m.job, margin=margin)) for m in members]
     plain = [replace(m, job=expected_profile(m.job, margin=0.0)) for m in members]
-    expected = []
-    for k in range(len(members)):
-        mix = inflated[:k] + [plain[k]] + inflated[k + 1 :]
-        expected.append(_floored(mix, switch_overhead_s)[k])
-    held = [
-        t <= m.job.slo * expected_solo_s(m.job) + SLO_EPS
-        for m, t in zip(members, expected, strict=True)
-    ]
+    expected, solo = [], []
+    for k, m in enumerate(members):
+        shape = m.job.trend_shape if len(members) > 1 else None
+        if shape is None:
+            mix = inflated[:k] + [plain[k]] + inflated[k + 1 :]
+            expected.append(_floored(mix, switch_overhead_s)[k])
+            solo.append(expected_solo_s(m.job))
+            continue
+        # a trending member, followed over the pieces of its remaining run: its mean
+        # iteration time in the group against its mean solo time (the others at theirs)
+        times, solos = [], []
+        for f in shape:
+            own = _scaled(plain[k], f)
+            mix = inflated[:k] + [own] + inflated[k + 1 :]
+            times.append(_floored(mix, switch_overhead_s)[k])
+            solos.append(own.job.t_solo_max_s)
+        expected.append(sum(times) / len(times))
+        solo.append(sum(solos) / len(solos))
+    held = [t <= m.job.slo * s + SLO_EPS for m, t, s in zip(members, expected, solo, strict=True)]
     return GroupSloCheck(tuple(worst), tuple(expected), tuple(held))
+
+
+def _scaled(member: Member, factor: float) -> Member:
+    """Return `member` (exact phases) with its rollout and training x `factor`."""
+    job = member.job
+    roll, train = job.t_roll_max_s * factor, job.t_train_max_s * factor
+    job = replace(
+        job, t_roll_max_s=roll, t_roll_min_s=roll, t_train_max_s=train, t_train_min_s=train
+    )
+    return replace(member, job=job)

@@ -252,6 +252,40 @@ def _budget_ok(
     return True
 
 
+def partners_keep_slo(
+    target: Group,
+    result: PlacementResult,
+    restart_s: float,
+    *,
+    now: float,
+    progress: Mapping[str, JobProgress],
+    config: ConsolidationConfig | None = None,
+) -> bool:
+    """Return True when every member of `target`, the group a job moves into (`result`,
+    Algorithm 1's FIT), keeps its SLO over its whole run (rule 4) at the slowdown the
+    placement predicts for it; a member pinned to a node of the mover is delayed by its
+    restart (`restart_s`) too. One rule for a consolidation move and a drift re-plan's."""
+    cfg = config or ConsolidationConfig()
+    placement = result.placement
+    if placement is None:
+        return False
+    mover_nodes = set(placement.rollout_nodes + placement.train_nodes)
+    for m in target.members:
+        t_m = result.predicted_slowdown.get(m.job.id, 1.0) * m.job.t_solo_max_s
+        shares = bool(mover_nodes & set(m.rollout_nodes + m.train_nodes))
+        if not _budget_ok(
+            m.job,
+            progress.get(m.job.id),
+            now,
+            t_m,
+            remaining_iterations(m.job, progress),
+            restart_s if shares else 0.0,
+            cfg,
+        ):
+            return False
+    return True
+
+
 def _prices(state: ClusterState, placement: Placement) -> dict[str, float]:
     price = {n.name: n.price_per_hour for n in state.nodes}
     for name in placement.new_nodes:
@@ -347,20 +381,9 @@ def best_move(
         colocated_factor=state.spec.train.rollout_speed_factor if colocated else None,
     ):
         return None
+    if not partners_keep_slo(target, result, restart, now=now, progress=progress, config=cfg):
+        return None
     mover_nodes = set(moved.rollout_nodes + moved.train_nodes)
-    for m in target.members:
-        t_m = result.predicted_slowdown.get(m.job.id, 1.0) * m.job.t_solo_max_s
-        shares = bool(mover_nodes & set(m.rollout_nodes + m.train_nodes))
-        if not _budget_ok(
-            m.job,
-            progress.get(m.job.id),
-            now,
-            t_m,
-            remaining_iterations(m.job, progress),
-            restart if shares else 0.0,
-            cfg,
-        ):
-            return None
     # 2. The saving in expected remaining dollars, restart included.
     price = _prices(state, placement)
     left = tuple(m for m in source.members if m.job.id != job_id)

@@ -22,13 +22,15 @@ trend of its drawn phases so far (`Observer`), projects every member of its grou
 the end of its run (the SLO over the whole run, restarts and waits included) and
 `decide`s: a job whose projection breaks, or without which a partner's would hold, is
 checkpointed, removed and resubmitted through the planner with its forecast profile
-(`move_profile`: the forecast's range, what is left of its SLO budget), and resumes at
-its next iteration after the paper's restart time
-(scheduler.planner.consolidation.restart_seconds), at most `MAX_REPLANS` times; a job
-whose durations trend but that stays is planned from then with its forecast in place
+(`move_profile`: the forecast's range and shape, what is left of its SLO budget), and
+resumes at its next iteration after the paper's restart time
+(scheduler.planner.consolidation.restart_seconds), at most `MAX_REPLANS` times, when the
+group it would join keeps every SLO with its restart (consolidation's rule 4,
+`partners_keep_slo`); a job whose durations trend but that stays (or that must go and
+finds no such place) is planned from then with its forecast in place
 (scheduler.planner.update_job), so admissions and consolidation see it. The re-planning
 runs also hedge every move (`DRIFT_HEDGE`, `Levers.drift_hedge`) and hold a short job
-stricter until its first check (scheduler.replan.young_profile). The live planner
+stricter for its whole run (scheduler.replan.young_profile). The live planner
 writes a drifting job's estimates with `learned_profile` (its observed range). The static
 planner (the default) never re-plans.
 """

@@ -43,7 +43,7 @@ from scheduler.model import (
 from scheduler.planner import update_job
 from scheduler.planner.consolidation import Move
 from scheduler.planner.objective import JobProgress
-from scheduler.replan import Outlook, decide, young_profile
+from scheduler.replan import Outlook, decide, move_profile, young_profile
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.longtail import LongTailModel
 
@@ -117,6 +117,14 @@ class Policy(Protocol):
         new_group_id: str | None = None,
     ) -> tuple[ClusterState, Move] | None: ...
     def lone_wait_s(self, state: ClusterState, job: JobProfile) -> float | None: ...
+    def partners_keep_slo(
+        self,
+        without: ClusterState,
+        result: PlacementResult,
+        restart_s: float,
+        now: float,
+        progress: Mapping[str, JobProgress],
+    ) -> bool: ...
 
 
 def draw_durations(job: JobProfile, seed: int) -> tuple[list[float], list[float]]:
@@ -299,7 +307,7 @@ class Simulation:
         self.planned_profile: dict[str, JobProfile] = {}
         self.drift_checked: dict[str, int] = {}
         self.observer = Observer()
-        self.young: set[str] = set()  # short jobs planned stricter until their first check
+        self.young: set[str] = set()  # short jobs planned stricter for their whole run
         self.heap: list[_Event] = []
         self.seq = 0
         self.now = 0.0
@@ -380,7 +388,10 @@ class Simulation:
         record = self.jobs[job_id]
         job = record.profile
         started = time.perf_counter()
-        result = self.policy.place(job, self.state, self._progress(), self.now)
+        # a job too short to be re-planned in time is planned stricter for its whole run,
+        # its own admission included (scheduler.replan.young_profile)
+        young = young_profile(job) if self.replan_drift else None
+        result = self.policy.place(young or job, self.state, self._progress(), self.now)
         self.latencies.append(time.perf_counter() - started)
         if result.status is not PlacementStatus.FIT or result.placement is None:
             if result.status is PlacementStatus.INFEASIBLE:
@@ -401,8 +412,7 @@ class Simulation:
             job=job, rollout_nodes=placement.rollout_nodes, train_nodes=placement.train_nodes
         )
         runtime.admit(member, iterations=job.iterations)
-        young = young_profile(job) if self.replan_drift else None
-        if young is not None:  # held stricter until its first check (scheduler.replan)
+        if young is not None:  # held stricter for its whole run (scheduler.replan)
             self.state = update_job(self.state, young)
             self.young.add(job_id)
         record.status = "running"
@@ -666,26 +676,31 @@ class Simulation:
             others_drift=any(o.drifts for j, o in outlooks.items() if j != job_id),
         )
         if not decision.move or decision.profile is None:
-            planned = decision.profile
-            if planned is None and job_id in self.young:  # its first check: its own SLO
-                now = next(m.job for m in group.members if m.job.id == job_id)
-                planned = replace(now, slo=record.profile.slo)
-            if planned is not None:  # planned from now with what it learned
-                self.state = update_job(self.state, planned)
-            self.young.discard(job_id)
+            if decision.profile is not None:  # planned from now with what it learned
+                self._plan_in_place(job_id, decision.profile)
             return False
-        learned, restart = decision.profile, decision.restart_s
+        learned, restart = self._held(job_id, decision.profile), decision.restart_s
         remaining = record.profile.iterations - done
         # Resubmit with the learned estimates on the state without the job; stay put
         # when nothing fits now (the job keeps running where it is).
         without = self.policy.remove(self.state, job_id)
         joining = replace(learned, iterations=remaining)  # what it adds from now
         result = self.policy.place(joining, without, self._progress(), self.now)
-        if result.status is not PlacementStatus.FIT or result.placement is None:
-            return False
         placement = result.placement
-        if placement.group_id == group_id:
-            return False  # the planner would keep it where it is
+        if result.status is not PlacementStatus.FIT or placement is None:
+            placement = None  # nothing fits now (a full pool): it keeps running where it is
+        elif not self.policy.partners_keep_slo(
+            without, result, restart, self.now, self._progress()
+        ):
+            placement = None  # its restart would break a member of the group it would join
+        if placement is None or placement.group_id == group_id:
+            # it stays: planned from now with its forecast, as a job that trends and
+            # stays is, so admission and consolidation see what it has become (before,
+            # its stale profile let the planner pack it, or a newcomer, where the
+            # projection had just found an SLO broken)
+            outlook = outlooks[job_id]
+            self._plan_in_place(job_id, move_profile(outlook, record.profile, restart_s=0.0))
+            return False
         target = self._target_group(placement)
         self.runtimes[group_id].remove(job_id)
         self.state = self.policy.apply(without, learned, placement, target)
@@ -711,6 +726,18 @@ class Simulation:
             self._start_ready(group_id)
         self._retry_waiting()
         return True
+
+    def _held(self, job_id: str, profile: JobProfile) -> JobProfile:
+        """Return `profile` as a job is planned: a short one stricter (`young_profile`)."""
+        if job_id not in self.young:
+            return profile
+        whole = replace(profile, iterations=self.jobs[job_id].profile.iterations)
+        young = young_profile(whole)
+        return profile if young is None else replace(young, iterations=profile.iterations)
+
+    def _plan_in_place(self, job_id: str, profile: JobProfile) -> None:
+        """Plan a running job from now with `profile` (what it learned), held if short."""
+        self.state = update_job(self.state, self._held(job_id, profile))
 
     def _outlook(self, job_id: str) -> Outlook:
         """Return a running job's outlook from its drawn phases (scheduler.replan)."""

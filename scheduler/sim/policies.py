@@ -43,6 +43,7 @@ from scheduler.planner.consolidation import (
     apply_move,
     best_move,
     lone_wait_s,
+    partners_keep_slo,
     place_with_partners,
     plan_consolidation,
 )
@@ -232,6 +233,17 @@ class StaticPlacement:
     def lone_wait_s(self, state: ClusterState, job: JobProfile) -> float | None:
         """Never re-plan a job alone."""
         return None
+
+    def partners_keep_slo(
+        self,
+        without: ClusterState,
+        result: PlacementResult,
+        restart_s: float,
+        now: float,
+        progress: Mapping[str, JobProgress],
+    ) -> bool:
+        """Hold no destination member to its SLO over its run (these plan SLOs at most once)."""
+        return True
 
 
 def _job_done(result: Any, job_id: str) -> bool:
@@ -480,6 +492,25 @@ class CorePolicy:
             return state, found
         found = replace(found, group_id=found.placement.group_id or new_group_id or "")
         return apply_move(state, found), found
+
+    def partners_keep_slo(
+        self,
+        without: ClusterState,
+        result: PlacementResult,
+        restart_s: float,
+        now: float,
+        progress: Mapping[str, JobProgress],
+    ) -> bool:
+        """Return True when every member of the group a re-planned job moves into (`result`,
+        on the state `without` it) keeps its SLO over its whole run, the mover's restart
+        included where it shares a node (consolidation's rule 4, `partners_keep_slo`)."""
+        placement = result.placement
+        target = next((g for g in without.groups if placement and g.id == placement.group_id), None)
+        if target is None:
+            return True  # a new group: no one to delay
+        return partners_keep_slo(
+            target, result, restart_s, now=now, progress=progress, config=self.consolidation
+        )
 
 
 # --- a fixed plan (used by `optimal`) ----------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 
 from scheduler.cluster import empty_state
 from scheduler.planner import apply_placement, place, update_job
-from scheduler.planner.consolidation import restart_seconds
+from scheduler.planner.consolidation import partners_keep_slo, restart_seconds
+from scheduler.planner.objective import JobProgress
 from scheduler.replan import (
     MIN_OBSERVED,
     SHORT_RUN,
@@ -217,7 +218,7 @@ def test_the_oracle_bound_is_a_run_alone_from_the_first_checkpoint() -> None:
     assert replan_bound(record) == pytest.approx(1.0)
 
 
-def test_a_short_job_is_planned_stricter_until_its_first_check() -> None:
+def test_a_short_job_is_planned_stricter_for_its_whole_run() -> None:
     short = job("S", 300, 100, slo=1.2, iterations=10)
     young = young_profile(short)
     assert young is not None and young.slo == 1.0  # 1.2 x 0.61, held at 1
@@ -225,7 +226,7 @@ def test_a_short_job_is_planned_stricter_until_its_first_check() -> None:
     assert young_profile(replace(short, iterations=SHORT_RUN + 1)) is None
     # In a run: S (20 iterations, first) would hide in the bubbles of N (arriving 10 s
     # later: a 400 s cycle, 1.38 x S's solo time, within S's 1.5), and the static planner
-    # packs them; re-planning keeps S to itself until its first check, since S's run is
+    # packs them; re-planning keeps S to itself (for its whole run), since S's run is
     # over before a trend of it could show.
     s = job("S", 90, 200, slo=1.5, iterations=20)
     newcomer = replace(job("N", 300, 100, slo=2.0, iterations=20), arrival_s=10.0)
@@ -240,3 +241,72 @@ def test_a_short_job_is_planned_stricter_until_its_first_check() -> None:
         replan_drift=True,
     )
     assert replan.jobs["S"].group_id != replan.jobs["N"].group_id
+    # and at its own admission: S arriving 10 s after N joins N's group in the static run,
+    # not when re-planning (its run would be over before a re-plan could help it)
+    late = [replace(newcomer, arrival_s=0.0), replace(s, arrival_s=10.0)]
+    static = simulate(late, spec, make_policy("rollmux", seed=1), seed=1)
+    assert static.jobs["S"].group_id == static.jobs["N"].group_id
+    replan = simulate(
+        late,
+        spec,
+        make_policy("rollmux", seed=1, levers=replanning_levers()),
+        seed=1,
+        replan_drift=True,
+    )
+    assert replan.jobs["S"].group_id != replan.jobs["N"].group_id
+
+
+@pytest.mark.parametrize("shape", [(1.4, 1.0, 0.6), (0.6, 1.0, 1.4)], ids=["shrinks", "grows"])
+def test_a_trending_pace_setter_is_checked_over_its_run_not_at_its_mean(
+    shape: tuple[float, ...],
+) -> None:
+    # A (300 + 100 s) sets the cycle and B hides in its bubbles: at A's mean A runs at its
+    # own pace (402 s of 400), within a tight 1.03. A that shrinks (or grows) runs below B's
+    # pace at one end of its run, where B sets it: over its run A is slowed by 4.7%.
+    a = job("A", 300, 100, slo=1.03, iterations=120)
+    b = job("B", 90, 200, slo=1.5, iterations=120)
+    flat = check_group(
+        [member(a, ("r1",), ("t1",)), member(b, ("r2",), ("t1",))], switch_overhead_s=SWITCH
+    )
+    assert flat.ok and flat.expected_s[0] == pytest.approx(402.0)
+    trending = replace(a, trend_shape=shape)
+    checked = check_group(
+        [member(trending, ("r1",), ("t1",)), member(b, ("r2",), ("t1",))], switch_overhead_s=SWITCH
+    )
+    assert not checked.held[0] and checked.held[1]  # B's view of A is A's mean, as before
+    assert checked.expected_s[0] > 1.03 * 400.0 and checked.expected_s[1] == flat.expected_s[1]
+    # alone, a trending job is never slowed
+    assert check_group([member(trending, ("r1",), ("t1",))], switch_overhead_s=SWITCH).ok
+
+
+def test_the_moving_profile_of_a_trending_job_carries_its_shape() -> None:
+    base = job("A", 300, 100, slo=1.5, iterations=120, roll_min=200, train_min=80)
+    grown = Outlook(base, Trend(250.0, slope=1.0), Trend(90.0), 90, 0.0, 0.0, 30)
+    shape = move_profile(grown, base, restart_s=0.0).trend_shape
+    assert shape is not None and len(shape) == 3
+    assert shape[0] < 1.0 < shape[2] and sum(shape) / 3 == pytest.approx(1.0)
+    # the pieces' forecast: rollout 250 + 15 / 45 / 75 s ahead, training 90
+    assert shape[0] == pytest.approx((265 + 90) / (295 + 90))
+    flat = Outlook(base, Trend(250.0), Trend(90.0), 90, 0.0, 0.0, 30)
+    assert move_profile(flat, base, restart_s=0.0).trend_shape is None
+
+
+def test_a_move_into_a_group_keeps_its_members_slo_restart_included() -> None:
+    # B (300 + 100 s, exact) runs alone at its own pace, 100 of 120 iterations done; A
+    # (90 + 200 s) would hide in its bubbles. B's whole-run budget (SLO 1.006: 248 s of
+    # slack) absorbs A's switches, not a 300 s restart of A on B's training node.
+    spec = cluster_spec()
+    b = job("B", 300, 100, slo=1.006, iterations=120)
+    state = empty_state(spec)
+    res = place(b, state)
+    assert res.placement is not None
+    state = apply_placement(state, b, res.placement, group_id="g1")
+    progress = {"B": JobProgress(0.0, 100, 0, solo_s_done=100 * 400.0)}
+    now = 100 * 400.0
+    a = job("A", 90, 200, slo=1.5, iterations=50)
+    joined = place(a, state, progress=progress)
+    assert joined.placement is not None and joined.placement.group_id == "g1"
+    (group,) = state.groups
+    assert set(joined.placement.train_nodes) & set(group.members[0].train_nodes)
+    assert partners_keep_slo(group, joined, 0.0, now=now, progress=progress)
+    assert not partners_keep_slo(group, joined, 300.0, now=now, progress=progress)
