@@ -151,24 +151,21 @@ def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
     (its placements that ended `moved`: services.moves); so the expected-cost
     objective and consolidation read its remaining iterations as the simulator's do.
 
-    With drift re-planning on (ROLLMUX_DRIFT_REPLAN), a short member that has not reached
-    its first check is planned stricter (`held_young`), as the simulator's re-planning
-    runs hold it from its admission to its first check.
+    With drift re-planning on (ROLLMUX_DRIFT_REPLAN), a short member is planned stricter
+    (`held_young`), as the simulator's re-planning runs hold it for its whole run.
     """
     return _read(whole_run=True)
 
 
 def held_young(profile: JobProfile, job: Job) -> JobProfile:
-    """Return `profile`, a running member's (of `job`), as the planner plans it: with drift
-    re-planning on and before its first check (fewer than scheduler.sim.drift.WINDOW
-    iterations run in production), a job too short to be re-planned in time is held to
-    scheduler.replan.young_profile (a newcomer joins its group only if it would keep its
-    SLO even were its run to shrink), else as it is. The simulator applies it at admission
-    and releases it at the job's first check; so does this, by its iterations done."""
+    """Return `profile` (of `job`: a running member's, or an arriving job's) as the planner
+    plans it: with drift re-planning on, a job too short to be re-planned in time is held
+    to scheduler.replan.young_profile for its whole run, its own admission included (it
+    joins a group, and a newcomer joins its group, only if it would keep its SLO even were
+    its run to shrink), else as it is; as the simulator's re-planning runs plan it."""
     from scheduler.replan import young_profile
-    from scheduler.sim.drift import WINDOW
 
-    if not settings.ROLLMUX_DRIFT_REPLAN or job.iterations_done >= WINDOW:
+    if not settings.ROLLMUX_DRIFT_REPLAN:
         return profile
     # the core decides on the whole run (a resubmitted job's profile counts what is left)
     young = young_profile(replace(profile, iterations=job.iterations))

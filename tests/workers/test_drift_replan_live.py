@@ -5,7 +5,8 @@ The architecture rule: the simulator and the live planner call the same function
 
 * a job's trends are fitted on everything it ran in production, as the simulator's
   Observer fits them, across its placements (`moves._drift_learned`, `moves.drift_check`);
-* a short job is planned with `young_profile` until its first check (the snapshot).
+* a short job is planned with `young_profile` for its whole run, its own admission
+  included (the snapshot and the planning pass).
 
 No dispatcher runs: the phase records are written here and the test transaction never
 commits (so nothing the planning pass asks for on commit happens).
@@ -31,7 +32,7 @@ from rollmux_web.workflow.models import (
     Strategy,
 )
 from rollmux_web.workflow.services import moves, queue_plan
-from scheduler.replan import fit_trend, young_profile
+from scheduler.replan import SHORT_RUN, fit_trend, young_profile
 from scheduler.sim.drift import WINDOW
 from tests.workers.builders import make_job
 
@@ -190,7 +191,7 @@ def test_a_moved_job_is_fitted_on_both_placements_latest_attempts(world: Any) ->
     assert learned.t_roll_max_s == max(ROLL[-WINDOW:])
 
 
-# -- (b) a short job is planned stricter until its first check ------------------------
+# -- (b) a short job is planned stricter for its whole run ------------------------------
 
 
 def exact_job(world: Any, name: str, phase_s: float, **fields: Any) -> Job:
@@ -213,13 +214,13 @@ def exact_job(world: Any, name: str, phase_s: float, **fields: Any) -> Job:
 @pytest.mark.parametrize(
     ("done", "replan", "together"),
     [
-        pytest.param(0, True, False, id="before-its-first-check-the-newcomer-goes-elsewhere"),
-        pytest.param(WINDOW - 1, True, False, id="one-iteration-before-its-first-check"),
-        pytest.param(WINDOW, True, True, id="after-its-first-check-its-own-slo"),
+        pytest.param(0, True, False, id="at-its-start-the-newcomer-goes-elsewhere"),
+        pytest.param(WINDOW, True, False, id="after-its-first-check-still-held"),
+        pytest.param(9, True, False, id="at-its-last-iteration-still-held"),
         pytest.param(0, False, True, id="drift-re-planning-off-its-own-slo"),
     ],
 )
-def test_a_short_job_is_planned_young_until_its_first_check(
+def test_a_short_job_is_planned_young_for_its_whole_run(
     world: Any, settings: Any, done: int, replan: bool, together: bool
 ) -> None:
     settings.ROLLMUX_DRIFT_REPLAN = replan
@@ -246,6 +247,26 @@ def test_a_newcomer_in_the_same_pass_sees_the_short_job_young(world: Any) -> Non
     newcomer = exact_job(world, "newcomer", 150.0, iterations=50)
     assert queue_plan().placed == [short.pk, newcomer.pk]
     assert open_placement(newcomer).group_id != open_placement(short).group_id
+
+
+@pytest.mark.parametrize(
+    ("iterations", "together"),
+    [
+        pytest.param(10, False, id="a-short-newcomer-is-held-at-its-own-admission"),
+        pytest.param(SHORT_RUN + 1, True, id="a-longer-one-joins-under-its-own-slo"),
+    ],
+)
+def test_a_short_job_joins_a_group_only_under_its_young_slo(
+    world: Any, iterations: int, together: bool
+) -> None:
+    # the running job sets the pace (150 s phases); the newcomer (100 s) would run at about
+    # 1.5x its solo time beside it: within its bronze SLO, not within its young one
+    pacer = exact_job(world, "pacer", 150.0, iterations=50)
+    assert queue_plan().placed == [pacer.pk]
+    newcomer = exact_job(world, "newcomer", 100.0, iterations=iterations)
+    assert queue_plan().placed == [newcomer.pk]
+    same = open_placement(newcomer).group_id == open_placement(pacer).group_id
+    assert same is together
 
 
 def test_the_page_view_of_the_cluster_keeps_the_short_jobs_own_slo(world: Any) -> None:

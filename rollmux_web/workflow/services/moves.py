@@ -92,6 +92,7 @@ from scheduler.planner import remove_job
 from scheduler.planner.consolidation import (
     ConsolidationConfig,
     best_move,
+    partners_keep_slo,
     plan_consolidation,
     restart_seconds,
 )
@@ -449,12 +450,18 @@ def _decide(
             return None  # nothing fits now: it keeps running where it is
         if result.placement.group_id == source.id:
             return None
+        target = next((g for g in without.groups if g.id == result.placement.group_id), None)
+        restart = restart_seconds(learned)
+        if target is not None and not partners_keep_slo(
+            target, result, restart, now=NOW, progress=progress, config=config()
+        ):
+            return None  # its restart would break a member there: the simulator's rule too
         to = f"group {result.placement.group_id}" if result.placement.group_id else NEW_GROUP
         text = (
             f"moved from group {source.id} to {to}: its observed phases left its estimates "
             f"(learned rollout {learned.t_roll_max_s:.0f} s, training {learned.t_train_max_s:.0f}"
             " s at worst) and its group's SLOs no longer held with them; "
-            f"{restart_seconds(learned):.0f} s restart"
+            f"{restart:.0f} s restart"
         )
         return _Decided(kind, result, profile, without, text)
     move = best_move(state, job_id, now=NOW, progress=progress, config=config())

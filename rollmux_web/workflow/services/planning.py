@@ -283,7 +283,8 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
     decided = time.perf_counter()
     state, progress = out.view
     now_s = writes.now.timestamp()
-    result = levers.place_job(profile, state, progress, policy=run.policy, now_s=now_s)
+    asked = snapshot.held_young(profile, job)  # a short job: stricter, as the simulator
+    result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
     for _ in range(STALE_RETRIES):
         if result.status is not PlacementStatus.FIT or result.placement is None:
             break
@@ -297,7 +298,7 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
             state, progress = snapshot.planner_input()
             writes.now = run.now or timezone.now()  # after this snapshot, as above
             out.view = (state, progress)
-            result = levers.place_job(profile, state, progress, policy=run.policy, now_s=now_s)
+            result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
     else:  # stale every time: the cluster churns; the next pass tries again
         result = PlacementResult(PlacementStatus.RETRY, "the cluster changed; planning again")
         out.again.add(job.pk)
