@@ -71,6 +71,7 @@ __all__ = [
     "fit_trend",
     "group_outlooks",
     "headroom",
+    "may_yield",
     "move_profile",
     "observed_outlook",
     "planned_outlook",
@@ -392,6 +393,8 @@ class Assessment:
     reason: str  # in words, for the job page and the audit log
     broken: tuple[str, ...] = ()  # members projected to miss their SLO where they are
     projected: Mapping[str, Projection] | None = None
+    # the members it moves for: broken, and holding without it (its growth breaks them)
+    for_others: tuple[str, ...] = ()
 
 
 def _culprit(
@@ -474,6 +477,7 @@ def assess(
             "run; without it they hold",
             broken,
             projected,
+            tuple(fixed),
         )
     return Assessment(False, "another member is behind on its own account", broken, projected)
 
@@ -546,6 +550,9 @@ class Decision:
     profile: JobProfile | None = None  # what it is planned as from now; None: unchanged
     restart_s: float = 0.0  # the move's restart
     reason: str = ""
+    # a move for the sake of these members (Assessment.for_others): where nothing takes
+    # the job now it may wait in the queue for them instead (`may_yield`)
+    for_others: tuple[str, ...] = ()
 
 
 def decide(
@@ -589,7 +596,31 @@ def decide(
     if not verdict.move:
         learned = move_profile(mine, base, restart_s=0.0) if mine.drifts else None
         return Decision(False, learned, reason=verdict.reason)
-    return Decision(True, move_profile(mine, base, restart_s=restart), restart, verdict.reason)
+    return Decision(
+        True,
+        move_profile(mine, base, restart_s=restart),
+        restart,
+        verdict.reason,
+        verdict.for_others,
+    )
+
+
+def may_yield(
+    outlooks: Mapping[str, Outlook], job_id: str, for_others: Sequence[str], *, restart_s: float
+) -> bool:
+    """Return True when a job that must leave its group for `for_others`' sake, and that
+    nothing takes now (a full pool), may leave its nodes to them and wait in the queue
+    (checkpointed; resubmitted first when capacity frees) without risking its own SLO:
+    even after waiting as long as the longest of their remaining runs alone ([I] by then
+    their nodes are free) and its restart, a run alone from then keeps it (`headroom`)."""
+    if not for_others:
+        return False
+    wait = max(
+        outlooks[j].remaining * outlooks[j].solo_s(0.0, float(max(1, outlooks[j].remaining)))
+        for j in for_others
+    )
+    late = replace(outlooks[job_id], elapsed_s=outlooks[job_id].elapsed_s + wait)
+    return headroom(late, restart_s=restart_s) >= 1.0
 
 
 def young_profile(job: JobProfile) -> JobProfile | None:

@@ -122,7 +122,7 @@ def check_group(
     ]
     if margin is None or not all(held):
         return GroupSloCheck(tuple(worst), (), tuple(held))
-    inflated = [replace(m, job=expected_profile(m.job, margin=margin)) for m in members]
+    inflated = [_seen(replace(m, job=expected_profile(m.job, margin=margin))) for m in members]
     plain = [replace(m, job=expected_profile(m.job, margin=0.0)) for m in members]
     expected, solo = [], []
     for k, m in enumerate(members):
@@ -144,6 +144,14 @@ def check_group(
         solo.append(sum(solos) / len(solos))
     held = [t <= m.job.slo * s + SLO_EPS for m, t, s in zip(members, expected, solo, strict=True)]
     return GroupSloCheck(tuple(worst), tuple(expected), tuple(held))
+
+
+def _seen(member: Member) -> Member:
+    """Return a member as the others' checks see it: a trending one at the larger of its
+    mean and its forecast now (`JobProfile.trend_shape`'s first piece; the others' runs
+    may be shorter than its own: a shrinking member is longer now than on average)."""
+    shape = member.job.trend_shape
+    return member if shape is None or shape[0] <= 1.0 else _scaled(member, shape[0])
 
 
 def _scaled(member: Member, factor: float) -> Member:

@@ -43,7 +43,14 @@ from scheduler.model import (
 from scheduler.planner import update_job
 from scheduler.planner.consolidation import Move
 from scheduler.planner.objective import JobProgress
-from scheduler.replan import Outlook, decide, move_profile, young_profile
+from scheduler.replan import (
+    Outlook,
+    decide,
+    may_yield,
+    move_profile,
+    remaining_slo,
+    young_profile,
+)
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.longtail import LongTailModel
 
@@ -308,6 +315,9 @@ class Simulation:
         self.drift_checked: dict[str, int] = {}
         self.observer = Observer()
         self.young: set[str] = set()  # short jobs planned stricter for their whole run
+        # jobs that left their nodes to the partners they broke and wait to resume:
+        # the profile they are resubmitted with, and their restart
+        self.resume: dict[str, tuple[JobProfile, float]] = {}
         self.heap: list[_Event] = []
         self.seq = 0
         self.now = 0.0
@@ -385,6 +395,8 @@ class Simulation:
                 self.node_price.setdefault(node.name, node.price_per_hour)
 
     def _try_place(self, job_id: str) -> PlacementStatus:
+        if job_id in self.resume:
+            return self._resume(job_id)
         record = self.jobs[job_id]
         job = record.profile
         started = time.perf_counter()
@@ -693,6 +705,11 @@ class Simulation:
             without, result, restart, self.now, self._progress()
         ):
             placement = None  # its restart would break a member of the group it would join
+        if placement is None and may_yield(
+            outlooks, job_id, decision.for_others, restart_s=restart
+        ):
+            self._yield(job_id, group_id, learned, restart)
+            return True
         if placement is None or placement.group_id == group_id:
             # it stays: planned from now with its forecast, as a job that trends and
             # stays is, so admission and consolidation see what it has become (before,
@@ -726,6 +743,63 @@ class Simulation:
             self._start_ready(group_id)
         self._retry_waiting()
         return True
+
+    def _yield(self, job_id: str, group_id: str, profile: JobProfile, restart: float) -> None:
+        """Checkpoint `job_id` and queue it first, its nodes left to the partners its
+        phases would break (scheduler.replan.may_yield); it resumes at its next
+        iteration, after its restart, when the planner places it (`_resume`)."""
+        record = self.jobs[job_id]
+        self.runtimes[group_id].remove(job_id)
+        self.state = self.policy.remove(self.state, job_id)
+        if not any(g.id == group_id for g in self.state.groups):
+            del self.runtimes[group_id]
+        self._sync_allocation()
+        record.status = "waiting"
+        record.group_id = None
+        record.replans += 1
+        self.group_of.pop(job_id, None)
+        self.to_move.discard(job_id)
+        self.alone_since.pop(job_id, None)
+        self.resume[job_id] = (profile, restart)
+        self.waiting.appendleft(job_id)
+        self._note_alone(group_id)
+        if group_id in self.runtimes:
+            self._start_ready(group_id)
+
+    def _resume(self, job_id: str) -> PlacementStatus:
+        """Place a job that yielded its nodes (`_yield`) for the rest of its run, with what
+        is left of its SLO budget now; on a FIT it resumes after its restart."""
+        record = self.jobs[job_id]
+        profile, restart = self.resume[job_id]
+        done = record.iterations_done
+        slo = remaining_slo(self._outlook(job_id), restart_s=restart)
+        planned = self._held(job_id, replace(profile, slo=slo))
+        joining = replace(planned, iterations=record.profile.iterations - done)
+        result = self.policy.place(joining, self.state, self._progress(), self.now)
+        if result.status is not PlacementStatus.FIT or result.placement is None:
+            return PlacementStatus.RETRY
+        del self.resume[job_id]
+        placement = result.placement
+        group_id = self._target_group(placement)
+        self.state = self.policy.apply(self.state, planned, placement, group_id)
+        self._learn_nodes()
+        self._sync_allocation()
+        if group_id not in self.runtimes:
+            colocated = not placement.rollout_nodes
+            self.runtimes[group_id] = self.policy.runtime(group_id, self.spec, colocated=colocated)
+        member = Member(planned, placement.rollout_nodes, placement.train_nodes)
+        self.runtimes[group_id].admit(
+            member, iterations=record.profile.iterations, start_iteration=done
+        )
+        self.restart_due[job_id] = restart
+        record.restart_s += restart
+        record.status = "running"
+        record.group_id = group_id
+        self.group_of[job_id] = group_id
+        self.planned_profile[job_id] = planned
+        self._note_alone(group_id)
+        self._start_ready(group_id)
+        return PlacementStatus.FIT
 
     def _held(self, job_id: str, profile: JobProfile) -> JobProfile:
         """Return `profile` as a job is planned: a short one stricter (`young_profile`)."""

@@ -24,7 +24,7 @@ from scheduler.sim.gen import generate_paper, to_jsonl
 from scheduler.sim.metrics import summarise
 from scheduler.sim.policies import make_policy
 from scheduler.trace import default_cluster
-from tests.scheduler.builders import job
+from tests.scheduler.builders import cluster_spec, job
 
 
 def test_templates_scale_the_phases_with_the_jobs_progress() -> None:
@@ -89,6 +89,38 @@ def test_replanning_moves_a_drifting_job_out_so_its_partner_keeps_its_slo() -> N
     plain = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1)
     again = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1, replan_drift=True)
     assert summarise(plain)["total_cost_usd"] == summarise(again)["total_cost_usd"]
+
+
+def test_a_growing_job_that_finds_no_place_waits_for_the_partner_it_breaks() -> None:
+    # As above, on a cluster of ONE training node: A, growing, cannot move anywhere. With
+    # the slack of its 2.0 SLO it leaves the node to B (checkpointed, queued first) and
+    # resumes when B is done, so both keep their SLOs; without re-planning B misses.
+    a = job("A", 300, 100, slo=2.0, iterations=120)
+    b = replace(job("B", 90, 200, slo=1.5, iterations=120), arrival_s=1.0)
+    spec = cluster_spec(roll_nodes=2, train_nodes=1)
+    drift = {"A": "increasing-1.5", "B": "none"}
+    static = simulate([a, b], spec, make_policy("rollmux", seed=1), seed=1, drift=drift)
+    assert static.jobs["A"].group_id == static.jobs["B"].group_id  # packed on the one node
+    assert summarise(static)["slo_attainment"] == 0.5
+    run = simulate(
+        [a, b],
+        spec,
+        make_policy("rollmux", seed=1),
+        seed=1,
+        drift=drift,
+        replan_drift=True,
+        record_phases=True,
+    )
+    assert run.jobs["A"].replans == 1 and run.jobs["B"].replans == 0
+    assert summarise(run)["slo_attainment"] == 1.0
+    # A's iterations after its wait start once B is done, and none is lost or run twice
+    b_done = run.jobs["B"].finished_s
+    a_rolls = sorted(
+        p.iteration for p in run.phases if p.job_id == "A" and p.kind.value == "rollout"
+    )
+    assert a_rolls == list(range(120))
+    resumed = min(p.start_s for p in run.phases if p.job_id == "A" and p.restart_s > 0)
+    assert b_done is not None and resumed >= b_done
 
 
 def test_the_command_line_runs_a_drift_setting_with_re_planning(tmp_path: Path) -> None:
