@@ -723,21 +723,8 @@ class Simulation:
         self.state = self.policy.apply(without, learned, placement, target)
         if not any(g.id == group_id for g in self.state.groups):
             del self.runtimes[group_id]
-        self._learn_nodes()
-        self._sync_allocation()
-        if target not in self.runtimes:
-            colocated = not placement.rollout_nodes
-            self.runtimes[target] = self.policy.runtime(target, self.spec, colocated=colocated)
-        member = Member(learned, placement.rollout_nodes, placement.train_nodes)
-        self.runtimes[target].admit(
-            member, iterations=record.profile.iterations, start_iteration=done
-        )
-        self.restart_due[job_id] = restart
-        record.restart_s += restart
+        self._resume_in(job_id, learned, placement, target, restart)
         record.replans += 1
-        record.group_id = target
-        self.group_of[job_id] = target
-        self.planned_profile[job_id] = learned
         self._start_ready(target)
         if group_id in self.runtimes:
             self._start_ready(group_id)
@@ -782,24 +769,32 @@ class Simulation:
         placement = result.placement
         group_id = self._target_group(placement)
         self.state = self.policy.apply(self.state, planned, placement, group_id)
+        self._resume_in(job_id, planned, placement, group_id, restart)
+        record.status = "running"
+        self._note_alone(group_id)
+        self._start_ready(group_id)
+        return PlacementStatus.FIT
+
+    def _resume_in(
+        self, job_id: str, profile: JobProfile, placement: Placement, group_id: str, restart: float
+    ) -> None:
+        """Admit a checkpointed job (placed, the state applied) to `group_id` at its next
+        iteration, as `profile`; its first phase there pays its `restart` first."""
+        record = self.jobs[job_id]
         self._learn_nodes()
         self._sync_allocation()
         if group_id not in self.runtimes:
             colocated = not placement.rollout_nodes
             self.runtimes[group_id] = self.policy.runtime(group_id, self.spec, colocated=colocated)
-        member = Member(planned, placement.rollout_nodes, placement.train_nodes)
+        member = Member(profile, placement.rollout_nodes, placement.train_nodes)
         self.runtimes[group_id].admit(
-            member, iterations=record.profile.iterations, start_iteration=done
+            member, iterations=record.profile.iterations, start_iteration=record.iterations_done
         )
         self.restart_due[job_id] = restart
         record.restart_s += restart
-        record.status = "running"
         record.group_id = group_id
         self.group_of[job_id] = group_id
-        self.planned_profile[job_id] = planned
-        self._note_alone(group_id)
-        self._start_ready(group_id)
-        return PlacementStatus.FIT
+        self.planned_profile[job_id] = profile
 
     def _held(self, job_id: str, profile: JobProfile) -> JobProfile:
         """Return `profile` as a job is planned: a short one stricter (`young_profile`)."""
