@@ -25,7 +25,7 @@ from rollmux_web.jobs.spec import SPEC
 from rollmux_web.reports.models import WhatIfRun
 from rollmux_web.workflow.converters import job_profile
 from rollmux_web.workflow.levers import place_job
-from rollmux_web.workflow.selectors import planner_input
+from rollmux_web.workflow.selectors import planned_as, planner_input
 from scheduler.model import JobProfile, PlacementStatus
 from scheduler.trace import job_to_dict
 
@@ -81,7 +81,7 @@ def whatif_preview(*, user: Any, data: dict[str, Any], slo: float | None) -> Pre
     try:
         # what the live pass would decide: its snapshot, its levers (workflow.levers)
         state, progress = planner_input()
-        result = place_job(profile, state, progress)
+        result = place_job(planned_as(profile), state, progress)
     except Exception as exc:  # the preview must never break the submit form
         return Preview(hint=f"The planner could not answer: {exc}")
     status = PlacementStatus(result.status).name

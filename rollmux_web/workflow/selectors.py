@@ -23,7 +23,7 @@ from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of as time_scale_of  # (re-exported)
 from rollmux_web.workflow import converters, snapshot
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
-from scheduler.model import ClusterSpec, ClusterState
+from scheduler.model import ClusterSpec, ClusterState, JobProfile
 from scheduler.roundrobin import plan_meta_iteration
 
 if TYPE_CHECKING:
@@ -47,6 +47,12 @@ def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
     """Return the snapshot as the planning pass reads it and the running members' progress
     (`snapshot.planner_input`: the simulator's terms; the what-if preview places on it)."""
     return snapshot.planner_input()
+
+
+def planned_as(profile: JobProfile) -> JobProfile:
+    """Return an arriving job's profile as the planning pass places it (`snapshot.held_young`:
+    a short job stricter while drift re-planning is on)."""
+    return snapshot.held_young(profile, iterations=profile.iterations)
 
 
 def visible_groups(*, user: Any) -> QuerySet[ExecutionGroup]:

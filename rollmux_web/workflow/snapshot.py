@@ -20,7 +20,6 @@ from django.utils import timezone
 from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState
 from rollmux_web.inventory.models import GpuType as GpuTypeRow
 from rollmux_web.inventory.models import Node as NodeRow
-from rollmux_web.jobs.models import Job
 from rollmux_web.workflow.converters import (
     NoPoolConfigured,
     core_group,
@@ -157,8 +156,9 @@ def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
     return _read(whole_run=True)
 
 
-def held_young(profile: JobProfile, job: Job) -> JobProfile:
-    """Return `profile` (of `job`: a running member's, or an arriving job's) as the planner
+def held_young(profile: JobProfile, *, iterations: int) -> JobProfile:
+    """Return `profile` (of a job of `iterations` in all: a running member's, an arriving
+    job's, or the what-if preview's) as the planner
     plans it: with drift re-planning on, a job too short to be re-planned in time is held
     to scheduler.replan.young_profile for its whole run, its own admission included (it
     joins a group, and a newcomer joins its group, only if it would keep its SLO even were
@@ -168,7 +168,7 @@ def held_young(profile: JobProfile, job: Job) -> JobProfile:
     if not settings.ROLLMUX_DRIFT_REPLAN:
         return profile
     # the core decides on the whole run (a resubmitted job's profile counts what is left)
-    young = young_profile(replace(profile, iterations=job.iterations))
+    young = young_profile(replace(profile, iterations=iterations))
     return profile if young is None else replace(young, iterations=profile.iterations)
 
 
@@ -217,7 +217,10 @@ def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:
 def _young_held(group: Group, placements: list[PlacementRow]) -> Group:
     """Return `group` with its members as the planner plans them (`held_young`)."""
     jobs = {job_id_str(p.job_id): p.job for p in placements}
-    members = tuple(replace(m, job=held_young(m.job, jobs[m.job.id])) for m in group.members)
+    members = tuple(
+        replace(m, job=held_young(m.job, iterations=jobs[m.job.id].iterations))
+        for m in group.members
+    )
     return replace(group, members=members)
 
 

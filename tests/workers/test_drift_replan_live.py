@@ -22,7 +22,8 @@ import pytest
 from django.utils import timezone
 
 from rollmux_web.jobs.models import DurationSource, Job
-from rollmux_web.workflow import snapshot
+from rollmux_web.reports.whatif_selectors import whatif_preview
+from rollmux_web.workflow import converters, snapshot
 from rollmux_web.workflow.models import (
     EndReason,
     ExecutionGroup,
@@ -275,3 +276,35 @@ def test_the_page_view_of_the_cluster_keeps_the_short_jobs_own_slo(world: Any) -
     assert queue_plan().placed == [short.pk]
     (member,) = [m.job for g in snapshot.cluster_state().groups for m in g.members]
     assert member.slo == world.bronze.slowdown
+
+
+@pytest.mark.parametrize(
+    ("iterations", "replan", "together"),
+    [
+        pytest.param(10, True, False, id="a-short-job-is-previewed-held"),
+        pytest.param(SHORT_RUN + 1, True, True, id="a-longer-one-joins"),
+        pytest.param(10, False, True, id="drift-re-planning-off-it-joins"),
+    ],
+)
+def test_the_preview_places_a_short_job_as_the_pass_would(
+    world: Any, settings: Any, iterations: int, replan: bool, together: bool
+) -> None:
+    settings.ROLLMUX_DRIFT_REPLAN = replan
+    pacer = exact_job(world, "pacer", 150.0, iterations=50)
+    assert queue_plan().placed == [pacer.pk]
+    data = {
+        "rollout_gpus": pacer.rollout_gpus,
+        "train_gpus": pacer.train_gpus,
+        "t_roll_max_s": 100.0,
+        "t_roll_min_s": 100.0,
+        "t_train_max_s": 100.0,
+        "t_train_min_s": 100.0,
+        "host_mem_gb": 100.0,
+        "iterations": iterations,
+        "tenant": "vision",
+        "runner": pacer.runner,
+        "time_scale": converters.job_profile(pacer).time_scale,
+    }
+    preview = whatif_preview(user=world.alice, data=data, slo=world.bronze.slowdown)
+    assert preview.status == "FIT"
+    assert (preview.group == str(open_placement(pacer).group_id)) is together

@@ -283,7 +283,7 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
     decided = time.perf_counter()
     state, progress = out.view
     now_s = writes.now.timestamp()
-    asked = snapshot.held_young(profile, job)  # a short job: stricter, as the simulator
+    asked = snapshot.held_young(profile, iterations=job.iterations)  # a short job: stricter
     result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
     for _ in range(STALE_RETRIES):
         if result.status is not PlacementStatus.FIT or result.placement is None:
@@ -449,7 +449,7 @@ class _Writes:
         assert placement is not None  # a FIT carries its placement
         group, runtime = self.group(placement)
         # the rest of the batch sees the member as the next snapshot will (held_young)
-        planned = snapshot.held_young(profile, job)
+        planned = snapshot.held_young(profile, iterations=job.iterations)
         state = apply_placement(state, planned, placement, group_id=str(group.pk))
         slowdown = result.predicted_slowdown.get(profile.id, 1.0)
         row = Placement(
