@@ -41,7 +41,7 @@ class EndReason(models.TextChoices):
     # pool): it left them its nodes and waits in the queue, first (services.moves)
     YIELDED = (
         "yielded",
-        "left its nodes to the members of its group its phases would slow past their SLO; "
+        "yielded its nodes to the members of its group its phases would slow past their SLO; "
         "queued to resume from its checkpoint",
     )
 
