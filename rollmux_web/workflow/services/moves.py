@@ -564,6 +564,15 @@ def _must_go(
         for m in members
     ]
     trends = {learned.id: seen} if seen is not None else None
+    mine_now = progress.get(learned.id)
+    if seen is not None and mine_now is not None:
+        # its SLO budget on the solo time it measured (`_drift_learned`: every rollout and
+        # training it ran, plus sync), as the simulator's JobProgress.solo_s_done; without
+        # it group_outlooks counts every iteration done at its latest pace, which for a
+        # growing job overstates its budget (more than elapsed: the wait of `may_yield`
+        # looked free). Iterations done since the check at that pace.
+        since = max(0, mine_now.iterations_done - seen.done) * seen.solo_s(-1.0, 0.0)
+        progress = {**progress, learned.id: replace(mine_now, solo_s_done=seen.solo_done_s + since)}
     outlooks = group_outlooks(mine, progress, now=NOW, trends=trends)
     verdict = assess(
         mine,
