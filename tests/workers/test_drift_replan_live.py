@@ -275,3 +275,27 @@ def test_the_page_view_of_the_cluster_keeps_the_short_jobs_own_slo(world: Any) -
     assert queue_plan().placed == [short.pk]
     (member,) = [m.job for g in snapshot.cluster_state().groups for m in g.members]
     assert member.slo == world.bronze.slowdown
+
+
+def test_a_job_back_from_a_yield_is_planned_before_the_jobs_queued_before_it(world: Any) -> None:
+    from rollmux_web.jobs.models import JobStatus
+    from rollmux_web.workflow.services.departures import placement_end
+    from rollmux_web.workflow.services.effects import Effects
+    from rollmux_web.workflow.services.planning import queue_order
+
+    yielder = wide_job(world, "yielder", slo_class=world.silver)
+    assert queue_plan().placed == [yielder.pk]
+    placement = open_placement(yielder)
+    placement_end(placement, EndReason.YIELDED, timezone.now(), Effects())
+    Job.objects.filter(pk=yielder.pk).update(status=JobStatus.QUEUED, iterations_done=5)
+    # a job submitted before it, still waiting, and a later arrival
+    earlier = wide_job(world, "earlier", slo_class=world.silver)
+    Job.objects.filter(pk=earlier.pk).update(submitted_at=yielder.submitted_at - timedelta(hours=1))
+    later = wide_job(world, "later", slo_class=world.silver)
+    queued = Job.objects.filter(status=JobStatus.QUEUED).order_by(*queue_order())
+    assert list(queued.values_list("pk", flat=True)) == [yielder.pk, earlier.pk, later.pk]
+    assert queue_plan().placed[0] == yielder.pk
+    # its SLO clock is its first admission: the wait counts
+    _state, progress = snapshot.planner_input()
+    assert progress[str(yielder.pk)].admitted_s == placement.created_at.timestamp()
+    assert progress[str(yielder.pk)].moves == 1  # a yield is a re-plan: it counts
