@@ -23,8 +23,10 @@ One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
   when `scheduler.replan.may_yield` says its own SLO survives the wait, as the
   simulator's `_yield`: its placement ends (EndReason.YIELDED), its nodes stay with those
   partners, and it goes back to the queue, planned before the jobs that arrived after it
-  (`planning.resuming_first`), to resume from its checkpoint at its next iteration. Its
-  SLO clock keeps its first admission (`snapshot.planner_input`), so the wait counts.
+  (`planning.resuming_first`), to resume from its checkpoint at its next iteration,
+  placed with what is left of its SLO budget (`resume_profile`, the simulator's
+  `_resume`). Its SLO clock keeps its first admission (`snapshot.planner_input`), so the
+  wait counts.
   The check is `drift_check`, a task of its own that the controller asks for after it
   dispatched the boundary's next phases (its query, the planner's snapshot and the
   decision are not on the switch path); when it wants the move it marks the placement
@@ -116,6 +118,8 @@ from scheduler.replan import (
     group_outlooks,
     may_yield,
     observed_outlook,
+    planned_outlook,
+    remaining_slo,
     should_assess,
 )
 from scheduler.sim.drift import WINDOW, learned_profile
@@ -679,6 +683,34 @@ def _yield_execute(
     log.info("job %s: %s", job.pk, decided.text)
     effects.replan = True
     return True
+
+
+def resume_profile(job: Job, asked: JobProfile, now: datetime) -> JobProfile:
+    """Return `asked` (a queued job's profile as the planning pass places it) with what is
+    left of its SLO budget when the job is back from a yield (its last placement ended
+    `yielded`), as the simulator's `_resume` resubmits it: `remaining_slo` of its outlook
+    now, on its SLO clock from its first admission (profile seconds), with its restart;
+    else `asked` as it is. One query for a job placed before, none for a new one."""
+    if not job.attempts:
+        return asked
+    rows = list(
+        Placement.objects.filter(job=job)
+        .exclude(strategy=Strategy.PROFILE)
+        .values_list("attempt", "end_reason", "created_at")
+    )
+    if not any(a == job.attempts and end == EndReason.YIELDED for a, end, _ in rows):
+        return asked
+    first = min(created for _, _, created in rows)
+    scale = time_scale_of(job.runner, job.time_scale)
+    elapsed = max(0.0, (now - first).total_seconds()) * scale
+    outlook = planned_outlook(
+        replace(asked, iterations=job.iterations),
+        remaining=job.iterations - job.iterations_done,
+        elapsed_s=elapsed,
+        done=job.iterations_done,
+    )
+    slo = remaining_slo(outlook, restart_s=restart_seconds(asked))
+    return replace(asked, slo=min(asked.slo, slo))
 
 
 def _audit(job: Job, decided: _Decided, placement: Placement, target: Any) -> None:

@@ -304,6 +304,8 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
     state, progress = out.view
     now_s = writes.now.timestamp()
     asked = snapshot.held_young(profile, job)  # a short job: stricter, as the simulator
+    # a job back from a yield: what is left of its SLO budget (the simulator's _resume)
+    asked = moves.resume_profile(job, asked, writes.now)
     result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
     for _ in range(STALE_RETRIES):
         if result.status is not PlacementStatus.FIT or result.placement is None:
