@@ -37,6 +37,13 @@ class EndReason(models.TextChoices):
     # the planner moved it to another co-execution group at an iteration boundary
     # (workflow.services.moves: consolidation on departure, or a drift re-plan)
     MOVED = "moved", "moved to another co-execution group (resumed from its checkpoint)"
+    # a drift re-plan found it must leave for its partners' sake and nowhere to go (a full
+    # pool): it left them its nodes and waits in the queue, first (services.moves)
+    YIELDED = (
+        "yielded",
+        "yielded its nodes to the members of its group its phases would slow past their SLO; "
+        "queued to resume from its checkpoint",
+    )
 
 
 class MoveKind(models.TextChoices):
@@ -94,8 +101,8 @@ class Placement(models.Model):
     # The planner wants the job moved at its next iteration boundary (services.moves); the
     # controller then re-checks the move on the cluster of that moment and makes it or not.
     move_requested = models.CharField(max_length=16, blank=True, choices=MoveKind.choices)
-    # A placement that ended MOVED: what the move did, as the job page and the audit say it
-    # ("moved from group 4 to group 7: saves ...").
+    # A placement that ended MOVED or YIELDED: what the move did, as the job page and the
+    # audit say it ("moved from group 4 to group 7: saves ...").
     move_reason = models.CharField(max_length=500, blank=True)
 
     class Meta:

@@ -146,8 +146,9 @@ def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:
 
     Each member's profile counts all its iterations and its `JobProgress` says what it has
     done: iterations done (the job's `iterations_done`), when its SLO clock started (its
-    first admission: its first placement that is not a profiling run) and its moves
-    (its placements that ended `moved`: services.moves); so the expected-cost
+    first admission: its first placement that is not a profiling run, so a yield's wait
+    in the queue counts) and its moves (its placements that ended `moved` or `yielded`:
+    services.moves; a yield is a re-plan, as the simulator counts it); so the expected-cost
     objective and consolidation read its remaining iterations as the simulator's do.
 
     With drift re-planning on (ROLLMUX_DRIFT_REPLAN), a short member is planned stricter
@@ -240,7 +241,9 @@ def _progress(done: dict[int, int]) -> dict[str, JobProgress]:
         .values_list("job_id", "first")
     )
     moved = dict(
-        PlacementRow.objects.filter(job_id__in=list(done), end_reason=EndReason.MOVED)
+        PlacementRow.objects.filter(
+            job_id__in=list(done), end_reason__in=(EndReason.MOVED, EndReason.YIELDED)
+        )
         .order_by()
         .values("job_id")
         .annotate(n=Count("pk"))

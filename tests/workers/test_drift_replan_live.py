@@ -308,3 +308,55 @@ def test_the_preview_places_a_short_job_as_the_pass_would(
     preview = whatif_preview(user=world.alice, data=data, slo=world.bronze.slowdown)
     assert preview.status == "FIT"
     assert (preview.group == str(open_placement(pacer).group_id)) is together
+
+
+def test_a_job_back_from_a_yield_is_planned_before_the_jobs_queued_before_it(world: Any) -> None:
+    from rollmux_web.jobs.models import JobStatus
+    from rollmux_web.workflow.services.departures import placement_end
+    from rollmux_web.workflow.services.effects import Effects
+    from rollmux_web.workflow.services.planning import queue_order
+
+    yielder = wide_job(world, "yielder", slo_class=world.silver)
+    assert queue_plan().placed == [yielder.pk]
+    placement = open_placement(yielder)
+    placement_end(placement, EndReason.YIELDED, timezone.now(), Effects())
+    Job.objects.filter(pk=yielder.pk).update(status=JobStatus.QUEUED, iterations_done=5)
+    # a job submitted before it, still waiting, and a later arrival
+    earlier = wide_job(world, "earlier", slo_class=world.silver)
+    Job.objects.filter(pk=earlier.pk).update(submitted_at=yielder.submitted_at - timedelta(hours=1))
+    later = wide_job(world, "later", slo_class=world.silver)
+    queued = Job.objects.filter(status=JobStatus.QUEUED).order_by(*queue_order())
+    assert list(queued.values_list("pk", flat=True)) == [yielder.pk, earlier.pk, later.pk]
+    assert queue_plan().placed[0] == yielder.pk
+    # its SLO clock is its first admission: the wait counts
+    _state, progress = snapshot.planner_input()
+    assert progress[str(yielder.pk)].admitted_s == placement.created_at.timestamp()
+    assert progress[str(yielder.pk)].moves == 1  # a yield is a re-plan: it counts
+
+
+def test_a_job_back_from_a_yield_is_placed_with_what_is_left_of_its_slo_budget(
+    world: Any,
+) -> None:
+    from rollmux_web.jobs.models import JobStatus
+    from rollmux_web.workflow.converters import job_profile
+    from rollmux_web.workflow.services.departures import placement_end
+    from rollmux_web.workflow.services.effects import Effects
+
+    yielder = wide_job(world, "yielder", slo_class=world.silver)
+    assert queue_plan().placed == [yielder.pk]
+    placement = open_placement(yielder)
+    # admitted 7 hours ago (time scale 1): 50 of 100 iterations done, then it yielded
+    Placement.objects.filter(pk=placement.pk).update(created_at=timezone.now() - timedelta(hours=7))
+    placement_end(placement, EndReason.YIELDED, timezone.now(), Effects())
+    Job.objects.filter(pk=yielder.pk).update(status=JobStatus.QUEUED, iterations_done=50)
+    yielder.refresh_from_db()
+    profile = job_profile(yielder)
+    resumed = moves.resume_profile(yielder, profile, timezone.now())
+    # its plan: about 280 s an iteration (the expected 140 + 140, and its sync); 100 x 280
+    # x 1.5 = 42,000 s of budget, 25,200 s gone, 50 x 280 = 14,000 s still to run alone,
+    # and its restart (197 s): (42,000 - 25,200 - 197) / 14,000 = 1.19 is left
+    assert 1.1 < resumed.slo < 1.3, resumed.slo
+    assert resumed.iterations == profile.iterations == 50  # the rest of its run
+    # a job that did not yield keeps its own
+    other = wide_job(world, "other", slo_class=world.silver)
+    assert moves.resume_profile(other, job_profile(other), timezone.now()) == job_profile(other)

@@ -280,3 +280,130 @@ def test_inline_without_the_drift_replan_the_other_member_misses_its_slo(
     )
     mine = next(j for j in report.jobs if j.job_id == steady.pk)
     assert not mine.met, (mine.slowdown_vs_solo, mine.slo)
+
+
+# --- the yield: a drift re-plan with no place to go ----------------------------------------
+
+
+def full_pool_drift_scenario(
+    world: Any, drifter_slo: SloClass, *, steady_more: int = 6
+) -> tuple[Job, Job]:
+    """The drift scenario on a cluster with one training node (the other three drained):
+    the twins share it, and when the drifter's phases grow past what its partner's SLO
+    allows, Algorithm 1 finds it no other place (no training node for a group of its own).
+    The steady job runs `steady_more` iterations more than the drifter."""
+    from rollmux_web.inventory.models import Node, NodeState
+
+    Node.objects.filter(name__startswith="h800-").exclude(name="h800-0").update(
+        state=NodeState.DRAINED
+    )
+    n = SHORT_RUN + 1
+    drifter = twin_job(world, "drifter", iterations=n, time_scale=SCALE, slo_class=drifter_slo)
+    drifter.emulated_drift = 2.0
+    drifter.save(update_fields=["emulated_drift"])
+    steady = twin_job(
+        world, "steady", iterations=n + steady_more, time_scale=SCALE, slo_class=world.silver
+    )
+    triggers.request_planning()
+    wait_for(lambda: Placement.objects.filter(job__in=[drifter, steady]).count() == 2, timeout=30)
+    assert Placement.objects.get(job=drifter).group_id == Placement.objects.get(job=steady).group_id
+    return drifter, steady
+
+
+def spy_may_yield(monkeypatch: Any) -> list[bool]:
+    """Record what scheduler.replan.may_yield answered the live planner about a job that
+    must leave for its partners' sake."""
+    from rollmux_web.workflow.services import moves
+
+    answers: list[bool] = []
+    real = moves.may_yield
+
+    def spy(*args: Any, **kwargs: Any) -> bool:
+        answer = real(*args, **kwargs)
+        if args[2]:  # asked for a move for its partners' sake (Assessment.for_others)
+            answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(moves, "may_yield", spy)
+    return answers
+
+
+def test_inline_a_drifting_job_with_nowhere_to_go_yields_to_its_partner_and_resumes(
+    world: Any, inline_workflow: Any, client_as: Any, monkeypatch: Any
+) -> None:
+    from rollmux_web.reports.selectors.slo import slo_report
+
+    answers = spy_may_yield(monkeypatch)
+    # bronze (2x): even after waiting for its partner's remaining run alone, a run alone
+    # keeps its SLO (about 1.5x of headroom at its first check: may_yield says yes)
+    drifter, steady = full_pool_drift_scenario(world, world.bronze)
+    wait_for(
+        lambda: Placement.objects.filter(job=drifter, end_reason=EndReason.YIELDED).exists(),
+        timeout=90,
+    )
+    left = Placement.objects.get(job=drifter, end_reason=EndReason.YIELDED)
+    drifter.refresh_from_db()
+    # it waits in the queue (its partner has about 20 iterations alone to run: 20 s here)
+    assert drifter.status == JobStatus.QUEUED, drifter.status
+    assert True in answers
+    assert left.move_reason.startswith(
+        f"yielded group {left.group_id}'s nodes to 1 other member(s): its observed phases"
+    ), left.move_reason
+    resumes = left.move_reason.split("resumes at iteration ")[1].split(" ")[0]
+    assert int(resumes) == drifter.iterations_done > 0
+    assert "steady" not in left.move_reason  # group numbers only, no other job named
+    entry = AuditEntry.objects.get(action="job.yield", object_id=str(drifter.pk))
+    assert entry.after["reason"] == left.move_reason and entry.tenant == "vision"
+    # its partner runs alone in the group, on the nodes it left
+    open_ = Placement.objects.filter(group_id=left.group_id, ended_at__isnull=True)
+    assert [p.job_id for p in open_] == [steady.pk]
+    html = client_as("alice").get(f"/jobs/{drifter.pk}/").content.decode()
+    assert "yielded its nodes" in html and escape(left.move_reason) in html
+
+    wait_for(all_done([drifter.pk, steady.pk]), timeout=180)
+    assert set(
+        Job.objects.filter(pk__in=[drifter.pk, steady.pk]).values_list("status", flat=True)
+    ) == {JobStatus.COMPLETED}
+    # placed again once its partner was done, resumed at its next iteration from the
+    # checkpoint; every iteration ran once; nobody ran beside it in its yield
+    after = Placement.objects.get(job=drifter, attempt=left.attempt + 1)
+    first = assert_resumed(left, after)
+    assert first.iteration == int(resumes)
+    steady_end = Placement.objects.get(job=steady).ended_at
+    assert steady_end is not None and after.created_at >= steady_end
+    assert not PhaseRecord.objects.filter(
+        job=drifter, started_at__gt=left.ended_at, started_at__lt=steady_end
+    ).exists()
+    drifter.refresh_from_db()
+    assert_iterations_once(drifter)
+    assert_no_node_double_booked()
+    html = client_as("alice").get(f"/jobs/{drifter.pk}/").content.decode()
+    assert "Earlier attempts" in html and escape(left.move_reason) in html
+    assert client_as("charlie").get(f"/jobs/{drifter.pk}/").status_code == 404
+    today = timezone.now().date()
+    report = slo_report(
+        user=steady.submitter, start=today - timedelta(days=1), end=today + timedelta(days=1)
+    )
+    mine = next(j for j in report.jobs if j.job_id == steady.pk)
+    assert mine.met, (mine.slowdown_vs_solo, mine.slo)
+
+
+def test_inline_a_drifting_job_that_cannot_afford_the_wait_stays(
+    world: Any, inline_workflow: Any, monkeypatch: Any
+) -> None:
+    answers = spy_may_yield(monkeypatch)
+    # 1.25x: its own SLO holds beside its partner (its phases set the pace), but not after
+    # waiting for its partner's remaining run alone (about 3,600 profile seconds at its
+    # check after 10 iterations, 2,600 after 15; its slack is about 1,700 and 900)
+    tight = SloClass.objects.create(name="tight", slowdown=1.25)
+    drifter, steady = full_pool_drift_scenario(world, tight)
+    wait_for(all_done([drifter.pk, steady.pk]), timeout=180)
+    assert answers and not any(answers), answers  # asked, and it said no
+    assert not Placement.objects.filter(
+        end_reason__in=(EndReason.YIELDED, EndReason.MOVED)
+    ).exists()
+    assert list(Placement.objects.filter(job=drifter).values_list("end_reason", flat=True)) == [
+        EndReason.COMPLETED
+    ]
+    drifter.refresh_from_db()
+    assert drifter.duration_source == DurationSource.LEARNED  # it was checked and learned

@@ -59,7 +59,7 @@ def placement_end(
     NodeAllocation.objects.filter(group_id=group_id, end__isnull=True).exclude(
         node_id__in=used
     ).update(end=now)
-    due = reason not in (EndReason.MOVED, EndReason.PROFILED)
+    due = reason not in (EndReason.MOVED, EndReason.YIELDED, EndReason.PROFILED)
     if not used:
         ExecutionGroup.objects.filter(pk=group_id, released_at__isnull=True).update(
             released_at=now, runtime_state=None, consolidation_due=due
@@ -68,7 +68,8 @@ def placement_end(
     elif due:
         # the next planning pass asks whether to consolidate the survivors, or (the group
         # emptied) the jobs alone elsewhere (services.moves; a move out is not asked about
-        # again, so moves do not cascade)
+        # again, so moves do not cascade; nor is a yield: it left its nodes to the members
+        # it would have slowed, as the simulator's _yield does)
         ExecutionGroup.objects.filter(pk=group_id).update(consolidation_due=True)
     (effects.kills if kill else effects.releases).append((placement.job_id, placement.pk))
     effects.replan = True

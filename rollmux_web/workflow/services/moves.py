@@ -18,6 +18,15 @@ One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
   included). When the job's own projection breaks, or a partner's would hold without it,
   it is resubmitted through Algorithm 1 with the learned estimates on the cluster
   without it, and moves out.
+  A job that must leave for its partners' sake (`Assessment.for_others`) and that nothing
+  takes now (a full pool, or a target whose members its restart would break) **yields**
+  when `scheduler.replan.may_yield` says its own SLO survives the wait, as the
+  simulator's `_yield`: its placement ends (EndReason.YIELDED), its nodes stay with those
+  partners, and it goes back to the queue, planned before the jobs that arrived after it
+  (`planning.resuming_first`), to resume from its checkpoint at its next iteration,
+  placed with what is left of its SLO budget (`resume_profile`, the simulator's
+  `_resume`). Its SLO clock keeps its first admission (`snapshot.planner_input`), so the
+  wait counts.
   The check is `drift_check`, a task of its own that the controller asks for after it
   dispatched the boundary's next phases (its query, the planner's snapshot and the
   decision are not on the switch path); when it wants the move it marks the placement
@@ -43,6 +52,10 @@ checkpoint of that iteration is written before the end is reported), at
    phases, and admitted to the new one at its next iteration: its first phase there is a
    cold start that restores the checkpoint (PhaseOrder.resume_iteration), so no phase is
    lost or run twice.
+
+A yield is made at the same boundary, under the same lock, with the same re-decision
+(steps 0-2); step 3 ends the placement (EndReason.YIELDED), puts the job back in the queue
+with the reason and asks for a planning pass on commit; step 4 as a move's.
 
 The job page and the audit log say what the move did ("moved from group 4 to group 7:
 saves $... expected"): group numbers and dollars, never another tenant's job.
@@ -74,6 +87,7 @@ from rollmux_web.workflow.models import (
     PhaseRecord,
     PhaseState,
     Placement,
+    PlanWait,
     Strategy,
 )
 from rollmux_web.workflow.services.departures import placement_end
@@ -97,7 +111,17 @@ from scheduler.planner.consolidation import (
     restart_seconds,
 )
 from scheduler.planner.objective import JobProgress
-from scheduler.replan import Outlook, assess, group_outlooks, observed_outlook, should_assess
+from scheduler.replan import (
+    Assessment,
+    Outlook,
+    assess,
+    group_outlooks,
+    may_yield,
+    observed_outlook,
+    planned_outlook,
+    remaining_slo,
+    should_assess,
+)
 from scheduler.sim.drift import WINDOW, learned_profile
 
 log = logging.getLogger(__name__)
@@ -196,6 +220,17 @@ class _Decided:
     text: str  # the job page's and the audit's words
 
 
+@dataclass(frozen=True)
+class _Yield:
+    """A drift re-plan's yield the planner still wants: the job leaves its nodes to the
+    members it breaks and waits in the queue (scheduler.replan.may_yield)."""
+
+    kind: str
+    text: str  # the job page's and the audit's words
+    restart_s: float  # its restart when it resumes
+    for_others: int  # how many members it yields to
+
+
 def at_iteration_boundary(
     *,
     job: Job,
@@ -236,6 +271,8 @@ def at_iteration_boundary(
     decided = _decide(kind, job, placement, state, progress, learned, drift and drift[1])
     if decided is None:
         return _clear_request(placement)
+    if isinstance(decided, _Yield):
+        return _yield_execute(decided, job, placement, runtime, now, effects)
     return _execute(decided, job, placement, runtime, now, effects, persist, stale)
 
 
@@ -262,8 +299,9 @@ def drift_check(*, placement_id: int, iterations_done: int, may_wait: bool = Tru
     the planner's lock (never waited for: DRIFT_BUSY when a pass holds it, if `may_wait`,
     else the placement is marked and its boundary checks), on the planner's snapshot, the
     job's estimates are replaced by the learned ones and, when a member's SLO no longer
-    holds and Algorithm 1 places the job elsewhere, the placement is marked to move at its
-    next iteration boundary, where the move is decided again on the cluster of then.
+    holds and Algorithm 1 places the job elsewhere (or it may yield: `_decide`), the
+    placement is marked to move at its next iteration boundary, where the move is decided
+    again on the cluster of then.
     """
     placement = (
         Placement.objects.select_related("job")
@@ -432,8 +470,9 @@ def _decide(
     progress: dict[str, JobProgress],
     learned: JobProfile | None,
     seen: Outlook | None = None,
-) -> _Decided | None:
-    """Return the move the planner wants now, or None (module docstring, step 2)."""
+) -> _Decided | _Yield | None:
+    """Return the move (or, for a drift re-plan, the yield) the planner wants now, or None
+    (module docstring, step 2)."""
     job_id = str(job.pk)
     source = next((g for g in state.groups if g.id == str(placement.group_id)), None)
     mine = progress.get(job_id)
@@ -442,21 +481,32 @@ def _decide(
     without, _released = remove_job(state, job_id)
     remaining = job.iterations - job.iterations_done
     if kind == MoveKind.DRIFT:
-        if learned is None or not _must_go(source.members, learned, state, progress, seen):
+        if learned is None:
+            return None
+        verdict, outlooks = _must_go(source.members, learned, state, progress, seen)
+        if not verdict.move:
             return None
         profile = replace(learned, iterations=remaining)
         result = levers.place_job(profile, without, progress)
-        if result.status is not PlacementStatus.FIT or result.placement is None:
-            return None  # nothing fits now: it keeps running where it is
-        if result.placement.group_id == source.id:
-            return None
-        target = next((g for g in without.groups if g.id == result.placement.group_id), None)
         restart = restart_seconds(learned)
-        if target is not None and not partners_keep_slo(
-            target, result, restart, now=NOW, progress=progress, config=config()
-        ):
-            return None  # its restart would break a member there: the simulator's rule too
-        to = f"group {result.placement.group_id}" if result.placement.group_id else NEW_GROUP
+        placed = result.placement if result.status is PlacementStatus.FIT else None
+        if placed is not None and placed.group_id != source.id:
+            target = next((g for g in without.groups if g.id == placed.group_id), None)
+            if target is not None and not partners_keep_slo(
+                target, result, restart, now=NOW, progress=progress, config=config()
+            ):
+                placed = None  # its restart would break a member there: the simulator's rule
+        if placed is None:
+            # nothing takes it now (a full pool): it leaves its nodes to the members it
+            # breaks and waits, when its own SLO survives the wait (the simulator's
+            # _drift_replan: the same call), else it keeps running where it is
+            if not may_yield(outlooks, job_id, verdict.for_others, restart_s=restart):
+                return None
+            text = _yield_text(source.id, learned, verdict, job, restart)
+            return _Yield(kind, text, restart, len(verdict.for_others))
+        if placed.group_id == source.id:
+            return None
+        to = f"group {placed.group_id}" if placed.group_id else NEW_GROUP
         text = (
             f"moved from group {source.id} to {to}: its observed phases left its estimates "
             f"(learned rollout {learned.t_roll_max_s:.0f} s, training {learned.t_train_max_s:.0f}"
@@ -480,14 +530,28 @@ def _decide(
     return _Decided(kind, result, profile, without, text)
 
 
+def _yield_text(
+    group_id: str, learned: JobProfile, verdict: Assessment, job: Job, restart: float
+) -> str:
+    """Return the yield's words for the job page and the audit (group numbers, no job)."""
+    return (
+        f"yielded group {group_id}'s nodes to {len(verdict.for_others)} other member(s): its "
+        f"observed phases left its estimates (learned rollout {learned.t_roll_max_s:.0f} s, "
+        f"training {learned.t_train_max_s:.0f} s at worst) and would slow them past their SLO, "
+        "and no other place takes it now; queued first, resumes at iteration "
+        f"{job.iterations_done} from its checkpoint ({restart:.0f} s restart)"
+    )
+
+
 def _must_go(
     members: Sequence[Member],
     learned: JobProfile,
     state: ClusterState,
     progress: dict[str, JobProgress],
     seen: Outlook | None,
-) -> bool:
-    """Return True when the drifting job should leave its group: every member projected to
+) -> tuple[Assessment, dict[str, Outlook]]:
+    """Return whether the drifting job should leave its group (`Assessment.move`; for whom:
+    `for_others`) and the members' outlooks it was decided on: every member projected to
     the end of its run (scheduler.replan.assess, the simulator's decision), the job at its
     learned estimates and observed trends (`seen`), the others at their plan, each on its
     SLO clock and against its own SLO (the snapshot holds a short newcomer to a stricter one,
@@ -504,13 +568,24 @@ def _must_go(
         for m in members
     ]
     trends = {learned.id: seen} if seen is not None else None
-    return assess(
+    mine_now = progress.get(learned.id)
+    if seen is not None and mine_now is not None:
+        # its SLO budget on the solo time it measured (`_drift_learned`: every rollout and
+        # training it ran, plus sync), as the simulator's JobProgress.solo_s_done; without
+        # it group_outlooks counts every iteration done at its latest pace, which for a
+        # growing job overstates its budget (more than elapsed: the wait of `may_yield`
+        # looked free). Iterations done since the check at that pace.
+        since = max(0, mine_now.iterations_done - seen.done) * seen.solo_s(-1.0, 0.0)
+        progress = {**progress, learned.id: replace(mine_now, solo_s_done=seen.solo_done_s + since)}
+    outlooks = group_outlooks(mine, progress, now=NOW, trends=trends)
+    verdict = assess(
         mine,
-        group_outlooks(mine, progress, now=NOW, trends=trends),
+        outlooks,
         learned.id,
         switch_overhead_s=state.spec.switch_overhead_s,
         restart_s=restart_seconds(learned),
-    ).move
+    )
+    return verdict, outlooks
 
 
 def _freed_per_hour(state: ClusterState, job_id: str) -> float:
@@ -565,6 +640,77 @@ def _execute(
     effects.replan = True
     effects.group_released = effects.group_released or moved.group_released
     return True
+
+
+def _yield_execute(
+    decided: _Yield,
+    job: Job,
+    placement: Placement,
+    runtime: GroupRuntime,
+    now: datetime,
+    effects: Effects,
+) -> bool:
+    """Make the yield (module docstring): end the placement (YIELDED; its nodes stay with the
+    members that use them), drop the job from its group's runtime before the group starts
+    its next phases, and put it back in the queue to resume at its next iteration (the
+    placement it gets restores the checkpoint written before this boundary, as a move's
+    and a resubmitted job's). The planning pass placing it is asked for on commit
+    (placement_end: effects.replan); it plans the job first (`planning.resuming_first`)."""
+    placement.move_requested = ""
+    placement.move_reason = decided.text[:500]
+    placement.save(update_fields=["move_requested", "move_reason"])
+    placement_end(placement, EndReason.YIELDED, now, effects)
+    member_remove(runtime, job.pk)
+    job.status = job.requeue_status
+    job.reason = decided.text[:500]
+    job.save(update_fields=["status", "reason", "updated_at"])
+    PlanWait.objects.filter(job=job).delete()  # planned by the next pass whatever it waited on
+    audit_record(
+        actor=None,
+        action="job.yield",
+        obj=job,
+        tenant=job.tenant.name,
+        before={"group": placement.group_id, "placement": placement.pk},
+        after={
+            "group": None,
+            "kind": decided.kind,
+            "reason": decided.text,
+            "yields_to": decided.for_others,
+            "iterations_done": job.iterations_done,
+            "restart_s": round(decided.restart_s, 1),
+        },
+    )
+    log.info("job %s: %s", job.pk, decided.text)
+    effects.replan = True
+    return True
+
+
+def resume_profile(job: Job, asked: JobProfile, now: datetime) -> JobProfile:
+    """Return `asked` (a queued job's profile as the planning pass places it) with what is
+    left of its SLO budget when the job is back from a yield (its last placement ended
+    `yielded`), as the simulator's `_resume` resubmits it: `remaining_slo` of its outlook
+    now, on its SLO clock from its first admission (profile seconds), with its restart;
+    else `asked` as it is. One query for a job placed before, none for a new one."""
+    if not job.attempts:
+        return asked
+    rows = list(
+        Placement.objects.filter(job=job)
+        .exclude(strategy=Strategy.PROFILE)
+        .values_list("attempt", "end_reason", "created_at")
+    )
+    if not any(a == job.attempts and end == EndReason.YIELDED for a, end, _ in rows):
+        return asked
+    first = min(created for _, _, created in rows)
+    scale = time_scale_of(job.runner, job.time_scale)
+    elapsed = max(0.0, (now - first).total_seconds()) * scale
+    outlook = planned_outlook(
+        replace(asked, iterations=job.iterations),
+        remaining=job.iterations - job.iterations_done,
+        elapsed_s=elapsed,
+        done=job.iterations_done,
+    )
+    slo = remaining_slo(outlook, restart_s=restart_seconds(asked))
+    return replace(asked, slo=min(asked.slo, slo))
 
 
 def _audit(job: Job, decided: _Decided, placement: Placement, target: Any) -> None:

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, models, transaction
-from django.db.models import Count, Max, Sum, Value
+from django.db.models import Count, Exists, Max, OrderBy, OuterRef, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -28,6 +28,7 @@ from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import converters, levers, snapshot, sync
 from rollmux_web.workflow.models import (
+    EndReason,
     ExecutionGroup,
     NodeAllocation,
     PhaseRecord,
@@ -88,7 +89,8 @@ def queue_plan(*, now: datetime | None = None) -> PlanSummary:
     """Run one planning pass: place every queued job the cluster can take now.
 
     1. take the planner lock (one pass at a time, whichever worker runs it);
-    2. read the queued jobs (priority desc, then submission time); leave out those waiting
+    2. read the queued jobs (priority desc, then those back from a yield
+       (`resuming_first`), then submission time); leave out those waiting
        for a capacity that has not changed since they last tried;
     3. snapshot nodes and active groups with the members' progress
        (`snapshot.planner_input`);
@@ -129,7 +131,7 @@ def _pass(now: datetime | None) -> PlanSummary:
     key = capacity_key()
     rows = (
         Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
-        .order_by("-priority", "submitted_at", "pk")
+        .order_by(*queue_order())
         .values_list("pk", "plan_wait__capacity", "reason")
     )
     todo = []
@@ -162,6 +164,24 @@ def _pass(now: datetime | None) -> PlanSummary:
         # for the next batch was read and locked for nothing)
         claim = min(BATCH_JOBS, max(BATCH_MIN_JOBS, 2 * done))
     return summary
+
+
+def resuming_first() -> OrderBy:
+    """Return the ordering term that puts a job back from a yield (services.moves: its last
+    placement ended `yielded`) before the other queued jobs of its priority: it left its
+    nodes to the members it would have slowed, and `scheduler.replan.may_yield` allowed it
+    only because it resumes as soon as capacity frees (the simulator queues it first:
+    `_yield`'s appendleft). Priority stays first: it is the operator's explicit order."""
+    yielded = Placement.objects.filter(
+        job_id=OuterRef("pk"), attempt=OuterRef("attempts"), end_reason=EndReason.YIELDED
+    )
+    return Exists(yielded).desc()
+
+
+def queue_order() -> tuple[Any, ...]:
+    """Return the planning order of queued jobs: priority desc, then a job back from a yield
+    (`resuming_first`), then submission time."""
+    return ("-priority", resuming_first(), "submitted_at", "pk")
 
 
 def _no_pool(job_ids: list[int], why: str, key: str, summary: PlanSummary) -> None:
@@ -214,7 +234,7 @@ def _claim(job_ids: list[int]) -> list[Job]:
         Job.objects.select_for_update(of=("self",), no_key=True)
         .filter(pk__in=job_ids, status=JobStatus.QUEUED, cancel_requested=False)
         .select_related("slo_class", "tenant")
-        .order_by("-priority", "submitted_at", "pk")
+        .order_by(*queue_order())
     )
 
 
@@ -284,6 +304,8 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
     state, progress = out.view
     now_s = writes.now.timestamp()
     asked = snapshot.held_young(profile, iterations=job.iterations)  # a short job: stricter
+    # a job back from a yield: what is left of its SLO budget (the simulator's _resume)
+    asked = moves.resume_profile(job, asked, writes.now)
     result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
     for _ in range(STALE_RETRIES):
         if result.status is not PlacementStatus.FIT or result.placement is None:
