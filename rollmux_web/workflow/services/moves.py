@@ -508,10 +508,8 @@ def _decide(
             return None
         to = f"group {placed.group_id}" if placed.group_id else NEW_GROUP
         text = (
-            f"moved from group {source.id} to {to}: its observed phases left its estimates "
-            f"(learned rollout {learned.t_roll_max_s:.0f} s, training {learned.t_train_max_s:.0f}"
-            " s at worst) and its group's SLOs no longer held with them; "
-            f"{restart:.0f} s restart"
+            f"moved from group {source.id} to {to}: {_drift_cause(learned)} and its group's "
+            f"SLOs no longer held with them; {restart:.0f} s restart"
         )
         return _Decided(kind, result, profile, without, text)
     move = best_move(state, job_id, now=NOW, progress=progress, config=config())
@@ -530,16 +528,23 @@ def _decide(
     return _Decided(kind, result, profile, without, text)
 
 
+def _drift_cause(learned: JobProfile) -> str:
+    """Return why a drift re-plan acts, in words: the job's learned worst case."""
+    return (
+        f"its observed phases left its estimates (learned rollout {learned.t_roll_max_s:.0f} s,"
+        f" training {learned.t_train_max_s:.0f} s at worst)"
+    )
+
+
 def _yield_text(
     group_id: str, learned: JobProfile, verdict: Assessment, job: Job, restart: float
 ) -> str:
     """Return the yield's words for the job page and the audit (group numbers, no job)."""
     return (
-        f"yielded group {group_id}'s nodes to {len(verdict.for_others)} other member(s): its "
-        f"observed phases left its estimates (learned rollout {learned.t_roll_max_s:.0f} s, "
-        f"training {learned.t_train_max_s:.0f} s at worst) and would slow them past their SLO, "
-        "and no other place takes it now; queued first, resumes at iteration "
-        f"{job.iterations_done} from its checkpoint ({restart:.0f} s restart)"
+        f"yielded group {group_id}'s nodes to {len(verdict.for_others)} other member(s): "
+        f"{_drift_cause(learned)} and would slow them past their SLO, and no other place "
+        f"takes it now; queued first, resumes at iteration {job.iterations_done} from its "
+        f"checkpoint ({restart:.0f} s restart)"
     )
 
 
@@ -633,7 +638,7 @@ def _execute(
         placement.move_reason = decided.text[:500]
     job.reason = decided.text[:500]
     job.save(update_fields=["reason", "updated_at"])
-    _audit(job, decided, placement, target)
+    _audit_move(job, decided, placement, target)
     effects.orders += moved.orders
     effects.releases += moved.releases
     effects.kills += moved.kills
@@ -665,13 +670,11 @@ def _yield_execute(
     job.reason = decided.text[:500]
     job.save(update_fields=["status", "reason", "updated_at"])
     PlanWait.objects.filter(job=job).delete()  # planned by the next pass whatever it waited on
-    audit_record(
-        actor=None,
-        action="job.yield",
-        obj=job,
-        tenant=job.tenant.name,
-        before={"group": placement.group_id, "placement": placement.pk},
-        after={
+    _audit(
+        "job.yield",
+        job,
+        placement,
+        {
             "group": None,
             "kind": decided.kind,
             "reason": decided.text,
@@ -713,15 +716,25 @@ def resume_profile(job: Job, asked: JobProfile, now: datetime) -> JobProfile:
     return replace(asked, slo=min(asked.slo, slo))
 
 
-def _audit(job: Job, decided: _Decided, placement: Placement, target: Any) -> None:
-    slowdown = decided.result.predicted_slowdown.get(str(job.pk), 1.0)
+def _audit(action: str, job: Job, placement: Placement, after: dict[str, Any]) -> None:
+    """Record a move or a yield of `job` out of `placement` in the audit log."""
     audit_record(
         actor=None,
-        action="job.move",
+        action=action,
         obj=job,
         tenant=job.tenant.name,
         before={"group": placement.group_id, "placement": placement.pk},
-        after={
+        after=after,
+    )
+
+
+def _audit_move(job: Job, decided: _Decided, placement: Placement, target: Any) -> None:
+    slowdown = decided.result.predicted_slowdown.get(str(job.pk), 1.0)
+    _audit(
+        "job.move",
+        job,
+        placement,
+        {
             "group": target,
             "kind": decided.kind,
             "reason": decided.text,
