@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import scheduler.planner as planner  # noqa: E402
 from scheduler.model import JobProfile  # noqa: E402
 from scheduler.sim.drift import SETTINGS, job_templates  # noqa: E402
-from scheduler.sim.engine import RunResult, simulate  # noqa: E402
+from scheduler.sim.engine import simulate  # noqa: E402
 from scheduler.sim.gen import generate  # noqa: E402
 from scheduler.sim.metrics import (  # noqa: E402
     SLO_TOLERANCE,
@@ -47,6 +47,7 @@ from scheduler.sim.metrics import (  # noqa: E402
     total_cost_usd,
 )
 from scheduler.sim.policies import make_policy, replanning_levers  # noqa: E402
+from scheduler.sim.records import RunResult  # noqa: E402
 from scheduler.slo import DEFAULT_SLO_MARGIN  # noqa: E402
 from scheduler.trace import default_cluster  # noqa: E402
 

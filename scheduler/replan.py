@@ -623,14 +623,15 @@ def may_yield(
     return headroom(late, restart_s=restart_s) >= 1.0
 
 
-def young_profile(job: JobProfile) -> JobProfile | None:
+def young_profile(job: JobProfile, *, run_iterations: int | None = None) -> JobProfile | None:
     """Return how a job too short to be re-planned in time (at most `SHORT_RUN`
     iterations) is planned, for its whole run and at its own admission: its SLO held as
     if its run shrank to `SHRINK_MEAN` of its profile, so that it joins a group, and a
     newcomer joins its group, only if it would keep its SLO even then (the misses of
     docs/results.md section 9: short jobs that joined a group, or that a newcomer
     joined, before any trend of theirs could show, and whose run was over before a
-    re-plan could help). None: not that short."""
-    if job.iterations > SHORT_RUN:
+    re-plan could help). None: not that short. `run_iterations`: the job's whole run, when
+    `job` counts only what is left of it (a resubmitted or resumed job's profile)."""
+    if (job.iterations if run_iterations is None else run_iterations) > SHORT_RUN:
         return None
     return replace(job, slo=max(1.0, job.slo * SHRINK_MEAN))

@@ -169,8 +169,7 @@ def held_young(profile: JobProfile, *, iterations: int) -> JobProfile:
     if not settings.ROLLMUX_DRIFT_REPLAN:
         return profile
     # the core decides on the whole run (a resubmitted job's profile counts what is left)
-    young = young_profile(replace(profile, iterations=iterations))
-    return profile if young is None else replace(young, iterations=profile.iterations)
+    return young_profile(profile, run_iterations=iterations) or profile
 
 
 def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:

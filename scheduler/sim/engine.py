@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import heapq
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Protocol
-
-import numpy as np
 
 from scheduler.cluster import cluster_nodes
 from scheduler.model import (
@@ -53,6 +50,7 @@ from scheduler.replan import (
 )
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.longtail import LongTailModel
+from scheduler.sim.records import JobRecord, MoveRecord, PhaseRecord, RunResult, draw_durations
 
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
 # whole job) before an arrival at the same instant is planned.
@@ -134,114 +132,6 @@ class Policy(Protocol):
     ) -> bool: ...
 
 
-def draw_durations(job: JobProfile, seed: int) -> tuple[list[float], list[float]]:
-    """Draw every iteration's actual rollout and training durations for `job`.
-
-    The generator is keyed by (seed, crc32(job id)), so a job's draws are the same
-    under every policy and in any subset of the trace: policies are compared on the
-    same actual durations, and the optimal search can simulate groups in isolation.
-    """
-    rng = np.random.default_rng([seed, zlib.crc32(job.id.encode("utf-8"))])
-    roll = rng.uniform(job.roll_min, job.t_roll_max_s, size=job.iterations)
-    train = rng.uniform(job.train_min, job.t_train_max_s, size=job.iterations)
-    return roll.tolist(), train.tolist()
-
-
-@dataclass
-class JobRecord:
-    """What the run observed about one job."""
-
-    profile: JobProfile
-    roll: list[float]
-    train: list[float]
-    status: str = "pending"  # pending | waiting | running | done | infeasible | stuck
-    reason: str = ""
-    admitted_s: float | None = None
-    finished_s: float | None = None
-    group_id: str | None = None
-    strategy: str | None = None
-    predicted_slowdown: float | None = None
-    retries: int = 0
-    iterations_done: int = 0
-    tail_fractions: list[float] | None = None  # long-tail model: tau / T per iteration
-    moves: int = 0
-    restart_s: float = 0.0  # seconds of restarts its moves cost it
-    drift: str = "none"  # its drift template (scheduler.sim.drift)
-    replans: int = 0  # times a drift re-plan moved it (checkpoint, resubmit, resume)
-    solo_done_s: float = 0.0  # drawn rollout + training (+ sync) of the iterations done
-    first_boundary_s: float | None = None  # when its first iteration ended (its first checkpoint)
-
-    @property
-    def solo_iteration_s(self) -> float:
-        """Mean drawn (rollout + training) duration: the spec's solo iteration time,
-        plus the job's weight syncs (one after every training but the last)."""
-        n = len(self.roll)
-        syncs = (n - 1) * self.profile.t_sync_s
-        return (sum(self.roll) + sum(self.train) + syncs) / n
-
-    @property
-    def mean_iteration_s(self) -> float | None:
-        """Mean iteration time under sharing: (completion - admission) / iterations."""
-        if self.finished_s is None or self.admitted_s is None:
-            return None
-        return (self.finished_s - self.admitted_s) / len(self.roll)
-
-
-@dataclass
-class PhaseRecord:
-    """One executed phase (kept only when the run asks for a timeline)."""
-
-    job_id: str
-    kind: PhaseKind
-    iteration: int
-    nodes: tuple[str, ...]
-    start_s: float
-    end_s: float
-    switch: bool
-    restart_s: float = 0.0  # a moved job's restart, paid by its first phase after the move
-    # when its nodes were free for another phase: end_s, or earlier for a rollout whose
-    # tail long-tail migration consolidated (scheduler.sim.longtail)
-    released_s: float | None = None
-
-    @property
-    def nodes_free_s(self) -> float:
-        """Return when the phase's nodes could start another phase."""
-        return self.end_s if self.released_s is None else self.released_s
-
-
-@dataclass
-class RunResult:
-    """Raw observations of one simulated run; scheduler.sim.metrics summarises them."""
-
-    policy: str
-    spec: ClusterSpec
-    jobs: dict[str, JobRecord]
-    node_pool: dict[str, Pool]
-    node_price_per_hour: dict[str, float]
-    allocations: list[tuple[str, float, float]]  # (node, start_s, end_s)
-    busy_s: dict[str, float]
-    peak_nodes: dict[Pool, int]
-    admissions: dict[str, int]
-    decision_latency_s: list[float]
-    start_s: float
-    end_s: float
-    phases: list[PhaseRecord] = field(default_factory=list)
-    moves: list[MoveRecord] = field(default_factory=list)
-    tail_saved_s: float = 0.0  # node-seconds long-tail migration freed for the next rollout
-
-
-@dataclass(frozen=True)
-class MoveRecord:
-    """One consolidation move the run made (scheduler.planner.consolidation)."""
-
-    at_s: float
-    job_id: str
-    from_group: str
-    to_group: str
-    saving_usd: float
-    restart_s: float
-
-
 # A heap entry: (time, priority, seq, job id, phase kind or None, group id). Plain
 # tuples: comparing dataclasses was most of the engine's time on a 200-job trace.
 _Event = tuple[float, int, int, str, PhaseKind | None, str]
@@ -314,7 +204,6 @@ class Simulation:
         self.planned_profile: dict[str, JobProfile] = {}
         self.drift_checked: dict[str, int] = {}
         self.observer = Observer()
-        self.young: set[str] = set()  # short jobs planned stricter for their whole run
         # jobs that left their nodes to the partners they broke and wait to resume:
         # the profile they are resubmitted with, and their restart
         self.resume: dict[str, tuple[JobProfile, float]] = {}
@@ -402,8 +291,8 @@ class Simulation:
         started = time.perf_counter()
         # a job too short to be re-planned in time is planned stricter for its whole run,
         # its own admission included (scheduler.replan.young_profile)
-        young = young_profile(job) if self.replan_drift else None
-        result = self.policy.place(young or job, self.state, self._progress(), self.now)
+        planned = self._held(job_id, job)
+        result = self.policy.place(planned, self.state, self._progress(), self.now)
         self.latencies.append(time.perf_counter() - started)
         if result.status is not PlacementStatus.FIT or result.placement is None:
             if result.status is PlacementStatus.INFEASIBLE:
@@ -424,9 +313,8 @@ class Simulation:
             job=job, rollout_nodes=placement.rollout_nodes, train_nodes=placement.train_nodes
         )
         runtime.admit(member, iterations=job.iterations)
-        if young is not None:  # held stricter for its whole run (scheduler.replan)
-            self.state = update_job(self.state, young)
-            self.young.add(job_id)
+        if planned is not job:  # held stricter for its whole run (scheduler.replan)
+            self.state = update_job(self.state, planned)
         record.status = "running"
         record.admitted_s = self.now
         record.group_id = group_id
@@ -797,12 +685,12 @@ class Simulation:
         self.planned_profile[job_id] = profile
 
     def _held(self, job_id: str, profile: JobProfile) -> JobProfile:
-        """Return `profile` as a job is planned: a short one stricter (`young_profile`)."""
-        if job_id not in self.young:
+        """Return `profile` as a job is planned: in re-planning runs a short one stricter,
+        for its whole run (`young_profile`)."""
+        if not self.replan_drift:
             return profile
-        whole = replace(profile, iterations=self.jobs[job_id].profile.iterations)
-        young = young_profile(whole)
-        return profile if young is None else replace(young, iterations=profile.iterations)
+        whole = self.jobs[job_id].profile.iterations
+        return young_profile(profile, run_iterations=whole) or profile
 
     def _plan_in_place(self, job_id: str, profile: JobProfile) -> None:
         """Plan a running job from now with `profile` (what it learned), held if short."""

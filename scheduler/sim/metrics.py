@@ -29,7 +29,7 @@ import numpy as np
 from scheduler.costs import idle_fraction, run_cost
 from scheduler.model import Pool
 from scheduler.planner.consolidation import restart_seconds
-from scheduler.sim.engine import JobRecord, RunResult
+from scheduler.sim.records import JobRecord, RunResult
 
 HOUR = 3600.0
 # Floating-point slack when comparing a measured iteration time with its SLO bound.

@@ -68,7 +68,7 @@ from scipy.sparse import coo_matrix
 from scheduler.cluster import nodes_needed
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import ClusterSpec, JobProfile, Pool
-from scheduler.sim.engine import RunResult, draw_durations, simulate
+from scheduler.sim.engine import simulate
 from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.optimal import (
     OptimalSearch,
@@ -79,6 +79,7 @@ from scheduler.sim.optimal import (
     runnable_jobs,
 )
 from scheduler.sim.policies import CorePolicy, PlanEntry
+from scheduler.sim.records import RunResult, draw_durations
 
 # Bursts larger than this make the column enumeration (and the per-column simulation)
 # the bottleneck: the MILP itself stays fast.

@@ -67,7 +67,7 @@ from scheduler.model import (
 )
 from scheduler.planner.colocated import colocated_iteration_s
 from scheduler.planner.objective import JobProgress
-from scheduler.sim.engine import RunResult, simulate
+from scheduler.sim.engine import simulate
 from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.metrics import total_cost_usd
 from scheduler.sim.policies import (
@@ -78,6 +78,7 @@ from scheduler.sim.policies import (
     PlannedPolicy,
     pick_class_nodes,
 )
+from scheduler.sim.records import RunResult
 from scheduler.slo import check_group
 
 # Floating-point slack on the SLO bound, as in the planner's own comparison.

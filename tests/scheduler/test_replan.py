@@ -29,9 +29,10 @@ from scheduler.replan import (
     remaining_slo,
     young_profile,
 )
-from scheduler.sim.engine import JobRecord, simulate
+from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import replan_bound
 from scheduler.sim.policies import make_policy, replanning_levers
+from scheduler.sim.records import JobRecord
 from scheduler.slo import check_group
 from scheduler.trace import default_cluster
 from tests.scheduler.builders import cluster_spec, job, member

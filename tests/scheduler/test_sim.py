@@ -14,10 +14,11 @@ from scheduler.model import ClusterSpec, JobProfile, PhaseKind, Pool
 from scheduler.roundrobin import GroupRuntime
 from scheduler.sim import run_simulation
 from scheduler.sim.__main__ import main as cli_main
-from scheduler.sim.engine import RunResult, draw_durations, simulate
+from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.metrics import summarise, total_cost_usd
 from scheduler.sim.policies import PUBLISHED, CorePolicy, make_policy
+from scheduler.sim.records import RunResult, draw_durations
 from scheduler.trace import default_cluster, parse_cluster_json
 
 ONLINE = ("rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle")

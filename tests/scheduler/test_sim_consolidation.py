@@ -9,10 +9,11 @@ import pytest
 
 from scheduler.model import JobProfile, PhaseKind
 from scheduler.planner.consolidation import restart_seconds
-from scheduler.sim.engine import RunResult, simulate
+from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper
 from scheduler.sim.metrics import summarise, total_cost_usd
 from scheduler.sim.policies import PUBLISHED, make_policy
+from scheduler.sim.records import RunResult
 from scheduler.trace import default_cluster
 
 SPEC = default_cluster()

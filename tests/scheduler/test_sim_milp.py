@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from scheduler.model import JobProfile
-from scheduler.sim.engine import draw_durations, simulate
+from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.metrics import total_cost_usd
 from scheduler.sim.milp import burst_optimum, compatible, run_burst_optimum, trace_lower_bound
 from scheduler.sim.optimal import search_optimal
 from scheduler.sim.policies import make_policy
+from scheduler.sim.records import draw_durations
 from scheduler.trace import default_cluster
 
 SPEC = default_cluster()
