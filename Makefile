@@ -7,7 +7,7 @@ PYTHON ?= python3.11
 # Test and benchmark defaults: the local PostgreSQL and Redis (CI starts them).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/rollmux
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
-# Keep Ray and Chromium on loopback (see README "Configuration").
+# Keep Ray and Chromium on loopback (see docs/configuration.md).
 RAY_ENV := RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled \
 	http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1
 

@@ -29,7 +29,7 @@ def _count(name: str, default: int) -> int:
 
 
 # One worker process per CPU, eight threads each for the database and Redis round trips:
-# bench/api_submit.py on the 2-core development VM (README "Benchmarks") measured 2 x 8 at
+# bench/api_submit.py on the 2-core development VM (docs/benchmarks.md) measured 2 x 8 at
 # 172-192 jobs/s, p99 292-438 ms, and 3 x 4 at 137 jobs/s, p99 671 ms, with the controller
 # working; more processes than CPUs only add context switches and GIL hand-offs.
 workers = _count("GUNICORN_WORKERS", _cpus())

@@ -222,7 +222,7 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # django-axes first: it refuses a locked-out username or address before the password is
-# even checked (see "Login throttling" in README.md).
+# even checked (see "Logins and rate limits" in docs/api.md).
 AUTHENTICATION_BACKENDS = [
     "rollmux_web.accounts.throttling.LoginLockoutBackend",
     # Django's password backend with the break-glass rule (ROLLMUX_PASSWORD_LOGIN)

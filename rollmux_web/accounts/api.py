@@ -34,7 +34,7 @@ class TokenObtainView(APIView):
 
     The token expires after ROLLMUX_TOKEN_TTL_DAYS; a user keeps at most
     ROLLMUX_CLI_TOKENS_PER_USER live tokens from logins (older ones are revoked). Repeated
-    failures lock the username and the address out for a while (429, see README).
+    failures lock the username and the address out for a while (429, see docs/api.md).
     """
 
     # No session/CSRF here: the credentials in the body are the authentication.

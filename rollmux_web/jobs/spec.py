@@ -47,7 +47,7 @@ class SpecField:
     left out (None: no default, or null for an optional field); `min_value`/`max_value` are
     inclusive bounds and `positive` means strictly above 0 (`unit` words that message).
     `reference` fields name another row (a tenant, an SLO class) and are stored as that row.
-    `example` is the README's example job's value (None: not in the example).
+    `example` is the example job of docs/api.md's value (None: not in the example).
     """
 
     name: str
@@ -62,7 +62,7 @@ class SpecField:
     positive: bool = False
     unit: str = ""
     reference: bool = False
-    example: Any = None  # the README's example job; what the submit form starts with
+    example: Any = None  # the example job of docs/api.md; what the submit form starts with
 
 
 SPEC: tuple[SpecField, ...] = (
@@ -231,7 +231,7 @@ def missing_phase_times(given: Iterable[str]) -> list[str]:
     return [hi for hi, _ in PHASE_TIME_FIELDS if hi not in have]
 
 
-# The README's example job (and the API schema's): what a first submission looks like.
+# The example job of docs/api.md (and the API schema's): what a first submission looks like.
 EXAMPLE_SPEC: dict[str, Any] = {f.name: f.example for f in SPEC if f.example is not None}
 
 # Trace-file fields (docs/spec/trace-format.md) a submission has no use for, with why.

@@ -178,7 +178,7 @@ def _require_submitter(request: HttpRequest) -> None:
         raise PermissionDenied("Your role may not submit jobs.")
 
 
-# The form starts with the README's example job, without its name.
+# The form starts with the example job of docs/api.md, without its name.
 DEFAULTS = {k: str(v) for k, v in EXAMPLE_SPEC.items() if k != "name"}
 
 

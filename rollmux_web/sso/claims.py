@@ -3,7 +3,7 @@
 Defaults fit the common IdP shape (Keycloak, Entra ID, Okta, Dex send a `groups` claim):
 a group `rollmux-tenant-<name>` makes the user a member of tenant <name>; the group
 `rollmux-admins` makes them an admin and `rollmux-finance` finance; anyone else is a
-researcher, who needs at least one tenant. Every part is a setting (README, "SSO setup").
+researcher, who needs at least one tenant. Every part is a setting (docs/operations.md, "SSO setup").
 """
 
 from __future__ import annotations
