@@ -15,12 +15,14 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scheduler/__init__.py scheduler/__init__.py
 COPY workers/__init__.py workers/__init__.py
+COPY rollmux_contract/__init__.py rollmux_contract/__init__.py
 COPY rollmux_web/__init__.py rollmux_web/__init__.py
 RUN pip install -e .
 
 COPY manage.py ./
 COPY scheduler ./scheduler
 COPY workers ./workers
+COPY rollmux_contract ./rollmux_contract
 COPY rollmux_web ./rollmux_web
 COPY templates ./templates
 COPY static ./static

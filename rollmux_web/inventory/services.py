@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from rollmux_contract.runners import allowlist_entry_problem
 from rollmux_web import events
 from rollmux_web.audit.services import audit_record, save_changes, snapshot
 from rollmux_web.inventory.models import (
@@ -27,7 +28,6 @@ from rollmux_web.inventory.models import (
     NodeState,
     RunnerPackage,
 )
-from rollmux_web.inventory.runners import BUILTIN_RUNNERS, FORBIDDEN_RUNNER_ROOTS, RUNNER_RULE
 
 GPU_TYPE_FIELDS = ["name", "gpus_per_node", "host_mem_gb"]
 CLUSTER_FIELDS = ["name", "kind", "gpu_type", "ray_address"]
@@ -317,27 +317,9 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 def check_runner_path(path: Any) -> str:
     """Return an allowlist path stripped, or raise a ValidationError naming the field."""
     value = path.strip() if isinstance(path, str) else ""
-    if value in BUILTIN_RUNNERS:
-        raise ValidationError({"path": [f"{value!r} is a built-in runner: it needs no entry."]})
-    if not RUNNER_RULE.match(value) or len(value) > 200:
-        raise ValidationError(
-            {
-                "path": [
-                    "Give a package or module (acme_rl, acme_rl.runners) or one class "
-                    "(acme_rl.runners:GrpoRunner)."
-                ]
-            }
-        )
-    root = value.split(":")[0].split(".")[0]
-    if root in FORBIDDEN_RUNNER_ROOTS:
-        raise ValidationError(
-            {
-                "path": [
-                    f"{root!r} is the standard library or RollMux's own code, not a runner "
-                    "package: register the package that holds your runner classes."
-                ]
-            }
-        )
+    problem = allowlist_entry_problem(value)
+    if problem is not None:
+        raise ValidationError({"path": [problem]})
     return value
 
 

@@ -12,12 +12,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from rollmux_contract.runners import BUILTIN_RUNNERS
 from rollmux_web.accounts.decorators import role_required
 from rollmux_web.accounts.selectors import is_admin
 from rollmux_web.inventory import selectors, services
 from rollmux_web.inventory.forms import ClusterForm, GpuTypeForm, NodeForm, RunnerPackageForm
 from rollmux_web.inventory.models import Cluster, GpuType, Node, NodeState, RunnerPackage
-from rollmux_web.inventory.runners import BUILTIN_RUNNERS
 
 
 @role_required()

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-# (stdlib only too: the runner names and the allowlist rule live with the allowlist)
-from rollmux_web.inventory.runners import BUILTIN_RUNNERS, RUNNER_IMPORT_PATH, runner_permitted
+# (stdlib only too: the runner names and the allowlist rule are the neutral contract's)
+from rollmux_contract.runners import BUILTIN_RUNNERS, RUNNER_IMPORT_PATH, runner_permitted
 
 __all__ = ["BUILTIN_RUNNERS", "RUNNER_IMPORT_PATH", "runner_permitted"]
 

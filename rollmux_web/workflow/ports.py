@@ -5,8 +5,9 @@ phases they decide (on commit), and the triggers that wake the workflow after a 
 (`request_planning`, `request_cancel`, `node_state_changed`). They get both from here;
 the composition root (`workers.composition.install`, run by the `workers` Django app when
 Django starts) fills this registry once, and tests fill it with fakes (`override`). So
-`rollmux_web` never imports `workers`, except the stdlib-only dispatch contract below:
-the types that cross the port (an import-linter contract allows this one edge only).
+`rollmux_web` never imports `workers`: the types that cross the port (`PhaseOrder`,
+`PhaseReport`, `Probe`, `Dispatcher`) are the neutral contract both sides import
+(`rollmux_contract.phases`, standard library only), re-exported here.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-# The one allowed import of `workers`: the contract module, standard library only.
-from workers.dispatch.base import Dispatcher, Outcome, PhaseOrder, PhaseReport, Probe
+from rollmux_contract.phases import Dispatcher, Outcome, PhaseOrder, PhaseReport, Probe
 
 __all__ = [
     "Dispatcher",

@@ -157,7 +157,9 @@ def test_a_tenant_webhook_is_signed_and_the_signature_verifies(
     from rollmux_web.workflow.services import phase_finish
 
     with django_capture_on_commit_callbacks(execute=True):
-        phase_finish(end_of(eager.orders[0], outcome="error: CUDA out of memory"))
+        phase_finish(
+            end_of(eager.orders[0], outcome=ports.Outcome.ERROR, reason="CUDA out of memory")
+        )
     assert len(receiver.requests) == 1
     req = receiver.requests[0]
     headers, body = req["headers"], req["body"]
@@ -218,8 +220,8 @@ def test_scopes_keep_each_subscription_to_what_its_owner_may_see(
 def test_drifting_and_a_missed_slo_are_noticed(
     world: Any, eager: Recorder, receiver: Receiver, django_capture_on_commit_callbacks: Any
 ) -> None:
+    from rollmux_contract.phases import PhaseReport
     from rollmux_web.workflow.services import phase_finish
-    from workers.dispatch.base import PhaseReport
 
     services.subscription_create(
         user=world.alice, channel="webhook", target=receiver.url,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workers.dispatch import PhaseOrder, PhaseReport, Probe
+from workers.dispatch import Outcome, PhaseOrder, PhaseReport, Probe
 
 USER_RUNNERS = "tests.workers.user_runners"
 
@@ -108,11 +108,14 @@ class NoTriggers:
     def request_drift_check(self, placement_id: int, iterations_done: int) -> None: ...
 
 
-def end_of(order: PhaseOrder, *, outcome: str = "ok", started: bool = True) -> PhaseReport:
+def end_of(
+    order: PhaseOrder, *, outcome: Outcome = Outcome.OK, reason: str = "", started: bool = True
+) -> PhaseReport:
     now = time.time()
     return PhaseReport(
         order.phase_id,
         outcome,
+        reason=reason,
         started_at=now - 1.0 if started else None,
         finished_at=now,
         warm=True,

@@ -129,14 +129,3 @@ def test_the_records_choices_are_the_cores_words() -> None:
     assert {k.value for k in PhaseKind} | {"sync"} == set(RecordKind.values)
     # (`profile` is no choice of Algorithm 1: a profiling run's placement, services.profiling)
     assert {s.value for s in Strategy} | {"profile"} == set(RecordStrategy.values)
-
-
-def test_a_report_outcome_names_whose_failure_it_was() -> None:
-    from workers.dispatch import Outcome, PhaseReport
-
-    assert PhaseReport(1, "ok").result is Outcome.OK
-    assert PhaseReport(1, "error: ValueError: boom").result is Outcome.ERROR
-    assert PhaseReport(1, "lost: actor died: RayActorError").result is Outcome.LOST
-    assert PhaseReport(1, "something odd").result is Outcome.ERROR  # the job's, to be safe
-    report = PhaseReport.failed(7, Outcome.LOST, "its host (actor) died", job_id=3)
-    assert (report.outcome, report.job_id, report.ok) == ("lost: its host (actor) died", 3, False)

@@ -10,9 +10,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import ports, services
-from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
 from tests.workers.builders import NoTriggers, Recorder, end_of, make_job
 from workers.dispatch import PhaseOrder
 
@@ -128,11 +129,58 @@ def test_a_training_end_advances_the_job_and_the_last_one_completes_it(
 def test_a_failed_phase_resubmits_its_job(world: Any, recorder: Recorder, settings: Any) -> None:
     settings.ROLLMUX_MAX_ATTEMPTS = 3
     order = placed_pair(world, recorder)[0]
-    assert services.phase_finish(end_of(order, outcome="error: RuntimeError: boom")) is True
-    assert PhaseRecord.objects.get(pk=order.phase_id).state == PhaseState.FAILED
+    failed = end_of(order, outcome=ports.Outcome.ERROR, reason="RuntimeError: boom")
+    assert services.phase_finish(failed) is True
+    record = PhaseRecord.objects.get(pk=order.phase_id)
+    assert (record.state, record.outcome) == (PhaseState.FAILED, "error: RuntimeError: boom")
     job = Job.objects.get(pk=order.job_id)
     assert job.status == JobStatus.QUEUED
     assert "boom" in job.reason
+
+
+def _node_of(order: PhaseOrder) -> Node:
+    return Node.objects.get(name=order.nodes[0])
+
+
+def test_a_phase_lost_with_its_node_takes_the_node_down_and_resubmits_the_job(
+    world: Any, recorder: Recorder
+) -> None:
+    order = placed_pair(world, recorder)[0]
+    node = _node_of(order).name
+    lost = ports.PhaseReport.failed(
+        order.phase_id, ports.Outcome.LOST, f"node {node} died (RayActorError)",
+        lost_node=node, group_id=order.group_id, job_id=order.job_id,
+    )  # fmt: skip
+    assert services.phase_finish(lost) is True
+    record = PhaseRecord.objects.get(pk=order.phase_id)
+    assert (record.state, record.outcome) == (
+        PhaseState.LOST,
+        f"lost: node {node} died (RayActorError)",
+    )
+    down = Node.objects.get(name=node)
+    assert (
+        down.state == NodeState.DOWN
+        and down.state_reason == f"Ray: node {node} died (RayActorError)"
+    )
+    placement = Placement.objects.get(pk=order.placement_id)
+    assert placement.end_reason == EndReason.NODE_DOWN
+    job = Job.objects.get(pk=order.job_id)
+    assert job.status == JobStatus.QUEUED and f"node {node} went down" in job.reason
+
+
+def test_a_lost_phase_without_a_lost_node_leaves_the_nodes_alone_whatever_its_reason_says(
+    world: Any, recorder: Recorder
+) -> None:
+    # the reason is for people: a report whose words name a node takes nothing down
+    order = placed_pair(world, recorder)[0]
+    node = _node_of(order).name
+    lost = ports.PhaseReport.failed(
+        order.phase_id, ports.Outcome.LOST, f"node {node} died (RayActorError)",
+        group_id=order.group_id, job_id=order.job_id,
+    )  # fmt: skip
+    assert services.phase_finish(lost) is True
+    assert Node.objects.get(name=node).state == NodeState.UP
+    assert Placement.objects.get(pk=order.placement_id).end_reason == EndReason.LOST
 
 
 class _Sequence(Recorder, NoTriggers):

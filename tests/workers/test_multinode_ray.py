@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.workers.forbidden_runner import MARKER
-from workers.dispatch import PhaseOrder, PhaseReport
+from workers.dispatch import Outcome, PhaseOrder, PhaseReport
 from workers.runners import RunnerContext
 
 pytestmark = [pytest.mark.ray]
@@ -103,9 +103,9 @@ def test_a_runner_outside_the_allowlist_fails_with_a_load_error_and_is_never_imp
 ) -> None:
     MARKER.unlink(missing_ok=True)
     report, _ = dispatch(order(1, "tests.workers.forbidden_runner:Runner", ("h20-0",), ("h800-0",)))
-    assert report.load_error, report.outcome
-    assert "not covered by the runner allowlist" in report.outcome
-    assert "tests.workers.user_runners" in report.outcome  # it says what is allowed
+    assert report.load_error, report.summary
+    assert "not covered by the runner allowlist" in report.reason
+    assert "tests.workers.user_runners" in report.reason  # it says what is allowed
     assert not MARKER.exists(), "a worker imported a module no allowlist names"
 
 
@@ -114,10 +114,11 @@ def test_a_node_no_ray_node_serves_fails_the_phase_at_once_naming_its_label(
 ) -> None:
     # and the dispatcher tells the inventory (through on_node_change) that it is missing
     report, took = dispatch(order(2, "emulated", ("h20-7",), ("h800-0",)))
-    assert report.outcome == (
+    assert report.summary == (
         "lost: node h20-7: no live Ray node has the label rollmux.io/node=h20-7"
-    ), report.outcome  # the platform's failure (not the job's), naming what is missing
-    assert changes == [("h20-7", False, report.outcome.removeprefix("lost: node "))]
+    ), report.summary  # the platform's failure (not the job's), naming what is missing
+    assert report.outcome is Outcome.LOST and report.lost_node == "h20-7"
+    assert changes == [("h20-7", False, report.reason.removeprefix("node "))]
     assert took < 5.0, "a missing node must fail the phase at once, not after a timeout"
 
 
@@ -132,7 +133,8 @@ def test_a_ray_node_with_fewer_gpus_than_the_job_needs_there_fails_the_phase_at_
         "h800-0: no live Ray node has the label rollmux.io/node=h800-0 with 4 GPU"
         f" (its Ray node {multinode_cluster.ray_node_id('h800-0')[:12]} has 2)"
     )
-    assert report.outcome == f"lost: node {reason}", report.outcome
+    assert report.summary == f"lost: node {reason}", report.summary
+    assert report.lost_node == "h800-0"
     assert ("h800-0", False, reason) in changes  # the inventory is told, with the reason
     print(f"\nh800-0 short of GPUs: the phase failed {took:.2f} s after its dispatch")
     assert took < 5.0, "a node that lacks GPUs must fail the phase at once"
@@ -176,11 +178,11 @@ def test_workers_whose_node_gpus_other_ray_work_holds_fail_within_seconds_naming
             ray.util.remove_placement_group(ray.util.get_placement_group("rollmux-gpus-h800-6"))
         multinode_cluster.cluster.remove_node(node)
         multinode_cluster.nodes.pop("h800-6")
-    assert report.outcome == (
+    assert report.summary == (
         "lost: workers cannot be created: the GPUs of h800-6 are held by other Ray work:"
         " its Ray node has 0 of 2 GPU free, its GPU placement group rollmux-gpus-h800-6"
         " (2 x 1 GPU) needs them all"
-    ), report.outcome
+    ), report.summary
     assert not any(name == "h800-6" for name, _, _ in told), "the node itself is fine"
     print(f"\nh800-6's GPUs held: the phase failed {took:.2f} s after its dispatch")
     # the coordinator's own start and the busy wait (3 s), on a loaded machine: never the
@@ -221,10 +223,10 @@ def test_a_worker_whose_gpu_shares_other_jobs_hold_fails_within_seconds_naming_i
         ray.util.remove_placement_group(group)
         multinode_cluster.cluster.remove_node(node)
         multinode_cluster.nodes.pop("h800-7")
-    assert report.outcome == (
+    assert report.summary == (
         f"lost: workers cannot be created: GPU 0 of h800-7 holds {GPU_SHARE} resident workers"
         f" already (ROLLMUX_GPU_SHARE={GPU_SHARE})"
-    ), report.outcome
+    ), report.summary
     assert not any(name == "h800-7" for name, _, _ in told), "the node itself is fine"
     print(f"\nh800-7's GPU shares taken: the phase failed {took:.2f} s after its dispatch")
     assert took < 30.0, f"took {took:.1f} s"  # the busy wait (3 s), not the 60 s timeout

@@ -13,14 +13,14 @@ Either way a dead host is noticed by the dispatcher's completion callback (the R
 fails) or by `reconcile`, which `probe`s hosts.
 
 The contract itself (`PhaseOrder`, `PhaseReport`, `Probe`, `ReportSink`, `Dispatcher`) is
-`workers.dispatch.base`, standard library only; which dispatcher a process uses is decided
+`rollmux_contract.phases`, standard library only, which the web app imports too; which dispatcher a process uses is decided
 once, by the composition root (`workers.composition`). This package imports no Django and
 no `rollmux_web` (import-linter contract).
 """
 
 from __future__ import annotations
 
-from workers.dispatch.base import (
+from rollmux_contract.phases import (
     Dispatcher,
     Outcome,
     PhaseOrder,

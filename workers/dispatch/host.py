@@ -3,8 +3,8 @@
 `PhaseHost` is the bookkeeping every host shares: one phase at a time, the stored report
 of every phase it ran (a re-dispatch after a lost message gets that report, not a second
 run), the phase events it publishes to the broker itself, and the outcome of a failure:
-`load-error: ...` (the runner cannot be loaded: never retried), `error: ...` (the
-runner raised) or `lost: ...` (a worker or its node died).
+`LOAD_ERROR` (the runner cannot be loaded: never retried), `ERROR` (the runner raised) or
+`LOST` (a worker or its node died; `lost_node` names the node when it is known).
 
 `JobHost` runs a single-object runner in this process: the in-process dispatcher's host.
 The Ray dispatcher's host (`ray_coordinator.JobCoordinator`) drives one worker per GPU of
@@ -19,13 +19,21 @@ import time
 import traceback
 from typing import Any
 
-from workers.dispatch.base import Outcome, PhaseOrder, PhaseReport
+from rollmux_contract.phases import REASON_CHARS, Outcome, PhaseOrder, PhaseReport
 from workers.dispatch.storage import CheckpointStore
 from workers.runners import Runner, RunnerContext, RunnerLoadError, make_runner
 
 
 class WorkerLost(RuntimeError):
-    """A worker of the job (or the node it ran on) died mid-phase."""
+    """A worker of the job (or the node it ran on) died mid-phase, or cannot be created.
+
+    `node`: the inventory node whose loss is why (its Ray node died, or no live Ray node
+    can serve it), when that is known; the report names it and the controller marks it down.
+    """
+
+    def __init__(self, why: str, *, node: str | None = None) -> None:
+        super().__init__(why)
+        self.node = node
 
 
 class PhaseHost:
@@ -85,7 +93,10 @@ class PhaseHost:
             )
         warm = self.set_up
         result = PhaseReport(
-            phase_id=order.phase_id, outcome="ok", group_id=order.group_id, job_id=order.job_id
+            phase_id=order.phase_id,
+            outcome=Outcome.OK,
+            group_id=order.group_id,
+            job_id=order.job_id,
         )
         metrics: dict[str, float] = {}
         if order.sent_at is not None:  # the dispatch's own transit (the Ray call)
@@ -103,12 +114,13 @@ class PhaseHost:
             if order.kind == "rollout" and factor != 1.0:  # co-located: on the training type
                 metrics["rollout_speed_factor"] = factor
         except RunnerLoadError as exc:
-            result.outcome = f"{Outcome.LOAD_ERROR.value}: {exc}"[:480]
+            result.outcome, result.reason = Outcome.LOAD_ERROR, str(exc)
         except WorkerLost as exc:
-            result.outcome = f"lost: {exc}"[:480]
+            result.outcome, result.reason, result.lost_node = Outcome.LOST, str(exc), exc.node
         except Exception as exc:  # the runner's error fails the phase, not the host
-            result.outcome = f"error: {type(exc).__name__}: {exc}"[:480]
+            result.outcome, result.reason = Outcome.ERROR, f"{type(exc).__name__}: {exc}"
             metrics["traceback_lines"] = float(len(traceback.format_exc().splitlines()))
+        result.reason = result.reason[:REASON_CHARS]
         result.started_at, result.finished_at, result.warm = started, time.time(), warm
         result.metrics = {k: float(v) for k, v in metrics.items()}
         with self._lock:

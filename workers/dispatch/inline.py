@@ -10,7 +10,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from workers.dispatch.base import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
+from rollmux_contract.phases import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
 from workers.dispatch.host import JobHost
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ from ray.util.scheduling_strategies import (
     PlacementGroupSchedulingStrategy,
 )
 
-from workers.dispatch.base import PhaseOrder, PhaseReport
+from rollmux_contract.phases import PhaseOrder, PhaseReport
 from workers.dispatch.host import PhaseHost, WorkerLost
 from workers.dispatch.pool import PoolWorker
 from workers.runners import RunnerLoadError
@@ -85,6 +85,18 @@ class RayNode:
     labelled: bool  # False: the one local Ray that stands in for every node
 
 
+@dataclass(frozen=True)
+class Lacking:
+    """Why no worker can be created on some inventory nodes (`why` starts with their names);
+    `nodes[0]` is the node the report names as lost (the controller marks it down)."""
+
+    nodes: tuple[str, ...]
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
+
+
 class NodeDirectory:
     """Inventory node name -> the live Ray node that serves it, from Ray's node table."""
 
@@ -114,7 +126,7 @@ class NodeDirectory:
     def missing(self, names: tuple[str, ...]) -> list[str]:
         return [n for n in names if self.find(n) is None]
 
-    def lacking(self, names: tuple[str, ...], gpus: dict[str, int]) -> str | None:
+    def lacking(self, names: tuple[str, ...], gpus: dict[str, int]) -> Lacking | None:
         """Return why no worker can be created for some of `names` (no live Ray node has
         its label, or not with the GPUs the job needs there), or None. It starts with the
         first such node's name (the controller marks that node down with the reason)."""
@@ -125,16 +137,17 @@ class NodeDirectory:
             where = self.find(name)
             need = gpus.get(name, 0)
             if where is not None and where.labelled and where.gpus < need:
-                return (
+                return Lacking(
+                    (name,),
                     f"{name}: no live Ray node has the label {NODE_LABEL}={name} with {need} GPU"
-                    f" (its Ray node {where.node_id[:12]} has {where.gpus})"
+                    f" (its Ray node {where.node_id[:12]} has {where.gpus})",
                 )
         return None
 
 
-def missing_reason(missing: list[str]) -> str:
+def missing_reason(missing: list[str]) -> Lacking:
     labels = ", ".join(f"{NODE_LABEL}={n}" for n in missing)
-    return f"{', '.join(missing)}: no live Ray node has the label {labels}"
+    return Lacking(tuple(missing), f"{', '.join(missing)}: no live Ray node has the label {labels}")
 
 
 def node_gpu_group(name: str, gpus: int) -> Any:
@@ -204,13 +217,13 @@ class _Worker:
     bundle: int = 0  # its GPU: the bundle of that group it was created in
 
 
-def pending_reason(workers: list[_Worker], directory: NodeDirectory) -> tuple[str, str]:
+def pending_reason(workers: list[_Worker], directory: NodeDirectory) -> tuple[Lacking | None, str]:
     """Say why workers Ray has not created yet are waiting: (definite, busy).
 
     `definite`: they never can be as the cluster stands (their node's Ray node is gone, has
     too few GPUs, or their GPU group can never be placed there); it starts with the node's
     name. `busy`: what they need is taken now (the node's GPUs held by other Ray work, a
-    GPU's shares all held by resident workers). ("", ""): nothing is missing, the worker
+    GPU's shares all held by resident workers). (None, ""): nothing is missing, the worker
     processes are still starting.
     """
     busy = ""
@@ -231,7 +244,8 @@ def pending_reason(workers: list[_Worker], directory: NodeDirectory) -> tuple[st
             group = f"its GPU placement group {table.get('name') or ''}"
             group += f" ({w.group.bundle_count} x 1 GPU)"
             if state == "INFEASIBLE":
-                return f"{w.node}: {group} cannot be placed on its Ray node ({where.gpus} GPU)", ""
+                why = f"{w.node}: {group} cannot be placed on its Ray node ({where.gpus} GPU)"
+                return Lacking((w.node,), why), ""
             # pending (Ray retries it, its scheduling state moving between attempts): busy
             # while the node's GPUs are taken; with them free it is being placed (starting)
             free = ray_state.available_resources_per_node().get(where.node_id, {}).get("GPU", 0.0)
@@ -249,7 +263,7 @@ def pending_reason(workers: list[_Worker], directory: NodeDirectory) -> tuple[st
                 f"GPU {w.bundle} of {w.node} holds {GPU_SHARE} resident workers already"
                 f" (ROLLMUX_GPU_SHARE={GPU_SHARE})"
             )
-    return "", busy
+    return None, busy
 
 
 @dataclass
@@ -297,7 +311,7 @@ class JobCoordinator(PhaseHost):
             tuple(nodes["rollout"]) + tuple(nodes["train"]), order.node_gpus
         )
         if lacking:  # no worker could be created: say what is missing now, never "running"
-            raise WorkerLost(f"node {lacking}")
+            raise WorkerLost(f"node {lacking}", node=lacking.nodes[0])
         specs: list[tuple[str, int, str, RayNode, int]] = []
         for role, names in nodes.items():
             rank = 0
@@ -368,9 +382,9 @@ class JobCoordinator(PhaseHost):
             definite, busy = pending_reason(waiting, NodeDirectory.read())
             now = time.monotonic()
             busy_since = (busy_since or now) if busy else None
-            why = ""
+            why, node = "", None
             if definite:
-                why = f"node {definite}"
+                why, node = f"node {definite}", definite.nodes[0]
             elif busy and now - busy_since >= BUSY_WAIT_S:  # type: ignore[operator]
                 why = f"workers cannot be created: {busy}"
             elif now - started >= CREATE_TIMEOUT_S:
@@ -379,7 +393,7 @@ class JobCoordinator(PhaseHost):
             if why:
                 for w in workers:
                     ray.kill(w.handle, no_restart=True)
-                raise WorkerLost(why)
+                raise WorkerLost(why, node=node)
 
     def _gather(self, workers: list[_Worker], calls: list[Any]) -> list[Any]:
         """Wait for one call per worker; a dead worker (or node) is `WorkerLost`."""
@@ -397,7 +411,8 @@ class JobCoordinator(PhaseHost):
                 time.sleep(0.2)
                 dead = self._dead_nodes(workers)
             where = f"node {', '.join(dead)} died" if dead else "a worker died"
-            raise WorkerLost(f"{where} ({type(exc).__name__})") from exc
+            node = dead[0] if dead else None
+            raise WorkerLost(f"{where} ({type(exc).__name__})", node=node) from exc
 
     @staticmethod
     def _dead_nodes(workers: list[_Worker]) -> list[str]:

@@ -27,14 +27,15 @@ from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
 )
 
+from rollmux_contract.phases import Outcome, PhaseOrder, PhaseReport, Probe, ReportSink, host_name
 from workers import ray_env
-from workers.dispatch.base import PhaseOrder, PhaseReport, Probe, ReportSink, host_name
 from workers.dispatch.ray_coordinator import (
     NAMESPACE,
     NODE_LABEL,
     PROBE_TIMEOUT_S,
     JobCoordinator,
     JobCoordinatorActor,
+    Lacking,
     NodeDirectory,
 )
 
@@ -186,7 +187,7 @@ class RayDispatcher:
             self._handles[name] = handle
         return handle
 
-    def _lacking(self, order: PhaseOrder) -> str | None:
+    def _lacking(self, order: PhaseOrder) -> Lacking | None:
         """Return why no Ray node can serve one of the order's nodes (its label, or its
         GPUs), or None; a node once found serving is not read again until it dies."""
         wanted = tuple(n for n in order.pinned_nodes if n not in self._missing_checked)
@@ -279,19 +280,26 @@ class RayDispatcher:
                 # Ray would keep its workers pending forever: fail the phase at once (the
                 # platform's failure: `lost`), and take the node out of the inventory's
                 # service until a Ray node with its label (and GPUs) joins.
-                name = lacking.split(":", 1)[0].split(", ")
-                for node in name:
+                for node in lacking.nodes:
                     if self.on_node_change is not None:
-                        self.on_node_change(node, False, lacking)
-                report = PhaseReport(order.phase_id, f"lost: node {lacking}"[:480])
-                report.group_id, report.job_id = order.group_id, order.job_id
+                        self.on_node_change(node, False, lacking.why)
+                report = PhaseReport.failed(
+                    order.phase_id,
+                    Outcome.LOST,
+                    f"node {lacking}",
+                    lost_node=lacking.nodes[0],
+                    group_id=order.group_id,
+                    job_id=order.job_id,
+                )
                 self.on_report(report)
                 return
             handle = self.coordinator(order)
             sent = dataclasses.replace(order, sent_at=time.time())
             ref = handle.run_phase.remote(sent.to_dict(), self.report)
         except Exception as exc:
-            self.on_report(PhaseReport(order.phase_id, f"lost: dispatch failed: {exc}"[:480]))
+            self.on_report(
+                PhaseReport.failed(order.phase_id, Outcome.LOST, f"dispatch failed: {exc}")
+            )
             return
         ref.future().add_done_callback(lambda fut: self._done(order, fut))
 
@@ -302,7 +310,9 @@ class RayDispatcher:
         except Exception as exc:
             with self._lock:
                 self._handles.pop(order.host_name, None)
-            report = PhaseReport(order.phase_id, f"lost: actor died: {type(exc).__name__}"[:480])
+            report = PhaseReport.failed(
+                order.phase_id, Outcome.LOST, f"actor died: {type(exc).__name__}"
+            )
             threading.Thread(target=self.on_report, args=(report,), daemon=True).start()
             return
         if self.report is None and result.get("outcome") != "duplicate":

@@ -8,7 +8,9 @@ training phase and `restore` when a resubmitted job resumes from its last comple
 Built-in names: `emulated`, `toy-rl` and `external` (a trainer that owns its loop and uses
 `rollmux.phase`). Anything else is an import path "package.module:Class" under one of the
 entries of the admin's runner allowlist the controller passes (`RunnerContext.
-runner_packages`): a name they do not cover is refused before anything is imported. This package imports neither Django nor Ray:
+runner_packages`): a name they do not cover is refused before anything is imported (the
+rule is the neutral contract's, `rollmux_contract.runners`, which the submission check
+applies too). This package imports neither Django nor Ray:
 runners run inside Ray actors or in-process threads. The protocols and contexts are in
 `base` (the implementations import them from there, so the registry here can import the
 implementations without a cycle).
@@ -17,10 +19,9 @@ implementations without a cycle).
 from __future__ import annotations
 
 import importlib
-import re
-import sys
 from typing import Any
 
+from rollmux_contract.runners import BUILTIN_RUNNERS, RUNNER_IMPORT_PATH, runner_permitted
 from workers.runners.base import (
     Peer,
     PoolRunner,
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 PROTOCOL_METHODS = ("setup", "rollout", "train", "offload", "reload", "checkpoint", "restore")
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class RunnerLoadError(ValueError):
@@ -71,24 +71,6 @@ def _builtin(name: str) -> type[Any] | None:
     return None
 
 
-BUILTIN_RUNNERS = ("emulated", "toy-rl", "external")
-
-
-def _allowed(name: str, module_name: str, rules: tuple[str, ...]) -> bool:
-    """Return whether an allowlist entry covers the runner: "pkg" or "pkg.mod" covers every
-    "pkg.mod...:Class" under it, "pkg.mod:Class" exactly that class (the submission check's
-    rule, rollmux_web.inventory.runners.runner_permitted; the standard library never)."""
-    if module_name.split(".")[0] in sys.stdlib_module_names:
-        return False
-    for rule in rules:
-        if ":" in rule:
-            if name == rule:
-                return True
-        elif module_name == rule or module_name.startswith(rule + "."):
-            return True
-    return False
-
-
 def runner_class(name: str, packages: tuple[str, ...] | None = None) -> type[Any]:
     """Return the runner class for a name: a built-in or "package.module:Class".
 
@@ -98,13 +80,13 @@ def runner_class(name: str, packages: tuple[str, ...] | None = None) -> type[Any
     builtin = _builtin(name)
     if builtin is not None:
         return builtin
-    if not _IMPORT_PATH.match(name):
+    if not RUNNER_IMPORT_PATH.match(name):
         raise RunnerLoadError(
             f"runner {name!r} is not one of {', '.join(BUILTIN_RUNNERS)} "
             "nor an import path of the form package.module:Class"
         )
     module_name, _, attr = name.partition(":")
-    if packages is not None and not _allowed(name, module_name, packages):
+    if packages is not None and not runner_permitted(name, packages):
         allowed = ", ".join(packages) or "none"
         raise RunnerLoadError(
             f"runner {name!r} is not covered by the runner allowlist (allowed: {allowed})"

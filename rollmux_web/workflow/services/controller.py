@@ -9,7 +9,6 @@ dispatch them on commit. workers/README.md counts its round trips.
 from __future__ import annotations
 
 import logging
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,16 +56,6 @@ _STATE_OF = {
 }
 
 
-# "lost: node h20-1 died (...)" / "lost: node h20-1: no live Ray node has the label ...":
-# the Ray dispatcher's outcome when a node the phase needs is gone
-_LOST_NODE = re.compile(r"^lost: node ([\w.-]+)")
-
-
-def _lost_node(outcome: str) -> str | None:
-    match = _LOST_NODE.match(outcome)
-    return match.group(1) if match else None
-
-
 def _ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
 
@@ -99,7 +88,7 @@ def phase_finish(
         except PhaseRecord.DoesNotExist:
             log.warning("report for unknown phase %s", report.phase_id)
             return False
-    result = report.result
+    result = report.outcome
     with controller_serial(), transaction.atomic():
         group = lock_group(group_id, phase_event=True)
         # After the lock: whatever this event ends (a node allocation) ends after what the
@@ -108,7 +97,7 @@ def phase_finish(
         fields: dict[str, Any] = {
             "state": _STATE_OF.get(result, PhaseState.LOST),
             "finished_at": _ts(report.finished_at) or now,
-            "outcome": report.outcome[:500],
+            "outcome": report.summary[:500],
             "metrics": _metrics(report),
             "ray_node_ids": report.ray_node_ids,
             "gpu_ids": report.gpu_ids,
@@ -146,7 +135,7 @@ def phase_finish(
                     runtime=runtime,
                     finish=finish,
                     result=result,
-                    outcome=report.outcome,
+                    outcome=report.summary,
                     now=now,
                     effects=effects,
                 )
@@ -159,18 +148,18 @@ def phase_finish(
                     # a lost host is the platform's failure, not the job's: its attempt
                     # is not counted against ROLLMUX_MAX_ATTEMPTS (departures)
                     lost = result is Outcome.LOST
-                    node = _lost_node(report.outcome) if lost else None
+                    node = report.lost_node if lost else None
                     if node is not None:  # its node died or is missing: the platform's loss
                         # Ray's word: the node is down now, in this transaction, so the
                         # planning pass this resubmission asks for cannot pick it again
-                        node_ray_changed(name=node, alive=False, reason=report.outcome[6:])
+                        node_ray_changed(name=node, alive=False, reason=report.reason)
                         placement_end(placement, EndReason.NODE_DOWN, now, effects, kill=True)
                         job_resubmit_node_down(job, node, now)
                     else:
                         reason = EndReason.LOST if lost else EndReason.FAILED
                         placement_end(placement, reason, now, effects, kill=lost)
                         job_fail_or_resubmit(
-                            job, report.outcome, now, retry=not report.load_error, lost=lost
+                            job, report.summary, now, retry=not report.load_error, lost=lost
                         )
         if not effects.group_released:
             phases_start(group, runtime, now, effects, placements=placements)

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
-from rollmux_web.inventory.runners import BUILTIN_RUNNERS
+from rollmux_contract.runners import BUILTIN_RUNNERS
 from rollmux_web.inventory.selectors import runner_allowlist
 from rollmux_web.jobs.models import Job, PhaseTimes
 from rollmux_web.jobs.runners import EMULATED_PROFILE_S, EMULATING_RUNNERS, time_scale_of

@@ -1,13 +1,18 @@
 """The dispatch contract: what the controller hands a dispatcher and what comes back.
 
 Standard library only (an import-linter contract keeps it so): the web services build
-`PhaseOrder`s and apply `PhaseReport`s through `rollmux_web.workflow.ports`, the
-dispatchers in this package implement `Dispatcher`, and neither needs the other's imports.
+`PhaseOrder`s and apply `PhaseReport`s (through `rollmux_web.workflow.ports`), the
+dispatchers in `workers.dispatch` implement `Dispatcher`; both import this module and
+neither imports the other.
+
+Messages are forward- and backward-compatible across a rolling upgrade: a field this side
+does not know is dropped and logged, a field the message lacks takes its default.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
@@ -91,7 +96,7 @@ def host_name(job_id: int, placement_id: int) -> str:
 
 
 class Outcome(StrEnum):
-    """How a phase ended: the head of `PhaseReport.outcome` ("ok", "error: why", "lost: why")."""
+    """How a phase ended (`PhaseReport.outcome`; the why is `PhaseReport.reason`)."""
 
     OK = "ok"  # the phase ran
     ERROR = "error"  # the job's own failure: its runner raised, or it overran
@@ -101,12 +106,21 @@ class Outcome(StrEnum):
     LOAD_ERROR = "load-error"
 
 
+REASON_CHARS = 480  # a reason is cut to this (it is stored beside the phase's record)
+
+
 @dataclass
 class PhaseReport:
-    """The end of a phase as its host saw it (times are Unix seconds)."""
+    """The end of a phase as its host saw it (times are Unix seconds).
+
+    `outcome` says whose failure it was, `reason` why (empty when it ran) and, for a phase
+    lost because an inventory node is gone (its Ray node died, or no live Ray node has its
+    label), `lost_node` names that node: the controller marks it down. Nothing is parsed
+    out of the reason: it is for people.
+    """
 
     phase_id: int
-    outcome: str  # "ok", "error: ...", "load-error: ..." or "lost: ..." (see `result`)
+    outcome: Outcome = Outcome.OK
     started_at: float | None = None
     finished_at: float | None = None
     warm: bool | None = None
@@ -119,36 +133,82 @@ class PhaseReport:
     bytes_moved: int | None = None  # sync: bytes that crossed from the training pool
     # long-tail migration: the nodes the rollout freed before its end, and when (Unix s)
     released: dict[str, float] = field(default_factory=dict)
+    reason: str = ""  # why it did not run to its end ("" when it ran)
+    lost_node: str | None = None  # LOST because this inventory node is gone
+
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)  # a known kind, or ValueError naming it
+        self.reason = self.reason[:REASON_CHARS]
 
     @property
     def ok(self) -> bool:
-        return self.outcome == Outcome.OK
+        return self.outcome is Outcome.OK
 
     @property
     def result(self) -> Outcome:
-        """Return the outcome's kind (an unknown head counts as the job's error)."""
-        head = self.outcome.split(":", 1)[0].strip()
-        try:
-            return Outcome(head)
-        except ValueError:
-            return Outcome.ERROR
-
-    @classmethod
-    def failed(cls, phase_id: int, result: Outcome, why: str, **fields: Any) -> PhaseReport:
-        """Return the report of a phase that did not run to its end (`result` ERROR or LOST)."""
-        return cls(phase_id, f"{result.value}: {why}"[:480], **fields)
+        """Return the outcome's kind (the name callers used before `outcome` was typed)."""
+        return self.outcome
 
     @property
     def load_error(self) -> bool:
         """The runner could not be loaded: never retried (it would fail the same way)."""
-        return self.result is Outcome.LOAD_ERROR
+        return self.outcome is Outcome.LOAD_ERROR
+
+    @property
+    def summary(self) -> str:
+        """Return the outcome as a person reads it: "ok", or "lost: node h20-1 died"."""
+        return self.outcome.value if not self.reason else f"{self.outcome.value}: {self.reason}"
+
+    @classmethod
+    def failed(
+        cls,
+        phase_id: int,
+        result: Outcome,
+        why: str,
+        *,
+        lost_node: str | None = None,
+        **fields: Any,
+    ) -> PhaseReport:
+        """Return the report of a phase that did not run to its end (`lost_node`: the
+        inventory node whose loss is why, with `result` LOST)."""
+        if lost_node is not None and result is not Outcome.LOST:
+            raise ValueError(f"lost_node {lost_node!r} with outcome {result.value!r}")
+        return cls(phase_id, result, reason=why, lost_node=lost_node, **fields)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PhaseReport:
-        return cls(**known_fields(cls, data))
+        """Read a report from a peer of any version: a newer one's unknown fields are
+        dropped (and logged), an unknown outcome counts as the job's error (to be safe), and
+        an older one's single "kind: why" outcome string is read as the two fields it was."""
+        data = known_fields(cls, data)
+        outcome = str(data.get("outcome", Outcome.OK.value))
+        if "reason" not in data and ":" in outcome:
+            outcome, _, why = outcome.partition(":")
+            data["reason"] = why.strip()
+            if outcome.strip() == Outcome.LOST.value and "lost_node" not in data:
+                data["lost_node"] = _legacy_lost_node(data["reason"])
+        try:
+            data["outcome"] = Outcome(outcome.strip())
+        except ValueError:
+            log.warning("PhaseReport: unknown outcome %r counts as the job's error", outcome)
+            data["outcome"] = Outcome.ERROR
+            data["reason"] = f"{outcome.strip()}: {data.get('reason') or ''}".rstrip(": ")
+        return cls(**data)
+
+
+# An older host wrote "lost: node h20-1 died (...)" / "lost: node h20-1, h20-2: no live Ray
+# node has the label ..." and no `lost_node`: the first node named is the one it meant.
+_LEGACY_LOST_NODE = re.compile(r"^node ([\w.-]+)")
+
+
+def _legacy_lost_node(reason: str) -> str | None:
+    match = _LEGACY_LOST_NODE.match(reason)
+    return match.group(1) if match else None
 
 
 @dataclass(frozen=True)

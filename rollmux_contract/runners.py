@@ -1,8 +1,9 @@
-"""Runners a job may name: the built-ins, and import paths an allowlist entry covers.
+"""Runners a job may name: the built-ins, and the import paths an allowlist entry covers.
 
-Stdlib only (the job spec, the CLI and a worker can import it without Django). The
-allowlist itself is the `RunnerPackage` table (inventory.selectors.runner_allowlist);
-this module holds the names and the rule, and imports nothing a rule names.
+One rule, applied twice: by the web app when a job is submitted (nothing is imported there)
+and by a worker before it imports a runner's module (a worker never imports what is not
+allowlisted, whatever reached it). The allowlist itself is the inventory's `RunnerPackage`
+table; this module holds the names and the rule, and imports nothing a rule names.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import re
 import sys
 from collections.abc import Iterable
 
-# The runners every deployment has (workers/runners implements them; the web app keeps the
-# names so that it never imports workers).
+# The runners every deployment has (`workers.runners` implements them; the web app knows
+# them by name only).
 BUILTIN_RUNNERS = ("emulated", "toy-rl", "external")
-# "package.module:ClassName": dotted module path, a colon, a class name
+# "package.module:ClassName": dotted module path (no empty part: `a..b:C` is refused), a
+# colon, a class name
 RUNNER_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 # An allowlist entry: a package or module (any class under it) or one "module:Class".
 RUNNER_RULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?$")
@@ -23,6 +25,8 @@ RUNNER_RULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?$")
 # runners and whose import in a job's worker is what the allowlist exists to prevent.
 FORBIDDEN_RUNNER_ROOTS = frozenset(sys.stdlib_module_names) | {
     "rollmux_web",
+    "rollmux_contract",
+    "rollmux_cli",
     "workers",
     "scheduler",
     "rollmux",
@@ -36,7 +40,8 @@ FORBIDDEN_RUNNER_ROOTS = frozenset(sys.stdlib_module_names) | {
 def runner_permitted(name: str, allowed: Iterable[str]) -> bool:
     """Return whether a job may name this runner: a built-in, or an import path that an
     allowlist entry covers ("pkg" or "pkg.mod" covers every "pkg.mod...:Class" under it,
-    "pkg.mod:Class" exactly that class). Nothing is imported."""
+    "pkg.mod:Class" exactly that class), never one under a forbidden root. Nothing is
+    imported."""
     if name in BUILTIN_RUNNERS:
         return True
     if not RUNNER_IMPORT_PATH.match(name):
@@ -51,3 +56,21 @@ def runner_permitted(name: str, allowed: Iterable[str]) -> bool:
         elif module == rule or module.startswith(rule + "."):
             return True
     return False
+
+
+def allowlist_entry_problem(value: str) -> str | None:
+    """Return why `value` cannot be an allowlist entry, or None when it can."""
+    if value in BUILTIN_RUNNERS:
+        return f"{value!r} is a built-in runner: it needs no entry."
+    if not RUNNER_RULE.match(value) or len(value) > 200:
+        return (
+            "Give a package or module (acme_rl, acme_rl.runners) or one class "
+            "(acme_rl.runners:GrpoRunner)."
+        )
+    root = value.split(":")[0].split(".")[0]
+    if root in FORBIDDEN_RUNNER_ROOTS:
+        return (
+            f"{root!r} is the standard library or RollMux's own code, not a runner "
+            "package: register the package that holds your runner classes."
+        )
+    return None
