@@ -16,6 +16,7 @@ COPY pyproject.toml README.md ./
 COPY scheduler/__init__.py scheduler/__init__.py
 COPY workers/__init__.py workers/__init__.py
 COPY rollmux_contract/__init__.py rollmux_contract/__init__.py
+COPY rollmux_cli/__init__.py rollmux_cli/__init__.py
 COPY rollmux_web/__init__.py rollmux_web/__init__.py
 RUN pip install -e .
 
@@ -23,6 +24,7 @@ COPY manage.py ./
 COPY scheduler ./scheduler
 COPY workers ./workers
 COPY rollmux_contract ./rollmux_contract
+COPY rollmux_cli ./rollmux_cli
 COPY rollmux_web ./rollmux_web
 COPY templates ./templates
 COPY static ./static

@@ -154,7 +154,7 @@ class Stack:
     def _connected(self, address: str) -> str:
         """Give this process a Ray dispatcher at `address` (it enqueues the planning passes;
         the worker dispatches)."""
-        from rollmux_web.workflow import ports
+        from rollmux_web import ports
         from workers.composition import deliver_report, report_config
         from workers.dispatch.ray_dispatcher import RayDispatcher
 

@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> None:
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
     nothing = _Nothing()
     try:
-        from rollmux_web.workflow import ports
+        from rollmux_web import ports
 
         previous = ports.configure(dispatcher=nothing, triggers=nothing)  # type: ignore[arg-type]
     except ImportError:  # before the ports (main before issue 10)

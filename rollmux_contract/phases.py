@@ -1,7 +1,7 @@
 """The dispatch contract: what the controller hands a dispatcher and what comes back.
 
 Standard library only (an import-linter contract keeps it so): the web services build
-`PhaseOrder`s and apply `PhaseReport`s (through `rollmux_web.workflow.ports`), the
+`PhaseOrder`s and apply `PhaseReport`s (through `rollmux_web.ports`), the
 dispatchers in `workers.dispatch` implement `Dispatcher`; both import this module and
 neither imports the other.
 

@@ -8,7 +8,9 @@ Two kinds of series:
   serve them on their own port (`workers/metrics_exporter.py`). Under gunicorn (or a
   prefork Celery pool) set PROMETHEUS_MULTIPROC_DIR so every process's samples are summed.
 - database gauges (`rollmux_web.metrics_db`): jobs, pools, quotas and cost, read from the
-  database on each scrape of /metrics, so they are right whichever process answers.
+  database on each scrape of /metrics, so they are right whichever process answers. The
+  /metrics view is there too: it reads every app, while this module imports none (the
+  apps' services count events here).
 
 Access: /metrics needs `Authorization: Bearer <ROLLMUX_METRICS_TOKEN>` when the token is
 set; without a token it is open in embedded mode only and refused (401) with
@@ -18,21 +20,17 @@ tenant are not public).
 
 from __future__ import annotations
 
-import hmac
 import os
 import re
 import time
 from collections.abc import Callable
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
     Counter,
     Histogram,
-    generate_latest,
 )
 
 # Latency buckets in seconds: admission decisions are sub-millisecond to tens of ms
@@ -145,29 +143,3 @@ def process_registry() -> CollectorRegistry:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return registry
     return REGISTRY
-
-
-def _authorized(request: HttpRequest) -> bool:
-    token = getattr(settings, "ROLLMUX_METRICS_TOKEN", "")
-    if not token:
-        # Open only in embedded mode (make run, tests): production without a token is closed.
-        return bool(getattr(settings, "ROLLMUX_EMBEDDED", True))
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
-
-
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Serve the Prometheus exposition: process counters plus gauges read from the database."""
-    from rollmux_web.metrics_db import database_registry
-
-    if not _authorized(request):
-        response = HttpResponse(
-            "metrics token required (set ROLLMUX_METRICS_TOKEN and send it as a Bearer token)\n",
-            status=401,
-            content_type="text/plain",
-        )
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
-    body = generate_latest(process_registry()) + generate_latest(database_registry())
-    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

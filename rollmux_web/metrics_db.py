@@ -1,4 +1,4 @@
-"""Gauges and counters read from the database on each scrape of /metrics.
+"""Gauges and counters read from the database on each scrape of /metrics, and the view.
 
 The database is the system of record, so these are right whichever process answers and
 survive restarts: live jobs by state, all-time finished jobs (a counter), pending jobs by
@@ -9,15 +9,20 @@ state and reason class, zeros included, so a rate or an alert does not see a ser
 
 from __future__ import annotations
 
+import hmac
 from collections import defaultdict
 from collections.abc import Iterator
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from prometheus_client import CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from rollmux_web.metrics import process_registry
 
 # Why a queued job waits, as a small closed set of label values (the full reason is on the
 # job page). Checked in order against the reason the planner (or a resubmission) wrote.
@@ -290,3 +295,27 @@ def database_registry() -> CollectorRegistry:
     for collector in (JobCollector(), InventoryCollector(), TenantCollector()):
         registry.register(collector)
     return registry
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token = getattr(settings, "ROLLMUX_METRICS_TOKEN", "")
+    if not token:
+        # Open only in embedded mode (make run, tests): production without a token is closed.
+        return bool(getattr(settings, "ROLLMUX_EMBEDDED", True))
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Serve the Prometheus exposition: process counters plus gauges read from the database."""
+    if not _authorized(request):
+        response = HttpResponse(
+            "metrics token required (set ROLLMUX_METRICS_TOKEN and send it as a Bearer token)\n",
+            status=401,
+            content_type="text/plain",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    body = generate_latest(process_registry()) + generate_latest(database_registry())
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

@@ -7,7 +7,7 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from rollmux_web import metrics
+from rollmux_web import metrics_db
 
 urlpatterns = [
     # first: Django tries the patterns in order, and every include that does not match an
@@ -32,7 +32,7 @@ urlpatterns = [
         ),
         name="swagger-ui",
     ),
-    path("metrics", metrics.metrics_view, name="metrics"),
+    path("metrics", metrics_db.metrics_view, name="metrics"),
     path("django-admin/", admin.site.urls),
     path("favicon.ico", RedirectView.as_view(url="/static/favicon.svg")),
 ]

@@ -3,7 +3,7 @@
 `install()` runs once per process when Django starts (`workers.apps.WorkersConfig.ready`,
 so web servers, Celery workers, management commands and the tests all get it):
 
-1. fill the web app's ports (`rollmux_web.workflow.ports`) with the dispatcher factory
+1. fill the web app's ports (`rollmux_web.ports`) with the dispatcher factory
    (ROLLMUX_DISPATCHER: the Ray dispatcher, or the in-process one) and the triggers;
 2. connect the Celery worker's handlers: warm-up (`workers.warmup`), the worker's metrics
    exporter (`workers.metrics_exporter`) and its database connections kept across tasks
@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
-from rollmux_web.workflow import ports
+from rollmux_web import ports
 from workers import connections, embedded, triggers, warmup
 from workers.dispatch import Dispatcher, PhaseReport
 

@@ -1,6 +1,6 @@
 """Hooks that wake the workflow: the one façade over the Celery tasks.
 
-The web app reaches these through its ports (`rollmux_web.workflow.ports`, filled with this
+The web app reaches these through its ports (`rollmux_web.ports`, filled with this
 module by the composition root); the dispatchers' report sink and the embedded beat call
 them too. Nothing else enqueues a task of `workers.tasks`.
 

@@ -68,7 +68,7 @@ def install(app: Celery) -> None:
 
 def _warm() -> None:
     try:
-        from rollmux_web.workflow import ports
+        from rollmux_web import ports
 
         warm = getattr(ports.dispatcher(), "warm", None)
         if warm is not None:

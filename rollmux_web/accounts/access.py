@@ -1,9 +1,10 @@
-"""Tenant scoping of jobs and co-execution groups, and the one rule for showing a member.
+"""Tenant scoping: the tenants a user sees, and the one rule for showing a member.
 
 Visibility: a user sees the jobs of the tenants `accounts.selectors.visible_tenants`
-returns (admins and finance: every tenant). A co-execution group is visible when it has
-(or had) a member of a visible tenant. Another tenant's job, or a group of other tenants
-only, is a 404.
+returns (admins and finance: every tenant). The lookups of a job or a co-execution group
+by that rule (another tenant's job, or a group of other tenants only, is a 404) are in
+`rollmux_web.workflow.access`, beside the models they read: this module, at the bottom of
+the apps' layers, reads only accounts.
 
 Masking (`member_label`, `member_hidden`): inside a visible group, a member of a tenant
 the viewer may not see is shown without identity everywhere (pages, partials, SVG
@@ -17,12 +18,7 @@ from __future__ import annotations
 from contextlib import suppress
 from typing import Any, NamedTuple
 
-from django.db.models import QuerySet
-from django.http import Http404
-
 from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
-from rollmux_web.jobs.models import Job
-from rollmux_web.workflow.models import ExecutionGroup, Placement
 
 OTHER_TENANT_JOB = "another tenant's job"
 _UNSET = object()
@@ -70,44 +66,3 @@ def member_label(job: Any, viewer_tenant_ids: set[int] | None) -> str:
     `job` is a Job or a JobRef (anything with `name` and `tenant_id`).
     """
     return OTHER_TENANT_JOB if member_hidden(job, viewer_tenant_ids) else str(job.name)
-
-
-def job_get_for_user(*, user: Any, job_id: int) -> Job:
-    """Return a job of a tenant the user may see (tenant and SLO class loaded), else 404."""
-    job = Job.objects.select_related("tenant", "slo_class").filter(pk=job_id).first()
-    if job is None or not tenant_visible(job.tenant_id, visible_tenant_ids(user)):
-        raise Http404("no such job")
-    return job
-
-
-def groups_for_user(*, user: Any) -> QuerySet[ExecutionGroup]:
-    """Return the groups with (or that had) a member of a tenant the user may see."""
-    tenant_ids = visible_tenant_ids(user)
-    groups = ExecutionGroup.objects.all()
-    if tenant_ids is None:
-        return groups
-    return groups.filter(placements__job__tenant_id__in=tenant_ids).distinct()
-
-
-def group_get_for_user(*, user: Any, group_id: int) -> ExecutionGroup:
-    """Return a group the user may see (one of its members is in a visible tenant), else 404."""
-    group = ExecutionGroup.objects.filter(pk=group_id).first()
-    if group is None:
-        raise Http404("no such group")
-    tenant_ids = visible_tenant_ids(user)
-    if (
-        tenant_ids is not None
-        and not Placement.objects.filter(group=group, job__tenant_id__in=tenant_ids).exists()
-    ):
-        raise Http404("no such group")
-    return group
-
-
-def group_member_refs(group_ids: list[int]) -> dict[int, dict[int, JobRef]]:
-    """Return per group its members' JobRefs by job id (one query)."""
-    out: dict[int, dict[int, JobRef]] = {}
-    for gid, jid, name, tid in Placement.objects.filter(group_id__in=group_ids).values_list(
-        "group_id", "job_id", "job__name", "job__tenant_id"
-    ):
-        out.setdefault(gid, {})[jid] = JobRef(jid, name, tid)
-    return out

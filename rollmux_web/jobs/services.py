@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from rollmux_web import metrics
+from rollmux_web import metrics, ports
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.audit.services import audit_record
@@ -21,7 +21,6 @@ from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.spec import SPEC_FIELDS, spec_values
 from rollmux_web.quotas.selectors import QuotaUsage, quota_usage
 from rollmux_web.transactions import atomic_with_retry
-from rollmux_web.workflow import ports
 
 
 @dataclass

@@ -14,10 +14,8 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from rollmux_web.formatting import duration
-from rollmux_web.inventory.models import PoolKind
 from rollmux_web.reports.intervals import clip, merge, subtract
 from rollmux_web.reports.palette import UNKNOWN_JOB, JobShades, job_colours
-from rollmux_web.workflow.models import PhaseState
 
 BAR_LIMIT = 3000  # above this many phases in the window, sub-pixel bars are aggregated
 # The chart is drawn as wide as its card (the page tells the server: static/js/timeline.js),
@@ -37,7 +35,11 @@ FAILED_STATES = ("failed", "lost")
 MARKER_MIN_W = 6  # a start marker (a 9 px wedge) is drawn on bars at least this wide
 PHASE_KINDS = ("rollout", "sync", "train")  # the legend's order of a job's shades
 KIND_NAMES = {"rollout": "rollout", "sync": "weight sync", "train": "training"}
-POOL_TITLES = {PoolKind.ROLLOUT.value: "Rollout pool", PoolKind.TRAIN.value: "Training pool"}
+# the values of inventory's PoolKind and workflow's PhaseState this geometry needs (it
+# imports no model: tests/reports check the two stay equal)
+ROLLOUT_POOL, TRAIN_POOL = "rollout", "train"
+RUNNING, SUCCEEDED = "running", "succeeded"
+POOL_TITLES = {ROLLOUT_POOL: "Rollout pool", TRAIN_POOL: "Training pool"}
 NO_LABEL = "a job"  # a phase whose job has no label (never its id: it may be another tenant's)
 
 
@@ -281,7 +283,7 @@ class _Frame:
 
 def _pool_of_kind(kind: str) -> str:
     # rollouts and weight syncs run on the rollout pool (sync: its nodes receive)
-    return PoolKind.ROLLOUT if kind in ("rollout", "sync") else PoolKind.TRAIN
+    return ROLLOUT_POOL if kind in ("rollout", "sync") else TRAIN_POOL
 
 
 def _lanes(
@@ -295,8 +297,8 @@ def _lanes(
     for p in pre:
         for n in p.nodes:
             pools.setdefault(n, _pool_of_kind(p.kind))
-    order = {PoolKind.ROLLOUT: 0, PoolKind.TRAIN: 1}
-    names = sorted(pools, key=lambda n: (order.get(pools[n], 2), n))  # type: ignore[call-overload]
+    order = {ROLLOUT_POOL: 0, TRAIN_POOL: 1}
+    names = sorted(pools, key=lambda n: (order.get(pools[n], 2), n))
     lanes: list[Lane] = []
     heads: list[PoolHead] = []
     y = float(TOP)
@@ -385,7 +387,7 @@ def _bars(
                 rects=rects,
                 tip=_phase_tip(row, labels.get(jid, NO_LABEL), now_ts, hidden=hidden),
                 warm_start=warm,
-                running=f is None or state == PhaseState.RUNNING,
+                running=f is None or state == RUNNING,
                 failed=state in FAILED_STATES,
                 profile=profile,
                 marker=marker,
@@ -574,7 +576,7 @@ def build_timeline(
     if with_headline:
         # the database's per-job sums stand in for the short phases in the headline
         pseudo = [
-            PhaseRow(0, s.job_id, 0, "", s.nodes, None, w0, w0 + s.busy_s, PhaseState.SUCCEEDED, "")
+            PhaseRow(0, s.job_id, 0, "", s.nodes, None, w0, w0 + s.busy_s, SUCCEEDED, "")
             for s in pre_job_sums
         ]
         headline = bubble_headline(rows + pseudo, pools, alloc_by_node, t0, t1, now)
@@ -661,7 +663,7 @@ def bubble_headline(
             busy_s[pool] += d
             job_nodes[(jid, pool)].add(n)
     out = []
-    for pool in (PoolKind.ROLLOUT, PoolKind.TRAIN):
+    for pool in (ROLLOUT_POOL, TRAIN_POOL):
         alloc = alloc_s.get(pool, 0.0)
         busy = min(busy_s.get(pool, 0.0), alloc) if alloc else busy_s.get(pool, 0.0)
         solo_alloc = sum(len(job_nodes.get((jid, pool), ())) * t for jid, t in job_time.items())

@@ -12,7 +12,6 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from rollmux_web.accounts.access import group_get_for_user, job_get_for_user
 from rollmux_web.htmx import HtmxHttpRequest, render_partial
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
@@ -27,6 +26,7 @@ from rollmux_web.reports import (
 )
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm, month_shortcuts
 from rollmux_web.reports.models import WhatIfRun
+from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
 
 
 @login_required

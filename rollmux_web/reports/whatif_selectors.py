@@ -13,16 +13,12 @@ from typing import Any
 
 from django.http import Http404
 
-from rollmux_web.accounts.access import (
-    JobRef,
-    groups_for_user,
-    member_label,
-    visible_tenant_ids,
-)
+from rollmux_web.accounts.access import JobRef, member_label, visible_tenant_ids
 from rollmux_web.accounts.selectors import sees_all_tenants, visible_tenants
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.spec import SPEC
 from rollmux_web.reports.models import WhatIfRun
+from rollmux_web.workflow.access import groups_for_user
 from rollmux_web.workflow.converters import job_profile
 from rollmux_web.workflow.levers import place_job
 from rollmux_web.workflow.selectors import planned_as, planner_input

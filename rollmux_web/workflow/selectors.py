@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
-from rollmux_web.accounts.access import groups_for_user, member_hidden, visible_tenant_ids
+from rollmux_web.accounts.access import member_hidden, visible_tenant_ids
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of as time_scale_of  # (re-exported)
 from rollmux_web.workflow import converters, snapshot
+from rollmux_web.workflow.access import groups_for_user
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
 from scheduler.model import ClusterSpec, ClusterState, JobProfile
 from scheduler.roundrobin import plan_meta_iteration

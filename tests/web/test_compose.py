@@ -154,7 +154,7 @@ def test_every_ray_node_mounts_the_one_checkpoint_volume_the_controller_names():
 
 
 def test_ray_node_labels_match_the_inventory_naming():
-    from rollmux_web.accounts.management.commands import seed_demo
+    from rollmux_web.reports.management.commands import seed_demo
 
     seeded = {
         f"{prefix}-{i}" for prefix in ("h20", "h800") for i in range(seed_demo.NODES_PER_POOL)

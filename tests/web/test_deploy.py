@@ -164,10 +164,10 @@ def test_every_expression_parses_and_the_alerts_are_complete():
 def exported(client, world, settings, django_capture_on_commit_callbacks, api_as):
     """Return {sample name: label names} from /metrics after real activity: a planning
     pass (a placement and a wait), a phase switch, a resubmission, quotas, API calls."""
+    from rollmux_web import ports
     from rollmux_web.inventory.models import Node, NodeState
     from rollmux_web.notifications import services as notifications
     from rollmux_web.quotas.models import Quota
-    from rollmux_web.workflow import ports
     from rollmux_web.workflow.models import Placement
     from rollmux_web.workflow.services import node_down_resubmit, phase_finish, queue_plan
     from tests.factories import job_spec

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from rollmux_web import ports
 from rollmux_web.inventory.models import Node
 from rollmux_web.inventory.services import runner_package_create
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.services import JobRejected, job_submit
-from rollmux_web.workflow import ports
 from rollmux_web.workflow.models import (
     ExecutionGroup,
     NodeAllocation,

@@ -200,7 +200,7 @@ def test_rollmux_login_twice_leaves_one_live_cli_token(
 ) -> None:
     import io
 
-    from rollmux_web import cli
+    from rollmux_cli import cli
 
     monkeypatch.setenv("ROLLMUX_CONFIG", str(tmp_path / "cfg" / "token"))
     monkeypatch.setenv("ROLLMUX_URL", live_server.url)

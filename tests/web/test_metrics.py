@@ -117,7 +117,7 @@ def _run_plan(capture):
 def test_a_planning_pass_exports_admissions_waits_pools_cost_and_quota(
     client, world, settings, django_capture_on_commit_callbacks
 ):
-    from rollmux_web.workflow import ports
+    from rollmux_web import ports
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     rec = Recorder()
@@ -183,7 +183,7 @@ def test_a_planning_pass_exports_admissions_waits_pools_cost_and_quota(
 def test_a_node_down_counts_a_resubmission_and_the_move_a_migration(
     client, world, settings, django_capture_on_commit_callbacks
 ):
-    from rollmux_web.workflow import ports
+    from rollmux_web import ports
     from rollmux_web.workflow.models import Placement
     from rollmux_web.workflow.services import node_down_resubmit
 

@@ -17,10 +17,9 @@ import pytest
 from aiosmtpd.controller import Controller
 from django.core.exceptions import ValidationError
 
-from rollmux_web import events
+from rollmux_web import events, ports
 from rollmux_web.notifications import services, signing
 from rollmux_web.notifications.models import Delivery, DeliveryStatus, Subscription
-from rollmux_web.workflow import ports
 from tests.workers.builders import Recorder, end_of, make_job, wait_for
 
 SMTP_PORT = 8182  # this checkout's ports (PROTOCOL: ops 8180-8189)

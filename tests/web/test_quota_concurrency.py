@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
+from rollmux_web import ports
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.services import JobRejected, job_submit
 from rollmux_web.quotas.models import Quota
 from rollmux_web.transactions import atomic_with_retry
-from rollmux_web.workflow import ports
 from tests.factories import job_spec
 from tests.workers.builders import NoTriggers
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from rollmux_web import cli
+from rollmux_cli import cli
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.serializers import JobSerializer
 from rollmux_web.jobs.spec import READ_ONLY_JOB_FIELDS, SPEC_FIELDS

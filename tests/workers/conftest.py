@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rollmux_web.workflow import ports
+from rollmux_web import ports
 from tests.workers.builders import Recorder
 from tests.workers.multinode import (
     multinode_cluster,

@@ -180,8 +180,8 @@ def multinode_workflow(
     """The workflow on the multi-node cluster, with a real Celery worker in this process."""
     from celery.contrib.testing.worker import start_worker
 
+    from rollmux_web import ports
     from rollmux_web.celery import app
-    from rollmux_web.workflow import ports
     from workers import triggers
     from workers.composition import deliver_report, report_config
     from workers.dispatch.ray_dispatcher import RayDispatcher

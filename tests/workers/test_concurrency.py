@@ -13,9 +13,9 @@ import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from rollmux_web import ports
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
 from rollmux_web.jobs.services import JobRejected, job_submit
-from rollmux_web.workflow import ports
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation
 from rollmux_web.workflow.services import phase_finish, queue_plan
 from tests.factories import job_spec

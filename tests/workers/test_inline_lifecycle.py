@@ -209,7 +209,7 @@ def test_the_web_app_knows_every_builtin_runner_by_name() -> None:
 def test_reconcile_redispatches_a_phase_whose_dispatch_was_lost(
     world: Any, inline_workflow: Any
 ) -> None:
-    from rollmux_web.workflow import ports
+    from rollmux_web import ports
     from tests.workers.test_faults import RecordingDispatcher
 
     job = make_job(world, iterations=2)

@@ -9,13 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
-from rollmux_web.accounts.access import (
-    JobRef,
-    groups_for_user,
-    member_hidden,
-    member_label,
-    visible_tenant_ids,
-)
+from rollmux_web.accounts.access import JobRef, member_hidden, member_label, visible_tenant_ids
+from rollmux_web.workflow.access import groups_for_user
 from rollmux_web.workflow.models import ExecutionGroup, Placement, Strategy
 from rollmux_web.workflow.selectors import cluster_snapshot
 from scheduler.slo import check_group

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from rollmux_web.accounts.access import groups_for_user, visible_tenant_ids
+from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.inventory.models import Cluster, Node, NodeState, PoolKind
 from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.jobs.models import Job, JobStatus
@@ -19,6 +19,7 @@ from rollmux_web.reports.selectors._time import now_or
 from rollmux_web.reports.selectors.cost_engine import cost_lines
 from rollmux_web.reports.selectors.cost_figures import CENT, sum_lines
 from rollmux_web.reports.selectors.groups import members_by_group
+from rollmux_web.workflow.access import groups_for_user
 from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement, Strategy
 from rollmux_web.workflow.selectors import cluster_snapshot
 from scheduler.roundrobin import plan_meta_iteration

@@ -9,14 +9,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import F, Q
 
-from rollmux_web.accounts.access import (
-    group_get_for_user,
-    group_member_refs,
-    job_get_for_user,
-    member_hidden,
-    member_label,
-    visible_tenant_ids,
-)
+from rollmux_web.accounts.access import member_hidden, member_label, visible_tenant_ids
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import Job
 from rollmux_web.reports.selectors._sql import NODES_TXT, epoch, epoch_fields, nodes
@@ -36,6 +29,7 @@ from rollmux_web.reports.timeline import (
     build_timeline,
     drawn_width,
 )
+from rollmux_web.workflow.access import group_get_for_user, group_member_refs, job_get_for_user
 from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Strategy
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from django.db.models import Q
 
-from rollmux_web.accounts.access import group_get_for_user, job_get_for_user
 from rollmux_web.inventory.models import Node, PoolKind
 from rollmux_web.reports.selectors.timeline_queries import group_labels, phase_rows
 from rollmux_web.reports.timeline import NO_LABEL, PhaseRow
+from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
 from rollmux_web.workflow.models import NodeAllocation
 
 POOL_PIDS = {PoolKind.ROLLOUT.value: 1, PoolKind.TRAIN.value: 2}

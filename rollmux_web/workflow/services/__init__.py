@@ -3,7 +3,7 @@
 Every service is one transaction (or one per group) that decides with the core
 (scheduler/) and then persists the decision; side effects outside the database
 (dispatching phases to Ray, killing hosts, asking for another planning pass) run on
-commit, through the ports (`rollmux_web.workflow.ports`: the dispatcher and the triggers
+commit, through the ports (`rollmux_web.ports`: the dispatcher and the triggers
 the composition root configured). Celery tasks in `workers.tasks` are thin wrappers that
 call these with ids.
 

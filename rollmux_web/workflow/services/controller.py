@@ -20,8 +20,8 @@ from rollmux_web import events, metrics
 from rollmux_web.inventory.services import node_ray_changed
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import own_seconds, time_scale_of
+from rollmux_web.ports import Outcome, PhaseReport
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
-from rollmux_web.workflow.ports import Outcome, PhaseReport
 from rollmux_web.workflow.services import moves, planning, profiling
 from rollmux_web.workflow.services.departures import (
     job_fail_or_resubmit,

@@ -15,10 +15,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from rollmux_web import events, metrics
+from rollmux_web import events, metrics, ports
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
-from rollmux_web.workflow import ports
 from rollmux_web.workflow.models import (
     EndReason,
     ExecutionGroup,

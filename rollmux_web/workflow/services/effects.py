@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from rollmux_web.workflow import ports
-from rollmux_web.workflow.ports import PhaseOrder
+from rollmux_web import ports
+from rollmux_web.ports import PhaseOrder
 
 log = logging.getLogger(__name__)
 

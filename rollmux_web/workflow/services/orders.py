@@ -10,9 +10,9 @@ from rollmux_contract.runners import BUILTIN_RUNNERS
 from rollmux_web.inventory.selectors import runner_allowlist
 from rollmux_web.jobs.models import Job, PhaseTimes
 from rollmux_web.jobs.runners import EMULATED_PROFILE_S, EMULATING_RUNNERS, time_scale_of
+from rollmux_web.ports import PhaseOrder
 from rollmux_web.workflow import sync
 from rollmux_web.workflow.models import PhaseRecord, Placement
-from rollmux_web.workflow.ports import PhaseOrder
 from scheduler.model import PhaseKind
 
 

@@ -30,6 +30,7 @@ from django.conf import settings
 from rollmux_web.inventory.models import Cluster, Node, NodeState, PoolKind
 from rollmux_web.jobs.models import DurationSource, Job, JobStatus, PhaseTimes
 from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.ports import Outcome
 from rollmux_web.workflow.models import (
     EndReason,
     ExecutionGroup,
@@ -39,7 +40,6 @@ from rollmux_web.workflow.models import (
     Placement,
     Strategy,
 )
-from rollmux_web.workflow.ports import Outcome
 from rollmux_web.workflow.services.departures import job_finish, placement_end
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import (

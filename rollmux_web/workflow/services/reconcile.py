@@ -15,10 +15,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from rollmux_web import ports
 from rollmux_web.jobs.models import Job
-from rollmux_web.workflow import ports
+from rollmux_web.ports import Outcome, PhaseReport
 from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState, Strategy
-from rollmux_web.workflow.ports import Outcome, PhaseReport
 from rollmux_web.workflow.services.controller import phase_finish
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import phases_start, runtime_load, runtime_save

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.web.test_cli import run
+from tests.cli.test_cli import run
 
 
 def test_an_unreachable_or_foreign_server_gets_a_readable_error(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rollmux_web import cli
+from rollmux_cli import cli
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import Placement
 from tests.factories import job_spec
@@ -125,7 +125,7 @@ def test_missing_token_and_unreadable_spec(world: Any, env: dict[str, str], tmp_
 
 def test_console_script_runs_as_a_process(world: Any, env: dict[str, str], tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("rollmux")
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "rollmux_web.cli"]
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "rollmux_cli"]
     proc_env = {
         **os.environ,
         "ROLLMUX_TOKEN": world.tokens["charlie"],
