@@ -10,7 +10,6 @@ phases are a 404 (through the jobs app's visibility rule).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import Prefetch, QuerySet
@@ -193,13 +192,3 @@ def job_phases(*, user: Any, job_id: int) -> QuerySet[PhaseRecord]:
     if not Job.objects.filter(pk=job_id, tenant__in=visible_tenants(user)).exists():
         raise Http404("No such job")
     return PhaseRecord.objects.filter(job_id=job_id).order_by("queued_at", "iteration", "pk")
-
-
-def phase_counts_by_group(group_ids: list[int]) -> dict[int, dict[str, int]]:
-    """Return per group the number of phase records per state."""
-    out: dict[int, dict[str, int]] = defaultdict(dict)
-    for gid, state in PhaseRecord.objects.filter(group_id__in=group_ids).values_list(
-        "group_id", "state"
-    ):
-        out[gid][state] = out[gid].get(state, 0) + 1
-    return dict(out)

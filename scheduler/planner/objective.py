@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.meta_iteration import steady_iteration_times
-from scheduler.model import Group, JobProfile, Member, Pool
+from scheduler.model import JobProfile, Member, Pool
 from scheduler.planner.algorithm1 import (
     EPS,
     Choice,
@@ -213,19 +213,6 @@ def _lone_release(
     out = {x: now + wait for x in member.rollout_nodes}
     out.update({x: end for x in member.train_nodes})
     return out
-
-
-def group_remaining_cost(
-    group: Group,
-    price_per_hour: Mapping[str, float],
-    progress: Mapping[str, JobProgress],
-    *,
-    switch_overhead_s: float,
-) -> float:
-    """Return the expected remaining cost of `group` (module docstring)."""
-    return members_remaining_cost(
-        group.members, price_per_hour, progress, switch_overhead_s=switch_overhead_s
-    )
 
 
 # ---------------------------------------------------------------------------

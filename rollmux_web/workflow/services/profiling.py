@@ -60,11 +60,6 @@ def profile_iterations() -> int:
     return int(settings.ROLLMUX_PROFILE_ITERATIONS)
 
 
-def profile_phase_timeout_s() -> float:
-    """Return how long (wall-clock) a profiling phase may run before it counts as overrun."""
-    return float(settings.ROLLMUX_PROFILE_PHASE_TIMEOUT_S)
-
-
 def is_profile(placement: Placement) -> bool:
     return placement.strategy == Strategy.PROFILE
 
