@@ -456,23 +456,59 @@ def dry_run_text(d: dict[str, Any]) -> str:
         lines += _wrap("Can never run here", d["reason"])
     elif status == "RETRY":
         lines += _wrap("Would wait", f"(no room now) {d['reason']}")
+    elif status == "PROFILE":
+        lines += _wrap("Would be profiled first", d.get("reason"))
     else:
         lines += _wrap("No answer", d.get("reason"))
-    lines += _wrap(
-        "Solo cost/iteration",
-        f"${d['solo_cost_per_iteration_usd']:.2f} busy, "
-        f"${d['dedicated_cost_per_iteration_usd']:.2f} on dedicated pools",
+    solo, dedicated = (
+        d.get("solo_cost_per_iteration_usd"),
+        d.get("dedicated_cost_per_iteration_usd"),
     )
+    if solo is None or dedicated is None:
+        cost = "- (no phase times yet: its profiling run measures them)"
+    else:
+        cost = f"${solo:.2f} busy, ${dedicated:.2f} on dedicated pools"
+    lines += _wrap("Solo cost/iteration", cost)
     return "\n".join(lines)
 
 
 # --- commands ------------------------------------------------------------------------------
 
 
+def _server_answers(base: str) -> None:
+    """Raise CliError unless the RollMux API answers at `base` (before asking a password:
+    a typo in --url should not cost the user their typing)."""
+    try:
+        resp = requests.get(
+            f"{base}/api/v1/me/", headers={"Accept": "application/json"}, timeout=TIMEOUT_S
+        )
+    except requests.RequestException as exc:
+        raise CliError(unreachable_message(base, exc)) from None
+    try:
+        resp.json()  # 401 without a token: the API's JSON error is the answer wanted
+    except ValueError:
+        raise CliError(_format_error(resp)) from None
+
+
+def _ask(prompt: str, *, secret: bool = False) -> str:
+    """Read one answer from the terminal; a closed stdin is a clear error, not EOFError."""
+    try:
+        return getpass.getpass(prompt) if secret else input(prompt).strip()
+    except EOFError:
+        print(file=sys.stderr)  # (end the prompt's line)
+        what = "password" if secret else "username"
+        raise CliError(
+            f"No {what} given: stdin is closed. Run `rollmux login` in a terminal"
+            + ("" if secret else ", or pass --username")
+            + ", or set ROLLMUX_TOKEN to an API token instead."
+        ) from None
+
+
 def cmd_login(args: argparse.Namespace, out: IO[str]) -> int:
     base = _base_url(args)
-    username = args.username or input("Username: ").strip()
-    password = getpass.getpass("Password: ")
+    _server_answers(base)
+    username = args.username or _ask("Username: ")
+    password = _ask("Password: ", secret=True)
     try:  # the token of the last login is sent along: the server replaces it
         previous = config_path().read_text().strip() or None
     except OSError:
@@ -541,8 +577,9 @@ def cmd_submit(args: argparse.Namespace, out: IO[str]) -> int:
         print(
             dry_run_text(answer) if args.output == "table" else _dump(answer, args.output), file=out
         )
-        # like `sbatch --test-only`: succeed only when the job would be admitted
-        return 0 if answer["status"] in ("FIT", "RETRY") else 1
+        # like `sbatch --test-only`: succeed only when the job would be admitted (a job
+        # without phase times is: its profiling run comes first)
+        return 0 if answer["status"] in ("FIT", "RETRY", "PROFILE") else 1
     job = _api(args, "POST", "jobs/", json=spec)
     if args.output != "table":
         print(_dump(job, args.output), file=out)

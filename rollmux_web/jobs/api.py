@@ -15,6 +15,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.api.errors import error_response
 from rollmux_web.api.schema import ApiErrorSerializer
 from rollmux_web.jobs.models import JobStatus
@@ -44,6 +45,17 @@ class JobFilterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=JobStatus.choices, required=False)
     tenant = serializers.CharField(required=False, max_length=64)
     ordering = serializers.ChoiceField(choices=sorted(ORDERINGS), required=False)
+
+    def validate_tenant(self, value: str) -> str:
+        """Refuse a tenant the caller may not see (an empty list would read as "none
+        running"); the words are the submission's, whether or not such a tenant exists."""
+        names = sorted(visible_tenants(self.context["user"]).values_list("name", flat=True))
+        if value not in names:
+            yours = ", ".join(names) or "none"
+            raise serializers.ValidationError(
+                f"Unknown tenant {value!r}: the tenants you may see are {yours}."
+            )
+        return value
 
 
 JOB_ID = OpenApiParameter("job_id", OpenApiTypes.INT, OpenApiParameter.PATH)
@@ -84,7 +96,7 @@ class JobListCreateView(GenericAPIView):
         },
     )
     def get(self, request: Request) -> Response:
-        filters = JobFilterSerializer(data=request.query_params)
+        filters = JobFilterSerializer(data=request.query_params, context={"user": request.user})
         filters.is_valid(raise_exception=True)
         qs = job_list(
             user=request.user,

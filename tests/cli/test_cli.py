@@ -124,31 +124,59 @@ def test_missing_token_and_unreadable_spec(world: Any, env: dict[str, str], tmp_
 
 
 def test_console_script_runs_as_a_process(world: Any, env: dict[str, str], tmp_path: Path) -> None:
+    # The one test that starts the CLI as a process (the others call `cli.main`): the
+    # installed script and the process's own stdin, closed and without a terminal (a CI
+    # job, `rollmux login < /dev/null`: it crashed with EOFError).
     script = Path(sys.executable).with_name("rollmux")
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "rollmux_cli"]
-    proc_env = {
-        **os.environ,
-        "ROLLMUX_TOKEN": world.tokens["charlie"],
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
-    spec = write_spec(tmp_path, "c.yaml", name="speech-cli")
+    proc_env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
     proc = subprocess.run(
-        [*argv, "submit", spec], env=proc_env, capture_output=True, text=True, timeout=60, cwd=ROOT
+        [*argv, "login", "--username", "charlie"],
+        env=proc_env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+        stdin=subprocess.DEVNULL, start_new_session=True,  # no controlling terminal either
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "No password given: stdin is closed. Run `rollmux login` in a terminal, "
+        "or set ROLLMUX_TOKEN to an API token instead."
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "for speech: queued" in proc.stdout
-    proc = subprocess.run(
-        [*argv, "jobs"], env=proc_env, capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
-    assert proc.returncode == 0 and "speech-cli" in proc.stdout
+    assert "Traceback" not in proc.stderr and "EOFError" not in proc.stderr
+    assert not Path(env["config"]).exists()
 
 
-def test_long_names_keep_their_distinguishing_end() -> None:
-    a = cli._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-1", 24)
-    b = cli._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-2", 24)
-    assert len(a) == 24 and a != b and a.endswith("-1") and "…" in a
-    assert cli._fit("short", 24) == "short"
-    assert cli._utc("2026-11-29T23:05:43.123+01:00") == "2026-11-29 22:05:43Z"
+def test_login_with_stdin_closed_says_so_and_checks_the_server_first(
+    world: Any, env: dict[str, str], monkeypatch: Any
+) -> None:
+    import socket
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # closed: input() meets its end
+    code, _, err = run(["login"])
+    assert code == 1 and "No username given: stdin is closed" in err
+    assert "pass --username" in err and "Traceback" not in err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    # a server that does not answer is said before any question is asked
+    code, _, err = run(["login", "--url", f"http://127.0.0.1:{closed}"])
+    assert code == 1 and err.startswith(
+        f"Cannot reach the RollMux server at http://127.0.0.1:{closed}"
+    )
+    assert "username" not in err
+
+
+def test_jobs_of_a_tenant_you_may_not_see_are_refused_naming_yours(
+    world: Any, env: dict[str, str], monkeypatch: Any
+) -> None:
+    # it printed an empty table with exit 0: "speech has no jobs", which is not what it knew
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, err = run(["get", "jobs", "--tenant", "speech"])
+    assert code == 1 and out == ""
+    assert "tenant: Unknown tenant 'speech': the tenants you may see are vision." in err
+    code, out, err = run(["get", "jobs", "--tenant", "vision"])
+    assert code == 0, err
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["admin"])  # sees every tenant
+    code, _, err = run(["get", "jobs", "--tenant", "speech"])
+    assert code == 0, err
 
 
 # --- get / describe / dry run / watch / errors / completion ---------------------------------
@@ -157,7 +185,7 @@ def test_long_names_keep_their_distinguishing_end() -> None:
 @pytest.fixture
 def placed(world: Any, settings: Any) -> Any:
     """Two placed jobs (one per tenant) with a Recorder dispatcher; nothing runs."""
-    from rollmux_web.workflow import ports
+    from rollmux_web import ports
     from rollmux_web.workflow.services import queue_plan
     from tests.workers.builders import Recorder, make_job
 
@@ -270,6 +298,24 @@ def test_submit_dry_run_prints_the_planners_answer_and_submits_nothing(
     code, _, err = run(["submit", "--dry-run", write_spec(tmp_path, "e.json", rollout_gpus=12)])
     assert code == 1 and "rollout_gpus: Must be a multiple of 8" in err
     assert Job.objects.count() == before
+
+
+def test_submit_dry_run_of_a_spec_without_phase_times_says_it_is_profiled_first(
+    world: Any, env: dict[str, str], tmp_path: Path, monkeypatch: Any
+) -> None:
+    # it crashed formatting the (unknown) solo cost: NoneType.__format__
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    spec = job_spec(name="to-profile")
+    for key in ("t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s"):
+        del spec[key]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(spec))
+    code, out, err = run(["submit", "--dry-run", str(path)])
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "Would be profiled first: no phase times: the job runs its profile first" in text
+    assert "Solo cost/iteration: - (no phase times yet: its profiling run measures them)" in text
+    assert not Job.objects.exists()
 
 
 def test_the_example_spec_is_accepted_and_a_typo_is_caught_before_sending(
