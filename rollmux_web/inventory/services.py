@@ -237,7 +237,7 @@ def _validate_node(node: Node) -> None:
 
 
 def _after_node_state_change(node_id: int) -> None:
-    from rollmux_web import ports  # (the workflow's port: a leaf, not its models)
+    from rollmux_web import ports  # (a leaf outside the apps: no models)
 
     ports.node_state_changed(node_id)
 

@@ -10,9 +10,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from rollmux_web import ports, services
+from rollmux_web import ports
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.workflow import services
 from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
 from tests.workers.builders import NoTriggers, Recorder, end_of, make_job
 from workers.dispatch import PhaseOrder

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from rollmux_web import ports, services
+from rollmux_web import ports
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.workflow import services
 from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement
 from tests.factories import database_url
 from tests.workers.builders import all_done, make_job, wait_for
