@@ -124,3 +124,15 @@ def page(chromium_browser: Any, request: Any) -> Iterator[Any]:
         pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     finally:
         context.close()
+
+
+@pytest.fixture
+def recorder(settings: Any) -> Iterator[Any]:
+    """A dispatcher that records the phases it is handed (nothing runs), Celery eager."""
+    from rollmux_web import ports
+    from tests.workers.builders import Recorder
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    rec = Recorder()
+    with ports.override(dispatcher=rec):
+        yield rec

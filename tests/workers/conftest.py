@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from rollmux_web import ports
-from tests.workers.builders import Recorder
 from tests.workers.multinode import (
     multinode_cluster,
     multinode_workflow,
@@ -109,11 +108,3 @@ def celery_worker_thread(ray_workflow: Any, settings: Any) -> Iterator[Any]:
         queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
     ) as worker:  # fmt: skip
         yield worker
-
-
-@pytest.fixture
-def recorder(settings: Any) -> Iterator[Recorder]:
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    rec = Recorder()
-    with ports.override(dispatcher=rec):
-        yield rec
