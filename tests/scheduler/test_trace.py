@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import pytest
 
 from scheduler.cluster import cluster_nodes
 from scheduler.model import Pool
+from scheduler.sim.__main__ import main as sim_main
 from scheduler.trace import (
     TraceError,
     cluster_to_dict,
@@ -276,14 +279,24 @@ def test_cluster_line_points_at_the_nested_field() -> None:
 # --- the command line: exit code 2, message on stderr, nothing simulated ----------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scheduler.sim", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+def _cli(*args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the simulator's command line: in this process (its `main`, what `python -m
+    scheduler.sim` runs), or with `process` as its own process (once: the exit code)."""
+    if process:
+        return subprocess.run(
+            [sys.executable, "-m", "scheduler.sim", *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = sim_main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.parametrize(
@@ -325,7 +338,7 @@ def test_cli_rejects_bad_cluster_with_exit_code_2(tmp_path: Path) -> None:
 
 
 def test_cli_rejects_unknown_policy_and_missing_file(tmp_path: Path) -> None:
-    proc = _cli("--trace", str(EXAMPLE_TRACE), "--policy", "fastest", "--seed", "1")
-    assert proc.returncode == 2 and "fastest" in proc.stderr
+    proc = _cli("--trace", str(EXAMPLE_TRACE), "--policy", "fastest", "--seed", "1", process=True)
+    assert proc.returncode == 2 and "fastest" in proc.stderr  # the process's exit code
     proc = _cli("--trace", str(tmp_path / "nope.jsonl"), "--policy", "all", "--seed", "1")
     assert proc.returncode == 2 and "cannot read trace" in proc.stderr
