@@ -279,7 +279,7 @@ def _dump(data: Any, output: str) -> str:
 def _wrap(label: str, value: Any, indent: int = 0) -> list[str]:
     """Return `Label:  value` lines, the value wrapped under itself at the terminal width."""
     pad = " " * indent
-    head = f"{pad}{label + ':':<22}"
+    head = f"{pad}{label + ':':<21} "  # (a label of 21 characters or more keeps a space)
     text = "-" if value in (None, "") else str(value)
     width = max(_terminal_width() - len(head), 30)
     lines = textwrap.wrap(text, width) or [""]
