@@ -300,6 +300,28 @@ def test_a_job_without_phase_times_is_profiled_then_placed_and_completes(
     assert job.t_roll_max_s >= profile_runners.ROLLOUT_S * 100
 
 
+@pytest.mark.django_db
+def test_a_runner_that_cannot_be_loaded_fails_its_profile_once_not_forever(
+    world: Any, recorder: Recorder, committed: Any
+) -> None:
+    # a load error is the job's runner (not importable, no longer allowlisted): the same
+    # code fails the same way on any node, so the profile is not run again (it was, as if
+    # its host had been lost)
+    from rollmux_web.workflow.services import phase_finish
+
+    job = job_submit(user=world.alice, spec=unprofiled(time_scale=100.0), channel="t")
+    committed(queue_plan)
+    (rollout,) = recorder.orders
+    committed(phase_finish, end_of(rollout, outcome=ports.Outcome.LOAD_ERROR, reason="no module"))
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.error == "load-error: no module"
+    assert job.reason.startswith("failed in its profiling run (not retried")
+    (placement,) = Placement.objects.filter(job=job)
+    assert placement.end_reason == "failed"
+    committed(queue_plan)
+    assert len(recorder.orders) == 1  # nothing dispatched again
+
+
 @pytest.mark.slow
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)

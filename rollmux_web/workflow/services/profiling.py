@@ -244,7 +244,7 @@ def profile_phase_end(
     if job.cancel_requested:
         placement_end(placement, EndReason.CANCELLED, now, effects)
         job_finish(job, JobStatus.CANCELLED, now, reason="cancelled during its profiling run")
-    elif result is Outcome.ERROR:
+    elif result in (Outcome.ERROR, Outcome.LOAD_ERROR):  # the runner's (never the platform's)
         placement_end(placement, EndReason.FAILED, now, effects)
         job.error = outcome
         job_finish(
