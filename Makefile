@@ -43,7 +43,7 @@ fmt: install
 	$(VENV)/bin/ruff check --fix .
 
 types: install
-	$(VENV)/bin/mypy scheduler workers rollmux_web rollmux
+	$(VENV)/bin/mypy scheduler workers rollmux_web rollmux rollmux_contract rollmux_cli
 
 contracts: install
 	$(VENV)/bin/lint-imports
