@@ -70,11 +70,6 @@ PREVIEW_OPTIONAL = (
 )
 
 
-def _positive(value: float) -> None:
-    if value <= 0:
-        raise ValidationError("must be greater than 0")
-
-
 def _preview_field(f: SpecField) -> forms.Field:
     """Return the form field of a spec field: its type and bounds, required as the preview needs.
 
@@ -88,10 +83,9 @@ def _preview_field(f: SpecField) -> forms.Field:
     if f.name in ("rollout_gpus", "train_gpus") and low is None:
         low = 1  # the planner places at least one GPU of each pool
     bounds: dict[str, Any] = {"min_value": low, "max_value": f.max_value}
-    validators = [_positive] if f.positive else []
     if f.kind == "int":
-        return forms.IntegerField(required=required, validators=validators, **bounds)
-    return forms.FloatField(required=required, validators=validators, **bounds)
+        return forms.IntegerField(required=required, **bounds)
+    return forms.FloatField(required=required, **bounds)
 
 
 class PreviewForm(forms.Form):
