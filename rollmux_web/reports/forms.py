@@ -6,7 +6,6 @@ from datetime import date, timedelta
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from rollmux_web.jobs.spec import PHASE_TIME_FIELDS, SPEC, SpecField
