@@ -6,6 +6,7 @@ or partial (an htmx request gets the partial, a normal request the page).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -48,6 +49,7 @@ from rollmux_web.jobs.spec import (
     SPEC_FIELDS,
     SpecField,
     parse_error_text,
+    spec_field,
 )
 from rollmux_web.jobs.spec_yaml import load_spec_text
 from rollmux_web.listing import choice, page_of
@@ -240,11 +242,16 @@ def job_validate(request: HttpRequest) -> HttpResponse:
 
 
 def _number(data: Any, name: str) -> float | None:
+    """Return a preview number within its spec field's bounds (None: not one; "inf" made
+    int() raise, a 500)."""
     try:
         value = float(data.get(name, ""))
     except (TypeError, ValueError):
         return None
-    return value if value >= 0 else None
+    f = spec_field(name)
+    if not math.isfinite(value) or value < 0 or value > (f.max_value or math.inf):
+        return None
+    return value
 
 
 @login_required

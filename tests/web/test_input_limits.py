@@ -314,3 +314,15 @@ def test_the_what_if_upload_refuses_1e308_durations_at_upload(client_as: Any, wo
     assert (
         "line 1, field &#x27;t_roll_max_s&#x27;: must be &lt;= 2.592e+06" in resp.content.decode()
     )
+
+
+@pytest.mark.django_db
+def test_the_cost_preview_ignores_numbers_out_of_bounds(client_as: Any, world: Any) -> None:
+    client = client_as("alice")
+    for raw in ("inf", "nan", "1e308", "-1"):
+        resp = client.get(
+            "/jobs/new/preview/",
+            {"rollout_gpus": raw, "train_gpus": "8", "t_roll_max_s": "60", "t_train_max_s": "60",
+             "iterations": raw},
+        )  # fmt: skip
+        assert resp.status_code == 200, raw
