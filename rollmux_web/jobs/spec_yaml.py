@@ -33,13 +33,18 @@ class SpecFileRefused(yaml.MarkedYAMLError):
     """A spec file refused before it was built: an alias, too deep, or too many nodes."""
 
 
+def _refused(*, problem: str, problem_mark: Any = None) -> SpecFileRefused:
+    # (libyaml's marks are their own class, read alike: line, column)
+    return SpecFileRefused(problem=problem, problem_mark=problem_mark)
+
+
 class _PureLoader(yaml.SafeLoader):
     """PyYAML's pure-Python safe loader, for where libyaml is missing: its scanner reads
     ahead over every `[` or `{` that may start a key (10,000 of them took half a second
     before the first event), so the depth is checked where it opens one."""
 
     def _too_deep(self) -> SpecFileRefused:
-        return SpecFileRefused(problem=_DEEP, problem_mark=self.get_mark())
+        return _refused(problem=_DEEP, problem_mark=self.get_mark())
 
     def fetch_flow_collection_start(self, token_class: Any) -> None:
         if self.flow_level >= MAX_DEPTH:
@@ -78,11 +83,11 @@ def _check_events(text: str, loader: type) -> None:
         events = list(_events(text, loader))
     except yaml.MarkedYAMLError as exc:
         if "maximum nesting depth" in str(exc.problem):  # libyaml's own limit (1,000)
-            raise SpecFileRefused(problem=_DEEP, problem_mark=exc.problem_mark) from None
+            raise _refused(problem=_DEEP, problem_mark=exc.problem_mark) from None
         raise
     for event in events:
         if isinstance(event, yaml.AliasEvent):
-            raise SpecFileRefused(
+            raise _refused(
                 problem=f"an alias (*{event.anchor}) is not allowed in a spec file "
                 "(anchors and aliases can expand a small file into gigabytes)",
                 problem_mark=event.start_mark,
@@ -94,14 +99,14 @@ def _check_events(text: str, loader: type) -> None:
             continue  # stream and document boundaries
         nodes += 1
         if nodes > MAX_NODES:
-            raise SpecFileRefused(
+            raise _refused(
                 problem=f"more than {MAX_NODES:,} values; a job spec is one mapping of fields",
                 problem_mark=event.start_mark,
             )
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise SpecFileRefused(problem=_DEEP, problem_mark=event.start_mark)
+                raise _refused(problem=_DEEP, problem_mark=event.start_mark)
 
 
 def load_spec_text(text: str, *, loader: type | None = None) -> Any:
@@ -115,7 +120,7 @@ def load_spec_text(text: str, *, loader: type | None = None) -> Any:
         return yaml.load(text, Loader=loader)  # noqa: S506  (a safe loader, checked above)
     except ValueError as exc:
         # a constructor's refusal, e.g. an integer of more than 4,300 digits
-        raise SpecFileRefused(problem=str(exc).splitlines()[0]) from None
+        raise _refused(problem=str(exc).splitlines()[0]) from None
     except RecursionError:
         # (not reached with MAX_DEPTH far below Python's stack limit; kept as a backstop)
-        raise SpecFileRefused(problem="nested too deeply") from None
+        raise _refused(problem="nested too deeply") from None

@@ -209,8 +209,7 @@ def subscription_create(
             confirmed_at=timezone.now() if confirmed else None,
         )
         if awaiting:  # (a second subscription to an address awaiting its link waits too)
-            confirmation = _confirmation(sub, asked_by=user)
-            transaction.on_commit(lambda: _enqueue([confirmation.pk]))
+            _confirmation(sub, asked_by=user)  # queued by the caller, else by the sweep
         _subscriptions_changed()  # now (this transaction's own events) and once committed
         transaction.on_commit(_subscriptions_changed)
         audit_record(
@@ -227,12 +226,6 @@ def _lock_owner(user_id: int) -> None:
     from django.contrib.auth import get_user_model
 
     list(get_user_model().objects.select_for_update().filter(pk=user_id).values_list("pk"))
-
-
-def _enqueue(delivery_ids: list[int]) -> None:
-    from rollmux_web.notifications import tasks  # (tasks import this module)
-
-    tasks.enqueue(delivery_ids)
 
 
 def address_confirmed(user: Any, address: str) -> bool:

@@ -77,6 +77,7 @@ def index(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Saved: notifications to {values['target']}.")
         _show_secret_once(request, sub)
+        tasks.enqueue(selectors.pending_confirmations(sub))  # (committed: no atomic view)
         return redirect("notifications:index")
     # a webhook's secret is shown in full once, on the page after its creation or rotation
     new_secret = request.session.pop(NEW_SECRET_KEY, None)
@@ -152,7 +153,7 @@ def confirm(request: HttpRequest, token: str) -> HttpResponse:
     try:
         sub = services.subscription_confirm(token=token, apply=request.method == "POST")
     except ValidationError as exc:
-        ctx = {"error": " ".join(exc.messages)}
-        return render(request, "notifications/confirm.html", ctx, status=400)
-    ctx = {"sub": sub, "token": token, "done": sub.confirmed_at is not None}
+        error = {"error": " ".join(exc.messages)}
+        return render(request, "notifications/confirm.html", error, status=400)
+    ctx: dict[str, Any] = {"sub": sub, "token": token, "done": sub.confirmed_at is not None}
     return render(request, "notifications/confirm.html", ctx)
