@@ -39,6 +39,7 @@ import yaml
 
 from rollmux_web import formatting
 from rollmux_web.jobs import spec as job_spec
+from rollmux_web.jobs.spec_yaml import load_spec_text
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_S = 30.0
@@ -537,7 +538,7 @@ def load_spec(path: str) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise CliError(f"{path} is not UTF-8 text") from None
     try:
-        spec = yaml.safe_load(text)
+        spec = load_spec_text(text)  # refuses aliases, deep nesting and huge documents
     except yaml.YAMLError as exc:
         why = job_spec.parse_error_text(exc)
         raise CliError(f"{path} is not valid YAML or JSON: {why}") from None

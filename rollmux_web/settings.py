@@ -459,6 +459,13 @@ ROLLMUX_PUBLIC_URL = env_str("ROLLMUX_PUBLIC_URL", "")
 ROLLMUX_NOTIFY_MAX_ATTEMPTS = env_int("ROLLMUX_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
 ROLLMUX_NOTIFY_BACKOFF_S = env_float("ROLLMUX_NOTIFY_BACKOFF_S", 30.0, minimum=0.0)
 ROLLMUX_NOTIFY_BACKOFF_MAX_S = env_float("ROLLMUX_NOTIFY_BACKOFF_MAX_S", 3600.0, minimum=0.0)
+# Per user (the subscriptions' owner): test and confirmation sends an hour, deliveries an
+# hour (the rest are logged as not sent), subscriptions, and email addresses awaiting
+# confirmation (nothing but the confirmation is sent to an address until it is confirmed).
+ROLLMUX_NOTIFY_TESTS_PER_HOUR = env_int("ROLLMUX_NOTIFY_TESTS_PER_HOUR", 10, minimum=1)
+ROLLMUX_NOTIFY_DELIVERIES_PER_HOUR = env_int("ROLLMUX_NOTIFY_DELIVERIES_PER_HOUR", 300, minimum=1)
+ROLLMUX_NOTIFY_MAX_SUBSCRIPTIONS = env_int("ROLLMUX_NOTIFY_MAX_SUBSCRIPTIONS", 20, minimum=1)
+ROLLMUX_NOTIFY_MAX_UNCONFIRMED = env_int("ROLLMUX_NOTIFY_MAX_UNCONFIRMED", 3, minimum=1)
 # Webhooks to loopback/private addresses are refused (no user may make the server call its
 # own network) unless this is set (a receiver on the same private network, tests).
 ROLLMUX_WEBHOOK_ALLOW_PRIVATE = env_bool("ROLLMUX_WEBHOOK_ALLOW_PRIVATE", False)

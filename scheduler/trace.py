@@ -59,6 +59,20 @@ DEFAULT_CLUSTER_JSON = """{"rollout_gpu_type": "H20", "train_gpu_type": "H800",
 """
 
 
+# Bounds of a trace line's numbers: far above any real job, and the same as a submitted
+# job's (rollmux_web.jobs.spec; a test checks they agree), so a trace that passes here
+# cannot overflow the simulator later (a 1e308 duration was accepted at upload and failed
+# the run) and a unit mistake (milliseconds for seconds, 1e-320 s) is refused by name.
+MAX_ITERATIONS = 1_000_000
+MAX_GPUS = 100_000
+MIN_PHASE_S = 0.001
+MAX_PHASE_S = 30 * 24 * 3600.0
+MIN_HOST_MEM_GB = 0.001
+MAX_HOST_MEM_GB = 1_000_000.0
+MAX_ARRIVAL_S = 10 * 365 * 24 * 3600.0
+MAX_SLO = 1000.0
+
+
 def _is_number(value: Any) -> bool:
     # bool is an int subclass in Python; JSON true/false is never a number here.
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -72,6 +86,7 @@ def _number(
     required: bool = True,
     minimum: float | None = None,
     exclusive_minimum: float | None = None,
+    maximum: float | None = None,
     prefix: str = "",
 ) -> float | None:
     field = prefix + name
@@ -88,6 +103,8 @@ def _number(
         raise TraceError(f"must be >= {minimum:g}, got {value:g}", line=line, field=field)
     if exclusive_minimum is not None and value <= exclusive_minimum:
         raise TraceError(f"must be > {exclusive_minimum:g}, got {value:g}", line=line, field=field)
+    if maximum is not None and value > maximum:
+        raise TraceError(f"must be <= {maximum:g}, got {value:g}", line=line, field=field)
     return float(value)
 
 
@@ -98,6 +115,7 @@ def _integer(
     *,
     required: bool = True,
     minimum: int = 1,
+    maximum: int | None = None,
     prefix: str = "",
 ) -> int | None:
     field = prefix + name
@@ -110,6 +128,8 @@ def _integer(
         raise TraceError(f"must be an integer, got {json.dumps(value)}", line=line, field=field)
     if value < minimum:
         raise TraceError(f"must be >= {minimum}, got {value}", line=line, field=field)
+    if maximum is not None and value > maximum:
+        raise TraceError(f"must be <= {maximum:,}, got {value:,}", line=line, field=field)
     return value
 
 
@@ -133,10 +153,10 @@ def _parse_job(obj: Mapping[str, Any], line: int, spec: ClusterSpec) -> JobProfi
     job_id = _string(obj, "id", line, required=True)
     tenant = _string(obj, "tenant", line, required=False, default="default") or "default"
     model = _string(obj, "model", line, required=False)
-    arrival = _number(obj, "arrival_s", line, minimum=0.0)
-    iterations = _integer(obj, "iterations", line, minimum=1)
-    rollout_gpus = _integer(obj, "rollout_gpus", line, minimum=1)
-    train_gpus = _integer(obj, "train_gpus", line, minimum=1)
+    arrival = _number(obj, "arrival_s", line, minimum=0.0, maximum=MAX_ARRIVAL_S)
+    iterations = _integer(obj, "iterations", line, minimum=1, maximum=MAX_ITERATIONS)
+    rollout_gpus = _integer(obj, "rollout_gpus", line, minimum=1, maximum=MAX_GPUS)
+    train_gpus = _integer(obj, "train_gpus", line, minimum=1, maximum=MAX_GPUS)
     assert arrival is not None and iterations is not None
     assert rollout_gpus is not None and train_gpus is not None
     for name, gpus, gpu_type in (
@@ -150,11 +170,15 @@ def _parse_job(obj: Mapping[str, Any], line: int, spec: ClusterSpec) -> JobProfi
                 line=line,
                 field=name,
             )
-    roll_max = _number(obj, "t_roll_max_s", line, exclusive_minimum=0.0)
-    train_max = _number(obj, "t_train_max_s", line, exclusive_minimum=0.0)
+    roll_max = _number(obj, "t_roll_max_s", line, minimum=MIN_PHASE_S, maximum=MAX_PHASE_S)
+    train_max = _number(obj, "t_train_max_s", line, minimum=MIN_PHASE_S, maximum=MAX_PHASE_S)
     assert roll_max is not None and train_max is not None
-    roll_min = _number(obj, "t_roll_min_s", line, required=False, exclusive_minimum=0.0)
-    train_min = _number(obj, "t_train_min_s", line, required=False, exclusive_minimum=0.0)
+    roll_min = _number(
+        obj, "t_roll_min_s", line, required=False, minimum=MIN_PHASE_S, maximum=MAX_PHASE_S
+    )
+    train_min = _number(
+        obj, "t_train_min_s", line, required=False, minimum=MIN_PHASE_S, maximum=MAX_PHASE_S
+    )
     for name, lo, hi, hi_name in (
         ("t_roll_min_s", roll_min, roll_max, "t_roll_max_s"),
         ("t_train_min_s", train_min, train_max, "t_train_max_s"),
@@ -165,12 +189,12 @@ def _parse_job(obj: Mapping[str, Any], line: int, spec: ClusterSpec) -> JobProfi
                 line=line,
                 field=name,
             )
-    host_mem = _number(obj, "host_mem_gb", line, exclusive_minimum=0.0)
-    slo = _number(obj, "slo", line, minimum=1.0)
+    host_mem = _number(obj, "host_mem_gb", line, minimum=MIN_HOST_MEM_GB, maximum=MAX_HOST_MEM_GB)
+    slo = _number(obj, "slo", line, minimum=1.0, maximum=MAX_SLO)
     assert host_mem is not None and slo is not None
     # An extension of v1 (unknown fields are ignored, so older readers accept it): the
     # weight sync per iteration, default 0 (no sync phase; every v1 trace as before).
-    sync = _number(obj, "t_sync_s", line, required=False, minimum=0.0)
+    sync = _number(obj, "t_sync_s", line, required=False, minimum=0.0, maximum=MAX_PHASE_S)
     return JobProfile(
         id=job_id,
         arrival_s=arrival,
@@ -209,6 +233,11 @@ def parse_trace_text(text: str, spec: ClusterSpec | None = None) -> list[JobProf
             raise TraceError(
                 f"bad JSON ({exc.msg} at column {exc.colno})", line=number, field=None
             ) from None
+        except RecursionError:
+            # json's decoder recurses once per `[` or `{`: a line of 100,000 exhausts the stack
+            raise TraceError("bad JSON (nested too deeply)", line=number) from None
+        except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+            raise TraceError(f"bad JSON ({str(exc).splitlines()[0]})", line=number) from None
         if not isinstance(obj, dict):
             raise TraceError(
                 f"each line must be a JSON object, got {type(obj).__name__}", line=number
@@ -303,6 +332,10 @@ def parse_cluster_json(text: str) -> ClusterSpec:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"bad JSON ({exc.msg} at column {exc.colno})", line=exc.lineno) from None
+    except RecursionError:
+        raise TraceError("bad JSON (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise TraceError(f"bad JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(obj, dict):
         raise TraceError(
             f"the cluster spec must be a JSON object, got {type(obj).__name__}", line=1

@@ -6,6 +6,7 @@ every name from a client is checked before it reaches a query.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rest_framework import serializers
@@ -68,7 +69,22 @@ class StrictIntegerField(_Strict, serializers.IntegerField):
 
 
 class StrictFloatField(_Strict, serializers.FloatField):
-    pass
+    """A number field that says why NaN and Infinity are refused ("nan" in a form, `.inf`
+    in a YAML spec file, 1e999 in JSON), in words naming the value."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and len(data) <= self.MAX_STRING_LENGTH:
+            try:
+                parsed: Any = float(data)
+            except ValueError:
+                parsed = None
+        else:
+            parsed = data
+        if isinstance(parsed, float) and not math.isfinite(parsed):
+            raise serializers.ValidationError(
+                f"Must be a finite number, got {data if isinstance(data, str) else parsed}."
+            )
+        return super().to_internal_value(data)
 
 
 def query_choice(params: Any, name: str, choices: list[str]) -> str | None:

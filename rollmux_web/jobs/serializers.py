@@ -25,14 +25,6 @@ from rollmux_web.jobs.selectors import PoolLimits, pool_limits
 from rollmux_web.quotas.models import SloClass
 
 
-def _positive(f: spec.SpecField) -> Any:
-    def check(value: float | None) -> None:
-        if value is not None and value <= 0:
-            raise serializers.ValidationError(f"Must be greater than 0 ({f.unit}), got {value:g}.")
-
-    return check
-
-
 def spec_serializer_field(f: spec.SpecField) -> serializers.Field:
     """Return the DRF field of a spec field (bounds, default and help from jobs.spec)."""
     kwargs: dict[str, Any] = {"help_text": f.help, "required": f.required}
@@ -50,10 +42,11 @@ def spec_serializer_field(f: spec.SpecField) -> serializers.Field:
     for bound in ("min_value", "max_value"):
         if getattr(f, bound) is not None:
             kwargs[bound] = getattr(f, bound)
-    if f.positive:
-        kwargs["validators"] = [_positive(f)]
-    if f.min_value is not None and f.unit:
-        kwargs["error_messages"] = {"min_value": f"Must be at least {{min_value}} ({f.unit})."}
+    if f.unit:
+        kwargs["error_messages"] = {
+            "min_value": f"Must be at least {{min_value}} ({f.unit}).",
+            "max_value": f"Must be at most {{max_value:,.15g}} ({f.unit}).",
+        }
     if f.kind == "int":
         return StrictIntegerField(**kwargs)
     return StrictFloatField(**kwargs)

@@ -23,8 +23,9 @@ from rollmux_contract.runners import BUILTIN_RUNNERS, RUNNER_IMPORT_PATH, runner
 
 __all__ = ["BUILTIN_RUNNERS", "RUNNER_IMPORT_PATH", "runner_permitted"]
 
-# Upper bounds keep values inside the database column types and catch unit mistakes
-# (a duration in milliseconds, memory in MB); they are far above any real job.
+# Bounds keep values inside the database column types and catch unit mistakes (a duration
+# in milliseconds, memory in MB, 1e-320 s); they are far from any real job. The trace format
+# has the same ones (scheduler.trace; tests/web/test_input_limits.py checks they agree).
 MAX_ITERATIONS = 1_000_000
 MAX_GPUS = 100_000
 MAX_PHASE_S = 30 * 24 * 3600.0
@@ -32,6 +33,10 @@ MAX_HOST_MEM_GB = 1_000_000.0
 MAX_TIME_SCALE = 1_000_000.0
 MAX_PRIORITY = 1000
 MAX_EMULATED_DRIFT = 10.0
+MAX_SLO = 1000.0  # (the trace format's `slo`; a submission names an SLO class instead)
+MIN_PHASE_S = 0.001  # a millisecond: 1e-320 s is a unit mistake, not a phase
+MIN_HOST_MEM_GB = 0.001  # a megabyte
+MAX_ARRIVAL_S = 10 * 365 * 24 * 3600.0  # (the trace format's `arrival_s`)
 MAX_REPORTED_KEY = 64  # an unknown key is echoed in the error; a 1 MB key is cut short
 
 # A time scale divides every phase time; below this a 30-day phase would last millennia
@@ -45,7 +50,7 @@ class SpecField:
 
     `kind` is the JSON type ("text", "int" or "float"); `default` applies when the field is
     left out (None: no default, or null for an optional field); `min_value`/`max_value` are
-    inclusive bounds and `positive` means strictly above 0 (`unit` words that message).
+    inclusive bounds (`unit` words their messages).
     `reference` fields name another row (a tenant, an SLO class) and are stored as that row.
     `example` is the example job of docs/api.md's value (None: not in the example).
     """
@@ -59,7 +64,6 @@ class SpecField:
     max_length: int | None = None
     min_value: float | None = None
     max_value: float | None = None
-    positive: bool = False
     unit: str = ""
     reference: bool = False
     example: Any = None  # the example job of docs/api.md; what the submit form starts with
@@ -97,7 +101,15 @@ SPEC: tuple[SpecField, ...] = (
         max_length=200,
         example="emulated",
     ),
-    SpecField("model", "Model", "text", "free text, shown in reports", required=False, default=""),
+    SpecField(
+        "model",
+        "Model",
+        "text",
+        "free text, shown in reports",
+        required=False,
+        default="",
+        max_length=128,
+    ),
     SpecField(
         "iterations",
         "Iterations",
@@ -130,8 +142,8 @@ SPEC: tuple[SpecField, ...] = (
         "worst-case solo rollout, profile seconds; leave all four phase times out to have "
         "the job profiled first",
         required=False,
+        min_value=MIN_PHASE_S,
         max_value=MAX_PHASE_S,
-        positive=True,
         unit="seconds",
         example=300,
     ),
@@ -141,8 +153,8 @@ SPEC: tuple[SpecField, ...] = (
         "float",
         "default: the max",
         required=False,
+        min_value=MIN_PHASE_S,
         max_value=MAX_PHASE_S,
-        positive=True,
         unit="seconds",
     ),
     SpecField(
@@ -152,8 +164,8 @@ SPEC: tuple[SpecField, ...] = (
         "worst-case solo training, profile seconds; leave all four phase times out to have "
         "the job profiled first",
         required=False,
+        min_value=MIN_PHASE_S,
         max_value=MAX_PHASE_S,
-        positive=True,
         unit="seconds",
         example=120,
     ),
@@ -163,8 +175,8 @@ SPEC: tuple[SpecField, ...] = (
         "float",
         "default: the max",
         required=False,
+        min_value=MIN_PHASE_S,
         max_value=MAX_PHASE_S,
-        positive=True,
         unit="seconds",
     ),
     SpecField(
@@ -172,8 +184,8 @@ SPEC: tuple[SpecField, ...] = (
         "Host memory (GB)",
         "float",
         "resident host memory on each node, GB",
+        min_value=MIN_HOST_MEM_GB,
         max_value=MAX_HOST_MEM_GB,
-        positive=True,
         unit="GB",
         example=400,
     ),

@@ -6,6 +6,7 @@ or partial (an htmx request gets the partial, a normal request the page).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -48,7 +49,9 @@ from rollmux_web.jobs.spec import (
     SPEC_FIELDS,
     SpecField,
     parse_error_text,
+    spec_field,
 )
+from rollmux_web.jobs.spec_yaml import load_spec_text
 from rollmux_web.listing import choice, page_of
 from rollmux_web.quotas.models import SloClass
 
@@ -68,11 +71,17 @@ class FormField:
     help: str
     step: str
     required: bool
+    max_length: int | None  # the spec's limits, as the input's maxlength, min and max
+    min_value: float | None
+    max_value: float | None
 
 
 def _form_field(f: SpecField) -> FormField:
     kind = "select" if f.reference else "number" if f.kind in ("int", "float") else "text"
-    return FormField(f.name, f.label, kind, f.help, "1" if f.kind == "int" else "any", f.required)
+    step = "1" if f.kind == "int" else "any"
+    return FormField(
+        f.name, f.label, kind, f.help, step, f.required, f.max_length, f.min_value, f.max_value
+    )
 
 
 FORM_FIELDS = tuple(_form_field(f) for f in SPEC)
@@ -233,11 +242,16 @@ def job_validate(request: HttpRequest) -> HttpResponse:
 
 
 def _number(data: Any, name: str) -> float | None:
+    """Return a preview number within its spec field's bounds (None: not one; "inf" made
+    int() raise, a 500)."""
     try:
         value = float(data.get(name, ""))
     except (TypeError, ValueError):
         return None
-    return value if value >= 0 else None
+    f = spec_field(name)
+    if not math.isfinite(value) or value < 0 or value > (f.max_value or math.inf):
+        return None
+    return value
 
 
 @login_required
@@ -298,8 +312,9 @@ def job_upload(request: HttpRequest) -> HttpResponse:
         ]
     else:
         try:
-            # YAML is a superset of JSON, so one parser reads both
-            spec = yaml.safe_load(upload.read().decode("utf-8"))
+            # YAML is a superset of JSON, so one parser reads both; aliases, deep nesting
+            # and huge documents are refused while it reads (jobs.spec_yaml)
+            spec = load_spec_text(upload.read().decode("utf-8"))
         except (UnicodeDecodeError, yaml.YAMLError) as exc:
             errors["file"] = [f"Not valid YAML or JSON: {parse_error_text(exc)}"]
         else:

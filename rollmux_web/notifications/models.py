@@ -38,6 +38,9 @@ class Subscription(models.Model):
     secret = models.CharField(max_length=64, blank=True)
     events = models.JSONField(default=list)
     active = models.BooleanField(default=True)
+    # when the address's owner followed the confirmation link (null: nothing but the
+    # confirmation is sent to it); a webhook, or the owner's own account address, at creation
+    confirmed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -45,6 +48,11 @@ class Subscription(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} to {self.target} ({self.scope})"
+
+    @property
+    def secret_prefix(self) -> str:
+        """Return what the page shows of the signing secret after it was shown once."""
+        return f"{self.secret[:6]}…" if self.secret else ""
 
     @property
     def event_labels(self) -> list[str]:

@@ -9,7 +9,7 @@ from django.http import Http404
 
 from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.accounts.selectors import is_admin
-from rollmux_web.notifications.models import Delivery, Subscription
+from rollmux_web.notifications.models import Delivery, DeliveryStatus, Subscription
 
 
 def subscriptions_for(user: Any) -> QuerySet[Subscription]:
@@ -37,4 +37,13 @@ def deliveries_for(user: Any, *, limit: int = 100) -> list[Delivery]:
         Delivery.objects.filter(subscription__in=subscriptions_for(user))
         .select_related("subscription")
         .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def pending_confirmations(sub: Subscription) -> list[int]:
+    """Return the ids of the subscription's confirmation deliveries not tried yet."""
+    return list(
+        Delivery.objects.filter(
+            subscription=sub, event_kind="confirm", status=DeliveryStatus.PENDING
+        ).values_list("pk", flat=True)
     )

@@ -25,8 +25,10 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-import requests
+import certifi
+import urllib3
 from django.conf import settings
+from django.core import signing as django_signing
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
@@ -52,6 +54,10 @@ log = logging.getLogger(__name__)
 WEBHOOK_TIMEOUT_S = 10.0
 BUDGET_THRESHOLDS = ((0.8, events.BUDGET_80), (1.0, events.BUDGET_100))
 TEST_KIND = "test"
+CONFIRM_KIND = "confirm"  # the one delivery an email address gets before it is confirmed
+CONFIRM_SALT = "rollmux.notifications.confirm"
+CONFIRM_MAX_AGE_S = 7 * 24 * 3600
+ASKED_KINDS = (TEST_KIND, CONFIRM_KIND)  # sends a user asks for (rate-limited per user)
 
 
 class DeliveryError(Exception):
@@ -75,22 +81,57 @@ def _check_webhook_url(url: str) -> None:
         )
 
 
-def destination_refusal(url: str) -> str:
-    """Return why the server will not post to `url`, or "": a URL whose host resolves to a
-    loopback, private, link-local or reserved address is refused (it would let any user
-    make the server call its own network) unless ROLLMUX_WEBHOOK_ALLOW_PRIVATE is set."""
-    if settings.ROLLMUX_WEBHOOK_ALLOW_PRIVATE:
-        return ""
+def _not_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Return whether a webhook may not go to `address`: anything but a global unicast
+    address (loopback, private, link-local, shared, reserved, multicast, unspecified), also
+    when it hides in an IPv6 address (IPv4-mapped, 6to4, Teredo)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        teredo = address.teredo
+        for inner in (address.ipv4_mapped, address.sixtofour, teredo[1] if teredo else None):
+            if inner is not None and _not_public(inner):
+                return True
+    return (
+        not address.is_global
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+        or address.is_loopback
+        or address.is_link_local
+    )
+
+
+def _port(url: str) -> int:
+    parsed = urlparse(url)
+    return parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+def resolve_destination(url: str) -> tuple[str, str | None]:
+    """Resolve the host of `url` once: return (why the server will not post there, or "";
+    the address to connect to, None when the name does not resolve now).
+
+    Every address the name resolves to must be public unless ROLLMUX_WEBHOOK_ALLOW_PRIVATE
+    is set (else any user could make the server call its own network). The delivery then
+    connects to the address checked here, never resolving the name again: a name that
+    answers a public address to the check and 127.0.0.1 to the POST (DNS rebinding) reaches
+    only the public one.
+    """
     host = urlparse(url).hostname or ""
     try:
-        infos = socket.getaddrinfo(host, None)
-    except socket.gaierror:
-        return ""  # not resolvable now: the delivery fails (and retries) instead
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if not address.is_global:
-            return f"{host} resolves to {address}, a non-public address"
-    return ""
+        infos = socket.getaddrinfo(host, _port(url), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return "", None  # not resolvable now: the delivery fails (and retries) instead
+    addresses = [str(info[4][0]) for info in infos]
+    if not settings.ROLLMUX_WEBHOOK_ALLOW_PRIVATE:
+        for raw in addresses:
+            address = ipaddress.ip_address(raw.split("%", 1)[0])
+            if _not_public(address):
+                return f"{host} resolves to {address}, a non-public address", None
+    return "", addresses[0] if addresses else None
+
+
+def destination_refusal(url: str) -> str:
+    """Return why the server will not post to `url`, or "" (see resolve_destination)."""
+    return resolve_destination(url)[0]
 
 
 def subscription_create(
@@ -146,6 +187,17 @@ def subscription_create(
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
+        _lock_owner(user.pk)  # the caps below hold under concurrent requests of one user
+        cap = _subscription_cap_error(user, channel, target)
+        if cap:
+            raise ValidationError({"target": [cap]})
+        confirmed = channel == Channel.WEBHOOK or address_confirmed(user, target)
+        awaiting = (
+            not confirmed
+            and not Subscription.objects.filter(
+                owner=user, channel=Channel.EMAIL, target__iexact=target, confirmed_at=None
+            ).exists()
+        )
         sub = Subscription.objects.create(
             owner=user,
             scope=scope,
@@ -154,7 +206,10 @@ def subscription_create(
             target=target,
             secret=secrets.token_urlsafe(32) if channel == Channel.WEBHOOK else "",
             events=sorted(set(events_wanted)),
+            confirmed_at=timezone.now() if confirmed else None,
         )
+        if awaiting:  # (a second subscription to an address awaiting its link waits too)
+            _confirmation(sub, asked_by=user)  # queued by the caller, else by the sweep
         _subscriptions_changed()  # now (this transaction's own events) and once committed
         transaction.on_commit(_subscriptions_changed)
         audit_record(
@@ -164,6 +219,128 @@ def subscription_create(
             tenant=sub.tenant.name if sub.tenant else "",
             after={"channel": channel, "target": target, "scope": scope, "events": sub.events},
         )
+    return sub
+
+
+def _lock_owner(user_id: int) -> None:
+    from django.contrib.auth import get_user_model
+
+    list(get_user_model().objects.select_for_update().filter(pk=user_id).values_list("pk"))
+
+
+def address_confirmed(user: Any, address: str) -> bool:
+    """Return whether `address` may get notifications of `user`: the user's own account
+    address, or one whose owner followed a confirmation link sent for this user."""
+    own = (getattr(user, "email", "") or "").strip()
+    if own and own.lower() == address.strip().lower():
+        return True
+    return Subscription.objects.filter(
+        owner=user,
+        channel=Channel.EMAIL,
+        target__iexact=address.strip(),
+        confirmed_at__isnull=False,
+    ).exists()
+
+
+def _subscription_cap_error(user: Any, channel: str, target: str) -> str:
+    """Why `user` may not add this subscription now (a cap per user), or ""."""
+    mine = Subscription.objects.filter(owner=user)
+    most = settings.ROLLMUX_NOTIFY_MAX_SUBSCRIPTIONS
+    if mine.count() >= most:
+        return (
+            f"You have {most} subscriptions, the most one user may have "
+            "(ROLLMUX_NOTIFY_MAX_SUBSCRIPTIONS): remove one first."
+        )
+    if channel == Channel.EMAIL and not address_confirmed(user, target):
+        pending = {
+            t.lower()
+            for t in mine.filter(channel=Channel.EMAIL, confirmed_at=None).values_list(
+                "target", flat=True
+            )
+        } - {target.lower()}
+        most = settings.ROLLMUX_NOTIFY_MAX_UNCONFIRMED
+        if len(pending) >= most:
+            return (
+                f"{len(pending)} of your email addresses await confirmation "
+                f"({', '.join(sorted(pending))}), the most one user may have "
+                "(ROLLMUX_NOTIFY_MAX_UNCONFIRMED): follow their links, or remove them first."
+            )
+    return ""
+
+
+def _asked_rate_error(owner_id: int) -> str:
+    """Why no more test or confirmation sends to the destinations of this user this hour
+    (ROLLMUX_NOTIFY_TESTS_PER_HOUR), or ""."""
+    most = settings.ROLLMUX_NOTIFY_TESTS_PER_HOUR
+    since = timezone.now() - timedelta(hours=1)
+    asked = Delivery.objects.filter(
+        subscription__owner_id=owner_id, event_kind__in=ASKED_KINDS, created_at__gte=since
+    )
+    if asked.count() < most:
+        return ""
+    first = asked.order_by("created_at").values_list("created_at", flat=True).first()
+    wait = max(1, int(((first or since) + timedelta(hours=1) - timezone.now()).total_seconds()))
+    return (
+        f"{most} test or confirmation sends in the last hour, the most per user "
+        f"(ROLLMUX_NOTIFY_TESTS_PER_HOUR): try again in {wait // 60 + 1} minutes."
+    )
+
+
+def confirm_token(sub: Subscription) -> str:
+    """Return the token of the link that confirms `sub`'s email address (signed, 7 days)."""
+    return django_signing.dumps({"s": sub.pk, "a": sub.target.lower()}, salt=CONFIRM_SALT)
+
+
+def _confirmation(sub: Subscription, *, asked_by: Any) -> Delivery:
+    """Create the delivery that asks the address's owner to confirm it (the only thing an
+    unconfirmed address is sent)."""
+    from django.urls import reverse
+
+    key = f"{CONFIRM_KIND}:{secrets.token_hex(8)}"
+    url = _link(reverse("notifications:confirm", args=[confirm_token(sub)]))
+    payload = {
+        "event": CONFIRM_KIND,
+        "title": "confirm this address",
+        "key": key,
+        "at": timezone.now().isoformat(),
+        "message": (
+            f"RollMux user {asked_by.username} asked to send notifications to {sub.target}. "
+            f"Nothing else is sent here unless you confirm within 7 days: {url} "
+            "(ignore this message if you did not expect it)."
+        ),
+        "confirm_url": url,
+    }
+    return Delivery.objects.create(
+        subscription=sub, event_kind=CONFIRM_KIND, event_key=key, payload=payload
+    )
+
+
+def subscription_confirm(*, token: str, apply: bool) -> Subscription:
+    """Return the subscription a confirmation token names (ValidationError when the token
+    is bad, expired or its address changed); with `apply`, confirm the address for every
+    subscription of its owner to it."""
+    try:
+        data = django_signing.loads(token, salt=CONFIRM_SALT, max_age=CONFIRM_MAX_AGE_S)
+    except django_signing.SignatureExpired:
+        raise ValidationError("This confirmation link has expired: send a new one.") from None
+    except django_signing.BadSignature:
+        raise ValidationError("This confirmation link is not valid.") from None
+    sub = Subscription.objects.select_related("owner").filter(pk=data.get("s")).first()
+    if sub is None or sub.target.lower() != data.get("a"):
+        raise ValidationError("This confirmation link is for a subscription that is gone.")
+    if apply and sub.confirmed_at is None:
+        with transaction.atomic():
+            now = timezone.now()
+            Subscription.objects.filter(
+                owner_id=sub.owner_id,
+                channel=Channel.EMAIL,
+                target__iexact=sub.target,
+                confirmed_at=None,
+            ).update(confirmed_at=now)
+            sub.confirmed_at = now
+            audit_record(
+                actor=None, action="notification.confirm", obj=sub, after={"target": sub.target}
+            )
     return sub
 
 
@@ -221,8 +398,21 @@ def subscription_rotate_secret(*, user: Any, subscription_id: int) -> Subscripti
 
 
 def send_test(*, user: Any, subscription_id: int) -> Delivery:
-    """Queue a test delivery to a subscription (shows up in the log like any other)."""
-    sub = _own(user, subscription_id)
+    """Create a test delivery to a subscription (shows up in the log like any other), or
+    for an email address awaiting confirmation a new confirmation; ValidationError over
+    ROLLMUX_NOTIFY_TESTS_PER_HOUR sends to the owner's destinations in the last hour."""
+    with transaction.atomic():
+        sub = _own(user, subscription_id)
+        _lock_owner(sub.owner_id)  # (so concurrent clicks cannot pass the count together)
+        limited = _asked_rate_error(sub.owner_id)
+        if limited:
+            raise ValidationError(limited)
+        if sub.channel == Channel.EMAIL and sub.confirmed_at is None:
+            return _confirmation(sub, asked_by=user)
+        return _test_delivery(sub, user)
+
+
+def _test_delivery(sub: Subscription, user: Any) -> Delivery:
     key = f"{TEST_KIND}:{secrets.token_hex(8)}"
     payload = {
         "event": TEST_KIND,
@@ -368,7 +558,9 @@ def create_deliveries(event: events.Event) -> list[int]:
     (a subscription that already has this event key gets nothing new)."""
     subs = [
         s
-        for s in Subscription.objects.filter(active=True).select_related("owner")
+        for s in Subscription.objects.filter(
+            active=True, confirmed_at__isnull=False
+        ).select_related("owner")
         if event.kind in s.events
     ]
     visible: dict[int, set[int] | None] = {}
@@ -377,14 +569,34 @@ def create_deliveries(event: events.Event) -> list[int]:
         return []
     payload = event_payload(event)
     created = []
+    # deliveries per owner in the last hour: over ROLLMUX_NOTIFY_DELIVERIES_PER_HOUR a
+    # delivery is logged as not sent (an approximate cap: concurrent fan-outs may pass it
+    # by a few; they take no lock, so that events never wait on each other)
+    most = settings.ROLLMUX_NOTIFY_DELIVERIES_PER_HOUR
+    since = timezone.now() - timedelta(hours=1)
+    recent: dict[int, int] = {}
     for sub in subs:
+        if sub.owner_id not in recent:
+            recent[sub.owner_id] = Delivery.objects.filter(
+                subscription__owner_id=sub.owner_id, created_at__gte=since
+            ).count()
+        over = recent[sub.owner_id] >= most
+        defaults: dict[str, Any] = {"event_kind": event.kind, "payload": payload}
+        if over:
+            defaults |= {
+                "status": DeliveryStatus.FAILED,
+                "last_error": f"not sent: {most} deliveries in the last hour, the most per "
+                "user (ROLLMUX_NOTIFY_DELIVERIES_PER_HOUR)",
+            }
         delivery, new = Delivery.objects.get_or_create(
-            subscription=sub,
-            event_key=event.key[:200],
-            defaults={"event_kind": event.kind, "payload": payload},
+            subscription=sub, event_key=event.key[:200], defaults=defaults
         )
         if new:
-            created.append(delivery.pk)
+            recent[sub.owner_id] += 1
+            if over:
+                metrics.count_delivery(sub.channel, "failed")
+            else:
+                created.append(delivery.pk)
     return created
 
 
@@ -503,6 +715,8 @@ def _send_email(sub: Subscription, payload: dict[str, Any]) -> None:
         f"[RollMux] {payload.get('title', payload.get('event'))}: {payload.get('message', '')}"
     )
     lines = [payload.get("message", "")]
+    if payload.get("confirm_url"):
+        lines += ["", f"Confirm: {payload['confirm_url']}"]
     if (payload.get("job") or {}).get("url"):
         lines += ["", f"Job: {payload['job']['url']}"]
     lines += ["", f"Event {payload.get('event')} ({payload.get('key')}) at {payload.get('at')}.",
@@ -532,25 +746,58 @@ def webhook_request(
     return body, headers
 
 
+def post_pinned(url: str, address: str, body: bytes, headers: dict[str, str]) -> int:
+    """POST `body` to `url` over a connection to `address` (the one resolve_destination
+    checked), with the URL's host in the Host header and, for https, in the TLS server name
+    and the certificate check; no redirect is followed, no proxy used. Return the status."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    path = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
+    timeout = urllib3.Timeout(connect=WEBHOOK_TIMEOUT_S, read=WEBHOOK_TIMEOUT_S)
+    pool: urllib3.HTTPConnectionPool
+    if parsed.scheme == "https":
+        pool = urllib3.HTTPSConnectionPool(
+            address,
+            _port(url),
+            timeout=timeout,
+            retries=False,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=certifi.where(),
+            server_hostname=host,
+            assert_hostname=host,
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(address, _port(url), timeout=timeout, retries=False)
+    try:
+        resp = pool.urlopen(
+            "POST", path, body=body, headers={**headers, "Host": parsed.netloc}, redirect=False
+        )
+        return int(resp.status)
+    finally:
+        pool.close()
+
+
 def _send_webhook(sub: Subscription, delivery: Delivery) -> int:
-    refusal = destination_refusal(sub.target)
+    refusal, address = resolve_destination(sub.target)
     if refusal:
         raise PermanentDeliveryError(f"refused: {refusal}")
+    if address is None:
+        raise DeliveryError(f"{urlparse(sub.target).hostname} does not resolve")
     body, headers = webhook_request(sub, delivery)
     try:
-        resp = requests.post(
-            sub.target, data=body, headers=headers, timeout=WEBHOOK_TIMEOUT_S, allow_redirects=False
-        )
-    except requests.Timeout as exc:
-        raise DeliveryError(f"no answer within {WEBHOOK_TIMEOUT_S:g} s") from exc
-    except requests.ConnectionError as exc:
+        status = post_pinned(sub.target, address, body, headers)
+    except urllib3.exceptions.NewConnectionError as exc:  # (a TimeoutError subclass)
         raise DeliveryError("could not connect") from exc
-    except requests.RequestException as exc:
-        raise PermanentDeliveryError(f"{type(exc).__name__}") from exc
-    if 200 <= resp.status_code < 300:
-        return resp.status_code
-    error = f"HTTP {resp.status_code}"
-    if resp.status_code in (408, 429) or resp.status_code >= 500:
+    except urllib3.exceptions.TimeoutError as exc:
+        raise DeliveryError(f"no answer within {WEBHOOK_TIMEOUT_S:g} s") from exc
+    except (urllib3.exceptions.ProtocolError, urllib3.exceptions.SSLError, OSError) as exc:
+        raise DeliveryError("could not connect") from exc
+    except urllib3.exceptions.HTTPError as exc:
+        raise DeliveryError(f"could not connect ({type(exc).__name__})") from exc
+    if 200 <= status < 300:
+        return status
+    error = f"HTTP {status}"
+    if status in (408, 429) or status >= 500:
         raise DeliveryError(error)
     raise PermanentDeliveryError(error)
 
@@ -567,6 +814,8 @@ def deliver(delivery_id: int) -> Outcome:
     sub = delivery.subscription
     code: int | None = None
     try:
+        if sub.confirmed_at is None and delivery.event_kind != CONFIRM_KIND:
+            raise PermanentDeliveryError(f"not sent: {sub.target} is not confirmed yet")
         if sub.channel == Channel.EMAIL:
             _send_email(sub, delivery.payload)
         else:

@@ -8,4 +8,5 @@ urlpatterns = [
     path("<int:subscription_id>/delete/", views.delete, name="delete"),
     path("<int:subscription_id>/rotate/", views.rotate, name="rotate"),
     path("<int:subscription_id>/test/", views.test, name="test"),
+    path("confirm/<str:token>/", views.confirm, name="confirm"),
 ]

@@ -18,7 +18,7 @@ from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import is_admin, visible_tenants
 from rollmux_web.notifications import selectors, services, tasks
-from rollmux_web.notifications.models import Channel, Scope
+from rollmux_web.notifications.models import Channel, Scope, Subscription
 
 
 def _context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def index(request: HttpRequest) -> HttpResponse:
             if tenant is not None and visible is not None and tenant.pk not in visible:
                 tenant = None  # another tenant's name reads as no tenant at all
         try:
-            services.subscription_create(
+            sub = services.subscription_create(
                 user=request.user,
                 channel=values["channel"],
                 target=values["target"],
@@ -68,16 +68,39 @@ def index(request: HttpRequest) -> HttpResponse:
         except ValidationError as exc:
             ctx = _context(request, errors=exc.message_dict, values=values)
             return render(request, "notifications/index.html", ctx, status=400)
-        messages.success(request, f"Saved: notifications to {values['target']}.")
+        if sub.confirmed_at is None:
+            messages.success(
+                request,
+                f"Saved. A confirmation link was sent to {sub.target}: nothing else is sent "
+                "there until it is followed.",
+            )
+        else:
+            messages.success(request, f"Saved: notifications to {values['target']}.")
+        _show_secret_once(request, sub)
+        tasks.enqueue(selectors.pending_confirmations(sub))  # (committed: no atomic view)
         return redirect("notifications:index")
-    response = render(request, "notifications/index.html", _context(request))
-    response["Cache-Control"] = "no-store"  # the page shows webhook secrets to their owners
+    # a webhook's secret is shown in full once, on the page after its creation or rotation
+    new_secret = request.session.pop(NEW_SECRET_KEY, None)
+    response = render(request, "notifications/index.html", _context(request, new_secret=new_secret))
+    response["Cache-Control"] = "no-store"  # the page may show a new webhook secret
     return response
 
 
+NEW_SECRET_KEY = "notifications.new_secret"
+
+
+def _show_secret_once(request: HttpRequest, sub: Subscription) -> None:
+    if sub.secret:
+        request.session[NEW_SECRET_KEY] = {"id": sub.pk, "secret": sub.secret}
+
+
 def _act(request: HttpRequest, done: str, action: Callable[[], object]) -> HttpResponse:
-    action()
-    messages.success(request, done)
+    try:
+        action()
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, done)
     return redirect("notifications:index")
 
 
@@ -94,20 +117,43 @@ def delete(request: HttpRequest, subscription_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def rotate(request: HttpRequest, subscription_id: int) -> HttpResponse:
-    return _act(
-        request,
-        "New signing secret: update your receiver.",
-        lambda: services.subscription_rotate_secret(
+    def rotate_secret() -> None:
+        sub = services.subscription_rotate_secret(
             user=request.user, subscription_id=subscription_id
-        ),
-    )
+        )
+        _show_secret_once(request, sub)
+
+    return _act(request, "New signing secret: update your receiver.", rotate_secret)
 
 
 @login_required
 @require_POST
 def test(request: HttpRequest, subscription_id: int) -> HttpResponse:
-    def send() -> None:
+    try:
         delivery = services.send_test(user=request.user, subscription_id=subscription_id)
-        tasks.enqueue([delivery.pk])
+    except ValidationError as exc:  # over the user's sends this hour
+        messages.error(request, " ".join(exc.messages))
+        return redirect("notifications:index")
+    tasks.enqueue([delivery.pk])
+    if delivery.event_kind == services.CONFIRM_KIND:
+        messages.success(
+            request,
+            "Confirmation link sent again: the address gets nothing else until it is followed.",
+        )
+    else:
+        messages.success(request, "Test delivery queued: see the log below.")
+    return redirect("notifications:index")
 
-    return _act(request, "Test delivery queued: see the log below.", send)
+
+@require_http_methods(["GET", "POST"])
+def confirm(request: HttpRequest, token: str) -> HttpResponse:
+    """Confirm an email address from the link mailed to it (no login: the recipient need
+    not have an account). GET asks, POST confirms, so a mail scanner that follows links
+    confirms nothing."""
+    try:
+        sub = services.subscription_confirm(token=token, apply=request.method == "POST")
+    except ValidationError as exc:
+        error = {"error": " ".join(exc.messages)}
+        return render(request, "notifications/confirm.html", error, status=400)
+    ctx: dict[str, Any] = {"sub": sub, "token": token, "done": sub.confirmed_at is not None}
+    return render(request, "notifications/confirm.html", ctx)

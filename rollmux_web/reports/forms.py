@@ -6,7 +6,6 @@ from datetime import date, timedelta
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from rollmux_web.jobs.spec import PHASE_TIME_FIELDS, SPEC, SpecField
@@ -70,11 +69,6 @@ PREVIEW_OPTIONAL = (
 )
 
 
-def _positive(value: float) -> None:
-    if value <= 0:
-        raise ValidationError("must be greater than 0")
-
-
 def _preview_field(f: SpecField) -> forms.Field:
     """Return the form field of a spec field: its type and bounds, required as the preview needs.
 
@@ -88,10 +82,9 @@ def _preview_field(f: SpecField) -> forms.Field:
     if f.name in ("rollout_gpus", "train_gpus") and low is None:
         low = 1  # the planner places at least one GPU of each pool
     bounds: dict[str, Any] = {"min_value": low, "max_value": f.max_value}
-    validators = [_positive] if f.positive else []
     if f.kind == "int":
-        return forms.IntegerField(required=required, validators=validators, **bounds)
-    return forms.FloatField(required=required, validators=validators, **bounds)
+        return forms.IntegerField(required=required, **bounds)
+    return forms.FloatField(required=required, **bounds)
 
 
 class PreviewForm(forms.Form):

@@ -385,7 +385,7 @@ def test_submit_of_a_file_yaml_cannot_parse_says_what_is_wrong_and_where(
     code, _, err = run(["submit", str(path)])
     assert code == 1
     assert (
-        f"{path} is not valid YAML or JSON: expected ',' or ']', but got '<stream end>' "
+        f"{path} is not valid YAML or JSON: did not find expected ',' or ']' "
         "at line 2, column 1 (while parsing a flow sequence from line 1, column 7)"
     ) in err
     assert not Job.objects.exists()  # refused before anything was sent

@@ -35,12 +35,18 @@ def _post(client: Any, text: str, policies: tuple[str, ...] = ("rollmux",)) -> A
 def test_a_tiny_trace_of_1e8_iterations_is_refused_at_upload_naming_the_field(
     world: Any, client_as: Any
 ) -> None:
-    # the 83-byte trace of the reliability pass: one job, 1e8 iterations
+    # the 83-byte trace of the reliability pass: one job, 1e8 iterations (over the trace
+    # format's bound), and one within the format but over the what-if limit
     text = "# one huge job\n" + json.dumps({**ONE, "iterations": 100_000_000})
     resp = _post(client_as("alice"), text)
     body = resp.content.decode()
     assert resp.status_code == 400
-    assert "line 2, job &#x27;a&#x27;, field &#x27;iterations&#x27;: 100,000,000" in body
+    assert "line 2, field &#x27;iterations&#x27;: must be &lt;= 1,000,000" in body
+    text = "# one huge job\n" + json.dumps({**ONE, "iterations": 500_000})
+    resp = _post(client_as("alice"), text)
+    body = resp.content.decode()
+    assert resp.status_code == 400
+    assert "line 2, job &#x27;a&#x27;, field &#x27;iterations&#x27;: 500,000" in body
     assert "ROLLMUX_WHATIF_MAX_ITERATIONS" in body
     assert not WhatIfRun.objects.exists()  # nothing half-written
 

@@ -98,9 +98,9 @@ BAD_TRACE_CASES = [
     ("iterations_zero", line(iterations=0), "iterations", ">= 1"),
     ("arrival_negative", line(arrival_s=-1), "arrival_s", ">= 0"),
     ("arrival_is_bool", line(arrival_s=True), "arrival_s", "number"),
-    ("negative_duration", line(t_roll_max_s=-5), "t_roll_max_s", "> 0"),
-    ("zero_train_duration", line(t_train_max_s=0), "t_train_max_s", "> 0"),
-    ("negative_min_duration", line(t_train_min_s=-1), "t_train_min_s", "> 0"),
+    ("negative_duration", line(t_roll_max_s=-5), "t_roll_max_s", ">= 0.001"),
+    ("zero_train_duration", line(t_train_max_s=0), "t_train_max_s", ">= 0.001"),
+    ("negative_min_duration", line(t_train_min_s=-1), "t_train_min_s", ">= 0.001"),
     ("roll_min_above_max", line(t_roll_min_s=400), "t_roll_min_s", "above t_roll_max_s"),
     (
         "train_min_above_max",
@@ -113,7 +113,7 @@ BAD_TRACE_CASES = [
     ("gpus_zero", line(rollout_gpus=0), "rollout_gpus", ">= 1"),
     ("slo_below_one", line(slo=0.9), "slo", ">= 1"),
     ("slo_missing", line(slo=...), "slo", "required"),
-    ("host_mem_zero", line(host_mem_gb=0), "host_mem_gb", "> 0"),
+    ("host_mem_zero", line(host_mem_gb=0), "host_mem_gb", ">= 0.001"),
     ("duration_infinite", line(t_roll_max_s=1e999), "t_roll_max_s", "finite"),
     ("tenant_not_string", line(tenant=3), "tenant", "string"),
 ]

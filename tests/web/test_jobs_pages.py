@@ -214,9 +214,8 @@ def test_upload_refuses_a_5mb_file_and_garbage(client_as: Any, world: Any) -> No
         "/jobs/upload/", {"file": SimpleUploadedFile("j.yaml", b"name: [unclosed\n")}
     )
     assert (
-        "Not valid YAML or JSON: expected &#x27;,&#x27; or &#x27;]&#x27;, but got "
-        "&#x27;&lt;stream end&gt;&#x27; at line 2, column 1 (while parsing a flow sequence "
-        "from line 1, column 7)"
+        "Not valid YAML or JSON: did not find expected &#x27;,&#x27; or &#x27;]&#x27; "
+        "at line 2, column 1 (while parsing a flow sequence from line 1, column 7)"
     ) in resp.content.decode()
     assert Job.objects.count() == 0
 

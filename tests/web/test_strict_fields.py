@@ -180,7 +180,7 @@ def test_form_submit_shows_a_cross_field_error_next_to_another_fields_error(
     html = resp.content.decode()
     for name, wording in (
         ("t_roll_min_s", "<li>Must be at most t_roll_max_s (120 s), got 500 s.</li>"),
-        ("t_train_min_s", "<li>Must be greater than 0 (seconds), got -5.</li>"),
+        ("t_train_min_s", "<li>Must be at least 0.001 (seconds).</li>"),
     ):
         after_submit = _field_error_html(html, name)
         assert wording in after_submit
@@ -191,7 +191,7 @@ def test_form_submit_shows_a_cross_field_error_next_to_another_fields_error(
         assert own.strip() == after_submit
         for other, wording_other in (
             ("t_roll_min_s", "Must be at most t_roll_max_s"),
-            ("t_train_min_s", "Must be greater than 0"),
+            ("t_train_min_s", "Must be at least 0.001 (seconds)"),
         ):
             if other != name:  # the out-of-band refresh shows the other field's error too
                 oob = inline.split(f'<div id="err-{other}" hx-swap-oob="innerHTML">', 1)[1]
