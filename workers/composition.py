@@ -56,7 +56,7 @@ def report_config() -> dict[str, Any] | None:
     broker = str(settings.CELERY_BROKER_URL)
     if settings.CELERY_TASK_ALWAYS_EAGER or not broker.startswith(("redis://", "rediss://")):
         return None
-    return {"broker_url": broker, "queue": settings.CELERY_TASK_DEFAULT_QUEUE}
+    return {"broker_url": broker, "queue": settings.ROLLMUX_PHASE_QUEUE}
 
 
 def deliver_report(report: PhaseReport) -> None:
