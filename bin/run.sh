@@ -26,6 +26,7 @@ esac
 # a researcher who triggers an error in production must never see Django's debug page
 if [ -n "$embedded" ]; then export DEBUG=${DEBUG:-true}; else export DEBUG=${DEBUG:-false}; fi
 PORT=${ROLLMUX_PORT:-8000}
+echo "run.sh: $([ -n "$embedded" ] && echo embedded || echo production), DEBUG=$DEBUG"
 if [ -z "$embedded" ]; then
   # production: the deployment checks (HTTPS, cookies, DEBUG, SECRET_KEY), printed at start
   $PY manage.py check --deploy
