@@ -12,8 +12,11 @@ dispatcher so the demo jobs and the submitted ones really run while it measures)
    refused request left a row behind.
 
 It prints throughput (jobs/s), latency p50/p90/p99/max, and the ratio of the concurrent
-throughput to the single-client baseline, and how many phases the controller finished
-during the run. The GPU caps of the demo tenants are raised to a value no run reaches and
+throughput to the single-client baseline, how many phases the controller finished during
+the run and, for the phases of running jobs that ended during the load, the phase-end
+latency: from the host's end stamp (finished_at) to the controller applying it
+(reported_at), p50/p99/max (target p99 under 1 s: a phase event must not wait behind
+submissions' planning passes), and the longest the controller's queues grew. The GPU caps of the demo tenants are raised to a value no run reaches and
 their budgets lifted (the rows and caps stay, so the quota check still does its work for
 every submission) so that every job is accepted.
 
@@ -50,6 +53,8 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 RESEARCHERS = ("alice", "bob", "charlie")
+# the queues the controller consumes (settings: CELERY_TASK_DEFAULT_QUEUE, ROLLMUX_PHASE_QUEUE)
+CONTROLLER_QUEUES = ("rollmux-phase", "rollmux")
 
 
 def job_body(name: str) -> dict[str, Any]:
@@ -155,13 +160,14 @@ def start_controller(env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
     common = {"cwd": ROOT, "env": {**env, "ROLLMUX_DISPATCHER": "inline"}}
     # tasks left in this Redis db by earlier runs name rows of other databases
     subprocess.run(
-        [celery, "-A", "rollmux_web", "purge", "-f", "-Q", "rollmux"],
+        [celery, "-A", "rollmux_web", "purge", "-f", "-Q", ",".join(CONTROLLER_QUEUES)],
         capture_output=True,
         timeout=120,
         **common,  # type: ignore[arg-type]
     )
     worker = [celery, "-A", "rollmux_web", "worker", "-n", f"bench-controller-{os.getpid()}@%h"]
-    worker += ["-l", "WARNING", "-P", "threads", "-c", "2", "-Q", "rollmux"]
+    worker += ["-l", "WARNING", "-P", "threads", "-c", "2", "-Q", ",".join(CONTROLLER_QUEUES)]
+    worker += ["--without-mingle", "--without-gossip"]
     beat = [celery, "-A", "rollmux_web", "beat", "-l", "WARNING"]
     beat += ["-s", str(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-beat-{os.getpid()}")]
     return [
@@ -253,6 +259,80 @@ def phases_finished(db_url: str) -> int:
             "SELECT count(*) FROM workflow_phaserecord WHERE finished_at IS NOT NULL"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+PHASE_END_SQL = """
+SELECT EXTRACT(EPOCH FROM reported_at - finished_at), recovered
+FROM workflow_phaserecord
+WHERE finished_at >= to_timestamp(%s) AND finished_at <= to_timestamp(%s)
+  AND reported_at IS NOT NULL
+"""
+UNREPORTED_SQL = """
+SELECT count(*) FROM workflow_phaserecord
+WHERE state = 'running' AND due_at IS NOT NULL AND due_at <= to_timestamp(%s)
+"""
+
+
+def phase_end_latencies(
+    db_url: str, t0: float, t1: float, settle_s: float = 60.0
+) -> tuple[list[float], int]:
+    """Return the phase-end latencies (s) of the phases that ended between t0 and t1 (wall
+    clock) and how many of them `reconcile` recovered, once the phases due by t1 are all
+    reported (at most settle_s later: a report still queued at t1 counts with its wait)."""
+    deadline = time.monotonic() + settle_s
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(UNREPORTED_SQL, (t1,)).fetchone()
+            if not row or not row[0]:
+                break
+            time.sleep(0.5)
+        rows = conn.execute(PHASE_END_SQL, (t0, t1)).fetchall()
+    return [max(float(r[0]), 0.0) for r in rows], sum(1 for r in rows if r[1])
+
+
+class QueueWatch:
+    """Sample the controller's queue lengths in Redis every half second (the longest seen)."""
+
+    def __init__(self, redis_url: str, queues: tuple[str, ...]) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(redis_url, socket_timeout=2.0)
+        self.queues = queues
+        self.longest = dict.fromkeys(queues, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                pipe = self.client.pipeline(transaction=False)
+                for q in self.queues:
+                    pipe.llen(q)
+                for q, n in zip(self.queues, pipe.execute(), strict=True):
+                    self.longest[q] = max(self.longest[q], int(n))
+            except Exception:  # a sample lost is a sample lost
+                continue
+
+    def __enter__(self) -> QueueWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def phase_end_report(latencies: list[float], recovered: int, longest: dict[str, int]) -> None:
+    ms = [x * 1000 for x in latencies]
+    print(
+        f"phase-end latency of running jobs during the load ({len(ms)} phases, "
+        f"{recovered} recovered by reconcile): ms p50 {pct(ms, 50):.1f}  p99 {pct(ms, 99):.1f}  "
+        f"max {max(ms, default=float('nan')):.1f}  (target p99 < 1000)"
+    )
+    print(
+        "longest controller queues during the load: "
+        + ", ".join(f"{q} {n}" for q, n in longest.items())
+    )
 
 
 def wait_ready(url: str, token: str, timeout_s: float = 60.0) -> None:
@@ -385,6 +465,11 @@ def main(argv: list[str] | None = None) -> int:
         default=10.0,
         help="seconds to sample the processes' CPU with no submission before the load",
     )
+    ap.add_argument(
+        "--queue",
+        action="append",
+        help=f"a controller queue to watch in REDIS_URL (default: {', '.join(CONTROLLER_QUEUES)})",
+    )
     ap.add_argument("--url", help="use a running server instead of starting one")
     ap.add_argument("--token", action="append", help="API token(s) for --url")
     ap.add_argument("--database-url", help="the database of --url, for the exactly-once check")
@@ -448,7 +533,12 @@ def main(argv: list[str] | None = None) -> int:
             idle = {role: cpu / args.idle_s for role, cpu in used.items()}
         phases_before = phases_finished(db_url) if db_url else 0
         cpu_before = cpu_sample(roles, db_url)
-        load, load_wall = run_load(url, tokens, args.clients, args.jobs_per_client, load_tag)
+        queues = tuple(args.queue or CONTROLLER_QUEUES)
+        watch = QueueWatch(os.environ["REDIS_URL"], queues) if os.environ.get("REDIS_URL") else None
+        load_t0 = time.time()
+        with watch or contextlib.nullcontext():
+            load, load_wall = run_load(url, tokens, args.clients, args.jobs_per_client, load_tag)
+        load_t1 = time.time()
         cpu_after = cpu_sample(roles, db_url)
         rate = report(f"load ({args.clients} x {args.jobs_per_client})", load, load_wall)
         cpu_report(cpu_used(cpu_before, cpu_after), len(load.accepted), idle, load_wall)
@@ -459,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"phases finished by the controller during the load: "
                 f"{phases_finished(db_url) - phases_before}"
             )
+            latencies, recovered = phase_end_latencies(db_url, load_t0, load_t1)
+            phase_end_report(latencies, recovered, watch.longest if watch else {})
 
         ok = True
         if db_url:

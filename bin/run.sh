@@ -9,12 +9,36 @@
 # the app. The controller is restarted if it dies; its jobs' actors and their phase reports
 # (waiting in Redis) outlive it.
 #   ROLLMUX_PORT (8000)  the web server      ROLLMUX_RAY_PORT (6380)  the Ray head's GCS
+#   ROLLMUX_RAY_TEMP_DIR  the Ray head's temp directory (/tmp/rollmux-ray-<ROLLMUX_RAY_PORT>)
+#
+# Production (ROLLMUX_EMBEDDED=false): DEBUG defaults to false (true only when embedded),
+# the static files are collected at every start and served by WhiteNoise, and Django's
+# deployment checks run first (`bin/run.sh --check` runs only them). docs/operations.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 export RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
-export DEBUG=${DEBUG:-true}
+# ROLLMUX_EMBEDDED as settings.py reads it (unset or empty: embedded)
+case "$(echo "${ROLLMUX_EMBEDDED:-true}" | tr '[:upper:]' '[:lower:]')" in
+  0|false|no|off) embedded="" ;;
+  *) embedded=1 ;;
+esac
+# a researcher who triggers an error in production must never see Django's debug page
+if [ -n "$embedded" ]; then export DEBUG=${DEBUG:-true}; else export DEBUG=${DEBUG:-false}; fi
 PORT=${ROLLMUX_PORT:-8000}
+echo "run.sh: $([ -n "$embedded" ] && echo embedded || echo production), DEBUG=$DEBUG"
+if [ -z "$embedded" ]; then
+  # production: the deployment checks (HTTPS, cookies, DEBUG, SECRET_KEY), printed at start
+  $PY manage.py check --deploy
+fi
+if [ "${1:-}" = "--check" ]; then
+  [ -n "$embedded" ] && $PY manage.py check
+  exit 0
+fi
+if [ "$(echo "$DEBUG" | tr '[:upper:]' '[:lower:]')" != true ]; then
+  # without DEBUG, runserver serves no static file: WhiteNoise serves the collected ones
+  $PY manage.py collectstatic --noinput -v 0
+fi
 $PY manage.py migrate --noinput
 $PY manage.py seed_demo --if-empty ${ROLLMUX_SEED_ARGS:-}
 pids=()
@@ -88,14 +112,21 @@ from workers.composition import node_resources; print(json.dumps(node_resources(
     while true; do
       # (no mingle/gossip: nothing here uses them, and mingle waits seconds at start)
       .venv/bin/celery -A rollmux_web worker -n controller@%h -l INFO -P threads \
-        -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux --without-mingle --without-gossip & child=$!
+        -c "${ROLLMUX_WORKER_THREADS:-2}" -Q rollmux-phase,rollmux \
+        --without-mingle --without-gossip & child=$!
       wait "$child" || true
       echo "run.sh: the controller exited; starting it again" >&2
       sleep 0.5
     done
   ) & pids+=($!)
   # what-if simulations: their own process, so they never slow the controller down
-  .venv/bin/celery -A rollmux_web worker -n sim@%h -l INFO -P solo -Q rollmux-sim & pids+=($!)
+  .venv/bin/celery -A rollmux_web worker -n sim@%h -l INFO -P solo -Q rollmux-sim \
+    --without-mingle --without-gossip & pids+=($!)
+  # notification deliveries (SMTP, webhooks and their retries): they wait on other people's
+  # servers, so their own process too
+  .venv/bin/celery -A rollmux_web worker -n notify@%h -l INFO -P threads \
+    -c "${ROLLMUX_NOTIFY_THREADS:-4}" -Q rollmux-notify --without-mingle --without-gossip \
+    & pids+=($!)
   .venv/bin/celery -A rollmux_web beat -l INFO -s "${TMPDIR:-/tmp}/rollmux-celerybeat-$PORT" & pids+=($!)
 fi
 echo "RollMux on http://127.0.0.1:$PORT  (log in as alice / demo-alice, admin / demo-admin)"

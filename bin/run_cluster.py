@@ -86,22 +86,31 @@ def submit_demo_jobs() -> None:
         print(f"  job #{job.pk} {job.name} ({runner})")
 
 
+def head_node_args(port: int, temp_dir: str) -> dict[str, Any]:
+    """Return the Ray head's arguments: the GCS on `port`, no dashboard, its own temp dir."""
+    return {
+        "num_cpus": 1, "gcs_server_port": port, "include_dashboard": False, "temp_dir": temp_dir,
+    }  # fmt: skip
+
+
 def start_cluster(port: int) -> Any:
     """Start the head and one labelled Ray node per inventory node; return the Cluster."""
     from ray.cluster_utils import Cluster
 
     from rollmux_web.inventory.models import Node
 
+    temp_dir = ray_env.own_temp_dir()  # not /tmp/ray: no bare ray.init() attaches to it
+    print(f"  Ray temp directory {temp_dir} (ROLLMUX_RAY_TEMP_DIR)")
     with ray_env.controller_node():  # the head: the coordinators' node (its workers at 0)
         cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "gcs_server_port": port, "include_dashboard": False},
+            initialize_head=True, head_node_args=head_node_args(port, temp_dir),
             shutdown_at_exit=True,
-        )
+        )  # fmt: skip
     for node in Node.objects.order_by("name"):
         cluster.add_node(
-            num_cpus=0, num_gpus=node.gpus, labels={"rollmux.io/node": node.name}, wait=True
-        )
+            num_cpus=0, num_gpus=node.gpus, labels={"rollmux.io/node": node.name}, wait=True,
+            temp_dir=temp_dir,
+        )  # fmt: skip
         print(f"  Ray node for {node.name}: {node.gpus} GPUs, label rollmux.io/node={node.name}")
     return cluster
 

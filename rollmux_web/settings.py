@@ -351,14 +351,29 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # that many tasks, and workers/connections.py closes what Django would (CONN_MAX_AGE, errors).
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000, minimum=0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+# A worker waits out a Redis outage however long it lasts (Celery's default gives up after
+# 100 attempts, a minute and a half at workers/consumer.py's pace, and the worker exits).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# "priority": a worker consuming several queues takes from them in the order its -Q lists
+# them (kombu's default rotates between them): the controller's phase events come first.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300, "queue_order_strategy": "priority"}
 CELERY_TASK_DEFAULT_QUEUE = "rollmux"
+# Phase events (a phase's start, its end, a tail's hand-over of nodes) have a queue of their
+# own, which the controller consumes before its other one (`-Q rollmux-phase,rollmux`): a
+# finished phase never waits behind the planning passes and other tasks that submissions
+# queue (issue 24 item 12; bench/api_submit.py measures it).
+ROLLMUX_PHASE_QUEUE = "rollmux-phase"
+# what the controller consumes, in this order (its -Q in bin/run.sh and docker-compose.yml)
+ROLLMUX_CONTROLLER_QUEUES = [ROLLMUX_PHASE_QUEUE, CELERY_TASK_DEFAULT_QUEUE]
 # What-if simulations are CPU-heavy and long: they get their own queue and worker, so a
 # simulation never holds up the group controller's phase events (the switch path).
 ROLLMUX_SIM_QUEUE = "rollmux-sim"
 # Notification deliveries wait on other people's mail servers and webhooks: their own queue.
 ROLLMUX_NOTIFY_QUEUE = "rollmux-notify"
 CELERY_TASK_ROUTES = {
+    "workers.tasks.phase_started": {"queue": ROLLMUX_PHASE_QUEUE},
+    "workers.tasks.phase_finished": {"queue": ROLLMUX_PHASE_QUEUE},
+    "workers.tasks.phase_tail": {"queue": ROLLMUX_PHASE_QUEUE},
     "reports.run_whatif": {"queue": ROLLMUX_SIM_QUEUE},
     "rollmux_web.notifications.tasks.*": {"queue": ROLLMUX_NOTIFY_QUEUE},
 }
@@ -553,8 +568,14 @@ ROLLMUX_TOKEN_TOUCH_S = env_float("ROLLMUX_TOKEN_TOUCH_S", 60.0, minimum=0.0)
 # The cache holds the rate-limit counters: shared by every process in production (Redis),
 # per process when embedded (make run, tests).
 CACHE_URL = env_str("ROLLMUX_CACHE_URL", "" if EMBEDDED else REDIS_URL)
+# A Redis that does not answer costs a request at most a second (then the throttles fail
+# open: rollmux_web/accounts/throttling.py).
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": CACHE_URL,
+        "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
+    }
     if CACHE_URL
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }

@@ -47,7 +47,9 @@ def install() -> None:
     # beat itself, so jobs left queued or running by a previous run get picked up.
     if any(cmd in arg for arg in sys.argv[:2] for cmd in SERVER_COMMANDS):
         embedded.set_serving()
-        embedded.ensure_started(triggers.run_reconcile, triggers.run_watch)
+        embedded.ensure_started(
+            triggers.run_reconcile, triggers.run_watch, triggers.run_notifications_sweep
+        )
 
 
 def report_config() -> dict[str, Any] | None:
@@ -56,7 +58,7 @@ def report_config() -> dict[str, Any] | None:
     broker = str(settings.CELERY_BROKER_URL)
     if settings.CELERY_TASK_ALWAYS_EAGER or not broker.startswith(("redis://", "rediss://")):
         return None
-    return {"broker_url": broker, "queue": settings.CELERY_TASK_DEFAULT_QUEUE}
+    return {"broker_url": broker, "queue": settings.ROLLMUX_PHASE_QUEUE}
 
 
 def deliver_report(report: PhaseReport) -> None:

@@ -1,9 +1,11 @@
 """The "a planning pass is pending" marker in Redis, and the spacing of planning passes.
 
 A planning pass reads every queued job, so one pending pass serves any number of requests:
-the first request sets this marker and enqueues `plan`; the pass clears it before it takes
-its snapshot, so a job committed after that moment enqueues the next pass. The TTL bounds
-the damage of a pass that never ran (lost message): requests enqueue again after it.
+the first request sets this marker and enqueues `plan`; the pass clears it once it holds
+the planner's lock, before it takes its snapshot, so a job committed after that moment
+enqueues the next pass. A `plan` task that finds the lock busy stays the pending pass: it
+keeps the marker (`hold`) and retries. The TTL bounds the damage of a pass that never ran
+(lost message): requests enqueue again after it.
 
 Passes start at most once per ROLLMUX_PLAN_MIN_INTERVAL_S: the pass records when it
 started, and a request that finds the last start more recent than that enqueues the next
@@ -95,3 +97,13 @@ def clear() -> None:
             pipe.execute()
     except Exception:
         log.warning("could not clear the planning marker; it expires by itself", exc_info=True)
+
+
+def hold() -> None:
+    """Keep the marker set for another TTL (the pending pass retries: the lock was busy)."""
+    try:
+        client = _redis()
+        if client is not None:
+            client.set(PLAN_PENDING_KEY, 1, ex=PLAN_PENDING_TTL_S)
+    except Exception:
+        log.warning("could not hold the planning marker; requests enqueue passes", exc_info=True)

@@ -9,8 +9,11 @@ cluster) apply it before importing Ray; `make test` and `bin/run.sh` export the 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -21,6 +24,35 @@ RAY_ENV = {
     "https_proxy": "http://127.0.0.1:9",
     "no_proxy": "127.0.0.1,localhost,::1",
 }
+
+
+# Every Ray this project starts keeps its sessions (sockets, logs) in a temp directory of
+# its own, never Ray's machine-wide default (/tmp/ray): a Ray started there is the one any
+# bare `ray.init()` on the machine attaches to (`ray_current_cluster`). ROLLMUX_RAY_TEMP_DIR
+# names it; unset: one per user and checkout (below). bin/run.sh's Ray head: its own default.
+TEMP_DIR_ENV = "ROLLMUX_RAY_TEMP_DIR"
+
+
+def temp_dir() -> str:
+    """Return the temp directory for the Rays this checkout starts: ROLLMUX_RAY_TEMP_DIR, or
+    /tmp/rollmux-ray-<8 hex of the user and the checkout> (short on purpose: Ray's socket
+    paths under it must stay within the 107 characters of a Unix socket path)."""
+    explicit = os.environ.get(TEMP_DIR_ENV, "").strip()
+    if explicit:
+        return explicit
+    checkout = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256(f"{os.getuid()}:{checkout}".encode()).hexdigest()[:8]
+    return os.path.join(tempfile.gettempdir(), f"rollmux-ray-{digest}")
+
+
+def own_temp_dir() -> str:
+    """Return `temp_dir()` for this process's Ray nodes, and point RAY_TMPDIR there too:
+    ray.cluster_utils.Cluster writes the address file a bare `ray.init()` reads into Ray's
+    default directory ($RAY_TMPDIR/ray), whatever the nodes' temp_dir."""
+    path = temp_dir()
+    os.environ["RAY_TMPDIR"] = path
+    Path(path, "ray").mkdir(parents=True, exist_ok=True)
+    return path
 
 
 # The Ray node the job coordinators run on (the controller's: `workers.join_ray` in compose,

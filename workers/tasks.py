@@ -26,13 +26,19 @@ DRIFT_CHECK_RETRIES = 10  # x 0.5 s while planning passes hold the planner's loc
 
 @shared_task(name="workers.tasks.plan", bind=True, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
 def plan_task(self: Any) -> dict[str, Any]:
-    """Run a planning pass; if another pass holds the lock, make sure one runs after it."""
-    plan_marker.clear()
-    summary = services.queue_plan()
+    """Run a planning pass; if another pass holds the lock, make sure one runs after it.
+
+    The pending marker is cleared once this pass holds the planner's lock, not before: a
+    task that finds the lock busy is still the pending pass (it retries), so requests
+    meanwhile ride on it instead of each queueing a task of its own (under a submission
+    storm that made hundreds of planning tasks, each retrying, ahead of everything else).
+    """
+    summary = services.queue_plan(on_start=plan_marker.clear)
     if not summary.ran:
         if settings.CELERY_TASK_ALWAYS_EAGER:
             _replan.set()  # the pass running in this process loops once more
             return {"ran": False}
+        plan_marker.hold()  # still pending, for as long as this task retries
         raise self.retry(countdown=1.0, max_retries=30)
     while _replan.is_set():
         _replan.clear()

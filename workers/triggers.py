@@ -26,7 +26,7 @@ def _send(fn: Callable[[], Any], what: str) -> None:
     if not embedded.runs_work_here():
         log.info("embedded mode, not the server process: %s left to the server's beat", what)
         return
-    embedded.ensure_started(run_reconcile, run_watch)
+    embedded.ensure_started(run_reconcile, run_watch, run_notifications_sweep)
     try:
         fn()
     except Exception:
@@ -102,3 +102,12 @@ def run_watch() -> None:
     from workers.tasks import watch_task
 
     watch_task.delay()
+
+
+def run_notifications_sweep() -> None:
+    """Queue the notification deliveries that are due (retries after a failed try, lost
+    ones) once (the embedded beat's tick; beat's notifications-sweep with a broker):
+    without it a failed webhook delivery under `make run` said "retrying" for good."""
+    from rollmux_web.notifications.tasks import sweep
+
+    sweep.delay()

@@ -5,11 +5,19 @@ database, across every way in (login form, admin, POST /api/v1/auth/token/), and
 the username or the address out for a cool-off even if the next password is right. DRF's
 throttles bound the *rate* of requests, which is what limits a token: one per API token,
 one per address for anonymous requests. Each answer is a 429 that says when to retry.
+
+The rate counters fail open: while their store (Redis) does not answer, requests go through
+unthrottled, as the pages do, instead of every API call failing with a 500; the outage is
+logged (once per OUTAGE_RETRY_S) and counted (rollmux_rate_limit_unavailable_total), and
+the store is tried again OUTAGE_RETRY_S later, so an unreachable one costs a request no
+connect timeout meanwhile.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 import time
 from typing import Any
 
@@ -18,11 +26,17 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
+from rollmux_web import metrics
 from rollmux_web.audit.services import audit_record
 
+log = logging.getLogger(__name__)
+
 LOCKOUT_CODE = "login_locked_out"
+# After the counter's store failed, requests go unthrottled (without trying it) this long.
+OUTAGE_RETRY_S = 5.0
 
 
 def client_ip(request: Any) -> str:
@@ -111,6 +125,35 @@ def _count(key: str, timeout: int) -> int:
         return 1
 
 
+class _CounterOutage:
+    """Whether the counters' store is known to be down (per process), and logging it once
+    per OUTAGE_RETRY_S."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.until = 0.0  # time.monotonic() before which the store is not tried
+
+    def down(self) -> bool:
+        return time.monotonic() < self.until
+
+    def failed(self, scope: str, exc: BaseException) -> None:
+        with self._lock:
+            first = not self.down()
+            self.until = time.monotonic() + OUTAGE_RETRY_S
+        if first:
+            log.warning(
+                "API rate limits are off: the rate-limit counter's store does not answer "
+                "(%s: %s); requests go through unthrottled, trying it again in %.0f s",
+                type(exc).__name__, exc, OUTAGE_RETRY_S,
+            )  # fmt: skip
+
+    def reset(self) -> None:
+        self.until = 0.0
+
+
+counter_outage = _CounterOutage()
+
+
 class _FixedWindowThrottle(BaseThrottle):
     """At most `rate` requests per window per key, counted in the cache (`_count`)."""
 
@@ -133,7 +176,16 @@ class _FixedWindowThrottle(BaseThrottle):
         slot = int(now // self.window)
         self.reset_in = (slot + 1) * self.window - now
         key = f"rmx-throttle:{self.scope}:{ident}:{slot}"
-        return _count(key, self.window + 1) <= int(count)
+        if counter_outage.down():
+            metrics.count_rate_limit_unavailable(self.scope)
+            return True
+        try:
+            counted = _count(key, self.window + 1)
+        except (RedisError, OSError) as exc:  # fail open: an outage of Redis is no 500
+            counter_outage.failed(self.scope, exc)
+            metrics.count_rate_limit_unavailable(self.scope)
+            return True
+        return counted <= int(count)
 
     def wait(self) -> float | None:
         return max(getattr(self, "reset_in", 1.0), 1.0)

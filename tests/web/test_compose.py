@@ -98,16 +98,21 @@ def test_celery_services_use_the_project_app(name, sub, settings):
 
 
 def test_every_queue_has_a_worker_and_simulations_stay_off_the_controller(settings):
-    consumed = {
-        name: set((_option(_command(name), "-Q", "--queues") or "").split(","))
+    ordered = {
+        name: (_option(_command(name), "-Q", "--queues") or "").split(",")
         for name in OUR_IMAGE
         if "worker" in _command(name)
     }
+    consumed = {name: set(qs) for name, qs in ordered.items()}
     routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
     for queue in {settings.CELERY_TASK_DEFAULT_QUEUE} | routed:
         assert any(queue in qs for qs in consumed.values()), f"no worker consumes {queue}"
-    assert consumed["worker"] == {settings.CELERY_TASK_DEFAULT_QUEUE}
+    # phase events first (the broker's "priority" queue order takes -Q's order)
+    assert ordered["worker"] == settings.ROLLMUX_CONTROLLER_QUEUES
+    assert settings.CELERY_BROKER_TRANSPORT_OPTIONS["queue_order_strategy"] == "priority"
     assert settings.CELERY_TASK_ROUTES["reports.run_whatif"]["queue"] not in consumed["worker"]
+    for name in ordered:  # gossip's restart after a broker outage can kill a worker
+        assert {"--without-gossip", "--without-mingle"} <= set(_command(name)), name
 
 
 def test_migrate_runs_before_web_worker_and_beat():

@@ -250,7 +250,12 @@ def celery_inline(settings: Any, tmp_path: Path) -> Iterator[Path]:
         with (
             ports.override(dispatcher=dispatcher),
             start_worker(
-                app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20
+                app,
+                pool="threads",
+                concurrency=2,
+                perform_ping_check=False,
+                shutdown_timeout=20,
+                queues=list(settings.ROLLMUX_CONTROLLER_QUEUES),
             ),
         ):
             yield log

@@ -211,3 +211,56 @@ def test_rollmux_login_twice_leaves_one_live_cli_token(
     stored = (tmp_path / "cfg" / "token").read_text().strip()
     live = ApiToken.objects.filter(user=world.bob, via_login=True, revoked_at__isnull=True)
     assert [t.digest for t in live] == [ApiToken.hash_key(stored)]
+
+
+def test_the_api_keeps_answering_while_the_rate_limit_counter_is_unreachable(
+    api_as: Any, world: Any, settings: Any, caplog: Any
+) -> None:
+    """Redis down (here: a closed port): the throttles fail open, log the outage once and
+    count each request they let through; with Redis back they count again."""
+    import logging
+    import socket
+
+    from prometheus_client import REGISTRY
+
+    from rollmux_web.accounts.throttling import counter_outage
+
+    with socket.socket() as s:  # a port nobody listens on once this closes
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    redis_cache = "django.core.cache.backends.redis.RedisCache"
+    settings.CACHES = {
+        "default": {"BACKEND": redis_cache, "LOCATION": f"redis://127.0.0.1:{closed}/0"}
+    }
+    settings.ROLLMUX_API_TOKEN_RATE = "3/min"
+    counter_outage.reset()
+
+    def unavailable(scope: str) -> float:
+        name = "rollmux_rate_limit_unavailable_total"
+        return REGISTRY.get_sample_value(name, {"scope": scope}) or 0.0
+
+    token_before, anon_before = unavailable("token"), unavailable("anon")
+    alice = api_as("alice")
+    try:
+        with caplog.at_level(logging.WARNING, logger="rollmux_web.accounts.throttling"):
+            assert [alice.get("/api/v1/me/").status_code for _ in range(5)] == [200] * 5
+            # the token endpoint (anonymous, its own throttle) works too
+            assert _token(APIClient(), "bob", "demo-bob").status_code in (200, 201)
+        assert unavailable("token") - token_before == 5
+        assert unavailable("anon") - anon_before == 1
+        outages = [r for r in caplog.records if "rate limits are off" in r.getMessage()]
+        assert len(outages) == 1, [r.getMessage() for r in caplog.records]
+        assert str(closed) in outages[0].getMessage() or "onnect" in outages[0].getMessage()
+
+        # Redis is back: counted and limited again
+        counter_outage.reset()
+        settings.CACHES = {
+            "default": {
+                "BACKEND": redis_cache,
+                "LOCATION": settings.REDIS_URL,
+                "KEY_PREFIX": f"test-outage-{uuid.uuid4().hex[:8]}",
+            }
+        }
+        assert [alice.get("/api/v1/me/").status_code for _ in range(4)] == [200, 200, 200, 429]
+    finally:
+        counter_outage.reset()

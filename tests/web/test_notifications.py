@@ -435,3 +435,44 @@ def test_a_second_subscription_sending_an_event_to_the_same_destination_is_refus
         events_wanted=[events.JOB_COMPLETED],
     )  # fmt: skip
     assert Subscription.objects.filter(owner=world.alice).count() == 3
+
+
+@pytest.mark.django_db
+def test_under_make_run_the_embedded_beat_retries_a_failed_webhook_delivery(
+    world: Any, eager: Recorder, settings: Any, monkeypatch: Any
+) -> None:
+    """Embedded mode (no Redis): a delivery is tried once in-process; its retry is the
+    sweep's, which the server's in-process beat now runs as beat does (it said "retrying"
+    for good before)."""
+    from rollmux_web.notifications import tasks
+    from workers import embedded, triggers
+
+    settings.ROLLMUX_WEBHOOK_ALLOW_PRIVATE = True
+    settings.ROLLMUX_NOTIFY_BACKOFF_S = 0.0  # the retry is due at once
+    receiver = Receiver(codes=[503])
+    beats: list[list[tuple[float, Any]]] = []
+    monkeypatch.setattr(embedded, "_started", threading.Event())  # a fresh server process
+    monkeypatch.setattr(embedded, "_beat", beats.append)  # what its beat thread would run
+    embedded.set_serving()
+    try:
+        sub = services.subscription_create(
+            user=world.alice, channel="webhook", target=receiver.url,
+            events_wanted=[events.JOB_FAILED],
+        )  # fmt: skip
+        delivery = services.send_test(user=world.alice, subscription_id=sub.pk)
+        tasks.enqueue([delivery.pk])  # eager: one try, 503
+        delivery.refresh_from_db()
+        assert (delivery.status, delivery.attempts) == (DeliveryStatus.RETRYING, 1)
+        triggers.request_planning()  # the first trigger in the server starts its beat
+        wait_for(lambda: bool(beats), timeout=10)
+        schedule = settings.CELERY_BEAT_SCHEDULE
+        entries = {getattr(fn, "__name__", ""): interval for interval, fn in beats[0]}
+        assert entries["run_notifications_sweep"] == schedule["notifications-sweep"]["schedule"]
+        assert entries["run_reconcile"] == schedule["reconcile"]["schedule"]
+        next(fn for _, fn in beats[0] if fn.__name__ == "run_notifications_sweep")()
+    finally:
+        embedded.set_serving(False)
+        receiver.close()
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, delivery.response_status) == ("sent", 2, 200)
+    assert len(receiver.requests) == 2

@@ -101,10 +101,10 @@ def celery_worker_thread(ray_workflow: Any, settings: Any) -> Iterator[Any]:
 
     from rollmux_web.celery import app
 
-    # the controller's queue named: another test's start_worker(queues=[...]) leaves its
+    # the controller's queues named: another test's start_worker(queues=[...]) leaves its
     # selection on the app, and a worker started after it would consume only that queue
     with start_worker(
         app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=20,
-        queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+        queues=list(settings.ROLLMUX_CONTROLLER_QUEUES),
     ) as worker:  # fmt: skip
         yield worker

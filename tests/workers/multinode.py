@@ -197,13 +197,13 @@ def multinode_workflow(
     dispatcher.warm()
     with (
         ports.override(dispatcher=dispatcher),
-        start_worker(  # the controller's queue named (see conftest's celery_worker_thread)
+        start_worker(  # the controller's queues named (see conftest's celery_worker_thread)
             app,
             pool="threads",
             concurrency=2,
             perform_ping_check=False,
             shutdown_timeout=20,
-            queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+            queues=list(settings.ROLLMUX_CONTROLLER_QUEUES),
         ),  # fmt: skip
     ):
         try:

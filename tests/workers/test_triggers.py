@@ -90,3 +90,53 @@ def test_countdown_is_bounded_by_the_interval() -> None:
     assert countdown(90.0, 100.0, 0.5) == 0.0
     assert countdown(200.0, 100.0, 0.5) == 0.5  # another host's clock ahead: at most once
     assert countdown(99.9, 100.0, 0.0) == 0.0  # no spacing configured
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_that_finds_the_planner_lock_busy_stays_the_pending_one(
+    broker_mode: Any, settings: Any, sent: list[float]
+) -> None:
+    """Under a submission storm every request used to queue a planning task of its own
+    (each task cleared the marker before it found the lock busy and retried): 489 of them
+    in the controller's queue (issue 24 item 12). Now the marker is cleared only by the
+    pass that holds the lock."""
+    import psycopg
+    from celery.exceptions import Retry
+
+    from rollmux_web.workflow.services.locks import PLAN_LOCK_KEY
+    from tests.factories import database_url
+    from workers import tasks, triggers
+
+    settings.ROLLMUX_PLAN_MIN_INTERVAL_S = 0.0
+    triggers.request_planning()
+    with psycopg.connect(database_url(), autocommit=True) as other:  # another pass runs
+        assert other.execute("SELECT pg_try_advisory_lock(%s)", [PLAN_LOCK_KEY]).fetchone()[0]
+        with pytest.raises(Retry):
+            tasks.plan_task.run()  # the lock is busy: it retries ...
+        for _ in range(10):
+            triggers.request_planning()  # ... and these ride on it
+        assert sent == [0.0]
+        other.execute("SELECT pg_advisory_unlock(%s)", [PLAN_LOCK_KEY])
+    tasks.plan_task.run()  # the lock is free: this pass starts, requests need the next one
+    triggers.request_planning()
+    assert sent == [0.0, 0.0]
+
+
+def test_phase_events_have_their_own_queue_which_the_controller_takes_first(
+    settings: Any,
+) -> None:
+    from rollmux_web.celery import app
+    from workers import composition
+
+    routes = {name: app.amqp.router.route({}, name)["queue"].name for name in (
+        "workers.tasks.phase_started", "workers.tasks.phase_finished", "workers.tasks.phase_tail",
+        "workers.tasks.plan", "workers.tasks.reconcile", "workers.tasks.drift_check",
+    )}  # fmt: skip
+    phase, default = settings.ROLLMUX_PHASE_QUEUE, settings.CELERY_TASK_DEFAULT_QUEUE
+    assert {routes[f"workers.tasks.phase_{k}"] for k in ("started", "finished", "tail")} == {phase}
+    assert {routes["workers.tasks.plan"], routes["workers.tasks.reconcile"]} == {default}
+    assert [phase, default] == settings.ROLLMUX_CONTROLLER_QUEUES
+    # the job hosts publish their events there too (a Ray actor sends them itself)
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.CELERY_BROKER_URL = "redis://broker.example:6379/0"
+    assert composition.report_config() == {"broker_url": settings.CELERY_BROKER_URL, "queue": phase}

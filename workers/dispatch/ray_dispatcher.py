@@ -95,6 +95,8 @@ def _init(address: str, resources: Callable[[], dict[str, float]]) -> None:
             resources=resources(),
             include_dashboard=False,
             num_cpus=int(os.environ.get("ROLLMUX_RAY_CPUS", "2")),
+            # its own temp directory, not /tmp/ray (ROLLMUX_RAY_TEMP_DIR: workers/ray_env.py)
+            _temp_dir=ray_env.temp_dir(),
             # the controller's node: its coordinators at the controller's priority
             _system_config=ray_env.CONTROLLER_NODE_CONFIG,
         )

@@ -11,7 +11,7 @@ them while `capacity_key()` is unchanged.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -85,10 +85,14 @@ def capacity_key() -> str:
     return f"{freed}|{left}|{inventory}"[:255]
 
 
-def queue_plan(*, now: datetime | None = None) -> PlanSummary:
+def queue_plan(
+    *, now: datetime | None = None, on_start: Callable[[], None] | None = None
+) -> PlanSummary:
     """Run one planning pass: place every queued job the cluster can take now.
 
-    1. take the planner lock (one pass at a time, whichever worker runs it);
+    1. take the planner lock (one pass at a time, whichever worker runs it), then call
+       `on_start` (the pass's trigger learns that a pass now starts: requests from here on
+       need the next one);
     2. read the queued jobs (priority desc, then those back from a yield
        (`resuming_first`), then submission time); leave out those waiting
        for a capacity that has not changed since they last tried;
@@ -108,6 +112,8 @@ def queue_plan(*, now: datetime | None = None) -> PlanSummary:
     with plan_session_lock() as got:
         if not got:
             return PlanSummary(ran=False)
+        if on_start is not None:
+            on_start()
         return _pass(now)
 
 
