@@ -345,6 +345,8 @@ class JobCoordinator(PhaseHost):
             for w in workers:
                 ray.kill(w.handle, no_restart=True)
             raise RunnerLoadError("; ".join(errors))
+        # the workers restored in parallel: the cold start's load is the slowest one's
+        self.restore_s = max((float(i.get("restore_s", 0.0)) for i in infos), default=0.0)
         for w, info in zip(workers, infos, strict=True):
             w.ray_node_id, w.gpu_ids = info["ray_node_id"], tuple(info["gpu_ids"])
             w.holds_weights = info.get("holds_weights", True)
@@ -445,6 +447,7 @@ class JobCoordinator(PhaseHost):
                 report.bytes_moved = 0  # nothing crossed the pools
             self.batches = [r["batch"] for r in results]
             metrics.update(_mean([r["metrics"] for r in results]))
+            metrics["reload_s"] = _slowest(results, "reload_s")
         elif order.kind == "train":
             batches = [ref for batch in self.batches for ref in batch]
             trainers = self.pools["train"]
@@ -465,6 +468,7 @@ class JobCoordinator(PhaseHost):
             self.batches = []
             self.trained = order.iteration + 1
             metrics.update(results[0]["metrics"])
+            metrics["reload_s"] = _slowest(results, "reload_s")
         elif order.kind == "sync":
             metrics.update(self._sync())
             report.bytes_moved = int(metrics["cross_pool_bytes"])
@@ -688,6 +692,11 @@ class JobCoordinator(PhaseHost):
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     keys = {k for row in rows for k in row}
     return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
+
+
+def _slowest(results: list[dict[str, Any]], key: str) -> float:
+    """Return the largest `key` of the workers' results (they ran in parallel)."""
+    return max((float(r.get(key, 0.0)) for r in results), default=0.0)
 
 
 def _labelled(worker: _Worker) -> bool:
