@@ -80,7 +80,9 @@ def test_offload_empties_the_live_state_and_reload_brings_it_back() -> None:
     trainer.reload()
     after = trainer.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert all(torch.equal(a, b) for a, b in zip(moments, trainer._tensors()[len(before) :]))
+    assert all(
+        torch.equal(a, b) for a, b in zip(moments, trainer._tensors()[len(before) :], strict=True)
+    )
 
 
 def test_a_restored_trainer_continues_exactly_where_it_stopped(tmp_path: Any) -> None:
@@ -100,7 +102,9 @@ def test_a_restored_trainer_continues_exactly_where_it_stopped(tmp_path: Any) ->
     assert again["loss"] == pytest.approx(straight["loss"], rel=1e-5)
     trainer.reload()
     fresh.reload()
-    for (k, a), b in zip(trainer.model.state_dict().items(), fresh.model.state_dict().values()):
+    for (k, a), b in zip(
+        trainer.model.state_dict().items(), fresh.model.state_dict().values(), strict=True
+    ):
         assert torch.allclose(a, b, atol=1e-6), k
     # the rollout side takes the policy (and its version) from the same checkpoint
     other, _ = sides()
