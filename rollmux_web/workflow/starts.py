@@ -51,6 +51,8 @@ def measured_starts(job_ids: Iterable[int]) -> dict[int, MeasuredStarts]:
     scale: dict[int, float] = {}
     for job_id, is_warm, setup_s, load_s, runner, time_scale in rows:
         scale.setdefault(job_id, time_scale_of(runner, time_scale))
+        if load_s is None:
+            continue  # (the query leaves them out)
         if is_warm:
             loads = warm.setdefault(job_id, [])
             if len(loads) < WARM_SAMPLES:

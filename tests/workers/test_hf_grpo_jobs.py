@@ -108,3 +108,57 @@ def test_a_profiled_hf_grpo_job_is_estimated_on_its_work_time_not_its_set_up(
     )
     record_property("profile_estimate_s", round(job.t_roll_max_s, 3))
     record_property("later_work_s", round(median, 3))
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_inline_a_consolidation_move_of_an_hf_grpo_job_keeps_it_learning(
+    world: Any, inline_workflow: Any, settings: Any
+) -> None:
+    """The consolidation scenario of tests/workers/test_moves.py with real learners: two
+    twins share a group, a third (1,500 GB resident) opens its own; when the short twin
+    leaves, one of the two `hf-grpo` survivors moves into the other's group (whichever the
+    planner picks: both are real). The mover resumes from its checkpoint and learns on."""
+    from rollmux_web.quotas.models import SloClass
+    from tests.workers.builders import twin_job
+
+    settings.ROLLMUX_CONSOLIDATION = True
+    settings.ROLLMUX_DRIFT_REPLAN = False  # (their real phases differ from the twins' 100 s)
+    loose = SloClass.objects.create(name="loose", slowdown=5.0)
+    real = {"runner": "hf-grpo", "model": "llama-0.1M", "slo_class": loose, "time_scale": 200.0}
+    jobs = [
+        twin_job(world, "short", iterations=3, slo_class=loose, time_scale=200.0),
+        twin_job(world, "survivor", iterations=16, **real),
+    ]
+    ports.request_planning()
+    wait_for(lambda: Placement.objects.filter(job__in=jobs).count() == 2, timeout=60)
+    jobs.append(twin_job(world, "third", iterations=16, host_mem_gb=1500.0, **real))
+    ports.request_planning()
+    ids = [j.pk for j in jobs]
+    wait_for(all_done(ids), timeout=900)
+    assert set(Job.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+        JobStatus.COMPLETED
+    }
+    moved = Placement.objects.filter(job_id__in=ids[1:], end_reason="moved")
+    assert moved.exists(), list(Placement.objects.values_list("job_id", "group_id", "end_reason"))
+    left = moved.first()
+    assert left is not None
+    phases = list(
+        PhaseRecord.objects.filter(job_id=left.job_id, state=PhaseState.SUCCEEDED)
+        .exclude(kind="sync")
+        .order_by("started_at")
+    )
+    trains = [p for p in phases if p.kind == "train"]
+    rollouts = [p for p in phases if p.kind == "rollout"]
+    # its update count runs on across the move (restored from the checkpoint, no reset)
+    assert [int(p.metrics["updates"]) for p in trains] == list(range(1, 17))
+    after = [p for p in rollouts if p.placement_id != left.pk]
+    assert after and after[0].warm_start is False and after[0].load_s is not None
+    rewards = [p.metrics["reward_mean"] for p in rollouts]
+    before_move = [p.metrics["reward_mean"] for p in rollouts if p.placement_id == left.pk]
+    print(
+        f"\nmoved hf-grpo job: reward first 3 {statistics.mean(rewards[:3]):.3f}, last before"
+        f" the move {before_move[-1]:.3f}, last 3 after {statistics.mean(rewards[-3:]):.3f}"
+        f" ({len(after)} iterations after the move)"
+    )
+    assert statistics.mean(rewards[-3:]) > statistics.mean(rewards[:3]) + 0.15, rewards
