@@ -335,11 +335,24 @@ class JobCoordinator(PhaseHost):
             w.handle = PoolWorkerActor.options(**self._placement(w)).remote(
                 self.runner_name, role, self.context.to_dict(), self.store.uri
             )
-            spec = {"rank": rank, "world_size": sizes[role], "node": name, "peers": peers}
             workers.append(w)
-            calls.append(w.handle.setup.remote(spec, order.resume_iteration))
+            calls.append(w.handle.ping.remote())
+        # 1. the workers created (Ray placed them, their processes started): a worker Ray
+        # cannot create fails here; 2. their runner set up (for a real runner: torch and
+        # its model loaded, tens of seconds on a loaded machine), which is the job's
+        # set-up time, not Ray failing to create it: its errors (a worker's death
+        # included) fail the phase as any call's do
         self._await_created(workers, calls)
-        infos = self._gather(workers, calls)
+        infos = self._gather(
+            workers,
+            [
+                w.handle.setup.remote(
+                    {"rank": w.rank, "world_size": sizes[w.role], "node": w.node, "peers": peers},
+                    order.resume_iteration,
+                )
+                for w in workers
+            ],
+        )
         errors = sorted({i["load_error"] for i in infos if i.get("load_error")})
         if errors:
             for w in workers:
@@ -369,7 +382,7 @@ class JobCoordinator(PhaseHost):
 
     @staticmethod
     def _await_created(workers: list[_Worker], calls: list[Any]) -> None:
-        """Wait for every worker's setup call to end, and fail at once when Ray cannot create
+        """Wait for every worker's first call (`ping`) to end, and fail at once when Ray cannot create
         some of them: their node lacks what they need (`pending_reason`) for good, or for
         ROLLMUX_WORKER_BUSY_WAIT_S when it is only taken now. A worker Ray lacks nothing
         for is starting (a loaded machine): it gets ROLLMUX_WORKER_CREATE_TIMEOUT_S."""

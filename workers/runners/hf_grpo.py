@@ -131,9 +131,19 @@ def _device(ctx: WorkerContext) -> Any:
     """Return the worker's device: the first GPU Ray assigned it, else the CPU."""
     import torch
 
-    if ctx.gpu_ids and torch.cuda.is_available():
-        return torch.device("cuda", 0)  # (Ray set CUDA_VISIBLE_DEVICES to its GPUs)
-    return torch.device("cpu")
+    if not torch.cuda.is_available():
+        return torch.device("cpu")  # (GPUs declared by a CPU machine's Ray nodes: tests)
+    visible = torch.cuda.device_count()
+    if visible != len(ctx.gpu_ids):
+        # Ray sets CUDA_VISIBLE_DEVICES to what it assigned: seeing others means the worker
+        # would use GPUs another job was given
+        field = "rollout_gpus" if ctx.role == "rollout" else "train_gpus"
+        raise RuntimeError(
+            f"{ctx.role} worker {ctx.rank} on {ctx.node} sees {visible} CUDA devices but Ray"
+            f" gave it {list(ctx.gpu_ids) or 'none'} (the job's {field}): it will not use"
+            " GPUs it was not given"
+        )
+    return torch.device("cuda", 0)
 
 
 def build_model(ctx: RunnerContext) -> Any:
