@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import warnings
 from dataclasses import asdict
@@ -91,10 +92,23 @@ def reward(a: int, b: int, response: list[int]) -> float:
 # --- the model -------------------------------------------------------------------------
 
 
+# transformers' lazy imports are not thread-safe: two jobs' hosts setting up at once in one
+# process (the in-process dispatcher) made one of them fail "cannot import name
+# 'LlamaForCausalLM'"
+_IMPORT_LOCK = threading.Lock()
+
+
+def _llama_classes() -> tuple[Any, Any]:
+    """Return (LlamaConfig, LlamaForCausalLM), imported once under a lock."""
+    with _IMPORT_LOCK:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaConfig, LlamaForCausalLM
+
+
 def llama_config(model: str) -> Any:
     """Return the LlamaConfig of a job's model name (its shape: scheduler.model_shape)."""
-    from transformers import LlamaConfig
-
+    LlamaConfig, _ = _llama_classes()  # noqa: N806
     shape = llama_shape(model)
     return LlamaConfig(
         vocab_size=VOCAB,
@@ -149,8 +163,8 @@ def _device(ctx: WorkerContext) -> Any:
 def build_model(ctx: RunnerContext) -> Any:
     """Return the job's policy: the same random init for every worker of the job."""
     import torch
-    from transformers import LlamaForCausalLM
 
+    _, LlamaForCausalLM = _llama_classes()  # noqa: N806
     torch.manual_seed(ctx.job_id * 7919 + ctx.seed)
     model = LlamaForCausalLM(llama_config(ctx.model))
     model.generation_config.pad_token_id = PAD
