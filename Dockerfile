@@ -18,7 +18,13 @@ COPY workers/__init__.py workers/__init__.py
 COPY rollmux_contract/__init__.py rollmux_contract/__init__.py
 COPY rollmux_cli/__init__.py rollmux_cli/__init__.py
 COPY rollmux_web/__init__.py rollmux_web/__init__.py
-RUN pip install -e .
+# The `rl` extra (torch 2.13.0, transformers, safetensors, trl): a worker runs `hf-grpo` jobs.
+# torch from PyTorch's CPU index (about 200 MB; the default index's Linux wheel is a CUDA
+# build of several GB): a GPU image passes --build-arg TORCH_INDEX=.../whl/cu126 instead;
+# --build-arg ROLLMUX_EXTRAS= leaves the extra out (no real RL jobs on that image).
+ARG ROLLMUX_EXTRAS=rl
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+RUN pip install --extra-index-url "$TORCH_INDEX" -e ".[${ROLLMUX_EXTRAS}]"
 
 COPY manage.py ./
 COPY scheduler ./scheduler

@@ -37,6 +37,13 @@ DEMO_JOBS = [  # name, runner, model, t_roll (min, max), t_train (min, max), ite
     ("cluster-emu-b", "emulated", "Qwen2.5-7B", (200, 260), (90, 110), 40),
     ("cluster-toy-rl", "toy-rl", "toy", (120, 160), (60, 80), 60),
 ]
+# A real RL job and its partner on the wall clock (time scale 1: jobs share a group only on
+# one clock): `hf-grpo` trains a ~0.1M-parameter Llama by GRPO (its reward curve rises),
+# packed with an emulated job of the same phase times (seconds).
+REAL_JOBS = [
+    ("cluster-hf-grpo", "hf-grpo", "llama-0.1M", (4, 8), (4, 8), 60),
+    ("cluster-grpo-partner", "emulated", "qwen2.5-0.5b", (4, 8), (4, 8), 60),
+]
 
 
 def _django(db: Path) -> None:
@@ -74,7 +81,7 @@ def submit_demo_jobs() -> None:
         return
     user = User.objects.get(username="alice")
     tenant = user.profile.tenants.first()
-    for name, runner, model, (rmin, rmax), (tmin, tmax), iterations in DEMO_JOBS:
+    for name, runner, model, (rmin, rmax), (tmin, tmax), iterations in DEMO_JOBS + REAL_JOBS:
         spec = {
             "name": name, "tenant": tenant.name if tenant else None, "model": model,
             "slo_class": "bronze", "runner": runner, "rollout_gpus": GPUS_PER_NODE,
@@ -82,6 +89,8 @@ def submit_demo_jobs() -> None:
             "t_train_min_s": float(tmin), "t_train_max_s": float(tmax), "host_mem_gb": 200.0,
             "iterations": iterations,
         }  # fmt: skip
+        if (name, runner, model, (rmin, rmax), (tmin, tmax), iterations) in REAL_JOBS:
+            spec |= {"time_scale": 1.0, "host_mem_gb": 16.0}
         job = job_submit(user=user, spec=spec, channel="seed")
         print(f"  job #{job.pk} {job.name} ({runner})")
 

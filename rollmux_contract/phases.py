@@ -135,6 +135,13 @@ class PhaseReport:
     released: dict[str, float] = field(default_factory=dict)
     reason: str = ""  # why it did not run to its end ("" when it ran)
     lost_node: str | None = None  # LOST because this inventory node is gone
+    # where its time went (seconds; None: a host that does not split it): set-up (a cold
+    # start: workers created, the runner built), load (a warm start's reload from host
+    # memory, or a cold start's restore from the checkpoint) and work (the phase itself, what
+    # the profile and the learned estimates use)
+    setup_s: float | None = None
+    load_s: float | None = None
+    work_s: float | None = None
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a known kind, or ValueError naming it

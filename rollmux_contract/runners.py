@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 # The runners every deployment has (`workers.runners` implements them; the web app knows
 # them by name only).
-BUILTIN_RUNNERS = ("emulated", "toy-rl", "external")
+BUILTIN_RUNNERS = ("emulated", "toy-rl", "hf-grpo", "external")
 # "package.module:ClassName": dotted module path (no empty part: `a..b:C` is refused), a
 # colon, a class name
 RUNNER_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")

@@ -108,7 +108,8 @@ def round_matrix(members: Sequence[Member], switch_overhead_s: float) -> list[li
         start = [max(a, b) for a, b in zip(done[j], prev_start[kind], strict=True)]
         for x in xs:
             start = [max(a, b) for a, b in zip(start, free[x], strict=True)]
-        d = dur + (switch_overhead_s if switch else 0.0)
+        sw = members[j].job.switch_overhead(switch_overhead_s) if switch else 0.0
+        d = dur + sw
         end = [a + d for a in start]
         for x in xs:
             free[x] = end
@@ -118,7 +119,7 @@ def round_matrix(members: Sequence[Member], switch_overhead_s: float) -> list[li
         if sync:
             # The turn passes on when the member's rollout starts, after its sync
             # (which carries the switch overhead): see the module docstring.
-            lead = sync + (switch_overhead_s if switch else 0.0)
+            lead = sync + sw
             prev_start[kind] = [a + lead for a in start]
         else:
             prev_start[kind] = start
@@ -173,7 +174,7 @@ def periodic_meta_length(members: Sequence[Member], switch_overhead_s: float) ->
     last = [-1] * len(index)
     done = [0.0] * n
     roll_start = train_start = 0.0
-    sw = switch_overhead_s
+    sw = [m.job.switch_overhead(switch_overhead_s) for m in members]
     history: list[list[float]] = []
     for _ in range(_MAX_ROUNDS):
         for nodes_of, dur, is_roll in ((rnodes, roll, True), (tnodes, train, False)):
@@ -186,13 +187,15 @@ def periodic_meta_length(members: Sequence[Member], switch_overhead_s: float) ->
                         start = free[x]
                     if last[x] != j and last[x] >= 0:
                         switch = True
-                end = start + dur[j] + (sw if switch else 0.0)
+                end = start + dur[j] + (sw[j] if switch else 0.0)
                 for x in nodes_of[j]:
                     free[x] = end
                     last[x] = j
                 done[j] = end
                 # the rollout pool's turn passes on when the rollout starts, after a sync
-                prev = start + sync[j] + (sw if switch else 0.0) if is_roll and sync[j] else start
+                prev = (
+                    start + sync[j] + (sw[j] if switch else 0.0) if is_roll and sync[j] else start
+                )
             if is_roll:
                 roll_start = prev
             else:

@@ -154,6 +154,12 @@ class JobProfile:
     # the factors average 1); the SLO check follows it piece by piece (scheduler.slo).
     # None: flat.
     trend_shape: tuple[float, ...] | None = None
+    # Measured once the job has run (profile seconds; None: not known, the cluster's
+    # constant applies): its warm start (a phase's reload from host memory), the switch
+    # overhead its phases pay after another member's on the same nodes; and its restart
+    # (a cold start: workers set up, the checkpoint restored), what a move costs it.
+    switch_s: float | None = None
+    restart_s: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.time_scale) and self.time_scale > 0):
@@ -169,11 +175,21 @@ class JobProfile:
             raise ValueError(
                 f"job {self.id!r}: observed_solo_s must be a finite number > 0, got {observed!r}"
             )
+        for name in ("switch_s", "restart_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(
+                    f"job {self.id!r}: {name} must be a finite number >= 0, got {value!r}"
+                )
         shape = self.trend_shape
         if shape is not None and not (shape and all(math.isfinite(f) and f > 0 for f in shape)):
             raise ValueError(
                 f"job {self.id!r}: trend_shape must be finite factors > 0, got {shape!r}"
             )
+
+    def switch_overhead(self, default_s: float) -> float:
+        """Return the switch overhead of this job's phases: measured, else `default_s`."""
+        return default_s if self.switch_s is None else self.switch_s
 
     @property
     def roll_min(self) -> float:

@@ -23,6 +23,7 @@ from rollmux_web.jobs import spec
 from rollmux_web.jobs.models import DurationSource, Job, JobStatus
 from rollmux_web.jobs.selectors import PoolLimits, pool_limits
 from rollmux_web.quotas.models import SloClass
+from scheduler.model_shape import host_mem_refusal
 
 
 def spec_serializer_field(f: spec.SpecField) -> serializers.Field:
@@ -53,7 +54,13 @@ def spec_serializer_field(f: spec.SpecField) -> serializers.Field:
 
 
 # The fields the cross-field checks read: the phase times (min <= max) and the tenant.
-CROSS_CHECKED = (*(n for pair in spec.PHASE_TIME_FIELDS for n in pair), "tenant")
+CROSS_CHECKED = (
+    *(n for pair in spec.PHASE_TIME_FIELDS for n in pair),
+    "tenant",
+    "runner",
+    "model",
+    "host_mem_gb",
+)
 
 
 class JobSpecSerializer(serializers.Serializer):
@@ -171,6 +178,12 @@ class JobSpecSerializer(serializers.Serializer):
                 f"Required when other phase times are given ({', '.join(given)}): give both "
                 "maxima, or leave all four phase times out to have the job profiled first."
             )
+        if values.get("runner") == "hf-grpo" and not {"model", "host_mem_gb"} & invalid:
+            # the real runner's resident state must fit the host memory the job declares
+            refusal = host_mem_refusal(values.get("model") or "", float(values["host_mem_gb"]))
+            if refusal:
+                field = "model" if refusal.startswith("model:") else "host_mem_gb"
+                errors[field] = refusal.removeprefix("model: ")
         tenant: Tenant | None = None
         if "tenant" not in invalid:
             tenant, error = submission_tenant(self.context.get("user"), values.get("tenant") or "")

@@ -206,6 +206,13 @@ class PhaseRecord(models.Model):
     bytes_moved = models.BigIntegerField(
         null=True, blank=True, help_text="sync: bytes that crossed from the training pool"
     )
+    # Where its time went, as its host measured it (seconds; null: not split): set-up (a
+    # cold start's workers and runner), load (a warm start's reload from host memory, a cold
+    # start's restore from the checkpoint) and work (the phase itself: what the profile and
+    # the learned estimates use, workflow.services.profiling.measured_times).
+    setup_s = models.FloatField(null=True, blank=True)
+    load_s = models.FloatField(null=True, blank=True)
+    work_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["started_at", "id"]

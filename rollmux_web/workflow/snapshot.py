@@ -20,6 +20,7 @@ from django.utils import timezone
 from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState
 from rollmux_web.inventory.models import GpuType as GpuTypeRow
 from rollmux_web.inventory.models import Node as NodeRow
+from rollmux_web.workflow import starts
 from rollmux_web.workflow.converters import (
     NoPoolConfigured,
     core_group,
@@ -196,6 +197,8 @@ def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:
         .order_by("name")
     ]
     usable = {n.name for n in nodes}
+    # the members' measured warm and cold starts (one query): their switch overhead, restart
+    measured = starts.measured_starts(p.job_id for ps in by_group.values() for p in ps)
     core_groups = []
     for g in groups:
         if g.pk in profiles:
@@ -204,6 +207,7 @@ def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:
         if not allocs and not by_group[g.pk]:
             continue
         group = core_group(g, allocs, by_group[g.pk], whole_run=whole_run)
+        group = starts.group_with_measured_starts(group, measured)
         if whole_run:  # the planner's view
             group = _young_held(group, by_group[g.pk])
         core_groups.append(group)

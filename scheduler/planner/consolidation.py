@@ -110,7 +110,10 @@ def model_billions(job: JobProfile) -> float:
 
 
 def restart_seconds(job: JobProfile) -> float:
-    """Return the paper's restart time for the job's model size, linear between 7B and 32B."""
+    """Return the job's measured restart (`JobProfile.restart_s`) once it has run, else the
+    paper's restart time for its model size, linear between 7B and 32B."""
+    if job.restart_s is not None:
+        return job.restart_s
     size = min(32.0, max(7.0, model_billions(job)))
     return RESTART_S_7B + (size - 7.0) * (RESTART_S_32B - RESTART_S_7B) / (32.0 - 7.0)
 

@@ -36,9 +36,37 @@ class WorkerLost(RuntimeError):
         self.node = node
 
 
+def _split_times(
+    report: PhaseReport,
+    metrics: dict[str, float],
+    warm: bool,
+    start_s: float,
+    total_s: float,
+    restore_s: float,
+) -> None:
+    """Split a phase's time into set-up, load and work (`PhaseReport.setup_s` ...).
+
+    `start_s`: the host's cold start (`_setup`: workers created, the runner built, the
+    checkpoint restored) or warm start (`_reload`) before the phase's work; `restore_s`: the
+    restore within a cold start; `metrics["reload_s"]` (popped): the reload inside the phase's
+    own calls (the slowest worker's, on Ray, where each worker reloads its side). Set-up is the
+    cold start less its restore; load is the restore or the reload(s); work is the rest.
+    """
+    reload_s = float(metrics.pop("reload_s", 0.0))
+    if warm:
+        setup, load = 0.0, start_s + reload_s
+    else:
+        setup, load = max(0.0, start_s - restore_s), restore_s + reload_s
+    report.setup_s, report.load_s = setup, load
+    report.work_s = max(0.0, total_s - setup - load)
+    # (the platform's time inside the phase, as the drift checks read it: set-up + load)
+    metrics["load_s"] = setup + load
+
+
 class PhaseHost:
     def __init__(self, runner: str, context: dict[str, Any], checkpoint_dir: str = "") -> None:
         self.runner_name = runner
+        self.restore_s = 0.0  # the last cold start's checkpoint restore (set by `_setup`)
         self.context = RunnerContext.from_dict(context)
         self.store = CheckpointStore(checkpoint_dir)
         self.set_up = False
@@ -103,13 +131,15 @@ class PhaseHost:
             metrics["dispatch_s"] = max(0.0, started - order.sent_at)
         try:
             t0 = time.perf_counter()
+            self.restore_s = 0.0
             if not self.set_up:
                 self._setup(order)
                 self.set_up = True
             else:
                 self._reload()
-            metrics["load_s"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
             metrics.update(self._run(order, result))
+            _split_times(result, metrics, warm, t1 - t0, time.perf_counter() - t0, self.restore_s)
             factor = self.context.rollout_speed_factor
             if order.kind == "rollout" and factor != 1.0:  # co-located: on the training type
                 metrics["rollout_speed_factor"] = factor
@@ -183,9 +213,17 @@ class JobHost(PhaseHost):
         runner = make_runner(self.runner_name, self.context.runner_packages)
         runner.setup(self.context)
         if order.resume_iteration > 0:
+            t0 = time.perf_counter()
             blob = self.store.read(self.context.job_id, order.resume_iteration)
             if blob is not None:
                 runner.restore(blob)
+            elif getattr(runner, "requires_checkpoint", False):
+                where = self.store.path(self.context.job_id, order.resume_iteration)
+                raise RuntimeError(
+                    f"cannot resume job {self.context.job_id} after {order.resume_iteration}"
+                    f" iterations: its checkpoint is missing ({where})"
+                )
+            self.restore_s = time.perf_counter() - t0
         self.runner = runner
 
     def _reload(self) -> None:

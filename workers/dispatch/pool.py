@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from workers.dispatch.storage import CheckpointStore
@@ -30,6 +31,43 @@ def shard_bounds(size: int, shards: int) -> list[tuple[int, int]]:
     return [(size * j // shards, size * (j + 1) // shards) for j in range(shards)]
 
 
+def nbytes(weights: Any) -> int:
+    """Return the bytes of weights: a bytes-like blob, or a name -> array mapping (numpy
+    arrays or anything with `nbytes`) as `send_weights` of a tensor runner returns."""
+    if isinstance(weights, Mapping):
+        return sum(int(v.nbytes) for v in weights.values())
+    return len(weights)
+
+
+def cut_weights(weights: Any, shards: int) -> list[Any]:
+    """Cut weights into `shards` pieces: a blob into near-equal byte ranges; a name -> array
+    mapping into groups of whole tensors, balanced by bytes (largest first, each to the
+    lightest shard so far; the order of the names decides ties, so every trainer cuts alike)."""
+    if not isinstance(weights, Mapping):
+        return [weights[a:b] for a, b in shard_bounds(len(weights), shards)]
+    pieces: list[dict[str, Any]] = [{} for _ in range(shards)]
+    load = [0] * shards
+    for name in sorted(weights, key=lambda k: (-int(weights[k].nbytes), k)):
+        j = min(range(shards), key=lambda i: (load[i], i))
+        pieces[j][name] = weights[name]
+        load[j] += int(weights[name].nbytes)
+    return pieces
+
+
+def join_weights(pieces: list[Any]) -> Any:
+    """Join the shards `cut_weights` made, in shard order."""
+    if pieces and isinstance(pieces[0], Mapping):
+        joined: dict[str, Any] = {}
+        for piece in pieces:
+            joined.update(piece)
+        return joined
+    return b"".join(pieces)
+
+
+class CheckpointMissing(RuntimeError):
+    """A resumed job's checkpoint is not in the checkpoint storage."""
+
+
 class PoolWorker:
     def __init__(
         self, runner: str, role: str, context: dict[str, Any], checkpoint_uri: str
@@ -39,7 +77,7 @@ class PoolWorker:
         self.store = CheckpointStore(checkpoint_uri)
         self.side: Any = None
         self.ctx: WorkerContext | None = None
-        self.received: dict[int, bytes] = {}  # this sync's shard, kept for `assemble`
+        self.received: dict[int, Any] = {}  # this sync's shard, kept for `assemble`
 
     # --- supplied by the Ray actor class ---------------------------------------------------
     def _put(self, value: Any) -> Any:
@@ -73,13 +111,24 @@ class PoolWorker:
             gpu_ids=gpu_ids,
             peers=tuple(Peer(p["role"], p["rank"], p["node"]) for p in spec["peers"]),
         )
+        t0 = time.perf_counter()
         self.side = (rollout_cls if self.role == "rollout" else trainer_cls)()
         self.side.setup(self.ctx)
+        t1 = time.perf_counter()
         if resume_iteration > 0:
             blob = self.store.read(self.job.job_id, resume_iteration)
             if blob is not None:
                 self.side.restore(blob)
+            elif getattr(self.side, "requires_checkpoint", False):
+                # a real runner never silently starts again from step 0
+                where = self.store.path(self.job.job_id, resume_iteration) if self.store else ""
+                raise CheckpointMissing(
+                    f"cannot resume job {self.job.job_id} after {resume_iteration} iterations:"
+                    f" its checkpoint is missing ({where or 'no checkpoint storage configured'})"
+                )
         self.side.offload()
+        # the cold start's parts: the runner built (set-up), the checkpoint restored (load)
+        info["setup_s"], info["restore_s"] = t1 - t0, time.perf_counter() - t1
         info["holds_weights"] = bool(getattr(self.side, "holds_weights", True))
         info["long_tail"] = all(hasattr(self.side, m) for m in TAIL_METHODS)
         return info
@@ -91,10 +140,10 @@ class PoolWorker:
         """Run this worker's share of a rollout; its batch stays in this node's object store.
         `weights` (the shards, their version): load them first (`assemble`), in this call."""
         synced = self.assemble(*weights) if weights is not None else None
-        self.side.reload()
+        reload_s = self._reload()
         metrics, batch = self.side.rollout(iteration)
         self.side.offload()
-        out = {"metrics": metrics, "batch": [self._put(batch)]}
+        out = {"metrics": metrics, "batch": [self._put(batch)], "reload_s": reload_s}
         if synced is not None:
             out["sync"] = synced
         return out
@@ -126,7 +175,7 @@ class PoolWorker:
         t0 = time.perf_counter()
         data = self._get(batches) if batches else []
         fetch_s = time.perf_counter() - t0
-        self.side.reload()
+        reload_s = self._reload()
         metrics = dict(self.side.train(iteration, data))
         if checkpoint:
             self.store.write(self.job.job_id, iteration + 1, self.side.checkpoint())
@@ -134,11 +183,18 @@ class PoolWorker:
         if cut is not None:
             out["shards"] = self._cut(self.side.send_weights(), cut, shards)
         self.side.offload()
+        out["reload_s"] = reload_s
         return {**out, "metrics": {**metrics, "batch_fetch_s": fetch_s}}
 
-    def _cut(self, weights: bytes, indices: list[int], shards: int) -> list[tuple[int, list[Any]]]:
-        bounds = shard_bounds(len(weights), shards)
-        return [(j, [self._put(weights[bounds[j][0] : bounds[j][1]])]) for j in indices]
+    def _reload(self) -> float:
+        """Bring the side's resident state back from host memory (a warm start); its time."""
+        t0 = time.perf_counter()
+        self.side.reload()
+        return time.perf_counter() - t0
+
+    def _cut(self, weights: Any, indices: list[int], shards: int) -> list[tuple[int, list[Any]]]:
+        pieces = cut_weights(weights, shards)
+        return [(j, [self._put(pieces[j])]) for j in indices]
 
     # --- the sync: scatter across the pools, then broadcast inside the rollout pool ----------
     def send_shards(self, indices: list[int], shards: int) -> list[tuple[int, list[Any]]]:
@@ -153,7 +209,7 @@ class PoolWorker:
         copy in this node's object store for the rollout peers."""
         (data,) = self._get(shard)
         self.received = {index: data}
-        return {"index": index, "ref": [self._put(data)], "bytes": len(data)}
+        return {"index": index, "ref": [self._put(data)], "bytes": nbytes(data)}
 
     def assemble(self, shards: list[tuple[int, list[Any]]], version: int) -> dict[str, Any]:
         """Fetch every other shard from the rollout peers (or, alone in its pool, its one
@@ -164,17 +220,17 @@ class PoolWorker:
         fetched = dict(
             zip([j for j, _ in wanted], self._get([r[0] for _, r in wanted]), strict=True)
         )
-        weights = b"".join((own | fetched)[j] for j, _ in sorted(shards))
+        weights = join_weights([(own | fetched)[j] for j, _ in sorted(shards)])
         self.received = {}
         self.side.reload()
         metrics = dict(self.side.receive_weights(weights, version) or {})
         self.side.offload()
-        return {"metrics": metrics, "bytes": len(weights), "s": time.perf_counter() - t0}
+        return {"metrics": metrics, "bytes": nbytes(weights), "s": time.perf_counter() - t0}
 
     def shard_sizes(self, shards: list[tuple[int, list[Any]]]) -> dict[int, int]:
         """Return the size of each shard (the flat sync baseline's accounting)."""
         return {
-            j: len(data)
+            j: nbytes(data)
             for (j, _), data in zip(shards, self._get([r[0] for _, r in shards]), strict=True)
         }
 

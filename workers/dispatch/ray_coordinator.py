@@ -335,16 +335,31 @@ class JobCoordinator(PhaseHost):
             w.handle = PoolWorkerActor.options(**self._placement(w)).remote(
                 self.runner_name, role, self.context.to_dict(), self.store.uri
             )
-            spec = {"rank": rank, "world_size": sizes[role], "node": name, "peers": peers}
             workers.append(w)
-            calls.append(w.handle.setup.remote(spec, order.resume_iteration))
+            calls.append(w.handle.ping.remote())
+        # 1. the workers created (Ray placed them, their processes started): a worker Ray
+        # cannot create fails here; 2. their runner set up (for a real runner: torch and
+        # its model loaded, tens of seconds on a loaded machine), which is the job's
+        # set-up time, not Ray failing to create it: its errors (a worker's death
+        # included) fail the phase as any call's do
         self._await_created(workers, calls)
-        infos = self._gather(workers, calls)
+        infos = self._gather(
+            workers,
+            [
+                w.handle.setup.remote(
+                    {"rank": w.rank, "world_size": sizes[w.role], "node": w.node, "peers": peers},
+                    order.resume_iteration,
+                )
+                for w in workers
+            ],
+        )
         errors = sorted({i["load_error"] for i in infos if i.get("load_error")})
         if errors:
             for w in workers:
                 ray.kill(w.handle, no_restart=True)
             raise RunnerLoadError("; ".join(errors))
+        # the workers restored in parallel: the cold start's load is the slowest one's
+        self.restore_s = max((float(i.get("restore_s", 0.0)) for i in infos), default=0.0)
         for w, info in zip(workers, infos, strict=True):
             w.ray_node_id, w.gpu_ids = info["ray_node_id"], tuple(info["gpu_ids"])
             w.holds_weights = info.get("holds_weights", True)
@@ -367,7 +382,7 @@ class JobCoordinator(PhaseHost):
 
     @staticmethod
     def _await_created(workers: list[_Worker], calls: list[Any]) -> None:
-        """Wait for every worker's setup call to end, and fail at once when Ray cannot create
+        """Wait for every worker's first call (`ping`) to end, and fail at once when Ray cannot create
         some of them: their node lacks what they need (`pending_reason`) for good, or for
         ROLLMUX_WORKER_BUSY_WAIT_S when it is only taken now. A worker Ray lacks nothing
         for is starting (a loaded machine): it gets ROLLMUX_WORKER_CREATE_TIMEOUT_S."""
@@ -445,6 +460,7 @@ class JobCoordinator(PhaseHost):
                 report.bytes_moved = 0  # nothing crossed the pools
             self.batches = [r["batch"] for r in results]
             metrics.update(_mean([r["metrics"] for r in results]))
+            metrics["reload_s"] = _slowest(results, "reload_s")
         elif order.kind == "train":
             batches = [ref for batch in self.batches for ref in batch]
             trainers = self.pools["train"]
@@ -465,6 +481,7 @@ class JobCoordinator(PhaseHost):
             self.batches = []
             self.trained = order.iteration + 1
             metrics.update(results[0]["metrics"])
+            metrics["reload_s"] = _slowest(results, "reload_s")
         elif order.kind == "sync":
             metrics.update(self._sync())
             report.bytes_moved = int(metrics["cross_pool_bytes"])
@@ -688,6 +705,11 @@ class JobCoordinator(PhaseHost):
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     keys = {k for row in rows for k in row}
     return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
+
+
+def _slowest(results: list[dict[str, Any]], key: str) -> float:
+    """Return the largest `key` of the workers' results (they ran in parallel)."""
+    return max((float(r.get(key, 0.0)) for r in results), default=0.0)
 
 
 def _labelled(worker: _Worker) -> bool:

@@ -5,7 +5,7 @@ A runner implements one protocol (`Runner`): `setup` once when the job's actor s
 memory: residency) and `reload` before the next one (a warm start), `checkpoint` after each
 training phase and `restore` when a resubmitted job resumes from its last completed iteration.
 
-Built-in names: `emulated`, `toy-rl` and `external` (a trainer that owns its loop and uses
+Built-in names: `emulated`, `toy-rl`, `hf-grpo` (GRPO on a real transformer) and `external` (a trainer that owns its loop and uses
 `rollmux.phase`). Anything else is an import path "package.module:Class" under one of the
 entries of the admin's runner allowlist the controller passes (`RunnerContext.
 runner_packages`): a name they do not cover is refused before anything is imported (the
@@ -64,6 +64,10 @@ def _builtin(name: str) -> type[Any] | None:
         from workers.runners.toy_rl import ToyRLRunner
 
         return ToyRLRunner
+    if name == "hf-grpo":
+        from workers.runners.hf_grpo import HfGrpoRunner
+
+        return HfGrpoRunner
     if name == "external":
         from workers.runners.external import ExternalRunner
 

@@ -102,6 +102,9 @@ def phase_finish(
             "ray_node_ids": report.ray_node_ids,
             "gpu_ids": report.gpu_ids,
             "bytes_moved": report.bytes_moved,
+            "setup_s": report.setup_s,
+            "load_s": report.load_s,
+            "work_s": report.work_s,
             "reported_at": now,
         }
         if recovered:

@@ -27,6 +27,7 @@ from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import converters, levers, snapshot, sync
+from rollmux_web.workflow import starts as measured_starts
 from rollmux_web.workflow.models import (
     EndReason,
     ExecutionGroup,
@@ -161,6 +162,7 @@ def _pass(now: datetime | None) -> PlanSummary:
         policy=levers.arrival_policy(),
         nodes=dict(Node.objects.values_list("name", "pk")),
         measured=sync.measured_s(todo),
+        started=measured_starts.measured_starts(todo),
     )
     claim = BATCH_JOBS
     while todo:
@@ -209,6 +211,8 @@ class _Run:
     policy: Any  # the simulator's rollmux adapter with the live levers (levers.arrival_policy)
     nodes: dict[str, int]  # node ids by name
     measured: dict[int, float]  # measured sync seconds of the pass's jobs (sync.measured_s)
+    # measured warm and cold starts of the pass's jobs that ran before (starts.measured_starts)
+    started: dict[int, measured_starts.MeasuredStarts] = field(default_factory=dict)
 
     def node_id(self, name: str) -> int:
         if name not in self.nodes:  # a node added during the pass (a snapshot read again)
@@ -306,6 +310,8 @@ def _place_one(job: Job, out: _Decided, writes: _Writes, effects: Effects) -> Pl
     """Place one claimed job on the batch's snapshot (`out.view`, advanced on a FIT)."""
     run = writes.run
     profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, run.measured))
+    # a job that ran before (resubmitted, moved, back from a yield): its measured starts
+    profile = measured_starts.with_measured_starts(profile, run.started.get(job.pk))
     decided = time.perf_counter()
     state, progress = out.view
     now_s = writes.now.timestamp()

@@ -205,15 +205,23 @@ def _profile_start(
 
 def measured_times(placement: Placement, job: Job) -> PhaseTimes:
     """Return the profile's estimates: per kind, the slowest succeeded phase is the max and
-    the fastest the min, in profile seconds (wall-clock x the job's time scale)."""
+    the fastest the min, in profile seconds (x the job's time scale). A phase's time is its
+    work time (`PhaseRecord.work_s`): its host's set-up (workers created, the runner and
+    its libraries loaded: seconds for a real model) and its warm or cold start are the
+    platform's, and a profile that counted them planned every later phase that much longer
+    (issue 21). A host that does not split its time: the phase's wall-clock."""
     scale = time_scale_of(job.runner, job.time_scale)
     seconds: dict[str, list[float]] = {"rollout": [], "train": []}
-    for kind, started, finished in PhaseRecord.objects.filter(
+    for kind, started, finished, work in PhaseRecord.objects.filter(
         placement=placement, state=PhaseState.SUCCEEDED
-    ).values_list("kind", "started_at", "finished_at"):
-        if kind in seconds and started is not None and finished is not None:
+    ).values_list("kind", "started_at", "finished_at", "work_s"):
+        if kind not in seconds:
+            continue
+        if work is None and started is not None and finished is not None:
+            work = (finished - started).total_seconds()
+        if work is not None:
             # (a phase shorter than the clock's resolution still took some time)
-            seconds[kind].append(max((finished - started).total_seconds(), 1e-3) * scale)
+            seconds[kind].append(max(work, 1e-3) * scale)
     roll, train = seconds["rollout"], seconds["train"]
     return PhaseTimes(min(roll), max(roll), min(train), max(train))
 

@@ -49,8 +49,8 @@ SLO_CLASSES = [
     ("bronze", 2.0, "Best effort: at most twice as slow as running alone"),
 ]
 # tenant -> gpu type -> (max GPUs at once, monthly GPU-hours, monthly $)
-# The demo jobs of vision request 56 H20 and 48 H800 GPUs: its caps leave room for a new
-# user's first job (the README's example, 8 + 8) and one more, so the first submission after
+# The demo jobs of vision request 64 H20 and 56 H800 GPUs (REAL_JOBS' hf-grpo job
+# included): its caps leave room for a new user's first job (the README's example, 8 + 8), so the first submission after
 # `make run` is accepted (issue 11 item 5: at 48 of 48 H800 it was refused).
 QUOTAS: dict[str, dict[str, tuple[int | None, float | None, Decimal | None]]] = {
     "vision": {
@@ -106,6 +106,17 @@ JOBS: list[tuple[Any, ...]] = [
         1100,
         8,
     ),
+]
+
+
+# A real RL job (issue 21) and its partner, on the wall clock (time scale 1: a real runner's
+# phases take the time they take, and jobs share a group only on one clock): `hf-grpo` trains
+# a ~0.1M-parameter Llama by GRPO on single-digit addition (its reward curve rises), beside
+# an emulated job of the same phase times that the planner packs with it (bronze twins).
+# (submitter, name, runner, model, t_roll min/max, t_train min/max, iterations)
+REAL_JOBS: list[tuple[str, str, str, str, float, float, float, float, int]] = [
+    ("bob", "hf-grpo-llama-0.1M-addition", "hf-grpo", "llama-0.1M", 4, 8, 4, 8, 60),
+    ("charlie", "addition-partner", "emulated", "qwen2.5-0.5b", 4, 8, 4, 8, 60),
 ]
 
 
@@ -232,3 +243,15 @@ class Command(BaseCommand):
             }
             job = job_submit(user=user, spec=spec, channel="seed")
             self.stdout.write(f"  job #{job.pk} {job.name} ({tenant}, {slo})")
+        for username, name, runner, model, rmin, rmax, tmin, tmax, iters in REAL_JOBS:
+            user = User.objects.get(username=username)
+            tenant = user.profile.tenants.first()
+            spec = {
+                "name": name, "tenant": tenant.name if tenant else None, "model": model,
+                "slo_class": "bronze", "runner": runner, "rollout_gpus": 8, "train_gpus": 8,
+                "t_roll_min_s": rmin, "t_roll_max_s": rmax, "t_train_min_s": tmin,
+                "t_train_max_s": tmax, "host_mem_gb": 16.0, "iterations": iters,
+                "time_scale": 1.0,
+            }  # fmt: skip
+            job = job_submit(user=user, spec=spec, channel="seed")
+            self.stdout.write(f"  job #{job.pk} {job.name} ({tenant}, {runner}, real time)")
