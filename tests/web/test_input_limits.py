@@ -13,7 +13,7 @@ import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from rollmux_web.cli import CliError, load_spec
+from rollmux_cli.cli import CliError, load_spec
 from rollmux_web.jobs import spec as job_spec_module
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.serializers import JobSpecSerializer
