@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from rollmux_web import ports
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.services import JobRejected, job_submit
-from rollmux_web.workflow import ports
 from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
 from tests.factories import job_spec
 from tests.workers.builders import all_done, wait_for
