@@ -57,7 +57,6 @@ TEST_KIND = "test"
 CONFIRM_KIND = "confirm"  # the one delivery an email address gets before it is confirmed
 CONFIRM_SALT = "rollmux.notifications.confirm"
 CONFIRM_MAX_AGE_S = 7 * 24 * 3600
-ASKED_KINDS = (TEST_KIND, CONFIRM_KIND)  # sends a user asks for (rate-limited per user)
 
 
 class DeliveryError(Exception):
@@ -189,8 +188,6 @@ def subscription_create(
     with transaction.atomic():
         _lock_owner(user.pk)  # the caps below hold under concurrent requests of one user
         cap = _subscription_cap_error(user, channel, target)
-        if cap:
-            raise ValidationError({"target": [cap]})
         confirmed = channel == Channel.WEBHOOK or address_confirmed(user, target)
         awaiting = (
             not confirmed
@@ -198,6 +195,10 @@ def subscription_create(
                 owner=user, channel=Channel.EMAIL, target__iexact=target, confirmed_at=None
             ).exists()
         )
+        if not cap and awaiting:  # its confirmation is a send the user asked for
+            cap = _asked_rate_error(user)
+        if cap:
+            raise ValidationError({"target": [cap]})
         sub = Subscription.objects.create(
             owner=user,
             scope=scope,
@@ -268,21 +269,25 @@ def _subscription_cap_error(user: Any, channel: str, target: str) -> str:
     return ""
 
 
-def _asked_rate_error(owner_id: int) -> str:
-    """Why no more test or confirmation sends to the destinations of this user this hour
-    (ROLLMUX_NOTIFY_TESTS_PER_HOUR), or ""."""
+ASKED_ACTION = "notification.send"  # the audit record of a test or confirmation sent
+
+
+def _asked_rate_error(user: Any) -> str:
+    """Why `user` may ask for no more test or confirmation sends this hour
+    (ROLLMUX_NOTIFY_TESTS_PER_HOUR), or "". Counted in the audit log, which outlives the
+    subscriptions (deleting one and subscribing again must not reset the count)."""
+    from rollmux_web.audit.models import AuditEntry
+
     most = settings.ROLLMUX_NOTIFY_TESTS_PER_HOUR
     since = timezone.now() - timedelta(hours=1)
-    asked = Delivery.objects.filter(
-        subscription__owner_id=owner_id, event_kind__in=ASKED_KINDS, created_at__gte=since
-    )
+    asked = AuditEntry.objects.filter(actor_id=user.pk, action=ASKED_ACTION, at__gte=since)
     if asked.count() < most:
         return ""
-    first = asked.order_by("created_at").values_list("created_at", flat=True).first()
-    wait = max(1, int(((first or since) + timedelta(hours=1) - timezone.now()).total_seconds()))
+    first = asked.order_by("at").values_list("at", flat=True).first() or since
+    wait_s = max(0.0, (first + timedelta(hours=1) - timezone.now()).total_seconds())
     return (
         f"{most} test or confirmation sends in the last hour, the most per user "
-        f"(ROLLMUX_NOTIFY_TESTS_PER_HOUR): try again in {wait // 60 + 1} minutes."
+        f"(ROLLMUX_NOTIFY_TESTS_PER_HOUR): try again in {int(wait_s // 60) + 1} minutes."
     )
 
 
@@ -310,9 +315,11 @@ def _confirmation(sub: Subscription, *, asked_by: Any) -> Delivery:
         ),
         "confirm_url": url,
     }
-    return Delivery.objects.create(
+    delivery = Delivery.objects.create(
         subscription=sub, event_kind=CONFIRM_KIND, event_key=key, payload=payload
     )
+    audit_record(actor=asked_by, action=ASKED_ACTION, obj=sub, after={"kind": CONFIRM_KIND})
+    return delivery
 
 
 def subscription_confirm(*, token: str, apply: bool) -> Subscription:
@@ -403,13 +410,15 @@ def send_test(*, user: Any, subscription_id: int) -> Delivery:
     ROLLMUX_NOTIFY_TESTS_PER_HOUR sends to the owner's destinations in the last hour."""
     with transaction.atomic():
         sub = _own(user, subscription_id)
-        _lock_owner(sub.owner_id)  # (so concurrent clicks cannot pass the count together)
-        limited = _asked_rate_error(sub.owner_id)
+        _lock_owner(user.pk)  # (so concurrent clicks cannot pass the count together)
+        limited = _asked_rate_error(user)
         if limited:
             raise ValidationError(limited)
         if sub.channel == Channel.EMAIL and sub.confirmed_at is None:
             return _confirmation(sub, asked_by=user)
-        return _test_delivery(sub, user)
+        delivery = _test_delivery(sub, user)
+        audit_record(actor=user, action=ASKED_ACTION, obj=sub, after={"kind": TEST_KIND})
+        return delivery
 
 
 def _test_delivery(sub: Subscription, user: Any) -> Delivery:

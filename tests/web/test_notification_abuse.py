@@ -115,9 +115,26 @@ def test_test_sends_are_limited_per_user_an_hour(
     assert "ROLLMUX_NOTIFY_TESTS_PER_HOUR" in page
     assert Delivery.objects.filter(event_kind="test").count() == 3
     assert len(receiver.requests) == 3
-    # an admin's clicks on her subscription count against the same destinations
-    with pytest.raises(ValidationError, match="try again in"):
-        services.send_test(user=world.admin, subscription_id=sub.pk)
+    # the count is the asking user's: an admin may still test her subscription
+    services.send_test(user=world.admin, subscription_id=sub.pk)
+
+
+def test_removing_and_adding_a_subscription_again_does_not_reset_the_count(
+    world: Any, settings: Any
+) -> None:
+    settings.ROLLMUX_NOTIFY_TESTS_PER_HOUR = 2
+    for _ in range(2):  # each new address gets its confirmation: a send she asked for
+        sub = services.subscription_create(
+            user=world.alice, channel="email", target="victim@example.internal",
+            events_wanted=["job.failed"],
+        )  # fmt: skip
+        services.subscription_delete(user=world.alice, subscription_id=sub.pk)
+    with pytest.raises(ValidationError, match="ROLLMUX_NOTIFY_TESTS_PER_HOUR"):
+        services.subscription_create(
+            user=world.alice, channel="email", target="victim@example.internal",
+            events_wanted=["job.failed"],
+        )  # fmt: skip
+    assert not Subscription.objects.exists()
 
 
 def test_deliveries_over_the_hourly_cap_are_logged_as_not_sent(
