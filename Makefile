@@ -22,6 +22,7 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# Every Ray these start keeps its own temp directory, ROLLMUX_RAY_TEMP_DIR (docs/operations.md).
 run: install
 	./bin/run.sh
 

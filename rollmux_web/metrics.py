@@ -75,12 +75,6 @@ NOTIFICATIONS = Counter(
     "Notification delivery attempts, by channel (email, webhook) and outcome",
     ["channel", "outcome"],
 )
-RATE_LIMIT_UNAVAILABLE = Counter(
-    "rollmux_rate_limit_unavailable",
-    "API requests let through unthrottled because the rate-limit counter's store (Redis) "
-    "did not answer, by throttle scope (token, anon)",
-    ["scope"],
-)
 RESUBMISSIONS = Counter(
     "rollmux_job_resubmissions",
     "Jobs put back in the queue after a failed phase or a down node, by reason",
@@ -107,11 +101,6 @@ def observe_switch(phase_finished_at: float) -> None:
 def count_delivery(channel: str, outcome: str) -> None:
     """Count one notification delivery attempt (outcome: sent, retrying, failed)."""
     NOTIFICATIONS.labels(channel, outcome).inc()
-
-
-def count_rate_limit_unavailable(scope: str) -> None:
-    """Count one API request let through while the rate-limit counter was unavailable."""
-    RATE_LIMIT_UNAVAILABLE.labels(scope).inc()
 
 
 def count_resubmission(reason: str) -> None:

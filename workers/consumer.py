@@ -35,7 +35,8 @@ class QuickReconnectConsumer(Consumer):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.conninfo.transport.driver_type == "redis":
-            self.connection_errors = (*self.connection_errors, AttributeError)
+            errors: tuple[type[BaseException], ...] = tuple(self.conninfo.connection_errors)
+            self.connection_errors = (*errors, AttributeError)
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         try:

@@ -26,10 +26,10 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
-from rollmux_web import metrics
 from rollmux_web.audit.services import audit_record
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,13 @@ log = logging.getLogger(__name__)
 LOCKOUT_CODE = "login_locked_out"
 # After the counter's store failed, requests go unthrottled (without trying it) this long.
 OUTAGE_RETRY_S = 5.0
+# (here, not in rollmux_web.metrics: that module reaches the apps above this one)
+RATE_LIMIT_UNAVAILABLE = Counter(
+    "rollmux_rate_limit_unavailable",
+    "API requests let through unthrottled because the rate-limit counter's store (Redis) "
+    "did not answer, by throttle scope (token, anon)",
+    ["scope"],
+)
 
 
 def client_ip(request: Any) -> str:
@@ -177,13 +184,13 @@ class _FixedWindowThrottle(BaseThrottle):
         self.reset_in = (slot + 1) * self.window - now
         key = f"rmx-throttle:{self.scope}:{ident}:{slot}"
         if counter_outage.down():
-            metrics.count_rate_limit_unavailable(self.scope)
+            RATE_LIMIT_UNAVAILABLE.labels(self.scope).inc()
             return True
         try:
             counted = _count(key, self.window + 1)
         except (RedisError, OSError) as exc:  # fail open: an outage of Redis is no 500
             counter_outage.failed(self.scope, exc)
-            metrics.count_rate_limit_unavailable(self.scope)
+            RATE_LIMIT_UNAVAILABLE.labels(self.scope).inc()
             return True
         return counted <= int(count)
 
