@@ -50,6 +50,7 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
     TrainerCallback,
 )
+from transformers.trainer_callback import PrinterCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import rollmux  # noqa: E402
@@ -132,7 +133,10 @@ class PhasedGRPOTrainer(GRPOTrainer):
             # one generation per optimizer step: the phases alternate rollout, train
             raise ValueError("steps_per_generation and num_iterations must be 1 for phases")
         self.session = session
+        self.verbose = False  # one line per iteration on stdout (main sets it)
+        self.remove_callback(PrinterCallback)  # TRL's full log dict per step: too much here
         self._train_phase: Any = None
+        self._rollout: dict[str, float] = {}
         self._train_grant: rollmux.Grant | None = None
         self._loss: float | None = None
         self.add_callback(_TrainPhaseEnd(self))
@@ -152,6 +156,7 @@ class PhasedGRPOTrainer(GRPOTrainer):
                 samples=float(out["completion_ids"].shape[0]),
                 tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
             )
+            self._rollout = dict(grant.metrics)
         # the optimizer step's phase: open until `on_step_end` (after optimizer.step())
         self._train_phase = self.session.phase("train")
         self._train_grant = self._train_phase.__enter__()
@@ -179,6 +184,10 @@ class PhasedGRPOTrainer(GRPOTrainer):
         self._train_grant.metrics.update({k: v for k, v in metrics.items() if v is not None})
         phase, self._train_phase = self._train_phase, None
         phase.__exit__(None, None, None)
+        if self.verbose:
+            both = {**self._rollout, **self._train_grant.metrics}
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in both.items())
+            print(f"iteration {self._train_grant.iteration}: {shown}", flush=True)
 
 
 def make_trainer(
@@ -237,6 +246,7 @@ def main() -> None:
         args.job_id, redis_url=args.redis_url or None, timeout_s=args.timeout
     )
     trainer = make_trainer(session, steps=args.steps, output_dir=args.output_dir)
+    trainer.verbose = True
     trainer.train()
     print(f"trained {trainer.state.global_step} steps")
 

@@ -157,9 +157,10 @@ def test_another_tenants_job_metrics_are_404(api_as: Any, two_tenants: Any) -> N
     assert r.status_code == 404
     assert r.json()["error"]["code"] == "not_found"
     assert api_as("alice").get("/api/v1/jobs/abc/metrics/").status_code == 404
-    assert api_as("charlie").get(f"/api/v1/jobs/{two_tenants['theirs'].pk}/metrics/").json()[
-        "count"
-    ] == 3
+    assert (
+        api_as("charlie").get(f"/api/v1/jobs/{two_tenants['theirs'].pk}/metrics/").json()["count"]
+        == 3
+    )
 
 
 def test_a_failed_phase_stores_no_training_metrics(world: Any) -> None:
