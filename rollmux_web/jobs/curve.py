@@ -67,6 +67,11 @@ def _nice_step(span: float, ticks: int) -> float:
     return next((m * mag for m in (1, 2, 5, 10) if m * mag >= raw), 10 * mag)
 
 
+def metric_text(v: float) -> str:
+    """Return a metric's value as the page shows it (4 significant digits)."""
+    return f"{v:.4g}" if abs(v) < 100000 else f"{v:,.0f}"
+
+
 def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
 
@@ -117,7 +122,7 @@ def curve_geometry(points: list[CurvePoint]) -> CurveGeometry | None:
             )
             for p in points
         )
-    y_step = _nice_step(y_hi - y_lo, 4)
+    y_step = _nice_step(y_hi - y_lo, 5)
     y_ticks = []
     v = math.ceil(y_lo / y_step) * y_step
     while v <= y_hi + 1e-9:

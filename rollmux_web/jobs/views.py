@@ -24,7 +24,7 @@ from rollmux_web.accounts.selectors import can_submit, sees_all_tenants, visible
 from rollmux_web.htmx import HtmxHttpRequest, render_partial
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.inventory.selectors import runner_allowlist
-from rollmux_web.jobs.curve import curve_geometry, curve_svg
+from rollmux_web.jobs.curve import curve_geometry, curve_svg, metric_text
 from rollmux_web.jobs.models import JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import (
@@ -413,7 +413,7 @@ def _training_context(job: Any) -> dict[str, Any] | None:
         "summary": geo.summary if geo is not None else "",
         "latest": latest,
         "metrics": [
-            (name, getattr(latest, name))
+            (name, metric_text(getattr(latest, name)))
             for name in latest.METRICS
             if getattr(latest, name) is not None
         ],
