@@ -9,8 +9,9 @@ the training loop and wraps each phase::
     for step in range(iterations):
         with session.phase("rollout") as grant:   # blocks until the group controller grants it
             batch = generate(policy)               # grant.iteration is the iteration number
-        with session.phase("train"):
-            update(policy, batch)                  # leaving the block reports completion
+        with session.phase("train") as grant:
+            loss = update(policy, batch)           # leaving the block reports completion
+            grant.metrics["loss"] = loss           # stored with the iteration (the curve)
 
 or as a decorator: ``@session.phase("rollout")``. With no session, ``rollmux.phase(kind)``
 reads ROLLMUX_JOB_ID and ROLLMUX_REDIS_URL from the environment.
