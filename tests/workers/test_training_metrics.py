@@ -164,7 +164,7 @@ def test_another_tenants_job_metrics_are_404(api_as: Any, two_tenants: Any) -> N
 
 
 def test_a_failed_phase_stores_no_training_metrics(world: Any) -> None:
-    from rollmux_web.workflow.ports import PhaseReport
+    from rollmux_web.workflow.ports import Outcome, PhaseReport
     from rollmux_web.workflow.services.controller import phase_finish
 
     job = make_job(world, runner="toy-rl")
@@ -176,7 +176,8 @@ def test_a_failed_phase_stores_no_training_metrics(world: Any) -> None:
         started_at=now, state=PhaseState.RUNNING,
     )  # fmt: skip
     report = PhaseReport(
-        phase.pk, "error: boom", metrics={"reward_mean": 0.9}, group_id=group.pk, job_id=job.pk
-    )
+        phase.pk, Outcome.ERROR, reason="boom", metrics={"reward_mean": 0.9},
+        group_id=group.pk, job_id=job.pk,
+    )  # fmt: skip
     phase_finish(report)
     assert not IterationMetrics.objects.filter(job=job).exists()
