@@ -10,7 +10,7 @@ optimizer steps, then run this next to it (no GPU, no vLLM, nothing downloaded):
 The model is a tiny Llama built from a config with random weights, the tokenizer a
 character-level one built in code, the task single-digit addition ("3+4=" -> "7") with a
 verifiable reward. Everything TRL does is TRL's own; the subclass only decides where the
-phases begin and end (workers/README.md, "A TRL GRPOTrainer through the phase API"):
+phases begin and end (docs/training-metrics.md, "A TRL GRPOTrainer through the phase API"):
 
 - transformers' `Trainer` runs one optimizer step per batch (`training_step`: forward and
   backward, then `optimizer.step()` in its loop, then the `on_step_end` callback);
