@@ -211,4 +211,3 @@ def job_iteration_metrics(*, user: Any, job_id: int) -> QuerySet[IterationMetric
         .select_related("placement")
         .order_by("iteration")
     )
-

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from rollmux_web.jobs.models import JobStatus
+from rollmux_web.ports import TRAINING_METRICS
 from rollmux_web.workflow.models import (
     ExecutionGroup,
     IterationMetrics,
@@ -16,7 +17,6 @@ from rollmux_web.workflow.models import (
     PhaseState,
     Placement,
 )
-from rollmux_web.workflow.ports import TRAINING_METRICS
 from rollmux_web.workflow.services.training_metrics import (
     iteration_metrics_record,
     training_metrics_of,
@@ -164,7 +164,7 @@ def test_another_tenants_job_metrics_are_404(api_as: Any, two_tenants: Any) -> N
 
 
 def test_a_failed_phase_stores_no_training_metrics(world: Any) -> None:
-    from rollmux_web.workflow.ports import Outcome, PhaseReport
+    from rollmux_web.ports import Outcome, PhaseReport
     from rollmux_web.workflow.services.controller import phase_finish
 
     job = make_job(world, runner="toy-rl")

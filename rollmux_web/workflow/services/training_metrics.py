@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db import connection
 
+from rollmux_web.ports import TRAINING_METRICS
 from rollmux_web.workflow.models import IterationMetrics
-from rollmux_web.workflow.ports import TRAINING_METRICS
 
 
 def training_metrics_of(metrics: Mapping[str, Any]) -> dict[str, float]:

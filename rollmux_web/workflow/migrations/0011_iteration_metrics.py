@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('jobs', '0003_moves'),
-        ('workflow', '0009_yielded'),
+        ('workflow', '0010_phase_setup_load_work'),
     ]
 
     operations = [
