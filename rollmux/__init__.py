@@ -9,8 +9,9 @@ the training loop and wraps each phase::
     for step in range(iterations):
         with session.phase("rollout") as grant:   # blocks until the group controller grants it
             batch = generate(policy)               # grant.iteration is the iteration number
-        with session.phase("train"):
-            update(policy, batch)                  # leaving the block reports completion
+        with session.phase("train") as grant:
+            loss = update(policy, batch)           # leaving the block reports completion
+            grant.metrics["loss"] = loss           # stored with the iteration (the curve)
 
 or as a decorator: ``@session.phase("rollout")``. With no session, ``rollmux.phase(kind)``
 reads ROLLMUX_JOB_ID and ROLLMUX_REDIS_URL from the environment.
@@ -25,9 +26,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -83,11 +86,22 @@ class RedisChannel:
         pipe.expire(key, 7 * 24 * 3600)
         pipe.execute()
 
+    # One BLPOP waits at most this long: redis-py (8.x) reads with a 5 s socket timeout by
+    # default, so a single BLPOP for a phase-long wait failed with "Timeout reading from
+    # socket" after 5 s (any phase or grant wait over 5 s). Short waits in a loop work with
+    # any client default, and a Redis restart in between costs one retry, not the phase.
+    WAIT_CHUNK_S = 2
+
     def pop(self, key: str, timeout: float) -> dict[str, Any] | None:
-        item = self._redis.blpop([key], timeout=max(1, int(round(timeout))))
-        if item is None:
-            return None
-        return json.loads(item[1])  # type: ignore[no-any-return]
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            wait = max(1, min(self.WAIT_CHUNK_S, int(math.ceil(left))))
+            item = self._redis.blpop([key], timeout=wait)
+            if item is not None:
+                return json.loads(item[1])  # type: ignore[no-any-return]
+            if time.monotonic() >= deadline:
+                return None
 
 
 def channel_for(redis_url: str | None) -> Channel:

@@ -2,7 +2,8 @@
 
     rollmux login [--username U]              store an API token (asks for the password)
     rollmux get jobs|groups|nodes             list them (jobs: --status, --tenant, --limit)
-    rollmux describe job ID                   status, reason, placement, estimates, phases, cost
+    rollmux describe job ID                   status, reason, placement, estimates, phases,
+                                              training metrics, cost
     rollmux submit SPEC [--dry-run]           submit a YAML/JSON spec, or print the planner's
                                               answer for it without submitting (sbatch --test-only)
     rollmux submit --example                  print an example spec with every field explained
@@ -413,12 +414,40 @@ def describe_text(d: dict[str, Any]) -> str:
             f"{last['kind']} of iteration {last['iteration']}: {last['state']} on {nodes}",
             2,
         )
+    lines += _training_lines(d.get("training"))
     lines += _wrap(
         "Cost so far",
         f"${cost['total_usd']} (busy ${cost['busy_usd']}, idle share ${cost['idle_usd']}; "
         f"{cost['gpu_hours']} GPU-hours since {cost['since']})",
     )
     return "\n".join(lines)
+
+
+def _training_lines(t: dict[str, Any] | None) -> list[str]:
+    """Return describe's Training section: the reward's course and the latest metrics."""
+    if not t:
+        return []
+    latest = t["latest"]
+    lines = [f"Training: {t['iterations']} iterations recorded"]
+    first = t.get("first_reward")
+    if first is not None and latest.get("reward_mean") is not None:
+        lines += _wrap(
+            "Reward",
+            f"{first['reward_mean']:.4g} (iteration {first['iteration']}) -> "
+            f"{latest['reward_mean']:.4g} (iteration {latest['iteration']}), "
+            f"best {t['best_reward_mean']:.4g}",
+            2,
+        )
+    shown = ", ".join(
+        f"{name} {latest[name]:.4g}"
+        for name in ("reward_mean", "reward_std", "loss", "kl", "entropy", "tokens_per_s",
+                     "samples")
+        if latest.get(name) is not None
+    )  # fmt: skip
+    lines += _wrap(
+        "Latest", f"iteration {latest['iteration']} (attempt {latest['attempt']}): {shown}", 2
+    )
+    return lines
 
 
 def dry_run_text(d: dict[str, Any]) -> str:
@@ -728,7 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
     outputs(p)
     p.set_defaults(func=cmd_view)
 
-    p = add("describe", "show one job: status, reason, placement, estimates, phases, cost")
+    p = add(
+        "describe", "show one job: status, reason, placement, estimates, phases, training, cost"
+    )
     p.add_argument("kind", choices=("job",), metavar="job")
     p.add_argument("id", type=int)
     outputs(p)

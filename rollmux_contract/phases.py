@@ -36,6 +36,50 @@ def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
+# The training metrics RollMux stores per job iteration (issue 21 item 2): a runner that
+# returns any of these names from its rollout or train phase (`metrics`) gets them recorded
+# with the iteration (`workflow.IterationMetrics`), drawn as the job's reward curve and
+# served by /api/v1/jobs/{id}/metrics/. Other names stay in the phase record's metrics only.
+TRAINING_METRICS = (
+    "reward_mean",  # the mean reward of the iteration's responses
+    "reward_std",  # their standard deviation
+    "loss",  # the training objective after the update
+    "kl",  # KL to the reference policy
+    "entropy",  # the policy's mean token entropy
+    "tokens_per_s",  # generated (rollout) or trained (train) tokens per second
+    "samples",  # responses generated (rollout) or trained on (train)
+)
+# Added up over a pool's workers (each reports its own share); the rest are averaged.
+POOL_SUMS = ("samples", "tokens_per_s", "responses")
+
+
+def pool_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Return one phase's metrics from its workers' (one row per rank of the pool).
+
+    Counts and rates add up (`POOL_SUMS`); `reward_mean` is weighted by each rank's
+    `samples` when they report it, and `reward_std` is then the pooled standard deviation
+    of all their responses (within-rank variance plus the spread of the rank means); any
+    other name is the plain mean over the ranks that report it.
+    """
+    keys = {k for row in rows for k in row}
+    out: dict[str, float] = {}
+    for k in keys:
+        values = [r[k] for r in rows if k in r]
+        out[k] = sum(values) if k in POOL_SUMS else sum(values) / len(values)
+    weighted = [r for r in rows if "reward_mean" in r and r.get("samples", 0) > 0]
+    if len(weighted) == len(rows) > 1:
+        n = sum(r["samples"] for r in weighted)
+        mean = sum(r["reward_mean"] * r["samples"] for r in weighted) / n
+        out["reward_mean"] = mean
+        if all("reward_std" in r for r in weighted):
+            var = sum(
+                r["samples"] * (r["reward_std"] ** 2 + (r["reward_mean"] - mean) ** 2)
+                for r in weighted
+            )
+            out["reward_std"] = (var / n) ** 0.5
+    return out
+
+
 @dataclass(frozen=True)
 class PhaseOrder:
     """One phase to run: which job, placement (the host's identity), kind, iteration, nodes."""

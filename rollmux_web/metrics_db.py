@@ -3,7 +3,8 @@
 The database is the system of record, so these are right whichever process answers and
 survive restarts: live jobs by state, all-time finished jobs (a counter), pending jobs by
 reason class, nodes, GPUs allocated and busy per pool, the bubble fraction per pool, cost
-per hour per tenant, quota usage against quota, migrations. Every tenant gets every live
+per hour per tenant, quota usage against quota, migrations, and the latest mean reward of
+each running job that reports one. Every tenant gets every live
 state and reason class, zeros included, so a rate or an alert does not see a series vanish.
 """
 
@@ -118,6 +119,43 @@ class JobCollector(Collector):
         for tenant in tenants:
             migrations.add_metric([tenant], moved.get(tenant, 0))
         yield migrations
+
+
+class TrainingCollector(Collector):
+    """rollmux_job_reward_mean: the latest mean reward of each running job that reports one.
+
+    The one series here with a job label. Cardinality: one series per *running* job (jobs
+    hold GPUs while they run, so their number is bounded by the cluster, and a job's series
+    ends when it does), written once per scrape, not once per iteration. The per-iteration
+    metrics themselves (reward, loss, KL, ...) are not Prometheus series: a job x iteration
+    or job x metric label would grow without bound; they are in the database, on the job
+    page and at /api/v1/jobs/{id}/metrics/.
+    """
+
+    def collect(self) -> Iterator[Metric]:
+        from django.db.models import OuterRef, Subquery
+
+        from rollmux_web.jobs.models import Job, JobStatus
+        from rollmux_web.workflow.models import IterationMetrics
+
+        latest = IterationMetrics.objects.filter(
+            job=OuterRef("pk"), reward_mean__isnull=False
+        ).order_by("-iteration")
+        rows = (
+            Job.objects.filter(status=JobStatus.RUNNING)
+            .annotate(reward=Subquery(latest.values("reward_mean")[:1]))
+            .filter(reward__isnull=False)
+            .values_list("pk", "tenant__name", "reward")
+            .order_by("pk")
+        )
+        family = GaugeMetricFamily(
+            "rollmux_job_reward_mean",
+            "The mean reward of a running job's latest iteration that reported one",
+            labels=["job", "tenant"],
+        )
+        for pk, tenant, reward in rows:
+            family.add_metric([str(pk), tenant], reward)
+        yield family
 
 
 class InventoryCollector(Collector):
@@ -292,7 +330,12 @@ class TenantCollector(Collector):
 def database_registry() -> CollectorRegistry:
     """Return a registry of the database collectors (built per scrape: it holds no state)."""
     registry = CollectorRegistry(auto_describe=False)
-    for collector in (JobCollector(), InventoryCollector(), TenantCollector()):
+    for collector in (
+        JobCollector(),
+        TrainingCollector(),
+        InventoryCollector(),
+        TenantCollector(),
+    ):
         registry.register(collector)
     return registry
 

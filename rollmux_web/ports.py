@@ -18,9 +18,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from rollmux_contract.phases import Dispatcher, Outcome, PhaseOrder, PhaseReport, Probe
+from rollmux_contract.phases import (
+    TRAINING_METRICS,
+    Dispatcher,
+    Outcome,
+    PhaseOrder,
+    PhaseReport,
+    Probe,
+)
 
 __all__ = [
+    "TRAINING_METRICS",
     "Dispatcher",
     "Outcome",
     "PhaseOrder",

@@ -25,7 +25,12 @@ from rollmux_web.accounts.selectors import can_submit
 from rollmux_web.jobs.api import AUTH_ERRORS, NOT_FOUND, _err, _job_id, _rejected
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of
-from rollmux_web.jobs.selectors import job_get, latest_placement, solo_cost_per_iteration
+from rollmux_web.jobs.selectors import (
+    job_get,
+    latest_placement,
+    solo_cost_per_iteration,
+    training_summary,
+)
 from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializer
 from rollmux_web.jobs.services import JobRejected, quota_refusal, validate_spec
 from rollmux_web.reports.selectors.cost import cost_report
@@ -215,7 +220,8 @@ class JobDescribeView(GenericAPIView):
     serializer_class = JobSerializer
 
     @extend_schema(
-        summary="A job with its estimates, a summary of its phases and its cost so far",
+        summary="A job with its estimates, a summary of its phases, its training metrics in "
+        "brief and its cost so far",
         parameters=[OpenApiParameter("job_id", OpenApiTypes.INT, OpenApiParameter.PATH)],
         responses={200: OpenApiTypes.OBJECT, 404: NOT_FOUND, **AUTH_ERRORS},
     )
@@ -226,6 +232,8 @@ class JobDescribeView(GenericAPIView):
                 "job": JobSerializer(job).data,
                 "estimates": estimates(job),
                 "phases": phases_summary(job),
+                # None: no phase reported training metrics (e.g. an `emulated` job)
+                "training": training_summary(job=job),
                 "cost": cost_so_far(user=request.user, job=job),
             }
         )

@@ -10,15 +10,22 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, Prefetch, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
+from rollmux_web.jobs.curve import CurvePoint
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.runners import own_seconds, time_scale_of
-from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
+from rollmux_web.workflow.models import (
+    IterationMetrics,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+    Strategy,
+)
 from rollmux_web.workflow.snapshot import CAPACITY_STATES
 
 ORDERINGS = {
@@ -356,6 +363,77 @@ def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:
         row["stats"] = duration_stats(durations.get(key, []), scale)
         row["states"] = sorted(row["states"].items())
     return [rows[k] for k in sorted(rows, key=lambda k: (not k[0], k[1]))]
+
+
+CURVE_MAX_POINTS = 400  # above this many iterations the curve averages runs of them
+
+
+def training_curve(*, job: Job, max_points: int = CURVE_MAX_POINTS) -> list[CurvePoint]:
+    """Return the job's reward curve: reward_mean per iteration (and its std, and the
+    attempt that ran it), across all its placements, in iteration order. A long job's
+    iterations are averaged in runs of equal length by the database, so the page gets at
+    most about `max_points` points whatever the job's length."""
+    rows = IterationMetrics.objects.filter(job=job, reward_mean__isnull=False)
+    span = rows.aggregate(lo=Min("iteration"), hi=Max("iteration"), n=Count("id"))
+    if not span["n"]:
+        return []
+    if span["n"] <= max_points:
+        return [
+            CurvePoint(it, float(mean or 0.0), std, attempt, 1)
+            for it, mean, std, attempt in rows.order_by("iteration").values_list(
+                "iteration", "reward_mean", "reward_std", "placement__attempt"
+            )
+        ]
+    step = math.ceil((span["hi"] - span["lo"] + 1) / max_points)
+    buckets = (
+        rows.annotate(bucket=(F("iteration") - span["lo"]) / step)
+        .values("bucket")
+        .annotate(
+            it=Min("iteration"),
+            mean=Avg("reward_mean"),
+            std=Avg("reward_std"),
+            attempt=Max("placement__attempt"),
+            n=Count("id"),
+        )
+        .order_by("bucket")
+    )
+    return [CurvePoint(b["it"], b["mean"], b["std"], b["attempt"], b["n"]) for b in buckets]
+
+
+def training_latest(*, job: Job) -> IterationMetrics | None:
+    """Return the training metrics of the job's last iteration that reported any."""
+    return (
+        IterationMetrics.objects.filter(job=job)
+        .select_related("placement")
+        .order_by("-iteration")
+        .first()
+    )
+
+
+def training_summary(*, job: Job) -> dict[str, Any] | None:
+    """Return the job's training metrics in brief (None: it reported none): iterations
+    recorded, the first and latest reward, the best one, and the latest iteration's row."""
+    latest = training_latest(job=job)
+    if latest is None:
+        return None
+    rows = IterationMetrics.objects.filter(job=job)
+    agg = rows.aggregate(n=Count("id"), best=Max("reward_mean"))
+    first = (
+        rows.filter(reward_mean__isnull=False)
+        .order_by("iteration")
+        .values_list("iteration", "reward_mean")
+        .first()
+    )
+    return {
+        "iterations": agg["n"],
+        "first_reward": None if first is None else {"iteration": first[0], "reward_mean": first[1]},
+        "best_reward_mean": agg["best"],
+        "latest": {
+            "iteration": latest.iteration,
+            "attempt": latest.placement.attempt,
+            **{name: getattr(latest, name) for name in IterationMetrics.METRICS},
+        },
+    }
 
 
 def current_price(gpu_type: GpuType, *, at: datetime | None = None) -> Decimal:

@@ -24,6 +24,7 @@ from rollmux_web.accounts.selectors import can_submit, sees_all_tenants, visible
 from rollmux_web.htmx import HtmxHttpRequest, render_partial
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.inventory.selectors import runner_allowlist
+from rollmux_web.jobs.curve import curve_geometry, curve_svg, metric_text
 from rollmux_web.jobs.models import JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import (
@@ -36,6 +37,8 @@ from rollmux_web.jobs.selectors import (
     placement_history,
     pool_limits,
     solo_cost_per_iteration,
+    training_curve,
+    training_latest,
 )
 from rollmux_web.jobs.serializers import JobSpecSerializer
 from rollmux_web.jobs.services import QUOTA_CODES, JobRejected, job_cancel, job_submit
@@ -392,9 +395,28 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
         "time_scale": time_scale_of(job.runner, job.time_scale),
         "drift": job_drift(job=job),
         "cost": cost,
+        "training": _training_context(job),
         "can_cancel": can_submit(request.user)
         and not job.is_terminal
         and not (job.cancel_requested and job.status != JobStatus.QUEUED),
+    }
+
+
+def _training_context(job: Any) -> dict[str, Any] | None:
+    """The reward curve (SVG) and the last iteration's training metrics; None: none yet."""
+    latest = training_latest(job=job)
+    if latest is None:
+        return None
+    geo = curve_geometry(training_curve(job=job))
+    return {
+        "curve": curve_svg(geo) if geo is not None else None,
+        "summary": geo.summary if geo is not None else "",
+        "latest": latest,
+        "metrics": [
+            (name, metric_text(getattr(latest, name)))
+            for name in latest.METRICS
+            if getattr(latest, name) is not None
+        ],
     }
 
 

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from rollmux_web.api.schema import ApiErrorSerializer
 from rollmux_web.workflow import selectors
-from rollmux_web.workflow.models import PhaseRecord
+from rollmux_web.workflow.models import IterationMetrics, PhaseRecord
 
 
 def _err(description: str) -> OpenApiResponse:
@@ -65,6 +65,33 @@ class PhaseSerializer(serializers.ModelSerializer):
         if obj.started_at and obj.finished_at:
             return float((obj.finished_at - obj.started_at).total_seconds())
         return None
+
+
+class IterationMetricsSerializer(serializers.ModelSerializer):
+    attempt = serializers.IntegerField(
+        source="placement.attempt", read_only=True,
+        help_text="the job's attempt (placement) whose phases reported them: the latest wins",
+    )  # fmt: skip
+    group = serializers.IntegerField(
+        source="placement.group_id", read_only=True, help_text="the co-execution group it ran in"
+    )
+
+    class Meta:
+        model = IterationMetrics
+        fields = [
+            "iteration",
+            "attempt",
+            "placement",
+            "group",
+            "reward_mean",
+            "reward_std",
+            "loss",
+            "kl",
+            "entropy",
+            "tokens_per_s",
+            "samples",
+            "recorded_at",
+        ]
 
 
 class GroupNodeSerializer(serializers.Serializer):
@@ -139,6 +166,31 @@ class JobPhasesView(GenericAPIView):
         qs = selectors.job_phases(user=request.user, job_id=_id(job_id))
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(PhaseSerializer(page, many=True).data)
+
+
+class JobMetricsView(GenericAPIView):
+    serializer_class = IterationMetricsSerializer
+
+    @extend_schema(
+        summary="A job's training metrics per iteration (its reward curve), across its attempts",
+        description=(
+            "One entry per iteration whose phases reported training metrics (reward_mean, "
+            "reward_std, loss, kl, entropy, tokens_per_s, samples; null: not reported), in "
+            "iteration order. A moved, yielded or resubmitted job's iterations continue "
+            "across its placements; an iteration run again by a later attempt has that "
+            "attempt's values."
+        ),
+        parameters=[OpenApiParameter("job_id", OpenApiTypes.INT, OpenApiParameter.PATH)],
+        responses={
+            200: IterationMetricsSerializer(many=True),
+            404: _err("no such job (or another tenant's), or page out of range"),
+            **AUTH_ERRORS,
+        },
+    )
+    def get(self, request: Request, job_id: str) -> Response:
+        qs = selectors.job_iteration_metrics(user=request.user, job_id=_id(job_id))
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response(IterationMetricsSerializer(page, many=True).data)
 
 
 class _GroupFilter(serializers.Serializer):

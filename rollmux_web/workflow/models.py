@@ -237,3 +237,39 @@ class PlanWait(models.Model):
         Job, on_delete=models.CASCADE, primary_key=True, related_name="plan_wait"
     )
     capacity = models.CharField(max_length=255)
+
+
+class IterationMetrics(models.Model):
+    """The training metrics of one iteration of a job (the reward curve's points).
+
+    One row per (job, iteration), whichever placements ran it: a moved, yielded or
+    resubmitted job resumes at its next iteration, so its rows make one curve across its
+    placements. A row is written when the controller applies the end of a phase that
+    reported any of `ports.TRAINING_METRICS` (the rollout typically the reward, the
+    training the loss), in the same transaction (`services.metrics`). An iteration run
+    again by a later placement (the job failed within it) takes that placement's values
+    (`placement` is the one that wrote them: the latest attempt wins).
+    """
+
+    # its metric columns: the names of the dispatch contract's TRAINING_METRICS, in order
+    METRICS = ("reward_mean", "reward_std", "loss", "kl", "entropy", "tokens_per_s", "samples")
+
+    job_id: int
+    placement_id: int
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="iteration_metrics")
+    placement = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="+")
+    iteration = models.PositiveIntegerField()  # 0-based, as PhaseRecord.iteration
+    reward_mean = models.FloatField(null=True, blank=True)
+    reward_std = models.FloatField(null=True, blank=True)
+    loss = models.FloatField(null=True, blank=True)
+    kl = models.FloatField(null=True, blank=True)
+    entropy = models.FloatField(null=True, blank=True)
+    tokens_per_s = models.FloatField(null=True, blank=True)
+    samples = models.FloatField(null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["job", "iteration"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "iteration"], name="uniq_iteration_metrics"),
+        ]

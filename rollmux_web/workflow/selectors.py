@@ -22,7 +22,13 @@ from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of as time_scale_of  # (re-exported)
 from rollmux_web.workflow import converters, snapshot
 from rollmux_web.workflow.access import groups_for_user
-from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Placement
+from rollmux_web.workflow.models import (
+    ExecutionGroup,
+    IterationMetrics,
+    NodeAllocation,
+    PhaseRecord,
+    Placement,
+)
 from scheduler.model import ClusterSpec, ClusterState, JobProfile
 from scheduler.roundrobin import plan_meta_iteration
 
@@ -192,3 +198,16 @@ def job_phases(*, user: Any, job_id: int) -> QuerySet[PhaseRecord]:
     if not Job.objects.filter(pk=job_id, tenant__in=visible_tenants(user)).exists():
         raise Http404("No such job")
     return PhaseRecord.objects.filter(job_id=job_id).order_by("queued_at", "iteration", "pk")
+
+
+def job_iteration_metrics(*, user: Any, job_id: int) -> QuerySet[IterationMetrics]:
+    """Return a visible job's training metrics per iteration, in iteration order, with the
+    placement (attempt, group) that wrote each; Http404 for another tenant's job or an
+    unknown one."""
+    if not Job.objects.filter(pk=job_id, tenant__in=visible_tenants(user)).exists():
+        raise Http404("No such job")
+    return (
+        IterationMetrics.objects.filter(job_id=job_id)
+        .select_related("placement")
+        .order_by("iteration")
+    )

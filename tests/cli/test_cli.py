@@ -389,3 +389,22 @@ def test_submit_of_a_file_yaml_cannot_parse_says_what_is_wrong_and_where(
         "at line 2, column 1 (while parsing a flow sequence from line 1, column 7)"
     ) in err
     assert not Job.objects.exists()  # refused before anything was sent
+
+
+def test_describe_job_shows_its_reward_course_and_latest_training_metrics(
+    world: Any, env: dict[str, str], monkeypatch: Any, placed: Any
+) -> None:
+    from tests.workers.builders import record_curve
+
+    _, mine, _ = placed
+    record_curve(mine, [[0.25, 0.5], [0.5, 0.75]])
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, err = run(["describe", "job", str(mine.pk)])
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "Training: 4 iterations recorded" in text
+    assert "Reward: 0.25 (iteration 0) -> 0.75 (iteration 3), best 0.75" in text
+    # (its placement by the fixture is attempt 1: the curve's two are attempts 2 and 3)
+    assert "Latest: iteration 3 (attempt 3): reward_mean 0.75, reward_std 0.1, loss 0.25" in text
+    code, out, _ = run(["describe", "job", str(mine.pk), "-o", "json"])
+    assert json.loads(out)["training"]["latest"]["samples"] == 64.0

@@ -123,3 +123,19 @@ def test_the_contract_imports_only_the_standard_library() -> None:
             for alias in node.names
         }
         assert {m for m in imported if m.split(".")[0] not in stdlib} == set(), path.name
+
+
+def test_a_pools_metrics_add_counts_and_pool_the_reward_over_its_ranks() -> None:
+    from rollmux_contract.phases import pool_metrics
+
+    # rank 0: 8 responses, rewards mean 1.0 std 0; rank 1: 24 responses, mean 0.0 std 0
+    got = pool_metrics([
+        {"reward_mean": 1.0, "reward_std": 0.0, "samples": 8, "tokens_per_s": 100.0, "load_s": 1.0},
+        {"reward_mean": 0.0, "reward_std": 0.0, "samples": 24, "tokens_per_s": 50.0, "load_s": 3.0},
+    ])  # fmt: skip
+    assert got["samples"] == 32 and got["tokens_per_s"] == 150.0
+    assert got["reward_mean"] == 0.25  # weighted by samples: 8 of 32 responses scored 1
+    # the pooled std of 8 ones and 24 zeros: sqrt(0.25 * 0.75)
+    assert abs(got["reward_std"] - (0.25 * 0.75) ** 0.5) < 1e-12
+    assert got["load_s"] == 2.0  # anything else: the mean over the ranks
+    assert pool_metrics([{"reward_mean": 0.5}]) == {"reward_mean": 0.5}

@@ -123,3 +123,30 @@ def end_of(
         group_id=order.group_id,
         job_id=order.job_id,
     )
+
+
+def record_curve(job: Any, attempts: list[list[float]], *, start: int = 0) -> list[Any]:
+    """Record a reward curve for `job` as the controller would: one new placement per
+    attempt (in one group), attempt k's rewards at the iterations that follow attempt k-1's, each
+    with a std of 0.1 and a loss. Returns the placements."""
+    from django.utils import timezone
+
+    from rollmux_web.workflow.models import ExecutionGroup, Placement
+    from rollmux_web.workflow.services.training_metrics import iteration_metrics_record
+
+    group = ExecutionGroup.objects.create()
+    placements, it = [], start
+    before = Placement.objects.filter(job=job).count()  # (attempts already placed)
+    for attempt, rewards in enumerate(attempts, start=before + 1):
+        p = Placement.objects.create(
+            job=job, group=group, strategy="direct_packing", attempt=attempt
+        )
+        placements.append(p)
+        for reward in rewards:
+            iteration_metrics_record(
+                job_id=job.pk, placement_id=p.pk, iteration=it, now=timezone.now(),
+                metrics={"reward_mean": reward, "reward_std": 0.1, "samples": 64.0,
+                         "loss": 1.0 - reward},
+            )  # fmt: skip
+            it += 1
+    return placements

@@ -14,7 +14,13 @@ from rollmux_web import ports
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import services
-from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.models import (
+    EndReason,
+    IterationMetrics,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+)
 from tests.workers.builders import NoTriggers, Recorder, end_of, make_job
 from workers.dispatch import PhaseOrder
 
@@ -64,6 +70,23 @@ def test_a_rollout_end_starts_the_training_in_a_bounded_number_of_round_trips(
     }
     assert set(nxt[0].pinned_nodes) == pinned and set(nxt[0].nodes) <= pinned
     assert Job.objects.get(pk=order.job_id).status == JobStatus.RUNNING
+
+
+def test_a_rollout_with_training_metrics_costs_one_statement_more_and_stores_them(
+    world: Any, recorder: Recorder
+) -> None:
+    order = placed_pair(world, recorder)[0]
+    report = end_of(order)
+    report.metrics.update(reward_mean=0.5, reward_std=0.1, samples=64.0)
+    with CaptureQueriesContext(connection) as ctx:
+        assert services.phase_finish(report) is True
+    # the upsert of the iteration's metrics, in the same transaction, after the claim
+    assert len(ctx.captured_queries) <= PHASE_END_QUERIES + 1, [
+        q["sql"][:80] for q in ctx.captured_queries
+    ]
+    row = IterationMetrics.objects.get(job_id=order.job_id)
+    assert (row.iteration, row.reward_mean, row.samples, row.loss) == (0, 0.5, 64.0, None)
+    assert row.placement_id == order.placement_id
 
 
 def test_a_report_is_applied_once(world: Any, recorder: Recorder) -> None:

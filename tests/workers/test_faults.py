@@ -19,7 +19,13 @@ from django.db import connection
 from rollmux_web import ports
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import services
-from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement
+from rollmux_web.workflow.models import (
+    IterationMetrics,
+    NodeAllocation,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+)
 from tests.factories import database_url
 from tests.workers.builders import all_done, make_job, wait_for
 from workers import triggers
@@ -63,6 +69,16 @@ def test_killing_a_jobs_actor_mid_phase_resumes_from_its_last_completed_iteratio
     # the new actor restored the checkpoint: the policy's update count carries on
     trains = PhaseRecord.objects.filter(job=job, kind="train", state=PhaseState.SUCCEEDED)
     assert sorted(int(p.metrics["updates"]) for p in trains) == list(range(1, 11))
+    # its reward curve is one curve across both placements: one point per iteration, the
+    # resumed iterations the second attempt's
+    curve = list(
+        IterationMetrics.objects.filter(job=job)
+        .order_by("iteration")
+        .values_list("iteration", "placement__attempt", "reward_mean")
+    )
+    assert [it for it, _, _ in curve] == list(range(10))
+    assert all(reward is not None for _, _, reward in curve)
+    assert {attempt for it, attempt, _ in curve if it >= resumed.iteration} == {2}
 
 
 def _worker_env(ray_address: str, settings: Any) -> dict[str, str]:

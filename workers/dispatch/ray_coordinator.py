@@ -50,7 +50,7 @@ from ray.util.scheduling_strategies import (
     PlacementGroupSchedulingStrategy,
 )
 
-from rollmux_contract.phases import PhaseOrder, PhaseReport
+from rollmux_contract.phases import PhaseOrder, PhaseReport, pool_metrics
 from workers.dispatch.host import PhaseHost, WorkerLost
 from workers.dispatch.pool import PoolWorker
 from workers.runners import RunnerLoadError
@@ -459,7 +459,7 @@ class JobCoordinator(PhaseHost):
             if scatter is not None and self.colocated:  # handed over on the nodes:
                 report.bytes_moved = 0  # nothing crossed the pools
             self.batches = [r["batch"] for r in results]
-            metrics.update(_mean([r["metrics"] for r in results]))
+            metrics.update(pool_metrics([r["metrics"] for r in results]))
             metrics["reload_s"] = _slowest(results, "reload_s")
         elif order.kind == "train":
             batches = [ref for batch in self.batches for ref in batch]
@@ -700,11 +700,6 @@ class JobCoordinator(PhaseHost):
             "trained": self.trained,
             "synced": self.synced,
         }  # fmt: skip
-
-
-def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for row in rows for k in row}
-    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in keys}
 
 
 def _slowest(results: list[dict[str, Any]], key: str) -> float:

@@ -103,7 +103,7 @@ class ToyRLRunner(_PolicyCheckpoint):
         prompts, actions, rewards = sample(s["logits"], s["target"], self.rng, PROMPTS_PER_ROLLOUT)
         s["buf_prompts"], s["buf_actions"], s["buf_rewards"] = prompts, actions, rewards
         self._pad(started, iteration, "rollout")
-        return {"reward": float(rewards.mean()), "responses": float(rewards.size)}
+        return rollout_metrics(rewards)
 
     def train(self, iteration: int) -> dict[str, float]:
         """Take one Adam step on the GRPO objective over the last rollout's responses."""
@@ -141,6 +141,19 @@ class ToyRLRunner(_PolicyCheckpoint):
 
     def stats(self) -> dict[str, Any]:
         return {"updates": self.updates, "switches": self.switches}
+
+
+def rollout_metrics(rewards: np.ndarray) -> dict[str, float]:
+    """Return a rollout's metrics: its reward (`reward`, kept for older readers) and the
+    training metrics the reward curve is drawn from (reward_mean, reward_std, samples)."""
+    mean = float(rewards.mean())
+    return {
+        "reward": mean,
+        "responses": float(rewards.size),
+        "reward_mean": mean,
+        "reward_std": float(rewards.std()),
+        "samples": float(rewards.size),
+    }
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -240,8 +253,7 @@ class ToyRLRollout:
             time.sleep(remaining)
         batch = {"iteration": np.array(iteration), "prompts": prompts, "actions": actions}
         batch["rewards"] = rewards
-        metrics = {"reward": float(rewards.mean()), "responses": float(rewards.size)}
-        return {**metrics, "weights_version": float(self.version)}, batch
+        return {**rollout_metrics(rewards), "weights_version": float(self.version)}, batch
 
     def receive_weights(self, weights: bytes, version: int) -> dict[str, float]:
         self.logits = np.frombuffer(weights, dtype=np.float64).reshape(CONTEXTS, LENGTH, VOCAB)

@@ -44,6 +44,7 @@ from rollmux_web.workflow.services.locks import (
     controller_serial,
     lock_group,
 )
+from rollmux_web.workflow.services.training_metrics import iteration_metrics_record
 from scheduler.group_runtime import FinishResult, GroupRuntime
 from scheduler.model import PhaseKind
 
@@ -116,6 +117,14 @@ def phase_finish(
         phase = claim_phase(report.phase_id, group_id, fields)
         if phase is None:
             return False
+        if result is Outcome.OK:  # its training metrics, with the iteration (none: no query)
+            iteration_metrics_record(
+                job_id=phase.job_id,
+                placement_id=phase.placement_id,
+                iteration=phase.iteration,
+                metrics=report.metrics,
+                now=now,
+            )
         # The job rows are read, not locked: the group lock serialises the controller, and
         # the jobs app only flips cancel_requested, which the saves below never overwrite.
         # The same read serves the phases started below.
