@@ -447,3 +447,52 @@ def test_a_live_group_whose_member_is_pinned_to_no_node_still_renders(
     place(g, job, rollout=[], train=[], joined=now)
     resp = client_as("alice").get(f"/groups/{g.pk}/")
     assert resp.status_code == 200 and "unpinned" in resp.content.decode()
+
+
+@pytest.mark.django_db
+def test_jobs_that_ended_before_an_iteration_are_counted_and_keep_their_row(
+    world: Any, client_as: Any, api_as: Any
+) -> None:
+    # issue 24 item 15: 3 jobs were counted as 1 (the cancelled and the failed job with no
+    # completed iteration left out), and the bronze row went with them
+    waiting_job(world, "done", "vision", T0, world.silver)
+    # cancelled after its first rollout, before any training ended
+    cut = make_job(world, name="cut-short", status=JobStatus.CANCELLED, slo_class=world.bronze)
+    g = make_group(created=T0)
+    allocate(g, "h20-1", T0, T0 + 20 * M)
+    pl = place(g, cut, rollout=[], train=[], joined=T0)
+    phase(pl, iteration=0, kind="rollout", nodes=[], start=T0, minutes=10)
+    cut.finished_at = T0 + 12 * M
+    cut.save()
+    # failed in the queue: never ran a phase
+    make_job(
+        world,
+        name="never-ran",
+        status=JobStatus.FAILED,
+        slo_class=world.bronze,
+        finished_at=T0 + 30 * M,
+    )
+    # cancelled on another day: not in this range
+    make_job(
+        world, name="other-day", status=JobStatus.CANCELLED, finished_at=T0 + timedelta(days=2)
+    )
+    report = slo_report(user=world.alice, start=DAY, end=DAY)
+    assert sorted(j.job_name for j in report.jobs) == ["cut-short", "done", "never-ran"]
+    rows = {(a.tenant, a.slo_class): a for a in report.attainment}
+    bronze = rows[("vision", "bronze")]
+    assert (bronze.finished, bronze.in_progress, bronze.ended_early) == (0, 0, 2)
+    assert bronze.attainment is None  # no finished job: no attainment, not 0%
+    assert (report.overall.finished, report.overall.met, report.overall.ended_early) == (1, 1, 2)
+    assert report.violations == []
+    api = api_as("alice").get("/api/v1/reports/slo/?start=2026-03-10&end=2026-03-10").json()
+    by_name = {j["job"]: j for j in api["jobs"]}
+    assert by_name["cut-short"]["slowdown_vs_solo"] is None
+    assert by_name["cut-short"]["met"] is None and by_name["cut-short"]["iterations_measured"] == 0
+    assert {(a["slo_class"], a["cancelled_or_failed"]) for a in api["attainment"]} == {
+        ("silver", 0),
+        ("bronze", 2),
+    }
+    html = client_as("alice").get("/reports/slo/?start=2026-03-10&end=2026-03-10").content
+    text = html.decode()
+    assert "never-ran" in text and "not applicable (failed)" in text
+    assert "none: cancelled before completing an iteration" in text

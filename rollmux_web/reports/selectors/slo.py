@@ -40,6 +40,12 @@ class JobSlo:
         return self.status not in (JobStatus.CANCELLED, JobStatus.FAILED)
 
     @property
+    def measured(self) -> bool:
+        """Whether the job completed an iteration: without one it has no slowdown (a job
+        cancelled or failed before its first training ended is still counted and listed)."""
+        return self.iterations_measured > 0
+
+    @property
     def slowdown_vs_solo(self) -> float:
         return self.mean_iteration_s / self.solo_iteration_s if self.solo_iteration_s else 0.0
 
@@ -149,7 +155,10 @@ def _profile_sources(job_ids: list[int]) -> dict[int, str]:
 def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None) -> SloReport:
     """Return each job's measured slowdown and SLO attainment per tenant and SLO class.
 
-    A job counts when one of its phases ran in the range. Its mean iteration time
+    A job counts when one of its phases ran in the range, or when it was cancelled or
+    failed in the range: such a job is listed and counted as "cancelled / failed" (not
+    applicable to attainment, which counts finished jobs), also with no completed
+    iteration (no slowdown then), so its tenant and class keep their row. Its mean iteration time
     is the span from its first rollout start to its last training end over its
     completed iterations (each iteration a rollout then a training); its solo time
     is the mean of (rollout + training + weight sync) durations as they ran; its profile time is
@@ -157,12 +166,13 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     """
     t0, t1 = day_range(start, end)
     tenant_ids = visible_tenant_ids(user)
-    job_qs = Job.objects.filter(
+    ran = Job.objects.filter(
         phases__started_at__lt=t1, phases__started_at__gte=t0 - timedelta(days=MAX_RANGE_DAYS)
+    ).filter(Q(phases__finished_at__gte=t0) | Q(phases__finished_at__isnull=True))
+    ended_early = Job.objects.filter(
+        status__in=(JobStatus.CANCELLED, JobStatus.FAILED), finished_at__gte=t0, finished_at__lt=t1
     )
-    job_qs = job_qs.filter(
-        Q(phases__finished_at__gte=t0) | Q(phases__finished_at__isnull=True)
-    ).distinct()
+    job_qs = Job.objects.filter(Q(pk__in=ran.values("pk")) | Q(pk__in=ended_early.values("pk")))
     if tenant_ids is not None:
         job_qs = job_qs.filter(tenant_id__in=tenant_ids)
     jobs = {
@@ -205,8 +215,29 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     ) in jobs.items():
         slo = admitted.get(jid, slo_now)
         iters = [p for p in phases[jid].values() if "rollout" in p and "train" in p]
-        if not iters or rmax is None or tmax is None:
-            continue  # (no phase times: it ended in its profiling run, which is no iteration)
+        ended = status in (JobStatus.CANCELLED, JobStatus.FAILED)
+        if not ended and (not iters or rmax is None or tmax is None):
+            continue  # nothing measured yet (or still in its profiling run, which is no iteration)
+        if not iters:
+            out.append(
+                JobSlo(
+                    job_id=jid,
+                    job_name=name,
+                    tenant=tenant,
+                    slo_class=cls,
+                    slo=slo,
+                    status=status,
+                    iterations_measured=0,
+                    mean_iteration_s=0.0,
+                    solo_iteration_s=0.0,
+                    profile_iteration_s=0.0,
+                    slo_now=slo_now if slo_now != slo else None,
+                    solo_source=f"none: {status} before completing an iteration",
+                    profile_source=sources.get(jid, "declared"),
+                    group_ids=sorted(groups.get(jid, ())),
+                )
+            )
+            continue
         # an iteration's solo time is its phases as they ran: rollout, training and the
         # weight sync to the rollout nodes (none after the last training)
         solo = sum(sum((f - s).total_seconds() for s, f in p.values()) for p in iters) / len(iters)
@@ -233,7 +264,11 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
                 ),
                 profile_source=sources.get(jid, "declared"),
                 # emulated runs are sped up: compare with the profile at the same speed
-                profile_iteration_s=(rmax + tmax) / time_scale_of(runner, scale),
+                profile_iteration_s=(
+                    (rmax + tmax) / time_scale_of(runner, scale)
+                    if rmax is not None and tmax is not None
+                    else 0.0
+                ),
                 group_ids=sorted(groups.get(jid, ())),
             )
         )
@@ -312,11 +347,14 @@ def slo_report_json(report: SloReport) -> dict[str, Any]:
                 "profile_source": j.profile_source,
                 "status": j.status,
                 "iterations_measured": j.iterations_measured,
-                "mean_iteration_s": round(j.mean_iteration_s, 3),
-                "solo_iteration_s": round(j.solo_iteration_s, 3),
-                "profile_iteration_s": round(j.profile_iteration_s, 3),
-                "slowdown_vs_solo": round(j.slowdown_vs_solo, 4),
-                "slowdown_vs_profile": round(j.slowdown_vs_profile, 4),
+                # (no completed iteration: nothing measured, null rather than 0)
+                "mean_iteration_s": round(j.mean_iteration_s, 3) if j.measured else None,
+                "solo_iteration_s": round(j.solo_iteration_s, 3) if j.measured else None,
+                "profile_iteration_s": round(j.profile_iteration_s, 3)
+                if j.profile_iteration_s
+                else None,
+                "slowdown_vs_solo": round(j.slowdown_vs_solo, 4) if j.measured else None,
+                "slowdown_vs_profile": round(j.slowdown_vs_profile, 4) if j.measured else None,
                 "met": j.met if j.applicable else None,
                 "groups": j.group_ids,
             }
