@@ -1,11 +1,10 @@
 """The cost report as FinOps FOCUS-style files: CSV and Parquet, the same rows and columns.
 
 Both are written from `focus_rows`, so a row, a column name and every
-amount are the same in either file. A row's BilledCost is its billed cents: the
-report total's busy cents and idle cents handed out to the rows by largest remainder
-(`selectors.cost_figures.bill_lines`), so the rows add up exactly to the total on the page and in
-the API; the per-tenant and per-GPU-type rows there are exact sums rounded once, so the
-rows of one tenant or GPU type can add up to a cent or two off those.
+amount are the same in either file. A row's BilledCost is its billed cents: billed per
+tenant with a running remainder (`selectors.cost_figures.bill_lines`), so a tenant's rows
+add up exactly to its row on the page and in the API, all rows to the total, and a
+finished job's rows are the same in every run of the report.
 
 A job's profiling run (issue 13) is billed on rows of its own: ResourceId
 `job-<id>/<GPU type>/profile`, ChargeDescription starting "Profiling run:", and

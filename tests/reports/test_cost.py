@@ -112,9 +112,11 @@ def test_a_shared_node_is_split_by_busy_time_and_idle_by_membership(world: Any) 
     phase(pb, iteration=0, kind="train", nodes=["h800-0"], start=T0 + 40 * M, minutes=10)
     report = cost_report(user=world.finance, start=DAY, end=DAY, now=NOW)
     cost = {(ln.job_name, ln.gpu_type): ln for ln in report.lines}
-    # h800-0: $42.24; busy 10 min each ($7.04); idle $28.16 split 60:30 min of membership
-    assert cost[("a", "H800")].idle_cost == Decimal("18.77")
-    assert cost[("b", "H800")].idle_cost == Decimal("9.39")
+    # h800-0: $42.24 ($0.704 a minute); busy 10 min each ($7.04); idle $28.16, each
+    # moment's to the members present then: a alone for 0-30 min (20 min idle), a and b
+    # for 30-60 (20 min idle, 10 each): a 30 min, b 10 min
+    assert cost[("a", "H800")].idle_cost == Decimal("21.12")
+    assert cost[("b", "H800")].idle_cost == Decimal("7.04")
     assert cost[("a", "H800")].busy_cost == cost[("b", "H800")].busy_cost == Decimal("7.04")
     # each rollout node is pinned to one job: its whole idle time goes to that job
     assert cost[("a", "H20")].cost == Decimal("14.80")

@@ -1,7 +1,9 @@
 """The cost report: lines per job and GPU type, rows per tenant and type, the burn-down.
 
 Phase records and node allocations are the single source of truth. Each figure is
-computed once (money in Decimal, `cost_engine`) and rounded once (`cost_figures`), and
+computed once (money in Decimal, `cost_engine`) and rounded once (`cost_figures`: a
+tenant's billed lines add up to its row, the tenant rows to the total, and a finished
+job's lines never change from one run of the report to the next), and
 every page, CSV and API renders from the same result objects, so they agree to the
 cent. The burn-down's "spent" for the report's own month is the tenant row's figure.
 A job's profiling run is billed on lines of its own (stage "profile"); `by_stage` sums the
@@ -29,6 +31,7 @@ from rollmux_web.reports.selectors.cost_figures import (
     CostLine,
     CostTotals,
     JobCost,
+    add_rows,
     bill_lines,
     cents,
     job_costs,
@@ -126,16 +129,16 @@ def cost_report(
         counterfactuals=True,
     )
     lines = result.lines
-    total = sum_lines(lines, key="total", label="Total")
-    bill_lines(lines, total)
+    bill_lines(lines)
+    by_tenant = _totals(lines, "tenant")
     report = CostReport(
         start=start,
         end=end,
         t0=t0,
         t1=t1,
         lines=lines,
-        total=total,
-        by_tenant=_totals(lines, "tenant"),
+        total=add_rows(by_tenant, key="total", label="Total"),
+        by_tenant=by_tenant,
         by_gpu_type=_totals(lines, "gpu_type"),
         by_stage=_stage_totals(lines),
         by_job=job_costs(lines),
@@ -161,16 +164,16 @@ def burn_down(
     month_of: date,
     now: datetime | None = None,
     prices: PriceBook | None = None,
-    per_bucket: dict[tuple[int, int], Decimal] | None = None,
+    per_bucket: dict[tuple[int, int, str], Decimal] | None = None,
     spent: dict[str, Decimal] | None = None,
 ) -> list[BurnDown]:
     """Return month-to-date spend per tenant, day by day, against its monthly budgets.
 
-    `per_bucket` ((day index, tenant) -> exact cost) is reused when the caller already
+    `per_bucket` ((day index, tenant, busy|idle) -> exact cost) is reused when the caller already
     computed the month to date with daily buckets; `spent` (tenant name -> the report's
     tenant row, in cents) is then the figure shown as spent and as the last day's point,
     so the burn-down and the tenant row on one page are the same number. Otherwise each
-    day's cumulative exact spend is rounded once.
+    day's cumulative exact spend is rounded once, busy and idle apart as the rows are.
     """
     now_ = now_or(now)
     month_start, _next_month, days = month_days(month_of)
@@ -193,14 +196,15 @@ def burn_down(
     out = []
     last_day = min(len(days) - 1, max(0, (now_.date() - month_start).days + 1))
     for tenant in visible_tenants(user).order_by("name"):
-        cum = Decimal(0)
+        busy = idle = Decimal(0)
         series = []
         for i in range(last_day):
-            cum += per_bucket.get((i, tenant.pk), Decimal(0))
-            series.append((days[i].date(), cents(cum)))
-        if not cum and tenant.pk not in has_budget:
+            busy += per_bucket.get((i, tenant.pk, "busy"), Decimal(0))
+            idle += per_bucket.get((i, tenant.pk, "idle"), Decimal(0))
+            series.append((days[i].date(), cents(busy) + cents(idle)))
+        if not (busy or idle) and tenant.pk not in has_budget:
             continue  # nothing spent and nothing to burn down
-        total = cents(cum)
+        total = cents(busy) + cents(idle)
         if spent is not None:
             total = spent.get(tenant.name, total)
             if series:

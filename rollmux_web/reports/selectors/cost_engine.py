@@ -9,9 +9,10 @@ Cost split inside a co-execution group (documented on the cost page too):
 1. a node costs its GPUs x price (price history) for every second it is allocated
    to the group, busy or idle;
 2. each member pays the busy time of its own phases on that node;
-3. the node's idle (bubble) time is shared by the members pinned to the node, in
-   proportion to how long each was a member while the node was allocated (so at
-   any moment the members present share evenly);
+3. the node's idle (bubble) time is shared by the members pinned to the node: the idle
+   time of each moment evenly by the members present then (a member that has left pays
+   nothing of what comes after, so a finished job's line is final; time with no member
+   present goes to the node's members in proportion to how long each was one);
 4. nothing is rounded here: every line carries its exact amounts (cost_figures rounds).
 
 A job's profiling run (placement strategy `profile`, a group of its own: issue 13) is
@@ -40,6 +41,7 @@ from typing import NamedTuple
 from django.db.models import Q
 
 from rollmux_web.inventory.models import Cluster, GpuType, PoolKind
+from rollmux_web.jobs.models import TERMINAL_STATUSES
 from rollmux_web.inventory.selectors import PriceBook
 from rollmux_web.reports.intervals import clip
 from rollmux_web.reports.selectors._sql import NODES_TXT, epoch_fields, in_ids, nodes, us_fields
@@ -88,6 +90,9 @@ class JobRow(NamedTuple):
     tenant: str
     rollout_gpus: int
     train_gpus: int
+    # when a finished (completed, failed or cancelled) job ended, in epoch microseconds:
+    # its lines are closed (cost_figures.bill_lines keeps their cents); None while it lives
+    closed_us: int | None = None
 
 
 class PhaseSpan(NamedTuple):
@@ -138,7 +143,8 @@ class CostWindow:
 class CostResult:
     lines: list[CostLine] = field(default_factory=list)  # exact figures, sorted
     group_costs: dict[int, Decimal] = field(default_factory=dict)  # in cents
-    per_bucket_tenant: dict[tuple[int, int], Decimal] = field(default_factory=dict)
+    # (bucket, tenant, "busy" | "idle") -> exact cost (rounded as the rows are: per column)
+    per_bucket_tenant: dict[tuple[int, int, str], Decimal] = field(default_factory=dict)
 
 
 @contextmanager
@@ -201,7 +207,8 @@ def fetch_cost_inputs(
     members: list[MemberRow] = []
     jobs: dict[int, JobRow] = {}
     profile_groups: set[int] = set()
-    for pl_id, gid, jid, strategy, created, ended, *job in (
+    last_left: dict[int, int] = {}
+    for pl_id, gid, jid, strategy, created, ended, status, finished, *job in (
         Placement.objects.filter(in_ids("group_id", group_ids))
         .annotate(**ann)
         .values_list(
@@ -210,6 +217,8 @@ def fetch_cost_inputs(
             "job_id",
             "strategy",
             *(ann or ("created_at", "ended_at")),
+            "job__status",
+            "job__finished_at",
             *job_cols,
             *gpu_cols,
         )
@@ -217,7 +226,12 @@ def fetch_cost_inputs(
         if not native:
             created, ended = us(created), None if ended is None else us(ended)
         members.append(MemberRow(pl_id, gid, jid, created, now_us if ended is None else ended))
-        jobs[jid] = JobRow(jid, *job)
+        last_left[jid] = max(last_left.get(jid, 0), now_us if ended is None else ended)
+        closed = None
+        if status in TERMINAL_STATUSES:
+            # (a job marked finished with no end time: its last placement's end)
+            closed = us(finished) if finished is not None else last_left[jid]
+        jobs[jid] = JobRow(jid, *job, closed_us=closed)  # type: ignore[misc]
         if strategy == Strategy.PROFILE:
             profile_groups.add(gid)
     pinned: dict[int, set[int]] = defaultdict(set)
@@ -331,6 +345,14 @@ class _Micros:
     cf_coloc_extra: dict[tuple[int, str, int], int] = field(
         default_factory=lambda: defaultdict(int)
     )
+    # (group, node) whose members came or went while it was allocated -> its membership
+    # segments (start, end, jobs present); and the phases on it (job, start, end)
+    segments: dict[tuple[int, int], list[tuple[int, int, frozenset[int]]]] = field(
+        default_factory=dict
+    )
+    seg_phases: dict[tuple[int, int], list[tuple[int, int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
 
 def _allocated_time(inputs: CostInputs, w: CostWindow, prices: PriceBook, m: _Micros) -> None:
@@ -347,6 +369,40 @@ def _allocated_time(inputs: CostInputs, w: CostWindow, prices: PriceBook, m: _Mi
         for bi, piece in split_buckets(c, w.buckets_us):
             for seg, t in prices.split_us(tid, *piece):
                 m.bucket_alloc[(bi, gid, nid, seg)] += t
+
+
+def _candidates(members: list[MemberRow], pinned_placements: set[int]) -> list[MemberRow]:
+    """Return the members sharing a node's idle time: those pinned to it (else all)."""
+    return [mb for mb in members if mb.placement_id in pinned_placements] or members
+
+
+def _membership_segments(inputs: CostInputs, m: _Micros) -> None:
+    """3b. for each (group, node) whose sharing members changed while it was allocated,
+    cut its allocation where a member joined or left: (start, end, jobs present).
+
+    A node whose members were all there for the whole allocation (the usual case) needs
+    no cutting: its idle time is shared evenly, as before.
+    """
+    by_group: dict[int, list[MemberRow]] = defaultdict(list)
+    for mb in inputs.members:
+        by_group[mb.group_id].append(mb)
+    for (gid, nid), spans in m.alloc_spans.items():
+        cands = _candidates(by_group.get(gid, []), inputs.pinned.get(nid, set()))
+        if not cands or all(
+            mb.joined_us <= a and mb.left_us >= b for mb in cands for a, b in spans
+        ):
+            continue
+        segs: list[tuple[int, int, frozenset[int]]] = []
+        for a, b in spans:
+            cuts = sorted(
+                {a, b} | {t for mb in cands for t in (mb.joined_us, mb.left_us) if a < t < b}
+            )
+            for lo, hi in zip(cuts, cuts[1:], strict=False):
+                present = frozenset(
+                    mb.job_id for mb in cands if mb.joined_us <= lo and mb.left_us >= hi
+                )
+                segs.append((lo, hi, present))
+        m.segments[(gid, nid)] = segs
 
 
 def _busy_time(
@@ -367,6 +423,7 @@ def _busy_time(
     node_info, busy_us, bucket_busy_us = m.node_info, m.busy, m.bucket_busy
     cf_roll_us, cf_train_us = m.cf_roll, m.cf_train
     profile_groups = inputs.profile_groups
+    segments, seg_phases = m.segments, m.seg_phases
     pieces: Sequence[tuple[int, tuple[int, int]]] = ()
     for gid, jid, phase_nodes, s, f, once, scale in inputs.phases:
         pa = s if s > lo else lo
@@ -384,6 +441,8 @@ def _busy_time(
             if info is None:
                 continue  # not allocated to this group in the range: costs nothing here
             nid, _gpus, tid = info
+            if segments and (gid, nid) in segments:
+                seg_phases[(gid, nid)].append((jid, pa, pb))
             one_price = flat.get(tid)
             if one_price is not None:
                 busy_us[(gid, nid, jid, one_price)] += pb - pa
@@ -501,14 +560,56 @@ def _idle_weights(
     members: list[MemberRow], pinned_placements: set[int], spans: list[tuple[int, int]]
 ) -> dict[int, int]:
     """Weight each job by its membership time (microseconds) overlapping the node's allocation."""
-    candidates = [mb for mb in members if mb.placement_id in pinned_placements] or members
     weights: dict[int, int] = defaultdict(int)
-    for _pl, _gid, jid, joined, left in candidates:
+    for _pl, _gid, jid, joined, left in _candidates(members, pinned_placements):
         for a, b in spans:
             overlap = min(left, b) - max(joined, a)
             if overlap > 0:
                 weights[jid] += overlap
     return {j: w for j, w in weights.items() if w > 0}
+
+
+def _segment_idle(
+    segs: list[tuple[int, int, frozenset[int]]],
+    phases: list[tuple[int, int, int]],
+    window: tuple[int, int] | None,
+    node: tuple[int, int],
+    prices: PriceBook,
+    weights: dict[int, int],
+) -> dict[int, tuple[Decimal, Decimal]]:
+    """Return each job's share of a node's idle time in `window` (None: all of it), as
+    (cost, seconds): each membership segment's idle time (allocated minus its phases),
+    split evenly by the members present; a segment with none goes by `weights`."""
+    gpus, tid = node
+    out: dict[int, tuple[Decimal, Decimal]] = {}
+    wsum = sum(weights.values())
+    for a, b, present in segs:
+        if window is not None:
+            a, b = max(a, window[0]), min(b, window[1])
+        if b <= a:
+            continue
+        per_price: dict[int, int] = defaultdict(int)
+        for seg, t in prices.split_us(tid, a, b):
+            per_price[seg] += t
+        for _jid, pa, pb in phases:
+            lo, hi = max(a, pa), min(b, pb)
+            if hi > lo:
+                for seg, t in prices.split_us(tid, lo, hi):
+                    per_price[seg] -= t
+        idle = [(seg, max(t, 0)) for seg, t in per_price.items()]
+        cost = sum((prices.amount(tid, seg, t, gpus) for seg, t in idle), ZERO)
+        sec = Decimal(sum(t for _, t in idle)) / MICRO
+        if not (cost or sec):
+            continue
+        shares = (
+            {j: (Decimal(1), len(present)) for j in present}
+            if present
+            else {j: (Decimal(w), wsum) for j, w in weights.items()}
+        )
+        for j, (num, den) in shares.items():
+            c, s_ = out.get(j, (ZERO, ZERO))
+            out[j] = (c + cost * num / den, s_ + sec * num / den)
+    return out
 
 
 @dataclass
@@ -522,12 +623,18 @@ class _Shares:
     hours: dict[tuple[int, int, str, str], Decimal] = field(
         default_factory=lambda: defaultdict(Decimal)
     )
-    bucket_job: dict[tuple[int, int], Decimal] = field(
+    bucket_job: dict[tuple[int, int, str], Decimal] = field(
         default_factory=lambda: defaultdict(Decimal)
-    )  # (bucket, job) -> exact cost
+    )  # (bucket, job, busy|idle) -> exact cost
 
 
-def _share_nodes(inputs: CostInputs, m: _Micros, money: _Money, *, with_buckets: bool) -> _Shares:
+def _share_nodes(
+    inputs: CostInputs,
+    m: _Micros,
+    money: _Money,
+    prices: PriceBook,
+    buckets_us: Sequence[int],
+) -> _Shares:
     """5. busy cost to the phases' jobs, each node's idle cost among the members pinned to it."""
     out = _Shares()
     by_group: dict[int, list[MemberRow]] = defaultdict(list)
@@ -562,19 +669,35 @@ def _share_nodes(inputs: CostInputs, m: _Micros, money: _Money, *, with_buckets:
         if not weights and jobs_busy:
             weights = {j: 1 for j in jobs_busy}
         wsum = sum(weights.values())
-        for j, wt in weights.items():
-            gparts[(j, tid, "idle")] += idle_cost * wt / wsum
-            out.hours[(j, tid, stage, "idle")] += idle_sec * wt / wsum * gpus / HOUR
-        if with_buckets:
+        segs = m.segments.get((gid, nid))
+        if segs is not None:
+            # members came or went: each moment's idle time to the members present then
+            phases = m.seg_phases.get((gid, nid), [])
+            node = (gpus, tid)
+            for j, (c, sec) in _segment_idle(segs, phases, None, node, prices, weights).items():
+                gparts[(j, tid, "idle")] += c
+                out.hours[(j, tid, stage, "idle")] += sec * gpus / HOUR
+        else:
+            for j, wt in weights.items():
+                gparts[(j, tid, "idle")] += idle_cost * wt / wsum
+                out.hours[(j, tid, stage, "idle")] += idle_sec * wt / wsum * gpus / HOUR
+        if buckets_us:
             for bi, b_alloc in sorted(money.bucket_alloc.get((gid, nid), {}).items()):
                 if not b_alloc:
                     continue
                 b_busy = {j: money.bucket_busy.get((bi, gid, nid, j), ZERO) for j in jobs_busy}
-                b_idle = b_alloc - min(sum(b_busy.values(), ZERO), b_alloc)
                 for j, v in b_busy.items():
-                    out.bucket_job[(bi, j)] += v
+                    out.bucket_job[(bi, j, "busy")] += v
+                if segs is not None:
+                    day = (buckets_us[bi], buckets_us[bi + 1])
+                    for j, (c, _sec) in _segment_idle(
+                        segs, m.seg_phases.get((gid, nid), []), day, (gpus, tid), prices, weights
+                    ).items():
+                        out.bucket_job[(bi, j, "idle")] += c
+                    continue
+                b_idle = b_alloc - min(sum(b_busy.values(), ZERO), b_alloc)
                 for j, wt in weights.items():
-                    out.bucket_job[(bi, j)] += b_idle * wt / wsum
+                    out.bucket_job[(bi, j, "idle")] += b_idle * wt / wsum
     return out
 
 
@@ -606,6 +729,7 @@ def _lines(
                 gpu_type=inputs.type_names.get(tid, str(tid)),
                 stage=stage,
                 group_ids=sorted(line_groups.get((jid, tid, stage), ())),
+                closed_us=job.closed_us,
                 busy_gpu_hours=hq(busy_h),
                 idle_gpu_hours=hq(idle_h),
                 exact=CostFigures(
@@ -635,21 +759,23 @@ def accumulate(
 ) -> CostResult:
     """Return the exact cost lines of [window.lo, window.hi) from the rows (pure).
 
-    3. allocated time per node and price; 4. busy time per node, job and price (and the
+    3. allocated time per node and price, 3b. the membership segments of nodes whose
+    members changed; 4. busy time per node, job and price (and the
     counterfactuals'), 4b. priced once per key; 5. idle cost shared among the members
     pinned to each node; 6-7. lines for visible tenants, group totals in cents and, with
     buckets, each (bucket, tenant)'s exact cost.
     """
     m = _Micros()
     _allocated_time(inputs, window, prices, m)
+    _membership_segments(inputs, m)
     _busy_time(inputs, window, prices, m, with_cf=with_cf)
     money = _price(inputs, m, prices)
-    shares = _share_nodes(inputs, m, money, with_buckets=bool(window.buckets_us))
-    per_bucket: dict[tuple[int, int], Decimal] = defaultdict(Decimal)
-    for (bi, jid), v in shares.bucket_job.items():
+    shares = _share_nodes(inputs, m, money, prices, window.buckets_us)
+    per_bucket: dict[tuple[int, int, str], Decimal] = defaultdict(Decimal)
+    for (bi, jid, kind), v in shares.bucket_job.items():
         job = inputs.jobs.get(jid)
         if job is not None and (tenant_ids is None or job.tenant_id in tenant_ids):
-            per_bucket[(bi, job.tenant_id)] += v
+            per_bucket[(bi, job.tenant_id, kind)] += v
     return CostResult(
         lines=_lines(inputs, money, shares, tenant_ids),
         group_costs={gid: cents(exact) for gid, exact in money.group.items()},

@@ -1,13 +1,21 @@
 """The cost report's figures and its rounding rule (once, from exact values).
 
-- a row (total, per tenant, per GPU type): its cost is its exact sum rounded half-up to
-  the cent; its busy and idle columns are that cost split by largest remainder (so
-  busy + idle = cost in every row); counterfactuals are exact sums rounded once, and a
-  saving is the difference of the two figures shown;
-- the per-job lines are billing lines (page, API, FOCUS CSV and Parquet alike): the
-  total's busy cents and idle cents are each handed out to the lines by largest
-  remainder, so the lines add up exactly to the total in every file; a line can differ
-  by a cent from its own exact amount rounded;
+- a row (per tenant, per GPU type, per stage): its busy cost and its idle cost are each
+  its exact sum rounded half-up to the cent, and its cost is their sum (busy + idle =
+  cost in every row, each column within half a cent of its exact amount);
+  counterfactuals are exact sums rounded once, and a saving is the difference of the
+  two figures shown;
+- the per-job lines are billing lines (page, API, FOCUS CSV and Parquet alike), billed
+  per tenant with a running remainder: a tenant's lines in a fixed order (the lines of
+  finished jobs first, by the moment each job ended, then the live jobs'), each line's
+  busy cents = its tenant's running exact busy sum rounded, minus the same before it
+  (idle likewise). So a tenant's lines add up exactly to its row, a line is less than a
+  cent from its exact amount, and a finished job's line never changes: its cents
+  depend only on lines that ended before it, which are final too (a job that is still
+  running comes after every finished one, so its changing amount moves only its own
+  and later live lines);
+- the total is the sum of the tenant rows, so the lines add up exactly to it in every
+  file (it can be a cent per tenant off the whole range's exact sum rounded once);
 - a job's profiling run is billed on lines of its own (`stage` profile, its production
   run's are `stage` run); the per-job rollup adds a job's billed lines, so its total is
   its profiling run's cents + its production run's, exactly.
@@ -117,6 +125,8 @@ class CostLine(Rounded):
     gpu_type: str
     group_ids: list[int]
     stage: str = "run"
+    # when the line's job ended (epoch microseconds; None: still live): the billing order
+    closed_us: int | None = None
 
     @property
     def stage_label(self) -> str:
@@ -137,20 +147,23 @@ class CostTotals(Rounded):
     profile_cost: Decimal = ZERO
 
 
-def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
-    """Return the row of `lines`: exact column sums, each rounded once.
-
-    cost = the exact sum rounded half-up to the cent; busy and idle are that cost split
-    by largest remainder (busy + idle = cost); GPU-hours to four decimals; the
-    counterfactuals rounded once.
-    """
-    exact = CostFigures(
+def _exact_sum(rows: Sequence[Rounded]) -> CostFigures:
+    return CostFigures(
         **{
-            column: sum((getattr(ln.exact, column) for ln in lines), Decimal(0))
+            column: sum((getattr(r.exact, column) for r in rows), Decimal(0))
             for column in FIGURE_COLUMNS
         }
     )
-    busy, idle = apportion(exact.cost, [exact.busy_cost, exact.idle_cost])
+
+
+def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
+    """Return the row of `lines`: exact column sums, each rounded once.
+
+    busy and idle each the exact sum rounded half-up to the cent, cost their sum (so a
+    tenant's row is its billed lines' sum, see bill_lines); GPU-hours to four decimals;
+    the counterfactuals rounded once.
+    """
+    exact = _exact_sum(lines)
     profile = sum((ln.exact.cost for ln in lines if ln.is_profile), Decimal(0))
     return CostTotals(
         key=key,
@@ -159,8 +172,26 @@ def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
         exact=exact,
         busy_gpu_hours=hq(exact.busy_gpu_hours),
         idle_gpu_hours=hq(exact.idle_gpu_hours),
-        busy_cost=busy,
-        idle_cost=idle,
+        busy_cost=cents(exact.busy_cost),
+        idle_cost=cents(exact.idle_cost),
+        solo_disagg_cost=cents(exact.solo_disagg_cost),
+        colocated_cost=cents(exact.colocated_cost),
+    )
+
+
+def add_rows(rows: Sequence[CostTotals], *, key: str, label: str) -> CostTotals:
+    """Return the row adding up `rows` (the tenant rows: the total): billed columns are
+    the rows' sums; GPU-hours and counterfactuals their exact sums rounded once."""
+    exact = _exact_sum(rows)
+    return CostTotals(
+        key=key,
+        label=label,
+        profile_cost=sum((r.profile_cost for r in rows), ZERO),
+        exact=exact,
+        busy_gpu_hours=hq(exact.busy_gpu_hours),
+        idle_gpu_hours=hq(exact.idle_gpu_hours),
+        busy_cost=sum((r.busy_cost for r in rows), ZERO),
+        idle_cost=sum((r.idle_cost for r in rows), ZERO),
         solo_disagg_cost=cents(exact.solo_disagg_cost),
         colocated_cost=cents(exact.colocated_cost),
     )
@@ -221,18 +252,40 @@ def job_costs(lines: Sequence[CostLine]) -> list[JobCost]:
     return list(out.values())
 
 
-def bill_lines(lines: Sequence[CostLine], total: CostTotals) -> None:
-    """Set every line's busy and idle cents so each column adds up to the total's.
+def billing_order(ln: CostLine) -> tuple[int, int, int, int, str]:
+    """The order a tenant's lines are billed in: finished jobs' lines by the moment each
+    job ended, then the live jobs' (a live job ends later than every finished one)."""
+    closed = ln.closed_us is not None
+    return (
+        0 if closed else 1,
+        ln.closed_us or 0,
+        ln.job_id,
+        0 if ln.is_profile else 1,
+        ln.gpu_type,
+    )
 
-    Largest remainder per column: each line gets its exact amount floored to the cent,
-    and the cents still missing to the total's figure go to the lines that lost the
-    most (ties in line order). A line is never more than a cent from its exact amount.
+
+def bill_lines(lines: Sequence[CostLine]) -> None:
+    """Set every line's busy and idle cents, per tenant, with a running remainder.
+
+    In billing_order, a line's busy cents are its tenant's exact busy sum so far (this
+    line included) rounded half-up, minus the same before it; idle likewise. The lines
+    of a tenant add up to its exact sums rounded once (its row, sum_lines); each line is
+    less than a cent from its exact amount and never negative; and a finished job's
+    line depends only on the lines billed before it, all finished, so it never changes.
     The counterfactuals are each line's exact amount rounded once.
     """
-    for column, target in (("busy_cost", total.busy_cost), ("idle_cost", total.idle_cost)):
-        exact = [getattr(ln.exact, column) for ln in lines]
-        for ln, billed in zip(lines, apportion(target, exact), strict=True):
-            setattr(ln, column, billed)
+    by_tenant: dict[int, list[CostLine]] = {}
+    for ln in lines:
+        by_tenant.setdefault(ln.tenant_id, []).append(ln)
+    for tenant_lines in by_tenant.values():
+        for column in ("busy_cost", "idle_cost"):
+            running, billed = ZERO, ZERO
+            for ln in sorted(tenant_lines, key=billing_order):
+                running += getattr(ln.exact, column)
+                now = cents(running)
+                setattr(ln, column, now - billed)
+                billed = now
     for ln in lines:
         ln.solo_disagg_cost = cents(ln.exact.solo_disagg_cost)
         ln.colocated_cost = cents(ln.exact.colocated_cost)
