@@ -31,3 +31,18 @@ def duration(seconds: float) -> str:
     """Return a duration in the unit that reads best for it: "42.0 s", "3.7 min", "2.50 h"."""
     unit, _ = duration_unit(seconds)
     return duration_in(seconds, unit)
+
+
+def short_ray_id(ray_node_id: str) -> str:
+    """Return a Ray node id as tooltips show it: its first 8 hex digits and an ellipsis."""
+    return ray_node_id[:8] + "…" if len(ray_node_id) > 8 else ray_node_id
+
+
+def human_bytes(n: int) -> str:
+    """Return a byte count in decimal units ("1.2 GB"), as network figures are given."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000:
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"

@@ -309,7 +309,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "rollmux_web.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "rollmux_web.api.schema.ErrorDocumentingAutoSchema",
     "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
+        "rollmux_web.api.renderers.JSONRenderer",
         "rollmux_web.api.renderers.BrowsableAPIRenderer",
     ],
     "DEFAULT_PARSER_CLASSES": [

@@ -50,6 +50,9 @@ def _encodable(value: str) -> None:
 class Utf8CharField(serializers.CharField):
     """A text field that refuses what cannot be stored as UTF-8 (lone surrogates)."""
 
+    # (the form's word for an empty required field, not DRF's "may not be blank")
+    default_error_messages = {"blank": "This field is required."}
+
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("validators", []).append(_encodable)
         super().__init__(**kwargs)
@@ -61,16 +64,30 @@ class _Strict:
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, bool):
             self.fail("invalid")  # type: ignore[attr-defined]
+        if isinstance(data, str) and not data.strip():
+            self.fail("required")  # type: ignore[attr-defined]  # (an empty form field)
         return super().to_internal_value(data)  # type: ignore[misc]
 
 
+# One wording for a bad number wherever a field is shown: Django's form words ("Enter a
+# number.") and the app's own ("Must be at least 1 (GPUs).") rather than DRF's ("A valid
+# number is required.", "Ensure this value is greater than or equal to 1.") beside them.
+NUMBER_MESSAGES = {
+    "min_value": "Must be at least {min_value}.",
+    "max_value": "Must be at most {max_value}.",
+    "max_string_length": "The number is too long.",
+}
+
+
 class StrictIntegerField(_Strict, serializers.IntegerField):
-    pass
+    default_error_messages = {"invalid": "Enter a whole number.", **NUMBER_MESSAGES}
 
 
 class StrictFloatField(_Strict, serializers.FloatField):
     """A number field that says why NaN and Infinity are refused ("nan" in a form, `.inf`
     in a YAML spec file, 1e999 in JSON), in words naming the value."""
+
+    default_error_messages = {"invalid": "Enter a number.", **NUMBER_MESSAGES}
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, str) and len(data) <= self.MAX_STRING_LENGTH:

@@ -24,3 +24,6 @@ class AuditEntry(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_name or 'system'} at {self.at:%Y-%m-%d %H:%M:%S}"

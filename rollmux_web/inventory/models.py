@@ -39,6 +39,9 @@ class GpuPrice(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.gpu_type} at ${self.price_per_gpu_hour}/GPU-hour from {self.effective_from:%Y-%m-%d %H:%M}"
+
 
 class PoolKind(models.TextChoices):
     ROLLOUT = "rollout", "Rollout pool"

@@ -103,6 +103,16 @@ def _validate_gpu_type(gpu_type: GpuType) -> None:
         errors["gpus_per_node"] = ["Must be at least 1."]
     if not _finite(gpu_type.host_mem_gb) or not gpu_type.host_mem_gb > 0:
         errors["host_mem_gb"] = ["Must be more than 0 GB."]
+    if gpu_type.pk and not errors.get("host_mem_gb"):
+        bigger = (
+            gpu_type.nodes.filter(host_mem_gb__gt=gpu_type.host_mem_gb).order_by("name").first()
+        )
+        if bigger is not None:
+            errors["host_mem_gb"] = [
+                f"Node {bigger.name} has {bigger.host_mem_gb:g} GB of host memory, more than "
+                f"{gpu_type.host_mem_gb:g}: a node has at most its GPU type's; change the node "
+                "first."
+            ]
     if gpu_type.pk and not errors.get("gpus_per_node"):
         other = gpu_type.nodes.exclude(gpus=gpu_type.gpus_per_node).order_by("name").first()
         if other is not None:
@@ -231,6 +241,13 @@ def _validate_node(node: Node) -> None:
         ]
     if not _finite(node.host_mem_gb) or not node.host_mem_gb > 0:
         errors["host_mem_gb"] = ["Must be more than 0 GB."]
+    elif gpu_type is not None and node.host_mem_gb > gpu_type.host_mem_gb:
+        # the GPU type says what a node of it has; a node may have less (a degraded
+        # machine), never more: the planner would pack residents it cannot hold
+        errors["host_mem_gb"] = [
+            f"A {gpu_type} node has at most {gpu_type.host_mem_gb:g} GB of host memory "
+            f"(its GPU type's), got {node.host_mem_gb:g} GB."
+        ]
     if errors:
         raise ValidationError(errors)
     node.full_clean()

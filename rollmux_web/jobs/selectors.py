@@ -436,6 +436,66 @@ def training_summary(*, job: Job) -> dict[str, Any] | None:
     }
 
 
+@dataclass
+class RayNodeUse:
+    """One inventory node a job's phases ran on under Ray: the Ray node id(s) serving it,
+    the GPU ids its workers got there, and how many phases of each kind ran on it."""
+
+    node: str
+    ray_node_ids: list[str]
+    gpu_ids: list[int]
+    phases: dict[str, int]
+
+
+@dataclass
+class RayPlacement:
+    """Where Ray ran a job (the phases API's ray_node_ids, gpu_ids and bytes_moved, summed
+    up for the job page): per inventory node, and its weight syncs' bytes."""
+
+    nodes: list[RayNodeUse]
+    syncs: int = 0  # weight syncs with their bytes recorded
+    sync_bytes_total: int = 0
+    sync_bytes_last: int | None = None
+
+    @property
+    def sync_bytes_mean(self) -> float | None:
+        return self.sync_bytes_total / self.syncs if self.syncs else None
+
+
+def job_ray_placement(*, job: Job) -> RayPlacement | None:
+    """Return where Ray ran the job's phases, or None when no phase recorded it (the
+    inline dispatcher, or nothing ran yet)."""
+    per_node: dict[str, tuple[set[str], set[int], dict[str, int]]] = {}
+    out = RayPlacement(nodes=[])
+    for kind, names, ray_ids, gpu_ids, moved in (
+        PhaseRecord.objects.filter(job=job)
+        .order_by("started_at", "id")
+        .values_list("kind", "node_names", "ray_node_ids", "gpu_ids", "bytes_moved")
+    ):
+        if moved is not None:
+            out.syncs += 1
+            out.sync_bytes_total += moved
+            out.sync_bytes_last = moved
+        if not ray_ids and not gpu_ids:
+            continue
+        for n in names or []:
+            rid, gpus = (ray_ids or {}).get(n), (gpu_ids or {}).get(n)
+            if rid is None and gpus is None:
+                continue
+            rids, gids, kinds = per_node.setdefault(n, (set(), set(), {}))
+            if rid:
+                rids.add(rid)
+            gids.update(int(g) for g in gpus or [])
+            kinds[kind] = kinds.get(kind, 0) + 1
+    if not per_node and not out.syncs:
+        return None
+    out.nodes = [
+        RayNodeUse(node=n, ray_node_ids=sorted(r), gpu_ids=sorted(g), phases=k)
+        for n, (r, g, k) in sorted(per_node.items())
+    ]
+    return out
+
+
 def current_price(gpu_type: GpuType, *, at: datetime | None = None) -> Decimal:
     """Return the price per GPU-hour in effect at `at` (now by default); 0 if none is set."""
     at = at or timezone.now()

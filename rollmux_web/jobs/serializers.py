@@ -80,7 +80,7 @@ class JobSpecSerializer(serializers.Serializer):
     def validate_name(self, value: str) -> str:
         value = value.strip()
         if not value:
-            raise serializers.ValidationError("This field may not be blank.")
+            raise serializers.ValidationError("This field is required.")
         return value
 
     def validate_slo_class(self, value: str) -> SloClass:

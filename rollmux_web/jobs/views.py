@@ -34,6 +34,7 @@ from rollmux_web.jobs.selectors import (
     job_get,
     job_list,
     job_phase_summary,
+    job_ray_placement,
     placement_history,
     pool_limits,
     solo_cost_per_iteration,
@@ -279,6 +280,11 @@ def job_preview(request: HttpRequest) -> HttpResponse:
         ctx["total_dedicated"] = cost.dedicated_usd * iterations if iterations else None
         iter_s = (values["t_roll_max_s"] or 0.0) + (values["t_train_max_s"] or 0.0)
         ctx["iteration_s"] = iter_s
+        # these dollars are at profile time; an emulated run holds its nodes 1/scale as
+        # long, and the cost report bills the wall-clock time it held them
+        runner = request.GET.get("runner", "").strip()
+        scale = _number(request.GET, "time_scale")
+        ctx["time_scale"] = time_scale_of(runner, scale if scale and math.isfinite(scale) else None)
     ctx["profiled"] = not any(request.GET.get(n, "").strip() for n in PHASE_TIME_NAMES)
     ctx["profile_iterations"] = settings.ROLLMUX_PROFILE_ITERATIONS
     gpus = (values["rollout_gpus"], values["train_gpus"])
@@ -392,6 +398,7 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
         "train_nodes": sorted(n.name for n in placement.train_nodes.all()) if placement else [],
         "earlier_placements": history[1:],
         "phases": job_phase_summary(job=job),
+        "ray": job_ray_placement(job=job),
         "time_scale": time_scale_of(job.runner, job.time_scale),
         "drift": job_drift(job=job),
         "cost": cost,

@@ -96,6 +96,9 @@ class Delivery(models.Model):
             models.UniqueConstraint(fields=["subscription", "event_key"], name="uniq_delivery")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.event_label} for subscription {self.subscription_id} ({self.status})"
+
     @property
     def event_label(self) -> str:
         """Return the event in the form's words ("job done"; a test delivery stays "test")."""

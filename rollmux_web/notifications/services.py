@@ -171,6 +171,12 @@ def subscription_create(
         errors["events"] = [
             f"Unknown event {unknown[0]!r}." if unknown else "Choose at least one event."
         ]
+    if events.NODE_DOWN in events_wanted and scope != Scope.CLUSTER and "events" not in errors:
+        # a node is no tenant's: only a cluster-scope subscription (admins) is ever sent it
+        errors["events"] = [
+            f"“{events.KINDS[events.NODE_DOWN]}” is sent to cluster-scope subscriptions only"
+            " (admins): choose the cluster as what it is about, or leave it out."
+        ]
     if scope not in Scope.values:
         errors["scope"] = ["Choose my jobs, a tenant or the cluster."]
     elif scope == Scope.TENANT:

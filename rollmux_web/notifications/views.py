@@ -28,7 +28,12 @@ def _context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     return {
         "subscriptions": list(selectors.subscriptions_for(request.user)),
         "deliveries": selectors.deliveries_for(request.user),
-        "kinds": list(events.KINDS.items()),
+        # "node down" only reaches cluster-scope subscriptions, which only admins make
+        "kinds": [
+            (k, f"{label} (cluster scope only)" if k == events.NODE_DOWN else label)
+            for k, label in events.KINDS.items()
+            if k != events.NODE_DOWN or is_admin(request.user)
+        ],
         "channels": Channel.choices,
         "scopes": scopes,
         "tenants": list(visible_tenants(request.user)),

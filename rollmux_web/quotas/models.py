@@ -37,3 +37,6 @@ class Quota(models.Model):
     class Meta:
         ordering = ["tenant__name", "gpu_type__name"]
         constraints = [models.UniqueConstraint(fields=["tenant", "gpu_type"], name="uniq_quota")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} on {self.gpu_type}"

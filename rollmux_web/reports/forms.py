@@ -126,6 +126,14 @@ class WhatIfForm(forms.Form):
     )
     seed = forms.IntegerField(initial=0, min_value=0, max_value=2**31 - 1)
 
+    def __init__(self, *args: Any, queue_label: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if queue_label:  # say whose jobs "the current queue" holds for this user
+            self.fields["source"].choices = [
+                (v, queue_label[0].upper() + queue_label[1:] if v == "queue" else label)
+                for v, label in self.SOURCES
+            ]
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if data.get("source") == "upload":

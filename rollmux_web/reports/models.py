@@ -34,3 +34,26 @@ class WhatIfRun(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"what-if run {self.pk} ({self.source}, {self.status})"
+
+    @property
+    def source_label(self) -> str:
+        """Return what the run simulated, in words: a queue run says whose jobs it took
+        (a researcher's takes only their tenants' jobs; `tenant` is "" for every tenant)."""
+        if self.source != "queue":
+            return "an uploaded trace"
+        return queue_scope_label(self.tenant)
+
+
+def queue_scope_label(tenants: str) -> str:
+    """Return whose jobs a what-if on the current queue simulates: `tenants` the caller's
+    tenants, comma-separated ("" for an admin or finance user: every tenant)."""
+    if not tenants:
+        return "the current queue: every tenant's queued and running jobs"
+    names = tenants.replace(",", ", ")
+    return (
+        f"the current queue: {names}'s queued and running jobs only "
+        "(other tenants' jobs are not simulated)"
+    )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from rollmux_web.formatting import duration
+from rollmux_web.formatting import duration, human_bytes, short_ray_id
 from rollmux_web.reports.intervals import clip, merge, subtract
 from rollmux_web.reports.palette import UNKNOWN_JOB, JobShades, job_colours
 
@@ -57,6 +57,11 @@ class PhaseRow(NamedTuple):
     state: str
     outcome: str = ""  # why a failed or lost phase ended
     profile: bool = False  # a phase of the job's profiling run (placement strategy profile)
+    # where Ray ran it (multi-node Ray): inventory node -> Ray node id, -> the GPU ids its
+    # workers got; a weight sync's bytes that crossed from the training pool
+    ray_node_ids: dict[str, str] | None = None
+    gpu_ids: dict[str, list[int]] | None = None
+    bytes_moved: int | None = None
 
 
 class ReportDelay(NamedTuple):
@@ -316,7 +321,7 @@ def _lanes(
 
 def _phase_tip(row: PhaseRow, label: str, now_ts: float, *, hidden: bool) -> str:
     """Return a bar's tooltip; iterations counted from 1, as on the job page."""
-    _pid, _jid, it, kind, nodes, warm, s, f, state, outcome, profile = row
+    _pid, _jid, it, kind, nodes, warm, s, f, state, outcome, profile = row[:11]
     took = f - s if f is not None else now_ts - s
     start_kind = "start unknown" if warm is None else ("warm start" if warm else "cold start")
     ended = ""
@@ -329,8 +334,26 @@ def _phase_tip(row: PhaseRow, label: str, now_ts: float, *, hidden: bool) -> str
     return (
         f"{label}{stage}{'' if hidden else f' · iteration {it + 1}'} · {kind} · "
         f"{duration(took)}{' (running)' if f is None else ''}{ended} · {start_kind}"
-        f" · {', '.join(nodes)}"
+        f" · {', '.join(nodes)}{'' if hidden else ray_words(row)}"
     )
+
+
+def ray_words(row: PhaseRow) -> str:
+    """Return " · on Ray node 1a2b3c4d… (GPUs 0, 1) · moved 1.2 GB": where Ray ran the
+    phase, per inventory node, and a weight sync's bytes ("" when nothing is recorded)."""
+    parts = []
+    for n in row.nodes:
+        rid = (row.ray_node_ids or {}).get(n)
+        gpus = (row.gpu_ids or {}).get(n)
+        if rid is None and gpus is None:
+            continue
+        where = f"Ray node {short_ray_id(rid)}" if rid else "Ray node ?"
+        if gpus:
+            where += f" (GPU{'s' if len(gpus) != 1 else ''} {', '.join(str(g) for g in gpus)})"
+        parts.append(f"{n} on {where}" if len(row.nodes) > 1 else f"on {where}")
+    if row.bytes_moved is not None:
+        parts.append(f"moved {human_bytes(row.bytes_moved)}")
+    return "".join(f" · {p}" for p in parts)
 
 
 def _bars(
@@ -353,7 +376,7 @@ def _bars(
     aggregated = 0
     w0, w1, scale, now_ts = frame.w0, frame.w1, frame.scale, frame.now_ts
     for row in rows:
-        pid, jid, _it, kind, nodes, warm, s, f, state, _outcome, profile = row
+        pid, jid, _it, kind, nodes, warm, s, f, state, _outcome, profile = row[:11]
         a = max(s, w0)
         b = min(f if f is not None else max(now_ts, s), w1)
         if b < a:
@@ -653,7 +676,8 @@ def bubble_headline(
     job_time: dict[int, float] = defaultdict(float)  # phase seconds (both kinds) in window
     job_nodes: dict[tuple[int, str], set[str]] = defaultdict(set)
     lo, hi, now_ts = t0.timestamp(), t1.timestamp(), now.timestamp()
-    for _pid, jid, _it, _kind, nodes, _warm, s, f, _state, _outcome, _profile in rows:
+    for row in rows:
+        jid, nodes, s, f = row.job_id, row.nodes, row.started, row.finished
         d = min(hi, now_ts if f is None else f) - max(lo, s)
         if d <= 0:
             continue

@@ -14,4 +14,5 @@ urlpatterns = [
     path("whatif/<int:run_id>/", views.whatif_detail, name="whatif-run"),
     path("timeline/jobs/<int:job_id>/", views.job_timeline, name="job-timeline"),
     path("timeline/jobs/<int:job_id>/trace.json", views.job_trace, name="job-trace"),
+    path("timeline/jobs/<int:job_id>/outcome/", views.job_outcome, name="job-outcome"),
 ]

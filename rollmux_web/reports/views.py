@@ -25,7 +25,7 @@ from rollmux_web.reports import (
     whatif_services,
 )
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm, month_shortcuts
-from rollmux_web.reports.models import WhatIfRun
+from rollmux_web.reports.models import WhatIfRun, queue_scope_label
 from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
 
 
@@ -88,8 +88,9 @@ def _zoom_links(tl: selectors.Timeline) -> dict[str, str]:
         "out": q(mid - span, mid + span),
         "left": q(tl.t0 - span / 2, tl.t1 - span / 2),
         "right": q(tl.t0 + span / 2, tl.t1 + span / 2),
-        "start": f"{tl.t0:%Y-%m-%dT%H:%M:%S}",
-        "end": f"{tl.t1:%Y-%m-%dT%H:%M:%S}",
+        # the window picker's fields: 24-hour UTC, as every time on the page
+        "start": f"{tl.t0:%Y-%m-%d %H:%M:%S}",
+        "end": f"{tl.t1:%Y-%m-%d %H:%M:%S}",
     }
 
 
@@ -143,6 +144,17 @@ def job_timeline(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     return _timeline_page(
         request, build=build, template="reports/job_timeline.html", extra={"job": job}
     )
+
+
+@login_required
+@require_GET
+def job_outcome(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """A finished job's achieved slowdown and cost: the job page loads it (htmx), the
+    link beside it shows it as a page of its own."""
+    ctx = {"outcome": selectors.job_outcome(user=request.user, job_id=job_id)}
+    if request.htmx:
+        return render(request, "reports/job_outcome.html#outcome", ctx)
+    return render(request, "reports/job_outcome.html", ctx)
 
 
 def _trace_response(data: dict[str, Any], filename: str) -> HttpResponse:
@@ -330,11 +342,16 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
         missing = [f for f, errs in form.errors.items() if any("required" in e for e in errs)]
         bad = {f: errs for f, errs in form.errors.items() if f not in missing}
         if bad:
-            # in the submission's own words (what the field shows inline and after Submit)
+            # every invalid field of the submission (not only the ones the preview reads),
+            # in the form's order and the submission's own words (what each field shows
+            # inline and after Submit)
+            from rollmux_web.jobs.spec import SPEC_FIELDS
+
             words = _submission_errors(request)
+            wrong = [(f, words[f]) for f in SPEC_FIELDS if f in words]
+            wrong += [(f, e) for f, e in bad.items() if f not in words]
             ctx["hint"] = " ".join(
-                f"{_field_label(f)}: {' '.join(str(x) for x in words.get(f) or e)}"
-                for f, e in bad.items()
+                f"{_field_label(f)}: {' '.join(str(x) for x in e)}" for f, e in wrong
             )
         elif set(missing) <= set(PHASE_TIME_NAMES) and not any(
             request.GET.get(n, "").strip() for n in PHASE_TIME_NAMES
@@ -375,8 +392,9 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def whatif_page(request: HttpRequest) -> HttpResponse:
     status = 200
+    queue_label = queue_scope_label(whatif_services.run_tenant(request.user))
     if request.method == "POST":
-        form = WhatIfForm(request.POST, request.FILES)
+        form = WhatIfForm(request.POST, request.FILES, queue_label=queue_label)
         if form.is_valid():
             data = form.cleaned_data
             text = data.get("trace_text", "")
@@ -411,7 +429,7 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
                 return redirect(f"/whatif/{run.pk}/")
         status = 400
     else:
-        form = WhatIfForm()
+        form = WhatIfForm(queue_label=queue_label)
     runs = whatif_selectors.whatif_runs(user=request.user)
     return render(request, "reports/whatif.html", {"form": form, "runs": runs}, status=status)
 

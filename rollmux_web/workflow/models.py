@@ -111,6 +111,9 @@ class Placement(models.Model):
             models.UniqueConstraint(fields=["job", "attempt"], name="uniq_placement_attempt")
         ]
 
+    def __str__(self) -> str:
+        return f"job {self.job_id} in group {self.group_id} (attempt {self.attempt})"
+
     @property
     def strategy_label(self) -> str:
         """The strategy as people say it: "direct packing", "rollout scaling", "new group"."""
@@ -146,6 +149,9 @@ class NodeAllocation(models.Model):
                 name="one_open_allocation_per_node",
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} to group {self.group_id} from {self.start:%Y-%m-%d %H:%M}"
 
 
 class PhaseState(models.TextChoices):
@@ -228,6 +234,9 @@ class PhaseRecord(models.Model):
             models.UniqueConstraint(fields=["placement", "iteration", "kind"], name="uniq_phase"),
         ]
 
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.kind} #{self.iteration + 1} ({self.state})"
+
 
 class PlanWait(models.Model):
     """A queued job the planner could not place, and the capacity it saw then: the next
@@ -237,6 +246,9 @@ class PlanWait(models.Model):
         Job, on_delete=models.CASCADE, primary_key=True, related_name="plan_wait"
     )
     capacity = models.CharField(max_length=255)
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} waiting for capacity"
 
 
 class IterationMetrics(models.Model):
@@ -273,3 +285,6 @@ class IterationMetrics(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "iteration"], name="uniq_iteration_metrics"),
         ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} iteration {self.iteration + 1} metrics"

@@ -217,15 +217,23 @@ def test_a_finished_jobs_billed_lines_never_change_between_two_runs(world: Any) 
     Job.objects.filter(pk=left.pk).update(finished_at=t + 7200 * S)
     finished.append(left.pk)
     for k in range(6):  # 7 min each, one every 20 min
-        phase(pl_left, iteration=k, kind="train", nodes=["h800-1"], start=t + k * 1200 * S,
-              minutes=7)
+        phase(
+            pl_left, iteration=k, kind="train", nodes=["h800-1"], start=t + k * 1200 * S, minutes=7
+        )
     for k in range(40):  # 11 min 13 s every 20 min, on and on
-        phase(pl_stays, iteration=k, kind="train", nodes=["h800-1"],
-              start=t + (k * 1200 + 600) * S, minutes=673 / 60)
+        phase(
+            pl_stays,
+            iteration=k,
+            kind="train",
+            nodes=["h800-1"],
+            start=t + (k * 1200 + 600) * S,
+            minutes=673 / 60,
+        )
 
     def billed(now: datetime) -> tuple[dict[tuple[int, str, str], tuple[Decimal, ...]], Any]:
-        report = cost_report(user=world.alice, start=date(2026, 3, 10), end=date(2026, 3, 31),
-                             now=now)
+        report = cost_report(
+            user=world.alice, start=date(2026, 3, 10), end=date(2026, 3, 31), now=now
+        )
         lines = {
             (ln.job_id, ln.gpu_type, ln.stage): (ln.busy_cost, ln.idle_cost, ln.exact.cost)
             for ln in report.lines
@@ -233,7 +241,7 @@ def test_a_finished_jobs_billed_lines_never_change_between_two_runs(world: Any) 
         return lines, report
 
     runs = [billed(T0 + h * 3600 * S) for h in (7, 9, 13, 23)]
-    for lines, report in runs:
+    for _lines, report in runs:
         # the lines add up to the tenant's row and to the total, column by column
         (row,) = report.by_tenant
         for column in ("busy_cost", "idle_cost", "cost"):
@@ -253,8 +261,7 @@ def test_a_finished_jobs_billed_lines_never_change_between_two_runs(world: Any) 
     assert runs[-1][0][live][2] > first[live][2]
     # and a finance user (every tenant) is billed the same cents for these lines
     report = cost_report(
-        user=world.finance, start=date(2026, 3, 10), end=date(2026, 3, 31),
-        now=T0 + 23 * 3600 * S
+        user=world.finance, start=date(2026, 3, 10), end=date(2026, 3, 31), now=T0 + 23 * 3600 * S
     )
     assert {
         (ln.job_id, ln.gpu_type, ln.stage): (ln.busy_cost, ln.idle_cost, ln.exact.cost)

@@ -253,7 +253,7 @@ def test_preview_into_another_tenants_group_names_neither_group_nor_job(
     ("change", "text"),
     [
         ({"rollout_gpus": ""}, "Fill in Rollout GPUs to see where this job would go."),
-        ({"train_gpus": "many"}, "Training GPUs: A valid integer is required."),
+        ({"train_gpus": "many"}, "Training GPUs: Enter a whole number."),
         (
             {"t_roll_min_s": "900"},
             "Rollout min (s): Must be at most t_roll_max_s (300 s), got 900 s.",
@@ -262,7 +262,7 @@ def test_preview_into_another_tenants_group_names_neither_group_nor_job(
         # several at once: each under its label, one sentence after another (no ".;")
         (
             {"iterations": "0", "train_gpus": "-8"},
-            "Iterations: Ensure this value is greater than or equal to 1. "
+            "Iterations: Must be at least 1. "
             "Training GPUs: Must be a positive number of GPUs, got -8.",
         ),
     ],

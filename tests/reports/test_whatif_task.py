@@ -251,6 +251,20 @@ def test_the_current_queue_is_simulated_as_a_trace_of_visible_jobs(
     run = wait_finished(run.pk)
     assert run.status == WhatIfRun.Status.DONE, run.error
     assert run.result["policies"]["rollmux"]["jobs"] == 2
+    # the run says whose queue it simulated (issue 24 item 18: it did so silently)
+    page = client_as("alice").get(f"/whatif/{run.pk}/").content.decode()
+    assert "the current queue: vision&#x27;s queued and running jobs only" in page
+
+
+@pytest.mark.django_db
+def test_the_form_says_whose_jobs_the_current_queue_holds(world: Any, client_as: Any) -> None:
+    researcher = client_as("alice").get("/whatif/").content.decode()
+    assert (
+        "The current queue: vision&#x27;s queued and running jobs only (other tenants&#x27; "
+        "jobs are not simulated)" in researcher
+    )
+    admin = client_as("admin").get("/whatif/").content.decode()
+    assert "The current queue: every tenant&#x27;s queued and running jobs" in admin
 
 
 @pytest.mark.django_db(transaction=True)

@@ -437,7 +437,7 @@ def test_the_services_refuse_a_zero_price_too(world):
         services.gpu_type_update(
             actor=world.admin,
             gpu_type_id=world.h800.pk,
-            data={"host_mem_gb": 1024, "price_per_gpu_hour": Decimal("0.00001")},
+            data={"host_mem_gb": 4096, "price_per_gpu_hour": Decimal("0.00001")},
         )
     assert info.value.message_dict == {"price_per_gpu_hour": [services.PRICE_NOT_POSITIVE]}
     with pytest.raises(ValidationError):
@@ -693,3 +693,39 @@ def test_the_runner_allowlist_api(api_as, world):
     pk = resp.json()["id"]
     assert admin.delete(f"/api/v1/runner-packages/{pk}/").status_code == 204
     assert selectors.runner_allowlist() == []
+
+
+@pytest.mark.django_db
+def test_a_node_with_more_host_memory_than_its_type_is_refused(api_as, client_as, world):
+    # issue 24 item 18: a node of 99,999 GB beside its type's 2,048 GB was accepted
+    resp = api_as("admin").post(
+        "/api/v1/nodes/",
+        {"name": "h20-big", "cluster": "rollout-pool", "host_mem_gb": 99999},
+        format="json",
+    )
+    assert resp.status_code == 400
+    (message,) = resp.json()["error"]["fields"]["host_mem_gb"]
+    assert (
+        message == "A H20 node has at most 2048 GB of host memory (its GPU type's), got 99999 GB."
+    )
+    assert not Node.objects.filter(name="h20-big").exists()
+    node = Node.objects.get(name="h20-1")
+    resp = api_as("admin").patch(f"/api/v1/nodes/{node.pk}/", {"host_mem_gb": 4096}, format="json")
+    assert resp.status_code == 400 and "host_mem_gb" in resp.json()["error"]["fields"]
+    # the form names the field too; less than the type's (a degraded machine) is fine
+    page = client_as("admin").post(
+        f"/inventory/nodes/{node.pk}/edit/",
+        {"name": "h20-1", "cluster": "rollout-pool", "gpus": 8, "host_mem_gb": 99999,
+         "state": "up"},
+    )  # fmt: skip
+    assert "at most 2048 GB of host memory" in page.content.decode()
+    node.refresh_from_db()
+    assert node.host_mem_gb == 2048
+    services.node_update(actor=world.admin, node_id=node.pk, data={"host_mem_gb": 1536.0})
+    # and a GPU type cannot shrink below one of its nodes
+    with pytest.raises(ValidationError) as exc:
+        services.gpu_type_update(
+            actor=world.admin, gpu_type_id=world.h20.pk, data={"host_mem_gb": 1024}
+        )
+    assert "host_mem_gb" in exc.value.message_dict
+    assert "Node h20-0 has 2048 GB of host memory, more than 1024" in str(exc.value)

@@ -135,7 +135,7 @@ def test_form_shows_field_errors_and_saves_nothing(client_as: Any, world: Any) -
     assert resp.status_code == 400
     html = resp.content.decode()
     assert "Must be a multiple of 8" in html
-    assert "A valid integer is required." in html
+    assert "Enter a whole number." in html
     # beside its labelled field, a message does not repeat the raw key (QA polish)
     assert "rollout_gpus:" not in html and "iterations:" not in html
     assert 'value="12"' in html  # the user's input is kept
@@ -148,7 +148,7 @@ def test_inline_validation_returns_the_field_partial(client_as: Any, world: Any)
     resp = c.post("/jobs/new/validate/?field=t_roll_min_s", bad, **HTMX)
     assert "<li>Must be at most t_roll_max_s (120 s), got 500 s.</li>" in resp.content.decode()
     resp = c.post("/jobs/new/validate/?field=host_mem_gb", bad, **HTMX)
-    assert "<li>A valid number is required.</li>" in resp.content.decode()
+    assert "<li>This field is required.</li>" in resp.content.decode()
     resp = c.post("/jobs/new/validate/?field=name", bad, **HTMX)
     assert resp.content.decode().strip() == ""
     resp = c.post("/jobs/new/validate/?field=tenant", form_data(tenant="speech"), **HTMX)

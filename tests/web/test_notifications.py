@@ -196,7 +196,7 @@ def test_scopes_keep_each_subscription_to_what_its_owner_may_see(
     assert "scope" in refused.value.message_dict
     speech = services.subscription_create(
         user=world.charlie, channel="webhook", target=receiver.url, scope="tenant",
-        tenant=world.speech, events_wanted=[events.JOB_PLACED, events.NODE_DOWN],
+        tenant=world.speech, events_wanted=[events.JOB_PLACED],
     )  # fmt: skip
     ops = services.subscription_create(
         user=world.admin, channel="webhook", target=receiver.url, scope="cluster",
@@ -213,7 +213,7 @@ def test_scopes_keep_each_subscription_to_what_its_owner_may_see(
         node_set_state(actor=world.admin, node_id=world.train_pool.nodes.first().pk, state="down")
     kinds = sorted(Delivery.objects.filter(subscription=ops).values_list("event_kind", flat=True))
     assert kinds == ["job.placed", "node.down"]
-    assert Delivery.objects.filter(subscription=speech).count() == 0  # node.down is cluster's
+    assert Delivery.objects.filter(subscription=speech).count() == 0
     assert len(receiver.requests) == 2  # the admin's two, nothing for speech
 
 
@@ -476,3 +476,35 @@ def test_under_make_run_the_embedded_beat_retries_a_failed_webhook_delivery(
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.response_status) == ("sent", 2, 200)
     assert len(receiver.requests) == 2
+
+
+@pytest.mark.django_db
+def test_node_down_is_offered_and_accepted_for_the_cluster_scope_only(
+    world: Any, client_as: Any
+) -> None:
+    # issue 24 item 18: a researcher could tick "node down", which no tenant scope ever gets
+    for scope, tenant in (("mine", None), ("tenant", world.vision)):
+        with pytest.raises(ValidationError) as refused:
+            services.subscription_create(
+                user=world.alice, channel="email", target="alice@example.org", scope=scope,
+                tenant=tenant, events_wanted=[events.JOB_PLACED, events.NODE_DOWN],
+            )  # fmt: skip
+        (message,) = refused.value.message_dict["events"]
+        assert "node down" in message and "cluster-scope subscriptions only" in message
+    assert not Subscription.objects.exists()
+    page = client_as("alice").get("/notifications/").content.decode()
+    assert 'value="node.down"' not in page and 'value="job.placed"' in page
+    # the form refuses it the same way, naming the field
+    resp = client_as("alice").post(
+        "/notifications/",
+        {"channel": "email", "target": "alice@example.org", "scope": "mine",
+         "events": ["job.placed", "node.down"]},
+    )  # fmt: skip
+    assert "cluster-scope subscriptions only" in resp.content.decode()
+    assert not Subscription.objects.exists()
+    admin_page = client_as("admin").get("/notifications/").content.decode()
+    assert 'value="node.down"' in admin_page and "node down (cluster scope only)" in admin_page
+    services.subscription_create(
+        user=world.admin, channel="email", target="ops@example.org", scope="cluster",
+        events_wanted=[events.NODE_DOWN],
+    )  # fmt: skip

@@ -205,4 +205,4 @@ def test_form_submit_shows_the_tenant_error_with_other_errors(client_as: Any, wo
     data.update(iterations="0")
     html = client_as("alice").post("/jobs/new/", data).content.decode()
     assert "Unknown tenant &#x27;speech&#x27;" in _field_error_html(html, "tenant")
-    assert "greater than or equal to 1" in _field_error_html(html, "iterations")
+    assert "Must be at least 1." in _field_error_html(html, "iterations")

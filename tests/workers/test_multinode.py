@@ -113,6 +113,29 @@ def test_three_emulated_jobs_in_one_group_run_on_their_pinned_nodes_and_sync_wei
     train = rows[(0, "train")]
     assert train["gpu_ids"] == {n: [0, 1] for n in train["nodes"]}
     assert train["bytes_moved"] is None
+    # ... and so do the job page, the timeline's tooltips and trace.json (issue 24 item 17:
+    # only the phases API did)
+    from django.test import Client
+
+    from rollmux_web.formatting import human_bytes
+
+    browser = Client()
+    browser.force_login(multinode_world.alice)
+    page = browser.get(f"/jobs/{ids[0]}/").content.decode()
+    for n in sync["nodes"] + train["nodes"]:
+        assert multinode_cluster.ray_node_id(n) in page, n
+    assert f"Weight syncs: 2, {human_bytes(2 * weights)} in all" in page
+    timeline = browser.get(f"/timeline/jobs/{ids[0]}/").content.decode()
+    rid = multinode_cluster.ray_node_id(train["nodes"][0])
+    assert f"on Ray node {rid[:8]}… (GPUs 0, 1)" in timeline
+    assert f"moved {human_bytes(weights)}" in timeline
+    trace = browser.get(f"/timeline/jobs/{ids[0]}/trace.json").json()
+    synced = [e for e in trace["traceEvents"] if e.get("cat") == "sync"]
+    assert synced and all(e["args"]["bytes_moved"] == weights for e in synced)
+    assert all(
+        e["args"]["ray_node_ids"] == {n: multinode_cluster.ray_node_id(n) for n in sync["nodes"]}
+        for e in synced
+    )
 
 
 def test_toy_rl_reward_rises_across_syncs_between_separate_nodes(

@@ -6,7 +6,7 @@ One module per read model (the views and APIs import them through this package):
 - `trace_export`: the same phases as Chrome/Perfetto trace JSON;
 - `cost_engine` (fetch + a pure accumulator), `cost_figures` (rounding), `cost` (the report
   and the burn-down); the FOCUS files and the JSON are in `reports.exports`;
-- `slo`: the SLO report; `overview`: the landing page; `groups`: the groups list.
+- `slo`: the SLO report; `outcome`: a finished job's slowdown and cost; `overview`: the landing page; `groups`: the groups list.
 
 Tenant scoping and the member label come from `rollmux_web.accounts.access`; prices
 from `rollmux_web.inventory.selectors.PriceBook`.
@@ -27,6 +27,7 @@ from rollmux_web.reports.selectors.groups import (
     group_rows,
     visible_group_ids,
 )
+from rollmux_web.reports.selectors.outcome import JobOutcome, job_outcome
 from rollmux_web.reports.selectors.overview import (
     GroupStatus,
     Overview,
@@ -61,6 +62,7 @@ __all__ = [
     "CostReport",
     "CostTotals",
     "GroupStatus",
+    "JobOutcome",
     "JobSlo",
     "Overview",
     "PoolStatus",
@@ -79,6 +81,7 @@ __all__ = [
     "group_timeline",
     "group_trace",
     "group_window",
+    "job_outcome",
     "job_timeline",
     "job_trace",
     "job_window",

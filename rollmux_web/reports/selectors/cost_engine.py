@@ -41,8 +41,8 @@ from typing import NamedTuple
 from django.db.models import Q
 
 from rollmux_web.inventory.models import Cluster, GpuType, PoolKind
-from rollmux_web.jobs.models import TERMINAL_STATUSES
 from rollmux_web.inventory.selectors import PriceBook
+from rollmux_web.jobs.models import TERMINAL_STATUSES
 from rollmux_web.reports.intervals import clip
 from rollmux_web.reports.selectors._sql import NODES_TXT, epoch_fields, in_ids, nodes, us_fields
 from rollmux_web.reports.selectors._time import MICRO, us

@@ -112,11 +112,18 @@ def phase_rows(flt: Q, t0: datetime | None, t1: datetime | None) -> list[PhaseRo
             "outcome",
             "placement__strategy",
             "metrics__tail_released",
+            "ray_node_ids",
+            "gpu_ids",
+            "bytes_moved",
         )
     )
     if annotations:
         out = [
-            PhaseRow._make((*r[:4], nodes(r[4]), *r[5:10], r[10] == Strategy.PROFILE)) for r in rows
+            PhaseRow._make(
+                (*r[:4], nodes(r[4]), *r[5:10], r[10] == Strategy.PROFILE, r[12] or None)
+                + (r[13] or None, r[14])
+            )
+            for r in rows
         ]
     else:
         out = [
@@ -129,6 +136,9 @@ def phase_rows(flt: Q, t0: datetime | None, t1: datetime | None) -> list[PhaseRo
                     epoch(r[7], exact=False),
                     *r[8:10],
                     r[10] == Strategy.PROFILE,
+                    r[12] or None,
+                    r[13] or None,
+                    r[14],
                 )
             )
             for r in rows

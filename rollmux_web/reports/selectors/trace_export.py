@@ -27,9 +27,10 @@ def trace_events(
     """Return Chrome/Perfetto trace JSON: one complete ("X") event per phase and node.
 
     pid = pool, tid = node; ts and dur in microseconds since the first phase; event names
-    count iterations from 1 (as the job page), `args.iteration` is the record's (0-based). A phase of
-    a job in `masked` (another tenant's) carries its label, kind, times and nodes only: no
-    job id, phase id or iteration number.
+    count iterations from 1 (as the job page), `args.iteration` is the record's (0-based);
+    `args` also has the Ray node id and GPU ids per node and a sync's `bytes_moved` where
+    recorded. A phase of a job in `masked` (another tenant's) carries its label, kind, times
+    and nodes only: no job id, phase id, iteration number, Ray placement or bytes.
     """
     events: list[dict[str, Any]] = []
     tids: dict[str, int] = {}
@@ -44,7 +45,8 @@ def trace_events(
                 "args": {"name": "Rollout pool" if pool == "rollout" else "Training pool"},
             }
         )
-    for phase_id, jid, it, kind, nodes, warm, s, f, state, _outcome, profile in rows:
+    for row in rows:
+        phase_id, jid, it, kind, nodes, warm, s, f, state, _outcome, profile = row[:11]
         if f is None or base is None:
             continue
         hidden = jid in masked
@@ -58,6 +60,15 @@ def trace_events(
         args["started_at"] = datetime.fromtimestamp(s, tz=UTC).isoformat()
         if profile:
             args["stage"] = "profile"  # the job's profiling run
+        if not hidden:
+            # where Ray ran it: per inventory node its Ray node id and GPU ids; a weight
+            # sync's bytes (another tenant's job: none of it, its size would tell its model)
+            if row.ray_node_ids:
+                args["ray_node_ids"] = row.ray_node_ids
+            if row.gpu_ids:
+                args["gpu_ids"] = row.gpu_ids
+            if row.bytes_moved is not None:
+                args["bytes_moved"] = row.bytes_moved
         for n in nodes:
             pool = pools.get(n, "rollout" if kind == "rollout" else "train")
             if n not in tids:

@@ -7,9 +7,17 @@ from typing import Any
 
 from django import template
 
-from rollmux_web.formatting import duration, duration_in, duration_unit
+from rollmux_web.formatting import duration, duration_in, duration_unit, human_bytes
 
 register = template.Library()
+
+
+@register.filter(name="bytes")
+def bytes_(value: Any) -> str:
+    """Format a byte count in decimal units ("1.2 GB"); None shows a dash."""
+    if value is None or value == "":
+        return "—"
+    return human_bytes(int(value))
 
 
 @register.filter
