@@ -9,9 +9,10 @@
 3. submit a few small demo jobs (the first run only) and serve the web app (embedded:
    Celery runs in the web process, which dispatches to the cluster).
 
-Ctrl-C or SIGTERM stops the web server, then exactly the Ray processes this script
-started (by their pids, through the Cluster's process handles): never a machine-wide
-`ray stop`.
+Ctrl-C or SIGTERM stops the web server (its own session: it gets SIGINT from this script,
+after which its Ray driver leaves the cluster cleanly), then exactly the Ray processes this
+script started (by their pids, through the Cluster's process handles): never a
+machine-wide `ray stop`.
 """
 
 from __future__ import annotations
@@ -124,6 +125,22 @@ def start_cluster(port: int) -> Any:
     return cluster
 
 
+def _stop_web(web: subprocess.Popen[bytes]) -> None:
+    """Stop the web server as Ctrl-C would (SIGINT: Django and Ray's driver shut down
+    cleanly), then SIGTERM, then SIGKILL, each after a grace period; by its pid only."""
+    for sig, grace in ((signal.SIGINT, 15), (signal.SIGTERM, 10)):
+        if web.poll() is not None:
+            return
+        web.send_signal(sig)
+        try:
+            web.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    web.kill()
+    web.wait()
+
+
 def main() -> int:
     ray_env.apply()
     port = int(os.environ.get("ROLLMUX_CLUSTER_PORT", "8146"))
@@ -139,8 +156,14 @@ def main() -> int:
     submit_demo_jobs()
     env = dict(os.environ, ROLLMUX_DISPATCHER="ray", ROLLMUX_RAY_ADDRESS=str(cluster.address))
     env.pop("REDIS_URL", None)  # embedded: Celery runs in the web process
+    # its own session: Ctrl-C reaches this script only, which then stops the web server
+    # before the cluster (both at once left the web process's Ray driver printing stack
+    # traces as the cluster went away under it)
     web = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", http, "--noreload"], cwd=ROOT, env=env
+        [sys.executable, "manage.py", "runserver", http, "--noreload"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
     )
     print(f"RollMux on http://{http}  (alice / demo-alice, admin / demo-admin); Ctrl-C stops")
 
@@ -153,12 +176,7 @@ def main() -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        if web.poll() is None:
-            web.terminate()
-            try:
-                web.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                web.kill()
+        _stop_web(web)  # first, while its Ray driver can still say goodbye to the cluster
         cluster.shutdown()  # the head and every node process it started, by pid
         print("stopped the web server and the Ray processes this script started")
 

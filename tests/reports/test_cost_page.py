@@ -39,7 +39,8 @@ def one_job(world: Any, t0: datetime, *, groups: int = 1, name: str = "a") -> li
 
 def _row(html: str, job: str) -> str:
     m = re.search(
-        rf'<tr data-job="\d+" data-stage="run">\s*<td>vision</td><td><a [^>]*>{job}</a></td>'
+        rf'<tr data-job="\d+" data-stage="run">\s*<td>vision</td><td><a [^>]*>{job}</a>'
+        r' <span class="muted job-id">#\d+</span></td>'
         rf"<td class=\"stage\">production run</td><td>H20</td>(.*?)</tr>",
         html,
         re.S,

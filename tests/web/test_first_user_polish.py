@@ -126,7 +126,7 @@ def test_a_completed_jobs_page_shows_its_achieved_slowdown_and_cost(
     # one H20 and one H800 node for an hour, all of it its own: 8 x (1.85 + 5.28)
     assert "$57.04" in part and "<html" not in part
     # on dedicated pools its phases alone would cost $38.03: the loss said in words
-    assert "$38.03: sharing costs $19.01 more (negative:" in part
+    assert "$38.03: RollMux costs $19.01 more (negative:" in part
     assert client_as("charlie").get(f"/timeline/jobs/{job.pk}/outcome/").status_code == 404
 
 
