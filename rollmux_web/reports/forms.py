@@ -128,8 +128,10 @@ class WhatIfForm(forms.Form):
 
     def __init__(self, *args: Any, queue_label: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if queue_label:  # say whose jobs "the current queue" holds for this user
-            self.fields["source"].choices = [
+        source = self.fields["source"]
+        if queue_label and isinstance(source, forms.ChoiceField):
+            # say whose jobs "the current queue" holds for this user
+            source.choices = [
                 (v, queue_label[0].upper() + queue_label[1:] if v == "queue" else label)
                 for v, label in self.SOURCES
             ]

@@ -349,7 +349,7 @@ def whatif_preview(request: HttpRequest) -> HttpResponse:
 
             words = _submission_errors(request)
             wrong = [(f, words[f]) for f in SPEC_FIELDS if f in words]
-            wrong += [(f, e) for f, e in bad.items() if f not in words]
+            wrong += [(f, [str(x) for x in e]) for f, e in bad.items() if f not in words]
             ctx["hint"] = " ".join(
                 f"{_field_label(f)}: {' '.join(str(x) for x in e)}" for f, e in wrong
             )

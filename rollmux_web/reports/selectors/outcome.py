@@ -14,12 +14,12 @@ from typing import Any
 from django.db.models import Min
 from django.utils import timezone
 
-from rollmux_web.workflow.access import job_get_for_user
 from rollmux_web.jobs.models import Job
 from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS
 from rollmux_web.reports.selectors.cost import cost_report
 from rollmux_web.reports.selectors.cost_figures import ZERO
 from rollmux_web.reports.selectors.slo import JobSlo, slo_report
+from rollmux_web.workflow.access import job_get_for_user
 
 
 @dataclass
