@@ -45,15 +45,16 @@ def page_width(page: Any) -> list[int]:
 def test_on_a_phone_notifications_fit_and_wide_tables_say_they_scroll(
     world: Any, chromium_browser: Any, live_server: Any
 ) -> None:
-    Subscription.objects.create(
-        owner=world.alice, channel="webhook", secret="s" * 43, events=["job.placed"],
-        target="https://hooks.example.org/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXXXX",
-    )  # fmt: skip
-    finished_job(world)
     context = chromium_browser.new_context(**PHONE)
     phone = context.new_page()
+    phone.set_default_timeout(60000)  # (a loaded machine: the first page can be slow)
     try:
         browser_login(phone, live_server, "alice")
+        Subscription.objects.create(
+            owner=world.alice, channel="webhook", secret="s" * 43, events=["job.placed"],
+            target="https://hooks.example.org/services/T0000000/B0000000/XXXXXXXXXXXXXXXXXXXXXX",
+        )  # fmt: skip
+        finished_job(world)
         phone.goto(f"{live_server.url}/notifications/")
         scroll, width = page_width(phone)
         phone.screenshot(path=str(ARTIFACTS / "polish-notifications-phone.png"), full_page=True)
