@@ -38,8 +38,11 @@ temp = ray_env.own_temp_dir()
 from ray.cluster_utils import Cluster
 args = {**run_cluster["head_node_args"](int(sys.argv[1]), temp), "num_cpus": 0}
 cluster = Cluster(initialize_head=True, head_node_args=args)
+from pathlib import Path
+written = {str(f): f.read_text().strip() for f in (Path(temp) / "ray" / "ray_current_cluster",
+           Path("/tmp/ray/ray_current_cluster")) if f.exists()}  # (shutdown removes it)
 print(json.dumps({"session": cluster.head_node.get_session_dir_path(),
-                  "gcs": cluster.head_node.gcs_address}))
+                  "gcs": cluster.head_node.gcs_address, "written": written}))
 cluster.shutdown()
 """
 
@@ -79,8 +82,9 @@ def test_the_run_cluster_ray_writes_its_address_only_into_its_own_temp_directory
     out = _run(CLUSTER, temp, str(GCS_PORT))
     assert Path(out["session"]).resolve().is_relative_to(Path(temp).resolve()), out
     # the address file a bare ray.init() reads: in its own directory, not /tmp/ray
-    address_file = Path(temp) / "ray" / "ray_current_cluster"
-    assert address_file.read_text().strip() == out["gcs"]
+    address_file = str(Path(temp) / "ray" / "ray_current_cluster")
+    assert out["written"][address_file] == out["gcs"], out
+    assert out["written"].get("/tmp/ray/ray_current_cluster") != out["gcs"], out
 
 
 def test_bin_run_sh_starts_its_ray_head_in_its_own_temp_directory() -> None:
