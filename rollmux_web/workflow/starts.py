@@ -10,7 +10,11 @@ split, workers/dispatch/host.py). Once a job has run:
   set-up plus load (the restore of its checkpoint when it resumed; the paper's measured
   restart by model size until then, scheduler.planner.consolidation.restart_seconds).
 
-Both in profile seconds (wall seconds x the job's time scale). The profile is built in
+Both in profile seconds. Only jobs whose phases do their real work are measured: an
+emulating runner's (`emulated`, `toy-rl`) phases run at a time scale, but its set-up and
+loads are real wall-clock seconds that the scale would magnify into thousands of profile
+seconds (a Ray worker's start-up x 200), so such a job keeps the constants, which stand for
+the model it emulates. The profile is built in
 `converters.job_profile`; `with_measured_starts` is the one place these values join it.
 """
 
@@ -20,7 +24,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from rollmux_web.jobs.runners import time_scale_of
+from rollmux_web.jobs.runners import EMULATING_RUNNERS, time_scale_of
 from rollmux_web.workflow.models import PhaseRecord, PhaseState
 from scheduler.model import Group, JobProfile
 
@@ -43,6 +47,7 @@ def measured_starts(job_ids: Iterable[int]) -> dict[int, MeasuredStarts]:
             load_s__isnull=False,
             warm_start__isnull=False,
         )
+        .exclude(job__runner__in=EMULATING_RUNNERS)
         .order_by("job_id", "-started_at")
         .values_list("job_id", "warm_start", "setup_s", "load_s", "job__runner", "job__time_scale")
     )
