@@ -98,9 +98,11 @@ def _worker_env(ray_address: str, settings: Any) -> dict[str, str]:
 
 
 def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    from django.conf import settings  # the controller's queues: phase events, then the rest
+
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "rollmux_web", "worker", "-P", "threads",
-         "-c", "2", "-Q", "rollmux", "-l", "INFO", "--without-mingle", "--without-gossip"],
+         "-c", "2", "-Q", ",".join(settings.ROLLMUX_CONTROLLER_QUEUES), "-l", "INFO", "--without-mingle", "--without-gossip"],
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -242,13 +244,14 @@ def test_reports_lost_with_redis_are_recovered_by_reconcile(
     jobs = [make_job(world, name=f"x{i}", iterations=3) for i in range(2)]
     ids = [j.pk for j in jobs]
     services.queue_plan()  # no worker yet: the first phases run and report into Redis
-    wait_for(lambda: redis.Redis.from_url(settings.REDIS_URL).llen("rollmux") >= 2, timeout=30)
+    phase_queue = settings.ROLLMUX_PHASE_QUEUE  # where the actors' phase ends go
+    wait_for(lambda: redis.Redis.from_url(settings.REDIS_URL).llen(phase_queue) >= 2, timeout=30)
     redis.Redis.from_url(settings.REDIS_URL).flushdb()  # the restart: every message gone
     running = PhaseRecord.objects.filter(job_id__in=ids, state=PhaseState.RUNNING).count()
     assert running == 2, "both first phases ended on their actors but nobody knows yet"
     with start_worker(
         app, pool="threads", concurrency=2, perform_ping_check=False,
-        queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+        queues=list(settings.ROLLMUX_CONTROLLER_QUEUES),
     ):  # fmt: skip
         summary = services.phases_reconcile(grace_s=0.0)
         assert len(summary.recovered) == 2

@@ -36,7 +36,7 @@ def test_the_controller_is_a_driver_on_the_head_node_not_a_ray_client() -> None:
     containers = {c["name"]: c for c in head["template"]["spec"]["containers"]}
     controller = containers["rollmux-controller"]
     assert controller["command"][:4] == ["celery", "-A", "rollmux_web", "worker"]
-    assert controller["command"][-2:] == ["-Q", "rollmux"]
+    assert controller["command"][-2:] == ["-Q", "rollmux-phase,rollmux"]
     env = {e["name"]: e.get("value") for e in controller["env"]}
     assert env["ROLLMUX_RAY_ADDRESS"] == "127.0.0.1:6379"  # not ray://
     # it shares the head's Ray session directory (the raylet's sockets)
