@@ -193,7 +193,7 @@ class Stack:
         )
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "rollmux_web", "worker", "-P", pool,
-             "-c", str(concurrency), "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "-l", log_level,
+             "-c", str(concurrency), "-Q", ",".join(settings.ROLLMUX_CONTROLLER_QUEUES), "-l", log_level,
              "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=full,
         )  # fmt: skip
