@@ -41,17 +41,6 @@ def eager_celery(settings: Any) -> Iterator[Any]:
     app.conf.task_always_eager, app.conf.task_eager_propagates = old
 
 
-def _forget_pending_plan(settings: Any) -> None:
-    """Drop a planning pass an earlier test's controller left pending in this run's Redis
-    (a killed worker's marker would make every request wait for a pass nobody runs)."""
-    import redis
-
-    from workers.plan_marker import PLAN_PENDING_KEY, PLAN_STARTED_KEY
-
-    if settings.REDIS_URL:
-        redis.Redis.from_url(settings.REDIS_URL).delete(PLAN_PENDING_KEY, PLAN_STARTED_KEY)
-
-
 @pytest.fixture
 def inline_workflow(eager_celery: Any, settings: Any, tmp_path: Any) -> Iterator[Any]:
     """The workflow with the in-process dispatcher: phases on threads, reports in-process."""
@@ -59,7 +48,6 @@ def inline_workflow(eager_celery: Any, settings: Any, tmp_path: Any) -> Iterator
     from workers.dispatch.inline import InlineDispatcher
 
     settings.ROLLMUX_CHECKPOINT_DIR = str(tmp_path / "ckpt")
-    _forget_pending_plan(settings)
     dispatcher = InlineDispatcher(on_report=deliver_report)
     with ports.override(dispatcher=dispatcher):
         yield dispatcher
