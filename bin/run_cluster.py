@@ -103,26 +103,30 @@ def head_node_args(port: int, temp_dir: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def start_cluster(port: int) -> Any:
-    """Start the head and one labelled Ray node per inventory node; return the Cluster."""
+def start_head(port: int) -> Any:
+    """Start the Ray head (the controller's node) in its own temp directory; return the
+    Cluster, to which `add_nodes` adds the inventory's nodes."""
     from ray.cluster_utils import Cluster
-
-    from rollmux_web.inventory.models import Node
 
     temp_dir = ray_env.own_temp_dir()  # not /tmp/ray: no bare ray.init() attaches to it
     print(f"  Ray temp directory {temp_dir} (ROLLMUX_RAY_TEMP_DIR)")
     with ray_env.controller_node():  # the head: the coordinators' node (its workers at 0)
-        cluster = Cluster(
+        return Cluster(
             initialize_head=True, head_node_args=head_node_args(port, temp_dir),
             shutdown_at_exit=True,
         )  # fmt: skip
+
+
+def add_nodes(cluster: Any) -> None:
+    """Add one labelled Ray node per inventory node, declaring its GPUs."""
+    from rollmux_web.inventory.models import Node
+
     for node in Node.objects.order_by("name"):
         cluster.add_node(
             num_cpus=0, num_gpus=node.gpus, labels={"rollmux.io/node": node.name}, wait=True,
-            temp_dir=temp_dir,
+            temp_dir=ray_env.temp_dir(),
         )  # fmt: skip
         print(f"  Ray node for {node.name}: {node.gpus} GPUs, label rollmux.io/node={node.name}")
-    return cluster
 
 
 def _stop_web(web: subprocess.Popen[bytes]) -> None:
@@ -145,39 +149,44 @@ def main() -> int:
     ray_env.apply()
     port = int(os.environ.get("ROLLMUX_CLUSTER_PORT", "8146"))
     http = os.environ.get("ROLLMUX_HTTP_ADDR", "127.0.0.1:8000")
-    db = ROOT / "var" / "cluster.sqlite3"
+    db = Path(os.environ.get("ROLLMUX_CLUSTER_DB", ROOT / "var" / "cluster.sqlite3"))
     db.parent.mkdir(parents=True, exist_ok=True)
     _django(db)
     seed(db)
     print(f"Ray head on 127.0.0.1:{port}, one Ray node per inventory node:")
-    t0 = time.monotonic()
-    cluster = start_cluster(port)
-    print(f"  cluster up in {time.monotonic() - t0:.1f} s")
-    submit_demo_jobs()
-    env = dict(os.environ, ROLLMUX_DISPATCHER="ray", ROLLMUX_RAY_ADDRESS=str(cluster.address))
-    env.pop("REDIS_URL", None)  # embedded: Celery runs in the web process
-    # its own session: Ctrl-C reaches this script only, which then stops the web server
-    # before the cluster (both at once left the web process's Ray driver printing stack
-    # traces as the cluster went away under it)
-    web = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", http, "--noreload"],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-    )
-    print(f"RollMux on http://{http}  (alice / demo-alice, admin / demo-admin); Ctrl-C stops")
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    t0 = time.monotonic()
+    cluster: Any = None
+    web: subprocess.Popen[bytes] | None = None
     try:
+        cluster = start_head(port)
+        add_nodes(cluster)
+        print(f"  cluster up in {time.monotonic() - t0:.1f} s")
+        submit_demo_jobs()
+        env = dict(os.environ, ROLLMUX_DISPATCHER="ray", ROLLMUX_RAY_ADDRESS=str(cluster.address))
+        env.pop("REDIS_URL", None)  # embedded: Celery runs in the web process
+        # its own session: Ctrl-C reaches this script only, which then stops the web server
+        # before the cluster (both at once left the web process's Ray driver printing stack
+        # traces as the cluster went away under it)
+        web = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", http, "--noreload"],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+        )
+        print(f"RollMux on http://{http}  (alice / demo-alice, admin / demo-admin); Ctrl-C stops")
         return web.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: also while the cluster is still starting
         return 0
     finally:
-        _stop_web(web)  # first, while its Ray driver can still say goodbye to the cluster
-        cluster.shutdown()  # the head and every node process it started, by pid
+        if web is not None:
+            _stop_web(web)  # first, while its Ray driver can still say goodbye to the cluster
+        if cluster is not None:
+            cluster.shutdown()  # the head and every node process it started, by pid
         print("stopped the web server and the Ray processes this script started")
 
 

@@ -338,7 +338,7 @@ SPECTACULAR_SETTINGS = {
 REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured(f"REDIS_URL {REDIS_URL!r} must start with redis:// or rediss://")
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"  # a host: kombu warns without one
 CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 # Embedded mode (no REDIS_URL): tasks run in-process, right after the commit that queues them.
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not REDIS_URL)
@@ -500,7 +500,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # embedded (eager) Celery logs every task of the beat, several a second, at INFO;
+        # a real worker keeps its own per-task lines (`celery worker -l info`)
+        **({"celery.app.trace": {"level": "WARNING"}} if EMBEDDED else {}),
+    },
 }
 
 # --- HTTPS and browser security -------------------------------------------------------

@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 def _send(fn: Callable[[], Any], what: str) -> None:
     if not embedded.runs_work_here():
-        log.info("embedded mode, not the server process: %s left to the server's beat", what)
+        # expected in every management command and script of an embedded install: not news
+        log.debug("embedded mode, not the server process: %s left to the server's beat", what)
         return
     embedded.ensure_started(run_reconcile, run_watch, run_notifications_sweep)
     try:

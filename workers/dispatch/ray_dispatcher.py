@@ -88,6 +88,7 @@ def _init(address: str, resources: Callable[[], dict[str, float]]) -> None:
         "namespace": NAMESPACE,
         "log_to_driver": False,
         "ignore_reinit_error": True,
+        "logging_level": logging.WARNING,  # not "Connecting to existing Ray cluster..." per start
     }
     if address == "local":
         kwargs.update(
