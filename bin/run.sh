@@ -39,7 +39,7 @@ if [ "$(echo "$DEBUG" | tr '[:upper:]' '[:lower:]')" != true ]; then
   # without DEBUG, runserver serves no static file: WhiteNoise serves the collected ones
   $PY manage.py collectstatic --noinput -v 0
 fi
-$PY manage.py migrate --noinput
+$PY manage.py migrate --noinput -v 0  # quiet: a first start would list every migration
 $PY manage.py seed_demo --if-empty ${ROLLMUX_SEED_ARGS:-}
 pids=()
 # stop a process: TERM, then KILL if it has not exited within $2 s (a Ray head drains for
