@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scheduler.cluster import cluster_nodes
 from scheduler.model import (
@@ -38,7 +38,7 @@ from scheduler.model import (
     Pool,
 )
 from scheduler.planner import update_job
-from scheduler.planner.consolidation import Move
+from scheduler.planner.consolidation import Move, restart_seconds
 from scheduler.planner.objective import JobProgress
 from scheduler.replan import (
     Outlook,
@@ -52,10 +52,14 @@ from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drif
 from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.records import JobRecord, MoveRecord, PhaseRecord, RunResult, draw_durations
 
+if TYPE_CHECKING:
+    from scheduler.sim.tenancy import Tenancy
+
 # Event priorities at equal times: a phase that ends frees its nodes (and perhaps a
 # whole job) before an arrival at the same instant is planned.
 PHASE_END = 0
 ARRIVAL = 1
+RETRY_TIMER = "retry"  # an ARRIVAL-priority event with this group id: retry the queue
 
 EPS = 1e-6
 
@@ -180,8 +184,12 @@ class Simulation:
         progress: Callable[[float], None] | None = None,
         drift: Mapping[str, str] | None = None,
         replan_drift: bool = False,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.spec = spec
+        # tenants' quotas, fair-share order and preemption (scheduler.sim.tenancy)
+        self.tenancy = tenancy
+        self.retry_timer_at: float | None = None
         self.policy = policy
         self.seed = seed
         self.record_phases = record_phases
@@ -263,6 +271,8 @@ class Simulation:
         for pool in (Pool.ROLLOUT, Pool.TRAIN):
             count = sum(1 for node in self.allocated_since if self.node_pool[node] is pool)
             self.peak_nodes[pool] = max(self.peak_nodes[pool], count)
+        if self.tenancy is not None:
+            self.tenancy.tick(self)
 
     # -- planning ---------------------------------------------------------------
     def _target_group(self, placement: Placement) -> str:
@@ -284,6 +294,22 @@ class Simulation:
                 self.node_price.setdefault(node.name, node.price_per_hour)
 
     def _try_place(self, job_id: str) -> PlacementStatus:
+        if self.tenancy is None:
+            return self._place(job_id)
+        if not self.tenancy.may_admit(self, job_id):
+            status = PlacementStatus.RETRY
+        else:
+            status = self._place(job_id)
+        if status is PlacementStatus.FIT:
+            self.tenancy.started(self, job_id)
+        elif status is PlacementStatus.RETRY:
+            again = self.tenancy.blocked(self, job_id)
+            if again is not None and (self.retry_timer_at is None or again < self.retry_timer_at):
+                self.retry_timer_at = again
+                self._push((again, ARRIVAL, self._new_seq(), "", None, RETRY_TIMER))
+        return status
+
+    def _place(self, job_id: str) -> PlacementStatus:
         if job_id in self.resume:
             return self._resume(job_id)
         record = self.jobs[job_id]
@@ -334,6 +360,8 @@ class Simulation:
     def _retry_waiting(self) -> None:
         # First fit over the FIFO queue: a small job behind a large one may start.
         still: deque[str] = deque()
+        if self.tenancy is not None:
+            self.waiting = deque(self.tenancy.order(self, list(self.waiting)))
         while self.waiting:
             job_id = self.waiting.popleft()
             self.jobs[job_id].retries += 1
@@ -468,6 +496,8 @@ class Simulation:
             record.iterations_done += 1
             if i == 0:
                 record.first_boundary_s = self.now
+            if self.tenancy is not None:
+                self.tenancy.boundary(job_id, self.now)
         if self.policy.job_done(result, job_id):
             # The runtime dropped the member itself when it finished its last phase.
             record.status = "done"
@@ -490,6 +520,10 @@ class Simulation:
             if group_id in self.runtimes:
                 self._start_ready(group_id)
             self._retry_waiting()
+        elif (
+            kind is PhaseKind.TRAIN and self.tenancy is not None and self.tenancy.must_yield(job_id)
+        ):
+            self._preempted(job_id, group_id)
         elif kind is PhaseKind.TRAIN and (
             job_id in self.to_move or self._lone_due(job_id, group_id)
         ):
@@ -619,6 +653,19 @@ class Simulation:
         self._retry_waiting()
         return True
 
+    def _preempted(self, job_id: str, group_id: str) -> None:
+        """Yield `job_id` at this iteration boundary (its checkpoint) to the job that
+        preempts it (scheduler.sim.tenancy); it waits in the queue and resumes from
+        here after its restart, as a drift yield does, without counting as a re-plan."""
+        assert self.tenancy is not None
+        record = self.jobs[job_id]
+        profile = self.planned_profile.get(job_id, record.profile)
+        replans = record.replans
+        self._yield(job_id, group_id, profile, restart_seconds(record.profile))
+        record.replans = replans
+        self.tenancy.yielded(self, job_id)
+        self._retry_waiting()
+
     def _yield(self, job_id: str, group_id: str, profile: JobProfile, restart: float) -> None:
         """Checkpoint `job_id` and queue it first, its nodes left to the partners its
         phases would break (scheduler.replan.may_yield); it resumes at its next
@@ -716,7 +763,11 @@ class Simulation:
             if when + EPS < self.now:
                 raise SimulationError("time went backwards")
             self.now = when
-            if kind is None:
+            if kind is None and group_id == RETRY_TIMER:
+                self.retry_timer_at = None
+                if self.waiting:
+                    self._retry_waiting()
+            elif kind is None:
                 status = self._try_place(job_id)
                 if status is PlacementStatus.RETRY:
                     self.jobs[job_id].status = "waiting"
@@ -764,6 +815,7 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     drift: Mapping[str, str] | None = None,
     replan_drift: bool = False,
+    tenancy: Tenancy | None = None,
 ) -> RunResult:
     """Simulate `jobs` on `spec` under `policy` with durations drawn from `seed`.
 
@@ -779,4 +831,5 @@ def simulate(
         progress=progress,
         drift=drift,
         replan_drift=replan_drift,
+        tenancy=tenancy,
     ).run()

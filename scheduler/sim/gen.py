@@ -56,6 +56,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -221,11 +222,38 @@ def generate_philly(
     return out
 
 
-GENERATORS = {"paper": generate_paper, "philly": generate_philly}
+# Multi-tenant trace (issue 22): [I] three tenants of the paper-like mix on a bounded
+# cluster; "vision" bursts (all its jobs within BURST_H of the start), "speech" and "nlp"
+# submit steadily over the window. Jobs are the paper-like generator's, dealt round-robin.
+TENANTS = ("vision", "speech", "nlp")
+BURSTING = "vision"
+BURST_H = 2.0
+TENANTS_JOBS = 45
+TENANTS_WINDOW_H = 72.0
+
+
+def generate_tenants(
+    seed: int, *, jobs: int = TENANTS_JOBS, window_h: float = TENANTS_WINDOW_H
+) -> list[JobProfile]:
+    """Return a multi-tenant trace: paper-like jobs dealt to TENANTS, BURSTING's in a burst."""
+    rng = np.random.default_rng(seed + 7919)  # [I] its own stream: the jobs stay paper's
+    base = generate_paper(seed, jobs=jobs, window_h=window_h)
+    out: list[JobProfile] = []
+    for index, job in enumerate(base):
+        tenant = TENANTS[index % len(TENANTS)]
+        arrival = job.arrival_s
+        if tenant == BURSTING:
+            arrival = round(float(rng.uniform(0.0, BURST_H * HOUR)), 1)
+        out.append(replace(job, tenant=tenant, arrival_s=arrival))
+    return sorted(out, key=lambda j: (j.arrival_s, j.id))
+
+
+GENERATORS = {"paper": generate_paper, "philly": generate_philly, "tenants": generate_tenants}
 
 
 def generate(kind: str, seed: int, *, jobs: int | None = None) -> list[JobProfile]:
-    """Return a trace of `kind` ("paper" or "philly") for `seed`; `jobs` overrides the count."""
+    """Return a trace of `kind` ("paper", "philly" or "tenants") for `seed`; `jobs` overrides
+    the count."""
     if kind not in GENERATORS:
         raise ValueError(f"unknown trace kind {kind!r}; choose one of {sorted(GENERATORS)}")
     if jobs is None:

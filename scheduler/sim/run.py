@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from scheduler.fairshare import PreemptionPolicy, Share, jain_index
 from scheduler.model import ClusterSpec, JobProfile
 from scheduler.sim.drift import job_templates
-from scheduler.sim.engine import simulate
-from scheduler.sim.metrics import ratios, summarise
+from scheduler.sim.engine import Simulation, simulate
+from scheduler.sim.metrics import ratios, summarise, total_cost_usd
 from scheduler.sim.milp import trace_lower_bound
 from scheduler.sim.optimal import run_optimal
 from scheduler.sim.policies import OPTIMAL_MAX_JOBS, Levers, make_policy, ordered, replanning_levers
+from scheduler.sim.tenancy import MODES, Tenancy, TenancyConfig
+
+GOLD_SLO_BELOW = 1.1  # [I] jobs with an SLO this tight are gold (never preempted)
 
 
 def run_simulation(
@@ -102,3 +107,135 @@ def run_simulation(
                     figures["total_cost_usd"] / bound.cost_usd, 4
                 )
     return report
+
+
+def tenant_shares(
+    jobs: Sequence[JobProfile], spec: ClusterSpec, weights: Mapping[str, float] | None = None
+) -> tuple[Share, ...]:
+    """Return equal nominal quotas for the trace's tenants: each pool's whole nodes dealt
+    out as evenly as they go (the first tenants get one node more), no borrowing or
+    lending limit, `weights` (default 1). A pool must be bounded."""
+    tenants = sorted({j.tenant for j in jobs})
+    out: list[Share] = []
+    for gpu_type in (spec.rollout, spec.train):
+        if gpu_type.nodes is None:
+            raise ValueError(f"cluster: {gpu_type.name} has no node count (unbounded)")
+        per, extra = divmod(gpu_type.nodes, len(tenants))
+        for i, tenant in enumerate(tenants):
+            nodes = per + (1 if i < extra else 0)
+            weight = (weights or {}).get(tenant, 1.0)
+            out.append(Share(tenant, gpu_type.name, nodes * gpu_type.gpus_per_node, weight=weight))
+    return tuple(out)
+
+
+def gold_jobs(jobs: Sequence[JobProfile], slo_below: float = GOLD_SLO_BELOW) -> dict[str, str]:
+    """Return job id -> SLO class: [I] gold for an SLO under `slo_below`, else silver."""
+    return {j.id: "gold" if j.slo < slo_below else "silver" for j in jobs}
+
+
+def run_tenants(
+    jobs: Sequence[JobProfile],
+    spec: ClusterSpec,
+    *,
+    seed: int,
+    modes: Sequence[str] = MODES,
+    shares: Sequence[Share] | None = None,
+    policy: PreemptionPolicy | None = None,
+    max_group_size: int = 5,
+    levers: Levers | None = None,
+) -> dict[str, Any]:
+    """Simulate rollmux on the bounded cluster `spec` under each tenancy mode (fifo: as
+    before, caps: nominal quotas as hard caps, fairshare: issue 22) and the baselines on
+    the same cluster unbounded; return per mode the per-tenant table, Jain's index and
+    the cost ratios, beside rollmux unbounded.
+
+    Jain's index is over the tenants' mean stretch (a job's arrival to its end over its
+    drawn solo run time): 1 when every tenant's jobs are slowed alike."""
+    shares = tuple(shares) if shares is not None else tenant_shares(jobs, spec)
+    unbounded = replace(
+        spec, rollout=replace(spec.rollout, nodes=None), train=replace(spec.train, nodes=None)
+    )
+    report: dict[str, Any] = {"seed": seed, "modes": {}, "unbounded": {}}
+    costs: dict[str, float] = {}
+    for name in ("rollmux", "solo-disagg", "colocated"):
+        run = simulate(
+            jobs, unbounded, make_policy(name, seed=seed, max_group_size=max_group_size,
+                                         levers=levers), seed=seed,
+        )  # fmt: skip
+        costs[name] = total_cost_usd(run)
+    report["unbounded"] = {
+        "cost_usd": costs,
+        "solo-disagg/rollmux": costs["solo-disagg"] / costs["rollmux"],
+        "colocated/rollmux": costs["colocated"] / costs["rollmux"],
+    }
+    slo_class = gold_jobs(jobs)
+    for mode in modes:
+        config = TenancyConfig(
+            shares=shares, mode=mode, policy=policy or PreemptionPolicy(), slo_class=slo_class
+        )
+        tenancy = Tenancy(config)
+        sim = Simulation(
+            jobs,
+            spec,
+            make_policy("rollmux", seed=seed, max_group_size=max_group_size, levers=levers),
+            seed=seed,
+            tenancy=tenancy,
+        )
+        run = sim.run()
+        tenants = tenancy.report(sim)
+        stretch: dict[str, float] = {}
+        for tenant in tenants:
+            done = [
+                r for r in run.jobs.values() if r.profile.tenant == tenant and r.status == "done"
+            ]
+            values = [
+                (r.finished_s - r.profile.arrival_s) / (r.solo_iteration_s * r.profile.iterations)
+                for r in done
+                if r.finished_s is not None
+            ]
+            stretch[tenant] = sum(values) / len(values) if values else 0.0
+            tenants[tenant]["stretch"] = stretch[tenant]
+        cost = total_cost_usd(run)
+        report["modes"][mode] = {
+            "tenants": tenants,
+            "jain_stretch": jain_index(stretch.values()),
+            "cost_usd": cost,
+            "solo-disagg/rollmux": costs["solo-disagg"] / cost,
+            "colocated/rollmux": costs["colocated"] / cost,
+            "preemptions": len(tenancy.preemptions),
+            "iterations_lost": sum(int(t["iterations_lost"]) for t in tenants.values()),
+            "unfinished": sum(1 for r in run.jobs.values() if r.status != "done"),
+        }
+    return report
+
+
+def format_tenants(report: Mapping[str, Any]) -> str:
+    """Render `run_tenants`' report as a Markdown table (one row per mode and tenant)."""
+    unb = report["unbounded"]
+    lines = [
+        f"unbounded rollmux: solo-disagg/rollmux {unb['solo-disagg/rollmux']:.3f}x, "
+        f"colocated/rollmux {unb['colocated/rollmux']:.3f}x",
+        "",
+        "| mode | tenant | jobs done | wait p50 / p95 h | GPU-h (share / nominal) | stretch "
+        "| preempted / preempting | iterations lost |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, m in report["modes"].items():
+        for tenant, t in m["tenants"].items():
+            lines.append(
+                f"| {mode} | {tenant} | {t['done']}/{t['jobs']} | {t['wait_p50_h']:.1f} / "
+                f"{t['wait_p95_h']:.1f} | {t['gpu_h']:,.0f} ({t['gpu_share']:.0%} / "
+                f"{t['nominal_share']:.0%}) | {t['stretch']:.2f} | {t['preempted']} / "
+                f"{t['preempting']} | {t['iterations_lost']} |"
+            )
+    lines.append("")
+    lines.append("| mode | Jain (stretch) | cost $ | solo-disagg/rollmux | colocated/rollmux "
+                 "| preemptions | iterations lost | unfinished |")  # fmt: skip
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for mode, m in report["modes"].items():
+        lines.append(
+            f"| {mode} | {m['jain_stretch']:.3f} | {m['cost_usd']:,.0f} | "
+            f"{m['solo-disagg/rollmux']:.3f}x | {m['colocated/rollmux']:.3f}x | "
+            f"{m['preemptions']} | {m['iterations_lost']} | {m['unfinished']} |"
+        )
+    return "\n".join(lines)
