@@ -1,5 +1,9 @@
 """Command line: `python -m scheduler.sim --trace FILE [--cluster FILE] --policy P[,P...]|all --seed N [--json OUT] [--drift SETTING [--drift-replan]]`.
 
+`--tenants fifo,caps,fairshare [--weights T=W,...]` instead runs rollmux on the bounded
+cluster once per tenancy mode (scheduler.sim.tenancy: as before, nominal quotas as hard
+caps, fair share with borrowing and preemption) and prints the per-tenant table.
+
 Prints one row per policy; `--json` also writes the full report. A malformed
 trace or cluster file stops with exit code 2 and a message naming the line and
 the field, before anything is simulated.
@@ -16,7 +20,8 @@ from typing import Any, TextIO
 
 from scheduler.sim.drift import SETTINGS
 from scheduler.sim.policies import parse_policies
-from scheduler.sim.run import run_simulation
+from scheduler.sim.run import format_tenants, run_simulation, run_tenants, tenant_shares
+from scheduler.sim.tenancy import MODES
 from scheduler.trace import TraceError, default_cluster, load_cluster, load_trace
 
 EXIT_BAD_INPUT = 2
@@ -61,6 +66,21 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse_weights(text: str) -> dict[str, float]:
+    """Parse TENANT=W[,TENANT=W...] into weights (each a finite number > 0)."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        tenant, sep, value = item.partition("=")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not sep or not tenant or not weight > 0 or weight == float("inf"):
+            raise ValueError(f"{item!r}: expected TENANT=WEIGHT with a weight > 0")
+        out[tenant] = weight
+    return out
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     """Run the simulator's command line; return the exit code."""
     stdout = out or sys.stdout
@@ -71,7 +91,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     parser.add_argument(
         "--cluster", help="cluster spec (JSON); default: the spec's example cluster"
     )
-    parser.add_argument("--policy", required=True, help="NAME[,NAME...] or all")
+    parser.add_argument("--policy", help="NAME[,NAME...] or all (required without --tenants)")
+    parser.add_argument(
+        "--tenants",
+        help="MODE[,MODE...] of fifo, caps, fairshare: the multi-tenant report on a bounded "
+        "cluster (equal nominal quotas per tenant of the trace)",
+    )
+    parser.add_argument(
+        "--weights", default="", help="fair-share weights TENANT=W[,TENANT=W...] (default 1)"
+    )
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--json", dest="json_out", help="also write the report as JSON here")
     parser.add_argument("--max-group-size", type=int, default=5)
@@ -87,11 +115,29 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         help="rollmux re-plans drifting jobs (default: the static planner)",
     )
     args = parser.parse_args(argv)
-    try:
-        policies = parse_policies(args.policy)
-    except ValueError as exc:
-        print(f"error: --policy: {exc}", file=sys.stderr)
+    modes: list[str] = []
+    weights: dict[str, float] = {}
+    policies: list[str] = []
+    if args.tenants:
+        modes = [m.strip() for m in args.tenants.split(",") if m.strip()]
+        bad = [m for m in modes if m not in MODES]
+        if bad or not modes:
+            print(f"error: --tenants: choose from {', '.join(MODES)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        try:
+            weights = parse_weights(args.weights)
+        except ValueError as exc:
+            print(f"error: --weights: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    elif not args.policy:
+        print("error: --policy is required (or --tenants)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    else:
+        try:
+            policies = parse_policies(args.policy)
+        except ValueError as exc:
+            print(f"error: --policy: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if args.max_group_size < 1:
         print("error: --max-group-size must be >= 1", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -111,6 +157,28 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     except OSError as exc:
         print(f"error: cannot read trace {args.trace}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if modes:
+        if spec.rollout.nodes is None or spec.train.nodes is None:
+            print("error: --tenants needs a bounded cluster (node counts)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        shares = tenant_shares(jobs, spec, weights)
+        tenants_report = run_tenants(
+            jobs, spec, seed=args.seed, modes=modes, shares=shares,
+            max_group_size=args.max_group_size,
+        )  # fmt: skip
+        print(
+            f"trace {args.trace}: {len(jobs)} jobs, seed {args.seed}, cluster "
+            f"{spec.rollout.name} x {spec.rollout.nodes} + {spec.train.name} x "
+            f"{spec.train.nodes} nodes; nominal quotas: "
+            + ", ".join(f"{s.tenant} {s.nominal} {s.pool} (w {s.weight:g})" for s in shares),
+            file=stdout,
+        )
+        print(format_tenants(tenants_report), file=stdout)
+        if args.json_out:
+            Path(args.json_out).write_text(
+                json.dumps(tenants_report, indent=2) + "\n", encoding="utf-8"
+            )
+        return 0
     report = run_simulation(
         jobs,
         spec,

@@ -203,6 +203,11 @@ def run_tenants(
             "solo-disagg/rollmux": costs["solo-disagg"] / cost,
             "colocated/rollmux": costs["colocated"] / cost,
             "preemptions": len(tenancy.preemptions),
+            "preemptions_by_kind": {
+                kind: sum(1 for p in tenancy.preemptions if p.kind == kind)
+                for kind in ("reclaim", "fair_share", "priority")
+            },
+            "work_lost_s": sum(p.work_lost_s for p in tenancy.preemptions),
             "iterations_lost": sum(int(t["iterations_lost"]) for t in tenants.values()),
             "unfinished": sum(1 for r in run.jobs.values() if r.status != "done"),
         }
@@ -230,12 +235,14 @@ def format_tenants(report: Mapping[str, Any]) -> str:
             )
     lines.append("")
     lines.append("| mode | Jain (stretch) | cost $ | solo-disagg/rollmux | colocated/rollmux "
-                 "| preemptions | iterations lost | unfinished |")  # fmt: skip
+                 "| preemptions (reclaim / fair share) | iterations lost | unfinished |")  # fmt: skip
     lines.append("|---|---|---|---|---|---|---|---|")
     for mode, m in report["modes"].items():
         lines.append(
             f"| {mode} | {m['jain_stretch']:.3f} | {m['cost_usd']:,.0f} | "
             f"{m['solo-disagg/rollmux']:.3f}x | {m['colocated/rollmux']:.3f}x | "
-            f"{m['preemptions']} | {m['iterations_lost']} | {m['unfinished']} |"
+            f"{m['preemptions']} ({m['preemptions_by_kind']['reclaim']} / "
+            f"{m['preemptions_by_kind']['fair_share']}) | {m['iterations_lost']} | "
+            f"{m['unfinished']} |"
         )
     return "\n".join(lines)

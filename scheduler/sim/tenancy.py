@@ -109,6 +109,7 @@ class Tenancy:
         self.usage: dict[str, dict[str, float]] = {}
         self.gpu_s: dict[str, dict[str, float]] = {}
         self.held: dict[str, dict[str, int]] = {}
+        self.peak_held: dict[str, dict[str, int]] = {}  # tenant -> pool -> most GPUs held
         self.last_tick = 0.0
         self.retry_at: float | None = None
 
@@ -146,6 +147,10 @@ class Tenancy:
                     s[pool] = s.get(pool, 0.0) + g * dt
         self.last_tick = sim.now
         self.held = self.holdings(sim)
+        for tenant, held in self.held.items():
+            peak = self.peak_held.setdefault(tenant, {})
+            for pool, g in held.items():
+                peak[pool] = max(peak.get(pool, 0), g)
 
     def loads(self, sim: Simulation) -> dict[str, TenantLoad]:
         out: dict[str, TenantLoad] = {}
@@ -190,6 +195,7 @@ class Tenancy:
         """Return False when `job_id` must wait for its quota (caps: above nominal;
         fairshare: above its borrowing limit, or a borrower while a preemption is under
         way, so the capacity freed goes to the job it was freed for)."""
+        self._prune(sim)
         job = self._queued(sim, job_id)
         verdict = quota_check(job, self.held, self.config.shares)
         if self.config.mode == "caps":
@@ -222,6 +228,9 @@ class Tenancy:
         """A job could not be placed: choose victims if it may have them; return when to
         look again (a grace delay or a minimum run ending), None: at the next departure."""
         self.blocked_since.setdefault(job_id, sim.now)
+        self._prune(sim)
+        if job_id in self.pending and not self.pending[job_id]:
+            del self.pending[job_id]  # its victims all yielded and it still does not fit
         if self.config.mode != "fairshare" or self.pending:
             return None  # one preemption at a time: the next waits for its victims
         self.tick(sim)
@@ -256,6 +265,15 @@ class Tenancy:
         if verdict.status is not QuotaStatus.WITHIN_NOMINAL:
             return None
         return sim.now + RETRY_EVERY_S
+
+    def _prune(self, sim: Simulation) -> None:
+        """Forget victims that finished before their boundary came, and preemptors that
+        were placed or left."""
+        for victim in [v for v in self.due if sim.jobs[v].status != "running"]:
+            preemptor, _kind = self.due.pop(victim)
+            self.pending.get(preemptor, set()).discard(victim)
+        for preemptor in [p for p in self.pending if sim.jobs[p].status == "running"]:
+            del self.pending[preemptor]
 
     def must_yield(self, job_id: str) -> bool:
         """Return True when `job_id`, at an iteration boundary, yields to a preemptor."""
@@ -398,6 +416,9 @@ class Tenancy:
                 "nominal_share": nominal.get(tenant, 0) / total_nominal,
                 "preempted": sum(1 for p in self.preemptions if p.victim_tenant == tenant),
                 "preempting": sum(1 for p in self.preemptions if p.preemptor_tenant == tenant),
+                "reclaimed_from": sum(
+                    1 for p in self.preemptions if p.victim_tenant == tenant and p.kind == "reclaim"
+                ),
                 "iterations_lost": lost,
                 "work_lost_s": sum(
                     p.work_lost_s for p in self.preemptions if p.victim_tenant == tenant
