@@ -419,6 +419,9 @@ class PreemptionPolicy:
     preemptible: Mapping[str, bool] = field(default_factory=lambda: {"gold": False})
     min_run_s: float = 1800.0  # [I] a job runs at least this long before it may be preempted
     grace_s: float = 600.0  # [I] wait this long for a departure that frees the same capacity
+    # may a job that would borrow preempt a bigger borrower (fair share, the no-loop rule)?
+    # False: only reclaim (within nominal) and priority within a tenant, Kueue's default
+    fair_share: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_run_s) and self.min_run_s >= 0):
@@ -560,7 +563,7 @@ def preemption_targets(
             if r.priority < job.priority:
                 candidates.append(r)
         elif borrows_under(r, ()):
-            if not within and r.priority > job.priority:
+            if not within and (not policy.fair_share or r.priority > job.priority):
                 continue
             if not within:  # fair share: only tenants above the preemptor's final share
                 theirs = by_tenant.get(r.tenant, {})

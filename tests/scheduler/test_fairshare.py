@@ -289,6 +289,20 @@ def test_borrower_may_take_from_a_bigger_borrower_only_down_to_equal_shares() ->
     assert again.decision is PreemptionDecision.BLOCKED  # type: ignore[attr-defined]
 
 
+def test_reclaim_only_policy_refuses_fair_share_preemption() -> None:
+    running = [
+        run("v1", "vision", 32),
+        run("v2", "vision", 16),
+        run("v3", "vision", 16),
+        run("s1", "speech", 32),
+    ]
+    reclaim_only = PreemptionPolicy(min_run_s=1800.0, grace_s=600.0, fair_share=False)
+    plan = targets(QueuedJob("s2", "speech", {"H800": 16}), running, policy=reclaim_only)
+    assert plan.decision is PreemptionDecision.BLOCKED  # type: ignore[attr-defined]
+    within = targets(QueuedJob("n1", "nlp", {"H800": 16}), running, policy=reclaim_only)
+    assert within.kind == "reclaim"  # type: ignore[attr-defined]
+
+
 def test_jain_index() -> None:
     assert jain_index([1.0, 1.0, 1.0]) == pytest.approx(1.0)
     assert jain_index([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
