@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scheduler.cluster import nodes_needed
 from scheduler.fairshare import (
@@ -45,9 +45,19 @@ from scheduler.fairshare import (
     quota_check,
 )
 from scheduler.model import ClusterState, JobProfile, Pool
+from scheduler.sim.records import JobRecord
 
-if TYPE_CHECKING:
-    from scheduler.sim.engine import Simulation
+
+class Simulation(Protocol):
+    """What the hook reads of the engine's run (scheduler.sim.engine.Simulation)."""
+
+    @property
+    def now(self) -> float: ...
+    @property
+    def state(self) -> ClusterState: ...
+    @property
+    def jobs(self) -> dict[str, JobRecord]: ...
+
 
 MODES = ("fifo", "caps", "fairshare")
 RETRY_EVERY_S = 300.0  # [I] how often a blocked job within its quota looks again
