@@ -11,6 +11,7 @@ Public API (kept stable; rollmux_web imports it):
   `field` names the field. `check_shares(shares, pools)` also refuses a pool the cluster
   does not have and a duplicate (tenant, pool).
 - `decayed_usage(samples, now_s, half_life_s)`: GPU-seconds decayed with a half-life;
+  `accrue(usage, held, dt_s, half_life_s)`: the same as a running total;
   `entry_penalty(admissions, now_s, half_life_s)`: GPUs just admitted, decayed.
 - `TenantLoad(tenant, usage_gpu_s, held_gpus, penalty_gpus)` and
   `dominant_share(load, shares, half_life_s)`: the tenant's weighted dominant share
@@ -159,6 +160,16 @@ def decayed_usage(
     if not (math.isfinite(half_life_s) and half_life_s > 0):
         raise ShareError("half_life_s", f"must be a finite number > 0, got {half_life_s}")
     return sum(gpu_s * _decay(now_s - end_s, half_life_s) for end_s, gpu_s in samples)
+
+
+def accrue(usage_gpu_s: float, held_gpus: float, dt_s: float, half_life_s: float) -> float:
+    """Return decayed usage `dt_s` later, `held_gpus` held all along: what was there
+    decays by 2^(-dt/h) and the holding adds g x h / ln 2 x (1 - 2^(-dt/h)), exactly
+    `decayed_usage` of the holding sampled ever finer (for a running total)."""
+    if not (math.isfinite(half_life_s) and half_life_s > 0):
+        raise ShareError("half_life_s", f"must be a finite number > 0, got {half_life_s}")
+    decay: float = 0.5 ** (max(0.0, dt_s) / half_life_s)
+    return usage_gpu_s * decay + held_gpus * half_life_s / LN2 * (1.0 - decay)
 
 
 def entry_penalty(

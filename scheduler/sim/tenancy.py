@@ -31,7 +31,6 @@ from typing import Protocol
 from scheduler.cluster import nodes_needed
 from scheduler.fairshare import (
     DEFAULT_PENALTY_HALF_LIFE_S,
-    LN2,
     PreemptionDecision,
     PreemptionPolicy,
     QueuedJob,
@@ -39,6 +38,7 @@ from scheduler.fairshare import (
     RunningJob,
     Share,
     TenantLoad,
+    accrue,
     entry_penalty,
     preemption_targets,
     queue_order,
@@ -136,25 +136,20 @@ class Tenancy:
         return held
 
     def tick(self, sim: Simulation) -> None:
-        """Integrate holdings since the last tick (called whenever allocations change).
-
-        The decayed sum is updated exactly: holding g GPUs over [t1, t2] adds
-        g x h / ln 2 x (1 - 2^(-(t2 - t1)/h)) after decaying what was there by
-        2^(-(t2 - t1)/h), the same figure scheduler.fairshare.decayed_usage gives for
-        the holding sampled finely."""
+        """Integrate holdings since the last tick (called whenever allocations change):
+        the decayed usage with scheduler.fairshare.accrue, the plain GPU-seconds."""
         dt = sim.now - self.last_tick
         if dt > 0:
             h = self.config.half_life_s
-            decay = 0.5 ** (dt / h)
-            for decayed in self.usage.values():
-                for pool in decayed:
-                    decayed[pool] *= decay
-            for tenant, held in self.held.items():
-                for pool, g in held.items():
-                    u = self.usage.setdefault(tenant, {})
-                    u[pool] = u.get(pool, 0.0) + g * h / LN2 * (1.0 - decay)
-                    s = self.gpu_s.setdefault(tenant, {})
-                    s[pool] = s.get(pool, 0.0) + g * dt
+            for tenant in set(self.usage) | set(self.held):
+                decayed = self.usage.setdefault(tenant, {})
+                held = self.held.get(tenant, {})
+                for pool in set(decayed) | set(held):
+                    g = held.get(pool, 0)
+                    decayed[pool] = accrue(decayed.get(pool, 0.0), g, dt, h)
+                    if g:
+                        s = self.gpu_s.setdefault(tenant, {})
+                        s[pool] = s.get(pool, 0.0) + g * dt
         self.last_tick = sim.now
         self.held = self.holdings(sim)
         for tenant, held in self.held.items():

@@ -15,6 +15,7 @@ from scheduler.fairshare import (
     Share,
     ShareError,
     TenantLoad,
+    accrue,
     borrowable,
     check_shares,
     decayed_usage,
@@ -82,6 +83,25 @@ def test_steady_holding_reads_as_that_many_gpus() -> None:
     share = dominant_share(load, {"H800": Share("nlp", "H800", 16)}, half)
     assert share.value == pytest.approx(0.5, rel=0.02)
     assert share.pool == "H800"
+
+
+def test_running_total_matches_decayed_samples() -> None:
+    # 8 GPUs for 3 days then 2 for 1 day, accrued in uneven steps, against per-minute samples
+    half = DAY
+    steps = [(3 * DAY, 8.0), (DAY, 2.0)]
+    total, now = 0.0, 0.0
+    for span, gpus in steps:
+        for piece in (span * 0.1, span * 0.6, span * 0.3):
+            total = accrue(total, gpus, piece, half)
+            now += piece
+    samples = []
+    t = 0.0
+    for span, gpus in steps:
+        for _ in range(int(span / 60)):
+            t += 60.0
+            samples.append((t, gpus * 60.0))
+    assert total == pytest.approx(decayed_usage(samples, now, half), rel=1e-3)
+    assert accrue(100.0, 0.0, DAY, DAY) == pytest.approx(50.0)
 
 
 def test_entry_penalty_fades() -> None:
