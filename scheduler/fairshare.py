@@ -18,11 +18,19 @@ Public API (kept stable; rollmux_web imports it):
   (`ShareOf`: value, pool, percent) used to order the queue.
 - `queue_order(jobs, loads, shares, half_life_s)`: `QueuePosition`s in admission order
   (priority, then weighted share, then submission time) with a human reason.
-- `quota_check(job, held, shares, capacity)`: `QuotaVerdict` (within nominal, borrows,
-  over its limit) with a reason.
-- `preemption_targets(job, running, ...)`: `PreemptionPlan` (FITS, WAIT, PREEMPT with
-  victims, BLOCKED) with a reason; Kueue's GetTargets, pure.
+- `QueuedJob(id, tenant, gpus, priority, submitted_s, blocked_since_s)` and
+  `RunningJob(id, tenant, gpus, frees, started_s, priority, slo_class, group,
+  since_checkpoint_s, ends_s)`: the inputs (their docstrings say each field).
+- `quota_check(job, held, shares)`: `QuotaVerdict` (WITHIN_NOMINAL, BORROWS, OVER_LIMIT)
+  with a reason; `held` is tenant -> pool -> GPUs held now.
+- `preemption_targets(job, running, shares, *, free, need, capacity, now_s, policy,
+  group_frees)`: `PreemptionPlan(decision, reason, victims, kind)`, decision FITS, WAIT,
+  PREEMPT or BLOCKED, kind reclaim / fair_share / priority; Kueue's GetTargets, pure.
+  `PreemptionPolicy(preemptible, min_run_s, grace_s, fair_share)` says who may be
+  preempted and when (`fair_share=False`: reclaim and priority only).
 - `borrowed_share(tenant, held, shares, capacity)`: the share the no-loop rule compares.
+- `borrowable(tenant, pool, held, shares, capacity)`: GPUs it may borrow now (the others'
+  unused reserved part, nominal less lending limit, is not lent).
 - `jain_index(values)`: Jain's fairness index.
 
 Shares for queue order. Per pool p, a tenant's load is
