@@ -33,6 +33,12 @@ API notes
   running; ``remove`` raises KeyError for an unknown job.
 * ``running()`` and ``queued()`` return `PendingPhase` records (queued ones in start
   order).
+* ``on_phase_end(PhaseEnd(...))`` is the runtime hook as ONE decision (pure: the runtime
+  it is called on is left as it was): it finishes the phase, decides whether the job
+  leaves its group and why (`Departure`), and which phases start now; the caller writes
+  the `PhaseEndDecision` (its ``runtime`` is the new state). A job that goes on after a
+  training (``boundary``) may be taken by the planner there (a move, a yield): the caller
+  asks it, and decides again with ``PhaseEnd.left`` set.
 * Weight sync (``JobProfile.t_sync_s > 0``): after each training but the last, the
   job's next phase is ``PhaseKind.SYNC`` (same iteration) on its ROLLOUT nodes; when
   it finishes, the job's next rollout is queued. The sync is the first half of the
@@ -65,6 +71,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
 from scheduler.model import Member, PhaseKind, member_from_dict, member_to_dict
@@ -120,6 +127,58 @@ class FinishResult:
     removed: bool = False  # the job had been removed; nothing was enqueued
     next_kind: PhaseKind | None = None  # the phase now queued for it
     next_iteration: int | None = None
+
+
+class Departure(Enum):
+    """Why a job leaves its group at a phase end (`GroupRuntime.on_phase_end`)."""
+
+    COMPLETED = "completed"  # its last training ended (or it has all its iterations)
+    CANCELLED = "cancelled"  # its cancel takes effect at this phase boundary
+    FAILED = "failed"  # its phase did not succeed (failed, or its host was lost)
+    PROFILED = "profiled"  # its profiling run's last phase ended
+    MOVED = "moved"  # the planner moved it to another group at this iteration boundary
+    YIELDED = "yielded"  # the planner sent it back to the queue at this boundary
+
+
+@dataclass(frozen=True)
+class PhaseEnd:
+    """What the caller knows of a phase end; the runtime knows the rest.
+
+    `member`: the job still runs here (its placement is the phase's and it is not
+    finished); False: the runtime only frees the phase's nodes. `iterations_done` counts
+    this phase (a training's iteration is done), of the job's `iterations`. `profile`: a
+    profiling run, which leaves its group when its last phase ends. `left`: the planner
+    took the job at this iteration boundary (MOVED or YIELDED; see `boundary`).
+    """
+
+    job_id: str
+    kind: PhaseKind
+    ok: bool
+    member: bool = True
+    cancel_requested: bool = False
+    iterations_done: int = 0
+    iterations: int = 0
+    profile: bool = False
+    left: Departure | None = None
+
+
+@dataclass(frozen=True)
+class PhaseEndDecision:
+    """One phase end, decided: apply it in one place.
+
+    `finish`: what finishing the phase did (None: the runtime had let go of it already, its
+    job removed). `leaves`: the job leaves its group, and why (None: it stays). `boundary`:
+    the job goes on after a training: the planner may take it now (a move or a yield), and
+    if it does the caller decides again with `PhaseEnd.left`. `starts`: the phases to
+    start now, in round-robin order. `runtime`: the group's runtime after all of it (the
+    state to store; the one decided on is unchanged).
+    """
+
+    finish: FinishResult | None
+    leaves: Departure | None
+    boundary: bool
+    starts: tuple[PhaseStart, ...]
+    runtime: GroupRuntime
 
 
 @dataclass
@@ -315,6 +374,59 @@ class GroupRuntime:
         if not wanted or wanted == set(run.nodes):
             return ()
         return tuple(sorted(wanted))
+
+    def on_phase_end(self, end: PhaseEnd) -> PhaseEndDecision:
+        """Decide a phase end (the runtime hook) on a copy of this runtime: finish the
+        phase, drop the job if it leaves its group (`Departure`), start what can start.
+
+        The job leaves when (in this order): a profiling run's phase failed, was lost or
+        its cancel is due (CANCELLED, else FAILED), or its run's last phase ended
+        (PROFILED); a phase failed or was lost (FAILED); it has its iterations
+        (COMPLETED); its cancel is due (CANCELLED, at the boundary); after a training the
+        planner took it (`end.left`). A job that is no longer a member only frees the
+        phase's nodes.
+        """
+        rt = self.copy()
+        finish: FinishResult | None
+        try:
+            finish = rt.finish(end.job_id, end.kind)
+        except ValueError:
+            finish = None  # the runtime already let go of this phase (job removed)
+        leaves: Departure | None = None
+        boundary = False
+        if end.member:
+            done = finish is not None and finish.done
+            if end.profile:
+                if not end.ok or end.cancel_requested:
+                    leaves = Departure.CANCELLED if end.cancel_requested else Departure.FAILED
+                elif done:
+                    leaves = Departure.PROFILED
+            elif not end.ok:
+                leaves = Departure.FAILED
+            elif done or end.iterations_done >= end.iterations:
+                leaves = Departure.COMPLETED
+            elif end.cancel_requested:
+                leaves = Departure.CANCELLED
+            elif end.kind is PhaseKind.TRAIN:
+                boundary = True  # an iteration boundary: its checkpoint is written
+                leaves = end.left
+        if leaves is not None and end.job_id in rt._members:
+            rt.remove(end.job_id)
+        return PhaseEndDecision(finish, leaves, boundary, tuple(rt.start_ready()), rt)
+
+    def copy(self) -> GroupRuntime:
+        """Return an independent copy (members are immutable and shared)."""
+        rt = GroupRuntime(self.group_id, switch_overhead_s=self.switch_overhead_s)
+        rt._members = {
+            k: replace(s, next_round=dict(s.next_round), started_pools=set(s.started_pools))
+            for k, s in self._members.items()
+        }
+        rt._running = dict(self._running)
+        rt._busy = dict(self._busy)
+        rt._last = dict(self._last)
+        rt._seq = self._seq
+        rt._round = self._round
+        return rt
 
     # -- queries ------------------------------------------------------------
 

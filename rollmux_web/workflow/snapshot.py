@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ from django.utils import timezone
 from rollmux_web.inventory.models import Cluster, GpuPrice, NodeState
 from rollmux_web.inventory.models import GpuType as GpuTypeRow
 from rollmux_web.inventory.models import Node as NodeRow
+from rollmux_web.jobs.models import Job
+from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow import starts
 from rollmux_web.workflow.converters import (
     NoPoolConfigured,
@@ -171,6 +174,37 @@ def held_young(profile: JobProfile, *, iterations: int) -> JobProfile:
         return profile
     # the core decides on the whole run (a resubmitted job's profile counts what is left)
     return young_profile(profile, run_iterations=iterations) or profile
+
+
+def resume_profile(job: Job, asked: JobProfile, now: datetime) -> JobProfile:
+    """Return `asked` (a queued job's profile as the planning pass places it) with what is
+    left of its SLO budget when the job is back from a yield (its last placement ended
+    `yielded`), as the simulator's `_resume` resubmits it: `remaining_slo` of its outlook
+    now, on its SLO clock from its first admission (profile seconds), with its restart;
+    else `asked` as it is. One query for a job placed before, none for a new one."""
+    from scheduler.planner.consolidation import restart_seconds
+    from scheduler.replan import planned_outlook, remaining_slo
+
+    if not job.attempts:
+        return asked
+    rows = list(
+        PlacementRow.objects.filter(job=job)
+        .exclude(strategy=Strategy.PROFILE)
+        .values_list("attempt", "end_reason", "created_at")
+    )
+    if not any(a == job.attempts and end == EndReason.YIELDED for a, end, _ in rows):
+        return asked
+    first = min(created for _, _, created in rows)
+    scale = time_scale_of(job.runner, job.time_scale)
+    elapsed = max(0.0, (now - first).total_seconds()) * scale
+    outlook = planned_outlook(
+        replace(asked, iterations=job.iterations),
+        remaining=job.iterations - job.iterations_done,
+        elapsed_s=elapsed,
+        done=job.iterations_done,
+    )
+    slo = remaining_slo(outlook, restart_s=restart_seconds(asked))
+    return replace(asked, slo=min(asked.slo, slo))
 
 
 def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:

@@ -156,7 +156,7 @@ def test_a_group_released_under_the_batch_is_planned_again_after_writing_the_res
         return stale if len(reads) == 1 else real()
 
     monkeypatch.setattr(snapshot, "planner_input", first_stale)
-    monkeypatch.setattr(planning.moves, "consolidation_plan", list)  # (it reads one too)
+    monkeypatch.setattr(planning.consolidation, "consolidation_plan", list)  # (it reads one too)
     summary = services.queue_plan()
     assert summary.placed == [c.pk, b.pk]
     # read again once, for b, after c's decision was written (the new snapshot sees it)

@@ -351,7 +351,7 @@ def test_a_job_back_from_a_yield_is_placed_with_what_is_left_of_its_slo_budget(
     Job.objects.filter(pk=yielder.pk).update(status=JobStatus.QUEUED, iterations_done=50)
     yielder.refresh_from_db()
     profile = job_profile(yielder)
-    resumed = moves.resume_profile(yielder, profile, timezone.now())
+    resumed = snapshot.resume_profile(yielder, profile, timezone.now())
     # its plan: about 280 s an iteration (the expected 140 + 140, and its sync); 100 x 280
     # x 1.5 = 42,000 s of budget, 25,200 s gone, 50 x 280 = 14,000 s still to run alone,
     # and its restart (197 s): (42,000 - 25,200 - 197) / 14,000 = 1.19 is left
@@ -359,4 +359,4 @@ def test_a_job_back_from_a_yield_is_placed_with_what_is_left_of_its_slo_budget(
     assert resumed.iterations == profile.iterations == 50  # the rest of its run
     # a job that did not yield keeps its own
     other = wide_job(world, "other", slo_class=world.silver)
-    assert moves.resume_profile(other, job_profile(other), timezone.now()) == job_profile(other)
+    assert snapshot.resume_profile(other, job_profile(other), timezone.now()) == job_profile(other)

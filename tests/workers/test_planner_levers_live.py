@@ -20,7 +20,7 @@ from rollmux_web.jobs.models import Job
 from rollmux_web.quotas.models import SloClass
 from rollmux_web.workflow import converters, levers, services, snapshot, sync
 from rollmux_web.workflow.models import Placement
-from rollmux_web.workflow.services import moves
+from rollmux_web.workflow.services import consolidation
 from scheduler.model import PlacementStatus, Strategy
 from scheduler.planner import place
 from scheduler.sim.drift import DRIFT_HEDGE
@@ -136,5 +136,5 @@ def test_the_live_levers_hedge_moves_as_the_replanning_runs_do(settings: Any, re
     assert lv.drift_hedge == hedge and lv.objective == "marginal"
     if replan:
         assert lv == replanning_levers(replace(DEFAULT_LEVERS, objective="marginal"))
-    assert moves.config().drift_hedge == hedge
+    assert consolidation.config().drift_hedge == hedge
     assert levers.arrival_policy().consolidation.drift_hedge == hedge

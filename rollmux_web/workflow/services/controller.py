@@ -1,14 +1,26 @@
 """The group controller: apply a phase's end and start what comes next (the runtime hook).
 
-One transaction per phase event, under the group row's lock: claim the phase record (at
-most once), advance the core GroupRuntime, move the job on (iterations done, completed,
-cancelled at the boundary, failed and resubmitted), record the phases that start now and
-dispatch them on commit. workers/README.md counts its round trips.
+One transaction per phase event, under the group row's lock:
+
+1. claim the phase record (at most once), with the iteration's training metrics in the
+   same statement (`locks.claim_phase`);
+2. read the group's open placements and its runtime; record a successful phase's
+   progress on its job (`_job_progress`);
+3. decide: the core's `GroupRuntime.on_phase_end` returns ONE decision (the job leaves,
+   and why; the phases that start; the new runtime). At an iteration boundary the
+   planner may take the job (services.moves: a move or a yield), and the decision is
+   taken again with that answer;
+4. apply it in one place (`_apply`): the departure (completed, cancelled at the
+   boundary, failed and resubmitted, its node down, profiled), the phases that start
+   (recorded, dispatched on commit) and the runtime.
+
+workers/README.md counts its round trips.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,8 +33,14 @@ from rollmux_web.inventory.services import node_ray_changed
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import own_seconds, time_scale_of
 from rollmux_web.ports import Outcome, PhaseReport
-from rollmux_web.workflow.models import EndReason, PhaseRecord, PhaseState, Placement
-from rollmux_web.workflow.services import moves, planning, profiling
+from rollmux_web.workflow.models import (
+    EndReason,
+    ExecutionGroup,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+)
+from rollmux_web.workflow.services import moves, profiling
 from rollmux_web.workflow.services.departures import (
     job_fail_or_resubmit,
     job_finish,
@@ -31,9 +49,8 @@ from rollmux_web.workflow.services.departures import (
 )
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import (
-    member_remove,
     open_placements,
-    phases_start,
+    phases_record,
     runtime_load,
     runtime_save,
     tail_release,
@@ -44,8 +61,8 @@ from rollmux_web.workflow.services.locks import (
     controller_serial,
     lock_group,
 )
-from rollmux_web.workflow.services.training_metrics import iteration_metrics_record
-from scheduler.group_runtime import FinishResult, GroupRuntime
+from rollmux_web.workflow.services.training_metrics import training_metrics_of
+from scheduler.group_runtime import Departure, PhaseEnd, PhaseEndDecision
 from scheduler.model import PhaseKind
 
 log = logging.getLogger(__name__)
@@ -114,17 +131,12 @@ def phase_finish(
             fields["started_at"] = _ts(report.started_at)
         if report.warm is not None:
             fields["warm_start"] = report.warm
-        phase = claim_phase(report.phase_id, group_id, fields)
+        # the claim, with the iteration's training metrics of a successful phase in the
+        # same statement (none reported: no upsert)
+        training = training_metrics_of(report.metrics) if result is Outcome.OK else {}
+        phase = claim_phase(report.phase_id, group_id, fields, training_metrics=training)
         if phase is None:
             return False
-        if result is Outcome.OK:  # its training metrics, with the iteration (none: no query)
-            iteration_metrics_record(
-                job_id=phase.job_id,
-                placement_id=phase.placement_id,
-                iteration=phase.iteration,
-                metrics=report.metrics,
-                now=now,
-            )
         # The job rows are read, not locked: the group lock serialises the controller, and
         # the jobs app only flips cancel_requested, which the saves below never overwrite.
         # The same read serves the phases started below.
@@ -132,54 +144,117 @@ def phase_finish(
         runtime = runtime_load(group)
         effects = Effects()
         effects.schedule()  # first: on commit the dispatch runs before any event published
-        try:
-            finish: FinishResult | None = runtime.finish(str(phase.job_id), PhaseKind(phase.kind))
-        except ValueError:
-            finish = None  # the runtime already let go of this phase (job removed)
         placement = placements.get(phase.job_id)
-        if placement is not None and placement.pk == phase.placement_id:
-            job = placement.job
-            if job.status not in TERMINAL_STATUSES and profiling.is_profile(placement):
-                profiling.profile_phase_end(
-                    job=job,
-                    phase=phase,
-                    placement=placement,
-                    runtime=runtime,
-                    finish=finish,
-                    result=result,
-                    outcome=report.summary,
-                    now=now,
-                    effects=effects,
-                )
-            elif job.status not in TERMINAL_STATUSES:
-                if result is Outcome.OK:
-                    _after_success(job, phase, placement, runtime, finish, now, effects)
-                    _check_drift(job, phase, report)
-                else:
-                    member_remove(runtime, job.pk)
-                    # a lost host is the platform's failure, not the job's: its attempt
-                    # is not counted against ROLLMUX_MAX_ATTEMPTS (departures)
-                    lost = result is Outcome.LOST
-                    node = report.lost_node if lost else None
-                    if node is not None:  # its node died or is missing: the platform's loss
-                        # Ray's word: the node is down now, in this transaction, so the
-                        # planning pass this resubmission asks for cannot pick it again
-                        node_ray_changed(name=node, alive=False, reason=report.reason)
-                        placement_end(placement, EndReason.NODE_DOWN, now, effects, kill=True)
-                        job_resubmit_node_down(job, node, now)
-                    else:
-                        reason = EndReason.LOST if lost else EndReason.FAILED
-                        placement_end(placement, reason, now, effects, kill=lost)
-                        job_fail_or_resubmit(
-                            job, report.summary, now, retry=not report.load_error, lost=lost
-                        )
-        if not effects.group_released:
-            phases_start(group, runtime, now, effects, placements=placements)
-            runtime_save(group, runtime)
+        if placement is None or placement.pk != phase.placement_id:
+            placement = None  # the phase's placement ended: the runtime only frees its nodes
+        elif placement.job.status in TERMINAL_STATUSES:
+            placement = None
+        end = _phase_end(phase, placement, result, now)
+        decision = runtime.on_phase_end(end)  # the runtime hook: one decision
+        if decision.boundary and placement is not None:
+            # an iteration boundary: the planner may move the job now (services.moves)
+            left = moves.at_iteration_boundary(
+                job=placement.job, placement=placement, now=now, effects=effects
+            )
+            if left is not None:  # it left (its placement ended): decide without it
+                decision = runtime.on_phase_end(replace(end, left=Departure(left.value)))
+        _apply(decision, phase, group, placements, placement, report, now, effects)
         if effects.orders and report.finished_at is not None:
             ended = report.finished_at  # observed after the dispatch (on_commit runs in order)
             transaction.on_commit(lambda: metrics.observe_switch(ended))
     return True
+
+
+def _phase_end(
+    phase: ClaimedPhase, placement: Placement | None, result: Outcome, now: datetime
+) -> PhaseEnd:
+    """Return what the runtime is told of the phase end; a successful phase of a production
+    run records the job's progress first (its iterations, its start), which the decision
+    reads."""
+    kind = PhaseKind(phase.kind)
+    if placement is None:
+        return PhaseEnd(str(phase.job_id), kind, ok=result is Outcome.OK, member=False)
+    job = placement.job
+    profile = profiling.is_profile(placement)
+    if result is Outcome.OK and not profile:
+        _job_progress(job, phase, now)
+    return PhaseEnd(
+        str(job.pk),
+        kind,
+        ok=result is Outcome.OK,
+        cancel_requested=job.cancel_requested,
+        iterations_done=job.iterations_done,
+        iterations=job.iterations,
+        profile=profile,
+    )
+
+
+def _apply(
+    decision: PhaseEndDecision,
+    phase: ClaimedPhase,
+    group: ExecutionGroup,
+    placements: dict[int, Placement],
+    placement: Placement | None,
+    report: PhaseReport,
+    now: datetime,
+    effects: Effects,
+) -> None:
+    """Write a phase end's decision: the job's departure (its placement ended, the job
+    finished, resubmitted or queued), then the phases that start and the runtime."""
+    if placement is not None:
+        job = placement.job
+        if profiling.is_profile(placement):
+            if decision.leaves is not None:
+                profiling.profile_departure(
+                    job=job,
+                    placement=placement,
+                    leaves=decision.leaves,
+                    result=report.outcome,
+                    outcome=report.summary,
+                    now=now,
+                    effects=effects,
+                )
+        else:
+            _depart(decision.leaves, job, placement, report, now, effects)
+            if report.outcome is Outcome.OK:
+                _check_drift(job, phase, report)
+    if not effects.group_released:
+        phases_record(group, decision.starts, decision.runtime, now, effects, placements)
+        runtime_save(group, decision.runtime)
+
+
+def _depart(
+    leaves: Departure | None,
+    job: Job,
+    placement: Placement,
+    report: PhaseReport,
+    now: datetime,
+    effects: Effects,
+) -> None:
+    """Write a production job's departure from its group (nothing when it stays, or when
+    the planner moved it or sent it back: services.moves wrote that)."""
+    if leaves is Departure.COMPLETED:
+        placement_end(placement, EndReason.COMPLETED, now, effects)
+        job_finish(job, JobStatus.COMPLETED, now)
+        events.publish(events.JOB_COMPLETED, job=job)
+    elif leaves is Departure.CANCELLED:
+        placement_end(placement, EndReason.CANCELLED, now, effects)
+        job_finish(job, JobStatus.CANCELLED, now, reason="cancelled at a phase boundary")
+    elif leaves is Departure.FAILED:
+        # a lost host is the platform's failure, not the job's: its attempt is not
+        # counted against ROLLMUX_MAX_ATTEMPTS (departures)
+        lost = report.outcome is Outcome.LOST
+        node = report.lost_node if lost else None
+        if node is not None:  # its node died or is missing: the platform's loss
+            # Ray's word: the node is down now, in this transaction, so the planning pass
+            # this resubmission asks for cannot pick it again
+            node_ray_changed(name=node, alive=False, reason=report.reason)
+            placement_end(placement, EndReason.NODE_DOWN, now, effects, kill=True)
+            job_resubmit_node_down(job, node, now)
+        else:
+            reason = EndReason.LOST if lost else EndReason.FAILED
+            placement_end(placement, reason, now, effects, kill=lost)
+            job_fail_or_resubmit(job, report.summary, now, retry=not report.load_error, lost=lost)
 
 
 def _metrics(report: PhaseReport) -> dict[str, Any]:
@@ -230,15 +305,10 @@ def _check_drift(job: Job, phase: ClaimedPhase, report: PhaseReport) -> None:
         )
 
 
-def _after_success(
-    job: Job,
-    phase: ClaimedPhase,
-    placement: Placement,
-    runtime: GroupRuntime,
-    finish: FinishResult | None,
-    now: datetime,
-    effects: Effects,
-) -> None:
+def _job_progress(job: Job, phase: ClaimedPhase, now: datetime) -> None:
+    """Record a successful phase's progress on its job: a training's iteration is done,
+    and a job placed runs from its first phase's end on (one UPDATE, none when nothing
+    changed)."""
     update = ["updated_at"]
     if phase.kind == PhaseKind.TRAIN.value and job.iterations_done < phase.iteration + 1:
         job.iterations_done = phase.iteration + 1
@@ -249,24 +319,3 @@ def _after_success(
         update += ["status", "started_at"]
     if len(update) > 1:
         job.save(update_fields=update)
-    if (finish is not None and finish.done) or job.iterations_done >= job.iterations:
-        member_remove(runtime, job.pk)
-        placement_end(placement, EndReason.COMPLETED, now, effects)
-        job_finish(job, JobStatus.COMPLETED, now)
-        events.publish(events.JOB_COMPLETED, job=job)
-    elif job.cancel_requested:
-        # cancel takes effect at the phase boundary: drop the job's next phase
-        member_remove(runtime, job.pk)
-        placement_end(placement, EndReason.CANCELLED, now, effects)
-        job_finish(job, JobStatus.CANCELLED, now, reason="cancelled at a phase boundary")
-    elif phase.kind == PhaseKind.TRAIN.value:
-        # an iteration boundary (its checkpoint is written): the planner may move it now
-        moves.at_iteration_boundary(
-            job=job,
-            placement=placement,
-            runtime=runtime,
-            now=now,
-            effects=effects,
-            persist=planning._placement_persist,
-            stale=planning._StaleSnapshot,
-        )

@@ -104,14 +104,26 @@ def phases_start(
     *,
     placements: dict[int, Placement] | None = None,
 ) -> list[PhaseRecord]:
-    """Ask the runtime which phases start now; record and queue them for dispatch.
+    """Ask the runtime which phases start now; record and queue them (`phases_record`)."""
+    return phases_record(group, runtime.start_ready(), runtime, now, effects, placements)
+
+
+def phases_record(
+    group: ExecutionGroup,
+    starts: Sequence[PhaseStart],
+    runtime: GroupRuntime,
+    now: datetime,
+    effects: Effects,
+    placements: dict[int, Placement] | None = None,
+) -> list[PhaseRecord]:
+    """Record the phases the runtime started (`starts`; `runtime`: as it is after them) and
+    queue them for dispatch.
 
     A started phase is recorded as RUNNING with started_at = now (the dispatch moment: the
     runtime only starts a phase on idle nodes and its host runs one phase at a time, so it
     begins within milliseconds); the host's own start and end stamps replace both when it
     reports the end. That saves a broker message and a transaction per phase.
     """
-    starts = runtime.start_ready()
     if not starts:
         return []
     if placements is None:

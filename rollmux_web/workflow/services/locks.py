@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,6 +19,7 @@ from django.db.models import Field
 from django.db.models.expressions import RawSQL
 
 from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, PhaseState
+from rollmux_web.workflow.services.training_metrics import upsert_sql
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +124,21 @@ class ClaimedPhase:
     iteration: int
 
 
-def claim_phase(phase_id: int, group_id: int, fields: dict[str, Any]) -> ClaimedPhase | None:
+def claim_phase(
+    phase_id: int,
+    group_id: int,
+    fields: dict[str, Any],
+    *,
+    training_metrics: Mapping[str, float] | None = None,
+) -> ClaimedPhase | None:
     """Apply a phase's end to its record if it is still active; None if it is not.
 
     One round trip: `UPDATE ... WHERE state IN (active) RETURNING ...` (PostgreSQL and
     SQLite >= 3.35). The conditional UPDATE is what makes a report apply at most once; a
-    record without a start stamp gets the end stamp as its start.
+    record without a start stamp gets the end stamp as its start. `training_metrics`
+    (`training_metrics.training_metrics_of`, the phase's iteration's points) are upserted
+    for the claimed record only: on PostgreSQL in the same statement (the UPDATE a
+    data-modifying WITH, the upsert reading its row), elsewhere in a second one.
     """
     meta = PhaseRecord._meta
     qn = connection.ops.quote_name
@@ -142,14 +152,25 @@ def claim_phase(phase_id: int, group_id: int, fields: dict[str, Any]) -> Claimed
         sets.append(f"{qn('started_at')} = COALESCE({qn('started_at')}, %s)")
         params.append(column("finished_at").get_db_prep_save(fields["finished_at"], connection))
     states = ", ".join(["%s"] * len(ACTIVE_PHASE_STATES))
+    returned = [qn(c) for c in ("job_id", "placement_id", "kind", "iteration")]
     sql = (
         f"UPDATE {qn(meta.db_table)} SET {', '.join(sets)}"
         f" WHERE {qn('id')} = %s AND {qn('group_id')} = %s AND {qn('state')} IN ({states})"
-        f" RETURNING {qn('job_id')}, {qn('placement_id')}, {qn('kind')}, {qn('iteration')}"
+        f" RETURNING {', '.join(returned)}"
     )
+    params += [phase_id, group_id, *ACTIVE_PHASE_STATES]
+    recorded = fields["reported_at"]  # the metrics' stamp: the controller's now
+    after = training_metrics and not is_postgres()  # (SQLite: no UPDATE inside WITH)
+    if training_metrics and not after:  # one statement: the upsert reads the claimed row
+        upsert, more = upsert_sql(training_metrics, recorded, source="claimed")
+        sql = f"WITH claimed AS ({sql}), metrics AS ({upsert}) SELECT * FROM claimed"
+        params += more
     with connection.cursor() as cur:
-        cur.execute(sql, [*params, phase_id, group_id, *ACTIVE_PHASE_STATES])
+        cur.execute(sql, params)
         row = cur.fetchone()
+        if row is not None and training_metrics and after:
+            upsert, more = upsert_sql(training_metrics, recorded)
+            cur.execute(upsert, [int(row[0]), int(row[1]), int(row[3]), *more])
     if row is None:
         return None
     return ClaimedPhase(phase_id, int(row[0]), int(row[1]), str(row[2]), int(row[3]))

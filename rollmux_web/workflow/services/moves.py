@@ -3,9 +3,10 @@
 One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
 
 * **Consolidation on departure.** When a member leaves a group and others remain,
-  `placement_end` flags the group; the next planning pass (`consolidation_plan`, under
-  the planner lock) asks the core's `plan_consolidation` which survivors to move and
-  marks their placements `move_requested`. The simulator's calls, with its rules:
+  `placement_end` flags the group; the next planning pass (its step 2,
+  `consolidation.consolidation_plan`, under the planner lock) asks the core's
+  `plan_consolidation` which survivors to move and marks their placements
+  `move_requested`. The simulator's calls, with its rules:
   expected remaining cost saved net of the restart (a function of model size), every
   SLO over the whole run, restarts included, at most ROLLMUX_MAX_MOVES_PER_JOB moves.
 * **Drift re-plan.** Every `WINDOW` iterations a job's observed phases give its outlook
@@ -24,7 +25,7 @@ One mechanism serves two planner decisions (issue 14 item 1, issue 13 item 4):
   simulator's `_yield`: its placement ends (EndReason.YIELDED), its nodes stay with those
   partners, and it goes back to the queue, planned before the jobs that arrived after it
   (`planning.resuming_first`), to resume from its checkpoint at its next iteration,
-  placed with what is left of its SLO budget (`resume_profile`, the simulator's
+  placed with what is left of its SLO budget (`snapshot.resume_profile`, the simulator's
   `_resume`). Its SLO clock keeps its first admission (`snapshot.planner_input`), so the
   wait counts.
   The check is `drift_check`, a task of its own that the controller asks for after it
@@ -49,7 +50,7 @@ checkpoint of that iteration is written before the end is reported), at
    from now: the database refuses two open allocations of a node); a target that
    changed under us undoes both and the job stays;
 4. the job is dropped from its old group's runtime before that group starts its next
-   phases, and admitted to the new one at its next iteration: its first phase there is a
+   phases (the controller's phase-end decision, told how the job left), and admitted to the new one at its next iteration: its first phase there is a
    cold start that restores the checkpoint (PhaseOrder.resume_iteration), so no phase is
    lost or run twice.
 
@@ -64,7 +65,7 @@ saves $... expected"): group numbers and dollars, never another tenant's job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -73,16 +74,13 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, F
-from django.utils import timezone
 
 from rollmux_web.audit.services import audit_record
-from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import DurationSource, Job
 from rollmux_web.jobs.runners import load_seconds, time_scale_of
-from rollmux_web.workflow import converters, levers, snapshot
+from rollmux_web.workflow import converters, levers
 from rollmux_web.workflow.models import (
     EndReason,
-    ExecutionGroup,
     MoveKind,
     PhaseRecord,
     PhaseState,
@@ -90,11 +88,11 @@ from rollmux_web.workflow.models import (
     PlanWait,
     Strategy,
 )
+from rollmux_web.workflow.services.consolidation import NOW, config, move_state
 from rollmux_web.workflow.services.departures import placement_end
 from rollmux_web.workflow.services.effects import Effects
-from rollmux_web.workflow.services.groups import member_remove
 from rollmux_web.workflow.services.locks import planner_try_lock
-from scheduler.group_runtime import GroupRuntime
+from rollmux_web.workflow.services.plan_writer import StaleSnapshot, placement_persist
 from scheduler.model import (
     ClusterState,
     JobProfile,
@@ -104,10 +102,8 @@ from scheduler.model import (
 )
 from scheduler.planner import remove_job
 from scheduler.planner.consolidation import (
-    ConsolidationConfig,
     best_move,
     partners_keep_slo,
-    plan_consolidation,
     restart_seconds,
 )
 from scheduler.planner.objective import JobProgress
@@ -118,95 +114,13 @@ from scheduler.replan import (
     group_outlooks,
     may_yield,
     observed_outlook,
-    planned_outlook,
-    remaining_slo,
     should_assess,
 )
 from scheduler.sim.drift import WINDOW, learned_profile
 
 log = logging.getLogger(__name__)
 
-# The moves' clock: the planner's `now` is 0 and each job's admission lies its elapsed
-# PROFILE seconds before it (a job emulated at 200x has run 200 s of its profile per
-# wall-clock second), so every job's SLO budget is on its own clock.
-NOW = 0.0
 NEW_GROUP = "a new group"  # a drift move's target before it has its id
-
-
-def config() -> ConsolidationConfig:
-    """Return the consolidation rules of the live planner: the simulator's rollmux levers
-    as the live planning pass runs them (workflow.levers), ROLLMUX_MAX_MOVES_PER_JOB moves."""
-    from scheduler.sim.policies import consolidation_config
-
-    lv = replace(levers.live_levers(), max_moves_per_job=settings.ROLLMUX_MAX_MOVES_PER_JOB)
-    return consolidation_config(lv, max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE)
-
-
-def move_state() -> tuple[ClusterState, dict[str, JobProgress]]:
-    """Return the planner's view (`snapshot.planner_input`: every member's whole run, its
-    iterations done, moves and first admission) with each SLO clock in profile seconds.
-
-    A job emulated at 200x has run 200 profile seconds per wall-clock second, and its SLO
-    budget is in profile seconds: the moves' `now` is NOW and each job's admission lies its
-    elapsed wall-clock seconds x its time scale before it.
-    """
-    state, progress = snapshot.planner_input()
-    wall = timezone.now().timestamp()
-    scale = {m.job.id: m.job.time_scale for g in state.groups for m in g.members}
-    return state, {
-        job_id: replace(
-            p,
-            admitted_s=NOW - max(0.0, wall - p.admitted_s) * scale.get(job_id, 1.0)
-            if p.admitted_s
-            else NOW,
-        )
-        for job_id, p in progress.items()
-    }
-
-
-def consolidation_plan() -> list[int]:
-    """Mark the survivors the planner would move out of groups a member left; return them.
-
-    Step 0 of a planning pass (it holds the planner lock): each flagged group is
-    planned once (`plan_consolidation` on one snapshot) and its flag cleared; the moves
-    themselves are re-decided at each mover's next iteration boundary.
-    """
-    due = list(ExecutionGroup.objects.filter(consolidation_due=True).values_list("pk", flat=True))
-    if not due:
-        return []
-    ExecutionGroup.objects.filter(pk__in=due).update(consolidation_due=False)
-    if not settings.ROLLMUX_CONSOLIDATION or settings.ROLLMUX_MAX_MOVES_PER_JOB < 1:
-        return []
-    try:
-        state, progress = move_state()
-    except snapshot.NoPoolConfigured:
-        return []
-    active = {g.id for g in state.groups}
-    every = levers.live_levers().every_departure
-    marked: list[int] = []
-    for group_id in due:
-        if str(group_id) not in active and not every:
-            continue  # its last member left: only the jobs alone elsewhere could move
-        for move in plan_consolidation(
-            state, str(group_id), now=NOW, progress=progress, config=config()
-        ):
-            job_id = int(move.job_id)
-            n = (
-                Placement.objects.filter(job_id=job_id, ended_at__isnull=True, move_requested="")
-                .exclude(strategy=Strategy.PROFILE)
-                .update(move_requested=MoveKind.CONSOLIDATION)
-            )
-            if n:
-                log.info("job %s: %s (at its next iteration boundary)", job_id, move.reason)
-                marked.append(job_id)
-    return marked
-
-
-# planning._placement_persist(job, profile, result, state, now, effects, node ids by name)
-Persist = Callable[
-    [Job, JobProfile, PlacementResult, ClusterState, datetime, Effects, dict[str, int]],
-    ClusterState,
-]
 
 
 @dataclass(frozen=True)
@@ -235,19 +149,16 @@ def at_iteration_boundary(
     *,
     job: Job,
     placement: Placement,
-    runtime: GroupRuntime,
     now: datetime,
     effects: Effects,
-    persist: Persist,
-    stale: type[Exception],
-) -> bool:
-    """Move the job if the planner wants it elsewhere (module docstring); True if it moved.
+) -> EndReason | None:
+    """Move the job if the planner wants it elsewhere (module docstring); return how it
+    left its group (EndReason.MOVED or YIELDED: its placement is ended), None if it stays.
 
     Called by the controller, under the group's lock, when a training of the job ended
-    and the job goes on. `persist` is the planning pass's own persistence of a FIT
-    decision (it raises `stale` when the target group changed under the snapshot): a
-    moved job is placed exactly as a queued one (the planning pass, in turn, asks this
-    module for its consolidation step, hence the parameter, not an import).
+    and the job goes on, before the group's runtime decides the phase end: the controller's
+    decision drops a job that left (step 4). A moved job is placed exactly as a queued one,
+    by the planning pass's writer (services.plan_writer).
     """
     kind = placement.move_requested
     if settings.ROLLMUX_DRIFT_REPLAN and job.iterations_done % WINDOW == 0:
@@ -255,33 +166,35 @@ def at_iteration_boundary(
         # still open and not marked (a move made or requested now comes first)
         effects.drift_checks.append((placement.pk, job.iterations_done))
     if not kind:
-        return False
+        return None
     learned: JobProfile | None = None
     drift = None
     if kind == MoveKind.DRIFT:
         if not settings.ROLLMUX_DRIFT_REPLAN:
-            return _clear_request(placement)
+            _clear_request(placement)
+            return None
         drift = _drift_learned(job, placement, job.iterations_done, found=True)
     if not planner_try_lock():
-        return False  # a planning pass is deciding: try again at the next boundary
+        return None  # a planning pass is deciding: try again at the next boundary
     state, progress = move_state()
     if drift is not None:
         learned = _learned_member(job, state, drift[0])
         _save_learned(job, learned)
     decided = _decide(kind, job, placement, state, progress, learned, drift and drift[1])
     if decided is None:
-        return _clear_request(placement)
+        _clear_request(placement)
+        return None
     if isinstance(decided, _Yield):
-        return _yield_execute(decided, job, placement, runtime, now, effects)
-    return _execute(decided, job, placement, runtime, now, effects, persist, stale)
+        _yield_execute(decided, job, placement, now, effects)
+        return EndReason.YIELDED
+    return EndReason.MOVED if _execute(decided, job, placement, now, effects) else None
 
 
-def _clear_request(placement: Placement) -> bool:
-    """The planner no longer wants the requested move: clear the request; return False."""
+def _clear_request(placement: Placement) -> None:
+    """The planner no longer wants the requested move: clear the request."""
     if placement.move_requested:
         placement.move_requested = ""
         Placement.objects.filter(pk=placement.pk).update(move_requested="")
-    return False
 
 
 # drift_check's outcomes
@@ -606,29 +519,25 @@ def _execute(
     decided: _Decided,
     job: Job,
     placement: Placement,
-    runtime: GroupRuntime,
     now: datetime,
     effects: Effects,
-    persist: Persist,
-    stale: type[Exception],
 ) -> bool:
-    """Make the move (module docstring, steps 3 and 4); False if the target went stale."""
+    """Make the move (module docstring, step 3; the controller's decision takes step 4);
+    False if the target went stale."""
     moved = Effects()
-    nodes = dict(Node.objects.values_list("name", "pk"))
     try:
         with transaction.atomic():  # a savepoint: a stale target undoes the whole move
             placement.move_requested = ""
             placement.move_reason = decided.text[:500]
             placement.save(update_fields=["move_requested", "move_reason"])
             placement_end(placement, EndReason.MOVED, now, moved)
-            persist(job, decided.profile, decided.result, decided.without, now, moved, nodes)
-    except stale:
+            placement_persist(job, decided.profile, decided.result, decided.without, now, moved)
+    except StaleSnapshot:
         log.info("job %s: its move's target changed meanwhile; trying again later", job.pk)
         placement.move_reason = ""
         placement.ended_at = None
         placement.end_reason = ""
         return False
-    member_remove(runtime, job.pk)
     target = (
         Placement.objects.filter(job=job, ended_at__isnull=True).values_list("group_id", flat=True)
     ).first()
@@ -651,13 +560,12 @@ def _yield_execute(
     decided: _Yield,
     job: Job,
     placement: Placement,
-    runtime: GroupRuntime,
     now: datetime,
     effects: Effects,
-) -> bool:
+) -> None:
     """Make the yield (module docstring): end the placement (YIELDED; its nodes stay with the
-    members that use them), drop the job from its group's runtime before the group starts
-    its next phases, and put it back in the queue to resume at its next iteration (the
+    members that use them; the controller's decision drops the job from its group's runtime
+    before the group starts its next phases), and put it back in the queue to resume at its next iteration (the
     placement it gets restores the checkpoint written before this boundary, as a move's
     and a resubmitted job's). The planning pass placing it is asked for on commit
     (placement_end: effects.replan); it plans the job first (`planning.resuming_first`)."""
@@ -665,7 +573,6 @@ def _yield_execute(
     placement.move_reason = decided.text[:500]
     placement.save(update_fields=["move_requested", "move_reason"])
     placement_end(placement, EndReason.YIELDED, now, effects)
-    member_remove(runtime, job.pk)
     job.status = job.requeue_status
     job.reason = decided.text[:500]
     job.save(update_fields=["status", "reason", "updated_at"])
@@ -685,35 +592,6 @@ def _yield_execute(
     )
     log.info("job %s: %s", job.pk, decided.text)
     effects.replan = True
-    return True
-
-
-def resume_profile(job: Job, asked: JobProfile, now: datetime) -> JobProfile:
-    """Return `asked` (a queued job's profile as the planning pass places it) with what is
-    left of its SLO budget when the job is back from a yield (its last placement ended
-    `yielded`), as the simulator's `_resume` resubmits it: `remaining_slo` of its outlook
-    now, on its SLO clock from its first admission (profile seconds), with its restart;
-    else `asked` as it is. One query for a job placed before, none for a new one."""
-    if not job.attempts:
-        return asked
-    rows = list(
-        Placement.objects.filter(job=job)
-        .exclude(strategy=Strategy.PROFILE)
-        .values_list("attempt", "end_reason", "created_at")
-    )
-    if not any(a == job.attempts and end == EndReason.YIELDED for a, end, _ in rows):
-        return asked
-    first = min(created for _, _, created in rows)
-    scale = time_scale_of(job.runner, job.time_scale)
-    elapsed = max(0.0, (now - first).total_seconds()) * scale
-    outlook = planned_outlook(
-        replace(asked, iterations=job.iterations),
-        remaining=job.iterations - job.iterations_done,
-        elapsed_s=elapsed,
-        done=job.iterations_done,
-    )
-    slo = remaining_slo(outlook, restart_s=restart_seconds(asked))
-    return replace(asked, slo=min(asked.slo, slo))
 
 
 def _audit(action: str, job: Job, placement: Placement, after: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ what. The run is a phase like any other: phase records, node allocations (billed
 job), drawn on the Gantt. The planner's snapshot leaves profile groups and their nodes out
 (`workflow.snapshot`), so nothing is packed with a profile.
 
-When its last training ends (`profile_phase_end`, the controller's hook for profile
+When its last training ends (`profile_departure`, the controller's hook for profile
 placements), the measured times become the job's estimates (`duration_source` profiled):
 the slowest phase of each kind its max, the fastest its min (profile seconds: wall-clock x
 the job's time scale), and it is queued for the planner, which admits it on the worst case.
@@ -43,14 +43,12 @@ from rollmux_web.workflow.models import (
 from rollmux_web.workflow.services.departures import job_finish, placement_end
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.groups import (
-    member_remove,
     phases_start,
     runtime_load,
     runtime_save,
 )
-from rollmux_web.workflow.services.locks import ClaimedPhase
 from rollmux_web.workflow.snapshot import current_prices
-from scheduler.group_runtime import FinishResult, GroupRuntime
+from scheduler.group_runtime import Departure
 from scheduler.model import JobProfile, Member
 
 log = logging.getLogger(__name__)
@@ -226,30 +224,24 @@ def measured_times(placement: Placement, job: Job) -> PhaseTimes:
     return PhaseTimes(min(roll), max(roll), min(train), max(train))
 
 
-def profile_phase_end(
+def profile_departure(
     *,
     job: Job,
-    phase: ClaimedPhase,
     placement: Placement,
-    runtime: GroupRuntime,
-    finish: FinishResult | None,
+    leaves: Departure,
     result: Outcome,
     outcome: str,
     now: datetime,
     effects: Effects,
 ) -> None:
-    """Apply the end of a profiling phase (the controller's hook for profile placements):
-    the last one queues the job with the measured estimates; a failed one fails the job
-    with its runner's error, never retried; a lost one sends the job back to wait."""
-    if result is Outcome.OK and not job.cancel_requested:
-        if finish is None or not finish.done:
-            return  # more profile phases follow (the controller starts them)
-        member_remove(runtime, job.pk)
+    """Write a profiling run's departure as the controller's phase-end decision took it
+    (the runtime already dropped the job): the last phase queues the job with the measured
+    estimates; a failed one fails the job with its runner's error, never retried; a lost
+    one sends the job back to wait; a cancel ends it."""
+    if leaves is Departure.PROFILED:
         placement_end(placement, EndReason.PROFILED, now, effects)
         _profiled(job, measured_times(placement, job), now)
-        return
-    member_remove(runtime, job.pk)
-    if job.cancel_requested:
+    elif leaves is Departure.CANCELLED:
         placement_end(placement, EndReason.CANCELLED, now, effects)
         job_finish(job, JobStatus.CANCELLED, now, reason="cancelled during its profiling run")
     elif result in (Outcome.ERROR, Outcome.LOAD_ERROR):  # the runner's (never the platform's)

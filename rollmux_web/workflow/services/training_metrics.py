@@ -1,9 +1,11 @@
 """Record a job's training metrics per iteration (the points of its reward curve).
 
-Called by the controller when it applies a phase's end, in that transaction, after the
-claim: a report applies at most once, and the write is an idempotent upsert anyway (a
-replay writes the same values). One statement, and none at all for a phase that reported
-no training metric (`emulated`), so the switch path of those keeps its round trips.
+The controller writes them in the statement that claims the phase record (on PostgreSQL
+the claim's UPDATE and this upsert are one statement: `locks.claim_phase`, `upsert_sql`
+with the claimed row as its source), so a report applies at most once and a phase end
+with training metrics costs no extra round trip; the write is an idempotent upsert anyway
+(a replay writes the same values). A phase that reported no training metric (`emulated`)
+writes nothing.
 """
 
 from __future__ import annotations
@@ -32,15 +34,13 @@ def training_metrics_of(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def iteration_metrics_record(
-    *,
-    job_id: int,
-    placement_id: int,
-    iteration: int,
-    metrics: Mapping[str, Any],
-    now: datetime,
-) -> bool:
-    """Store one phase's training metrics with its job's iteration; False if it had none.
+def upsert_sql(
+    values: Mapping[str, float], now: datetime, *, source: str | None = None
+) -> tuple[str, list[Any]]:
+    """Return the upsert of one phase's training metrics (`values`, non-empty) and its
+    parameters, the job, placement and iteration read from `source` (a table expression
+    with those columns: the claimed phase record), or, without one, taken as the first
+    three parameters, to fill in.
 
     INSERT ... ON CONFLICT (job, iteration) DO UPDATE (PostgreSQL, and SQLite >= 3.24):
     - the same placement (the rollout's reward, then the training's loss of an iteration):
@@ -51,16 +51,13 @@ def iteration_metrics_record(
     - an earlier placement (a report that arrives after its job moved on): ignored.
     Placement ids grow with each attempt, so "later" is a larger id.
     """
-    values = training_metrics_of(metrics)
-    if not values:
-        return False
     meta = IterationMetrics._meta
     qn = connection.ops.quote_name
     table = qn(meta.db_table)
     names = list(TRAINING_METRICS)
     cols = ["job_id", "placement_id", "iteration", *names, "recorded_at"]
     recorded_at = meta.get_field("recorded_at").get_db_prep_save(now, connection)
-    params = [job_id, placement_id, iteration, *(values.get(n) for n in names), recorded_at]
+    params: list[Any] = [*(values.get(n) for n in names), recorded_at]
     newer = f"EXCLUDED.{qn('placement_id')} > {table}.{qn('placement_id')}"
     sets = [
         f"{qn(n)} = CASE WHEN {newer} THEN EXCLUDED.{qn(n)} "
@@ -68,12 +65,34 @@ def iteration_metrics_record(
         for n in names
     ]
     sets += [f"{qn(c)} = EXCLUDED.{qn(c)}" for c in ("placement_id", "recorded_at")]
+    if source is None:
+        rows = f" VALUES ({', '.join(['%s'] * len(cols))})"
+    else:  # typed: a parameter in a SELECT list has no column to take its type from
+        typed = [f"%s::{meta.get_field(c).db_type(connection)}" for c in (*names, "recorded_at")]
+        keys = ", ".join(qn(c) for c in ("job_id", "placement_id", "iteration"))
+        rows = f" SELECT {keys}, {', '.join(typed)} FROM {source}"
     sql = (
-        f"INSERT INTO {table} ({', '.join(qn(c) for c in cols)})"
-        f" VALUES ({', '.join(['%s'] * len(cols))})"
+        f"INSERT INTO {table} ({', '.join(qn(c) for c in cols)}){rows}"
         f" ON CONFLICT ({qn('job_id')}, {qn('iteration')}) DO UPDATE SET {', '.join(sets)}"
         f" WHERE EXCLUDED.{qn('placement_id')} >= {table}.{qn('placement_id')}"
     )
+    return sql, params
+
+
+def iteration_metrics_record(
+    *,
+    job_id: int,
+    placement_id: int,
+    iteration: int,
+    metrics: Mapping[str, Any],
+    now: datetime,
+) -> bool:
+    """Store one phase's training metrics with its job's iteration in one statement
+    (`upsert_sql`); False if it had none."""
+    values = training_metrics_of(metrics)
+    if not values:
+        return False
+    sql, params = upsert_sql(values, now)
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        cur.execute(sql, [job_id, placement_id, iteration, *params])
     return True

@@ -1,0 +1,100 @@
+"""Consolidation on departure: step 2 of a planning pass (services.planning).
+
+When a member leaves a group and others remain, `departures.placement_end` flags the
+group; the next planning pass (under the planner lock) asks the core's
+`plan_consolidation` which survivors to move and marks their placements
+`move_requested`. The moves themselves are re-decided and made at each mover's next
+iteration boundary (services.moves). The simulator's calls, with its rules: expected
+remaining cost saved net of the restart (a function of model size), every SLO over the
+whole run, restarts included, at most ROLLMUX_MAX_MOVES_PER_JOB moves.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from django.conf import settings
+from django.utils import timezone
+
+from rollmux_web.workflow import levers, snapshot
+from rollmux_web.workflow.models import ExecutionGroup, MoveKind, Placement, Strategy
+from scheduler.model import ClusterState
+from scheduler.planner.consolidation import ConsolidationConfig, plan_consolidation
+from scheduler.planner.objective import JobProgress
+
+log = logging.getLogger(__name__)
+
+# The moves' clock: the planner's `now` is 0 and each job's admission lies its elapsed
+# PROFILE seconds before it (a job emulated at 200x has run 200 s of its profile per
+# wall-clock second), so every job's SLO budget is on its own clock.
+NOW = 0.0
+
+
+def config() -> ConsolidationConfig:
+    """Return the consolidation rules of the live planner: the simulator's rollmux levers
+    as the live planning pass runs them (workflow.levers), ROLLMUX_MAX_MOVES_PER_JOB moves."""
+    from scheduler.sim.policies import consolidation_config
+
+    lv = replace(levers.live_levers(), max_moves_per_job=settings.ROLLMUX_MAX_MOVES_PER_JOB)
+    return consolidation_config(lv, max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE)
+
+
+def move_state() -> tuple[ClusterState, dict[str, JobProgress]]:
+    """Return the planner's view (`snapshot.planner_input`: every member's whole run, its
+    iterations done, moves and first admission) with each SLO clock in profile seconds.
+
+    A job emulated at 200x has run 200 profile seconds per wall-clock second, and its SLO
+    budget is in profile seconds: the moves' `now` is NOW and each job's admission lies its
+    elapsed wall-clock seconds x its time scale before it.
+    """
+    state, progress = snapshot.planner_input()
+    wall = timezone.now().timestamp()
+    scale = {m.job.id: m.job.time_scale for g in state.groups for m in g.members}
+    return state, {
+        job_id: replace(
+            p,
+            admitted_s=NOW - max(0.0, wall - p.admitted_s) * scale.get(job_id, 1.0)
+            if p.admitted_s
+            else NOW,
+        )
+        for job_id, p in progress.items()
+    }
+
+
+def consolidation_plan() -> list[int]:
+    """Mark the survivors the planner would move out of groups a member left; return them.
+
+    Step 2 of a planning pass (it holds the planner lock): each flagged group is
+    planned once (`plan_consolidation` on one snapshot) and its flag cleared; the moves
+    themselves are re-decided at each mover's next iteration boundary.
+    """
+    due = list(ExecutionGroup.objects.filter(consolidation_due=True).values_list("pk", flat=True))
+    if not due:
+        return []
+    ExecutionGroup.objects.filter(pk__in=due).update(consolidation_due=False)
+    if not settings.ROLLMUX_CONSOLIDATION or settings.ROLLMUX_MAX_MOVES_PER_JOB < 1:
+        return []
+    try:
+        state, progress = move_state()
+    except snapshot.NoPoolConfigured:
+        return []
+    active = {g.id for g in state.groups}
+    every = levers.live_levers().every_departure
+    marked: list[int] = []
+    for group_id in due:
+        if str(group_id) not in active and not every:
+            continue  # its last member left: only the jobs alone elsewhere could move
+        for move in plan_consolidation(
+            state, str(group_id), now=NOW, progress=progress, config=config()
+        ):
+            job_id = int(move.job_id)
+            n = (
+                Placement.objects.filter(job_id=job_id, ended_at__isnull=True, move_requested="")
+                .exclude(strategy=Strategy.PROFILE)
+                .update(move_requested=MoveKind.CONSOLIDATION)
+            )
+            if n:
+                log.info("job %s: %s (at its next iteration boundary)", job_id, move.reason)
+                marked.append(job_id)
+    return marked
