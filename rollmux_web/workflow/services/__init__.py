@@ -11,13 +11,14 @@ The decision cycle, in the paper's words:
 
 | step | module | service |
 | --- | --- | --- |
-| a job arrives, departs, a node changes: plan | `planning` | `queue_plan` (Algorithm 1 per queued job, by `scheduler.planner.place`) |
-| a phase ends (the runtime hook): next phases | `controller` | `phase_finish` (`GroupRuntime.finish` -> `start_ready`) |
+| a job arrives, departs, a node changes: plan | `planning` | `queue_plan` (numbered steps: profiling runs, consolidation, Algorithm 1 per queued job; written by `plan_writer`) |
+| a phase ends (the runtime hook): next phases | `controller` | `phase_finish` (one decision, `GroupRuntime.on_phase_end`, applied in one place) |
 | a cancel, a node down: the job leaves | `departures` | `job_stop`, `node_down_resubmit` |
 | every few iterations, after the dispatch: is the job drifting, should it move? | `moves` | `drift_check` (the move itself: `at_iteration_boundary`, in `phase_finish`) |
 | a report lost, a host dead, an overrun | `reconcile` | `phases_watch` (overdue phases, every second), `phases_reconcile` (everything, every 15 s) |
 
-Helpers: `locks` (the row and advisory locks, the phase claim), `groups` (a group's
+Helpers: `plan_writer` (a planning batch's or a move's placements, written), `consolidation`
+(a pass's step 2), `locks` (the row and advisory locks, the phase claim), `groups` (a group's
 runtime snapshot and the phase records it starts), `orders` (PhaseOrders), `effects`
 (what runs on commit). The locking design is in workers/README.md.
 """
