@@ -148,7 +148,7 @@ def phase_finish(
         if placement is None or placement.pk != phase.placement_id:
             placement = None  # the phase's placement ended: the runtime only frees its nodes
         elif placement.job.status in TERMINAL_STATUSES:
-            placement = None
+            placement = None  # its job finished (a cancel applied meanwhile): the same
         end = _phase_end(phase, placement, result, now)
         decision = runtime.on_phase_end(end)  # the runtime hook: one decision
         if decision.boundary and placement is not None:
