@@ -74,6 +74,10 @@ _STATE_OF = {
 }
 
 
+# how the planner took a job at its iteration boundary (services.moves), as the runtime hears it
+_LEFT = {EndReason.MOVED: Departure.MOVED, EndReason.YIELDED: Departure.YIELDED}
+
+
 def _ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
 
@@ -157,7 +161,7 @@ def phase_finish(
                 job=placement.job, placement=placement, now=now, effects=effects
             )
             if left is not None:  # it left (its placement ended): decide without it
-                decision = runtime.on_phase_end(replace(end, left=Departure(left.value)))
+                decision = runtime.on_phase_end(replace(end, left=_LEFT[left]))
         _apply(decision, phase, group, placements, placement, report, now, effects)
         if effects.orders and report.finished_at is not None:
             ended = report.finished_at  # observed after the dispatch (on_commit runs in order)
