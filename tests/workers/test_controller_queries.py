@@ -81,7 +81,9 @@ def test_a_rollout_with_training_metrics_stores_them_in_the_claims_statement(
     with CaptureQueriesContext(connection) as ctx:
         assert services.phase_finish(report) is True
     # the upsert of the iteration's metrics is part of the claim's statement: no extra trip
-    assert len(ctx.captured_queries) <= PHASE_END_QUERIES, [
+    # (SQLite, the embedded default, has no UPDATE inside WITH: one statement more there)
+    more = 0 if connection.vendor == "postgresql" else 1
+    assert len(ctx.captured_queries) <= PHASE_END_QUERIES + more, [
         q["sql"][:80] for q in ctx.captured_queries
     ]
     row = IterationMetrics.objects.get(job_id=order.job_id)
