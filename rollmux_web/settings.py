@@ -384,6 +384,8 @@ CELERY_BEAT_SCHEDULE = {
     "whatif-reconcile": {"task": "rollmux_web.reports.tasks.reconcile_whatif", "schedule": 30.0},
     # overdue phase reports (a lost message costs about a second of idle nodes)
     "watch": {"task": "workers.tasks.watch", "schedule": 1.0},
+    # retention: archive old phase records in bounded batches, purge old rollups and audit
+    "retention": {"task": "rollmux_web.workflow.tasks.retention_sweep", "schedule": 600.0},
 }
 # reconnect to Redis within a second after an outage (kombu's default backs off to 30 s)
 CELERY_WORKER_CONSUMER = "workers.consumer:QuickReconnectConsumer"
@@ -438,6 +440,41 @@ ROLLMUX_CHECKPOINT_DIR = env_str("ROLLMUX_CHECKPOINT_DIR", str(BASE_DIR / "var" 
 # ... as a storage URI every Ray node can reach: object storage through pyarrow.fs
 # (s3://bucket/prefix, gs://..., hdfs://...) or a shared directory; empty: the path above.
 ROLLMUX_CHECKPOINT_URI = env_str("ROLLMUX_CHECKPOINT_URI", "")
+# --- Retention and archives (issue 25; docs/operations.md "Retention and archives") ----
+# Phase records and iteration metrics of jobs that ended more than this many days ago go to
+# Parquet under ROLLMUX_ARCHIVE_URI (pyarrow.fs: a directory, file://, s3://, gs://, ...),
+# partitioned by month, and are deleted; daily rollups keep what the reports need for
+# ROLLMUX_ROLLUP_RETENTION_MONTHS. 0 turns archiving off.
+ROLLMUX_PHASE_RETENTION_DAYS = env_int("ROLLMUX_PHASE_RETENTION_DAYS", 90, minimum=0)
+ROLLMUX_ROLLUP_RETENTION_MONTHS = env_int("ROLLMUX_ROLLUP_RETENTION_MONTHS", 24, minimum=0)
+ROLLMUX_ARCHIVE_URI = env_str("ROLLMUX_ARCHIVE_URI", str(BASE_DIR / "var" / "archive"))
+ROLLMUX_ARCHIVE_BATCH_PHASES = env_int("ROLLMUX_ARCHIVE_BATCH_PHASES", 20_000, minimum=1)
+# the audit log's own retention (days; 0: kept for good)
+ROLLMUX_AUDIT_RETENTION_DAYS = env_int("ROLLMUX_AUDIT_RETENTION_DAYS", 0, minimum=0)
+# The longest ranges these would break: the budgets' month (and its burn-down, the quota
+# page's month) reads raw phase records of the current month, and a report spans up to
+# 366 days (reports.selectors._time.MAX_RANGE_DAYS) that must be on raw rows or rollups.
+RETENTION_MIN_PHASE_DAYS = 62
+RETENTION_MIN_ROLLUP_MONTHS = 13
+if 0 < ROLLMUX_PHASE_RETENTION_DAYS < RETENTION_MIN_PHASE_DAYS:
+    raise ImproperlyConfigured(
+        f"ROLLMUX_PHASE_RETENTION_DAYS={ROLLMUX_PHASE_RETENTION_DAYS} is below"
+        f" {RETENTION_MIN_PHASE_DAYS}: the budgets and quotas read this month's and last"
+        " month's phase records (0 turns archiving off)"
+    )
+if ROLLMUX_PHASE_RETENTION_DAYS and ROLLMUX_ROLLUP_RETENTION_MONTHS < RETENTION_MIN_ROLLUP_MONTHS:
+    raise ImproperlyConfigured(
+        f"ROLLMUX_ROLLUP_RETENTION_MONTHS={ROLLMUX_ROLLUP_RETENTION_MONTHS} is below"
+        f" {RETENTION_MIN_ROLLUP_MONTHS}: a cost or SLO report spans up to 366 days, read"
+        " from the rollups before ROLLMUX_PHASE_RETENTION_DAYS"
+    )
+if 0 < ROLLMUX_AUDIT_RETENTION_DAYS < 31 * ROLLMUX_ROLLUP_RETENTION_MONTHS:
+    raise ImproperlyConfigured(
+        f"ROLLMUX_AUDIT_RETENTION_DAYS={ROLLMUX_AUDIT_RETENTION_DAYS} is below the rollups'"
+        f" {ROLLMUX_ROLLUP_RETENTION_MONTHS} months ({31 * ROLLMUX_ROLLUP_RETENTION_MONTHS}"
+        " days): the SLO report reads each job's SLO class at admission from the audit log"
+        " (0 keeps it for good)"
+    )
 # The weight sync's links (Gbit/s): between the pools, and inside the rollout pool. The
 # planner's sync estimate for a job that has not run yet (rollmux_web/workflow/sync.py).
 ROLLMUX_CROSS_POOL_GBPS = env_float("ROLLMUX_CROSS_POOL_GBPS", 20.0, minimum=1e-6)

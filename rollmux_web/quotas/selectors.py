@@ -10,8 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import DateTimeField, F, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import QuerySet, Sum
 
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import visible_tenants
@@ -100,28 +99,11 @@ def busy_gpu_hours_this_month(
     node allocations: a group's allocation is shared by its members and splitting its idle
     time among tenants is a reporting choice, while phase time belongs to exactly one job.
     """
-    from rollmux_web.workflow.models import PhaseRecord
+    from rollmux_web.workflow.usage import busy_gpu_seconds
 
-    start = month_start(now)
-    rows = (
-        PhaseRecord.objects.filter(job__tenant_id__in=list(tenant_ids), started_at__isnull=False)
-        .exclude(finished_at__lt=start)
-        .values("job__tenant_id", "kind", "job__rollout_gpus", "job__train_gpus")
-        .annotate(
-            busy=Sum(
-                Coalesce(F("finished_at"), Value(now, output_field=DateTimeField()))
-                - Greatest(F("started_at"), Value(start, output_field=DateTimeField()))
-            )
-        )
-    )
-    hours: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for row in rows:
-        if row["busy"] is None:
-            continue
-        gpus = row["job__rollout_gpus"] if row["kind"] == "rollout" else row["job__train_gpus"]
-        seconds = max(row["busy"].total_seconds(), 0.0)
-        hours[row["job__tenant_id"]][row["kind"]] += seconds * gpus / 3600.0
-    return {tid: dict(kinds) for tid, kinds in hours.items()}
+    # (archived jobs' phases count through their rollups: workflow.usage)
+    seconds = busy_gpu_seconds(tenant_ids=tenant_ids, start=month_start(now), end=now)
+    return {tid: {kind: s / 3600.0 for kind, s in kinds.items()} for tid, kinds in seconds.items()}
 
 
 def quota_usage(

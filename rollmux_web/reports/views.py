@@ -26,6 +26,7 @@ from rollmux_web.reports import (
 )
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm, month_shortcuts
 from rollmux_web.reports.models import WhatIfRun, queue_scope_label
+from rollmux_web.reports.selectors.archived import archived_notes
 from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
 
 
@@ -129,6 +130,7 @@ def group_timeline(request: HtmxHttpRequest, group_id: int) -> HttpResponse:
             "group": group,
             "members": members,
             "profile_run": any(m["profile"] for m in members),
+            "archived": archived_notes(user=request.user, group_id=group_id),
         },
     )
 
@@ -142,7 +144,10 @@ def job_timeline(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         return selectors.job_timeline(user=request.user, job_id=job_id, **kw)
 
     return _timeline_page(
-        request, build=build, template="reports/job_timeline.html", extra={"job": job}
+        request,
+        build=build,
+        template="reports/job_timeline.html",
+        extra={"job": job, "archived": archived_notes(user=request.user, job_id=job_id)},
     )
 
 

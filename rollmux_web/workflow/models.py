@@ -288,3 +288,81 @@ class IterationMetrics(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} iteration {self.iteration + 1} metrics"
+
+
+class PhaseRollup(models.Model):
+    """Busy time of archived phase records, kept after the rows went to Parquet (issue 25).
+
+    One row per (group, job, nodes, day and elementary segment): the phases' busy
+    microseconds on those nodes inside [seg_start, seg_end), a stretch of one UTC day that
+    no price change, membership change (a placement's start or end) or node allocation's
+    start or end of the group cuts. That is every cut the cost engine makes, so the engine
+    reads a row as one phase span [seg_start, seg_start + busy) and prices it, buckets it by
+    day and shares the node's idle time exactly as it did the rows it replaces (idle time
+    itself comes from allocations and placements, which are never archived). Denormalised
+    per tenant, GPU type (pool) and stage for the usage readers (budgets, quotas, fair
+    share). Deleted after ROLLMUX_ROLLUP_RETENTION_MONTHS.
+    """
+
+    job_id: int
+    group_id: int
+    tenant_id: int
+    gpu_type_id: int | None
+    day = models.DateField(db_index=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    group = models.ForeignKey(ExecutionGroup, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.CASCADE, related_name="+")
+    gpu_type = models.ForeignKey(
+        "inventory.GpuType", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    kind = models.CharField(max_length=16, choices=PhaseKind.choices)
+    stage = models.CharField(max_length=16)  # "profile" (its profiling run) or "run"
+    node_names = models.JSONField(default=list)
+    seg_start = models.DateTimeField()
+    seg_end = models.DateTimeField()
+    # False: a long-tail migration's hand-over span (busy time only, no counterfactual)
+    counterfactual = models.BooleanField(default=True)
+    solo_scale = models.FloatField(default=1.0)
+    gpus = models.PositiveIntegerField()  # the job's GPUs of this phase kind
+    busy_us = models.BigIntegerField()
+    phases = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["group", "seg_start"]),
+            models.Index(fields=["tenant", "day"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.kind} on {self.day}: {self.busy_us} us busy"
+
+
+class ArchivedJob(models.Model):
+    """A job whose phase records and iteration metrics went to the archive (Parquet).
+
+    A job is archived whole, in one batch: when it is in a final state and its last phase
+    ended before the retention cutoff. What the SLO report needs of its phases is kept
+    here (its completed iterations, their own time, their span); the rest is in `uris`.
+    """
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, primary_key=True, related_name="archive"
+    )
+    archived_at = models.DateTimeField()
+    uris = models.JSONField(default=list)  # the Parquet files holding its rows
+    phase_count = models.PositiveIntegerField(default=0)
+    metrics_count = models.PositiveIntegerField(default=0)
+    # the SLO report's inputs (reports.selectors.slo): completed iterations, the sum of
+    # their phases' own time (microseconds), first rollout start and last training end
+    iterations_measured = models.PositiveIntegerField(default=0)
+    solo_us = models.BigIntegerField(default=0)
+    had_sync = models.BooleanField(default=False)
+    span_start = models.DateTimeField(null=True, blank=True)
+    span_end = models.DateTimeField(null=True, blank=True)
+    # the UTC days a phase of it ran on ([first, last] ISO date pairs, merged)
+    ran_days = models.JSONField(default=list)
+    first_day = models.DateField(null=True, db_index=True)
+    last_day = models.DateField(null=True, db_index=True)
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} archived ({self.phase_count} phases)"

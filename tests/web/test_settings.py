@@ -47,6 +47,11 @@ BAD = [
     ({"ROLLMUX_EMBEDDED": "false", "SECRET_KEY": "x" * 60}, "SECRET_KEY"),
     ({"ROLLMUX_EMBEDDED": "false", "SECRET_KEY": "k3y-" * 10}, "SECRET_KEY"),
     ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS"),
+    # retention below the ranges it would break (issue 25)
+    ({"ROLLMUX_PHASE_RETENTION_DAYS": "30"}, "ROLLMUX_PHASE_RETENTION_DAYS"),
+    ({"ROLLMUX_ROLLUP_RETENTION_MONTHS": "6"}, "ROLLMUX_ROLLUP_RETENTION_MONTHS"),
+    ({"ROLLMUX_AUDIT_RETENTION_DAYS": "365"}, "ROLLMUX_AUDIT_RETENTION_DAYS"),
+    ({"ROLLMUX_PHASE_RETENTION_DAYS": "ninety"}, "ROLLMUX_PHASE_RETENTION_DAYS"),
 ]
 GOOD = [
     ({}, "django.db.backends.sqlite3"),
@@ -232,3 +237,21 @@ def test_behind_a_tls_proxy_the_forwarded_proto_counts_only_when_configured():
     assert _request({}, forwarded)["status"] == 301  # a client's own header is not trusted
     behind = _request({"ROLLMUX_TLS_PROXY": "true"}, forwarded)
     assert behind["status"] == 200 and str(behind["hsts"]).startswith("max-age=31536000")
+
+
+def test_an_archive_uri_that_cannot_be_written_stops_the_checks_naming_it(tmp_path: Path) -> None:
+    """`manage.py check` (run by migrate, runserver and bin/run.sh) fails on it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    env = {**BASE_ENV, "ROLLMUX_ARCHIVE_URI": str(blocker / "archive")}
+    bad = subprocess.run(
+        [sys.executable, "manage.py", "check"], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert bad.returncode != 0
+    assert "ROLLMUX_ARCHIVE_URI" in bad.stderr and "rollmux.E101" in bad.stderr, bad.stderr[-2000:]
+    env["ROLLMUX_ARCHIVE_URI"] = str(tmp_path / "archive")
+    good = subprocess.run(
+        [sys.executable, "manage.py", "check"], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert good.returncode == 0, good.stderr[-2000:]
+    assert list((tmp_path / "archive").iterdir()) == []  # the probe cleaned up after itself

@@ -14,7 +14,14 @@ from rollmux_web.audit.models import AuditEntry
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS, day_range
-from rollmux_web.workflow.models import PhaseRecord, PhaseState, Placement, Strategy
+from rollmux_web.workflow.models import (
+    ArchivedJob,
+    PhaseRecord,
+    PhaseState,
+    Placement,
+    Strategy,
+)
+from rollmux_web.workflow.rollups import ran_in
 
 
 @dataclass
@@ -172,7 +179,17 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     ended_early = Job.objects.filter(
         status__in=(JobStatus.CANCELLED, JobStatus.FAILED), finished_at__gte=t0, finished_at__lt=t1
     )
-    job_qs = Job.objects.filter(Q(pk__in=ran.values("pk")) | Q(pk__in=ended_early.values("pk")))
+    # archived jobs (their phases in Parquet): the days they ran were kept
+    ran_archived = [
+        jid
+        for jid, days in ArchivedJob.objects.filter(
+            first_day__lte=end, last_day__gte=start
+        ).values_list("job_id", "ran_days")
+        if ran_in(days, start, end)
+    ]
+    job_qs = Job.objects.filter(
+        Q(pk__in=ran.values("pk")) | Q(pk__in=ended_early.values("pk")) | Q(pk__in=ran_archived)
+    )
     if tenant_ids is not None:
         job_qs = job_qs.filter(tenant_id__in=tenant_ids)
     jobs = {
@@ -192,6 +209,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
         )
     }
     phases = _iteration_phases(list(jobs))
+    archived = {a.job_id: a for a in ArchivedJob.objects.filter(job_id__in=list(jobs))}
     groups: dict[int, set[int]] = defaultdict(set)
     for jid, gid in Placement.objects.filter(job_id__in=list(jobs)).values_list(
         "job_id", "group_id"
@@ -215,10 +233,12 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     ) in jobs.items():
         slo = admitted.get(jid, slo_now)
         iters = [p for p in phases[jid].values() if "rollout" in p and "train" in p]
+        summary = archived.get(jid)
+        n_iters = summary.iterations_measured if summary is not None else len(iters)
         ended = status in (JobStatus.CANCELLED, JobStatus.FAILED)
-        if not ended and (not iters or rmax is None or tmax is None):
+        if not ended and (not n_iters or rmax is None or tmax is None):
             continue  # nothing measured yet (or still in its profiling run, which is no iteration)
-        if not iters:
+        if not n_iters:
             out.append(
                 JobSlo(
                     job_id=jid,
@@ -240,10 +260,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             continue
         # an iteration's solo time is its phases as they ran: rollout, training and the
         # weight sync to the rollout nodes (none after the last training)
-        solo = sum(sum((f - s).total_seconds() for s, f in p.values()) for p in iters) / len(iters)
-        span_start = min(p["rollout"][0] for p in iters)
-        span_end = max(p["train"][1] for p in iters)
-        mean_iter = (span_end - span_start).total_seconds() / len(iters)
+        solo, mean_iter, had_sync = _measured(iters, summary)
         out.append(
             JobSlo(
                 job_id=jid,
@@ -252,14 +269,14 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
                 slo_class=cls,
                 slo=slo,
                 status=status,
-                iterations_measured=len(iters),
+                iterations_measured=n_iters,
                 mean_iteration_s=mean_iter,
                 solo_iteration_s=solo,
                 slo_now=slo_now if slo_now != slo else None,
                 solo_source=(
-                    f"measured: the mean of its {len(iters)} completed iteration"
-                    f"{'s' if len(iters) != 1 else ''}' own phases (rollout + training"
-                    f"{' + weight sync' if any('sync' in p for p in iters) else ''}) as they ran,"
+                    f"measured: the mean of its {n_iters} completed iteration"
+                    f"{'s' if n_iters != 1 else ''}' own phases (rollout + training"
+                    f"{' + weight sync' if had_sync else ''}) as they ran,"
                     " waits excluded"
                 ),
                 profile_source=sources.get(jid, "declared"),
@@ -274,6 +291,23 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
         )
     out.sort(key=lambda j: (j.tenant, j.slo_class, -j.slowdown_vs_solo))
     return SloReport(start=start, end=end, jobs=out, attainment=_attainment(out))
+
+
+def _measured(
+    iters: list[dict[str, tuple[datetime, datetime]]], summary: ArchivedJob | None
+) -> tuple[float, float, bool]:
+    """Return (solo iteration s, mean iteration s, whether a weight sync counted), from the
+    completed iterations' phases or, for an archived job, from what its archiving kept."""
+    if summary is not None:
+        n = summary.iterations_measured
+        assert summary.span_start is not None and summary.span_end is not None
+        solo = summary.solo_us / 1_000_000 / n
+        return solo, (summary.span_end - summary.span_start).total_seconds() / n, summary.had_sync
+    solo = sum(sum((f - s).total_seconds() for s, f in p.values()) for p in iters) / len(iters)
+    span_start = min(p["rollout"][0] for p in iters)
+    span_end = max(p["train"][1] for p in iters)
+    mean_iter = (span_end - span_start).total_seconds() / len(iters)
+    return solo, mean_iter, any("sync" in p for p in iters)
 
 
 def _iteration_phases(

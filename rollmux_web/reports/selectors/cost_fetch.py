@@ -1,0 +1,188 @@
+"""The cost engine's reads: the rows of a report range (allocations, members, jobs, pinned
+nodes) and its phases as spans, from raw phase records and, for archived jobs, from their
+daily rollups (workflow.rollups: the same spans, summed per elementary segment, so the
+engine's figures are the same to the cent on either side of the retention boundary)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import datetime
+from itertools import chain
+
+from django.db.models import Q
+
+from rollmux_web.inventory.models import Cluster, GpuType, PoolKind
+from rollmux_web.jobs.models import TERMINAL_STATUSES
+from rollmux_web.reports.selectors._sql import NODES_TXT, epoch_fields, in_ids, nodes, us_fields
+from rollmux_web.reports.selectors._time import us
+from rollmux_web.reports.selectors.cost_rows import (
+    AllocRow,
+    CostInputs,
+    JobRow,
+    MemberRow,
+    PhaseSpan,
+)
+from rollmux_web.workflow.models import (
+    NodeAllocation,
+    PhaseRecord,
+    PhaseRollup,
+    Placement,
+    Strategy,
+)
+from rollmux_web.workflow.rollups import synthetic_spans
+
+# --------------------------------------------------------------------------- fetch
+
+
+def _pool_types() -> tuple[int | None, int | None]:
+    """Return the GPU type ids of the rollout pool and the training pool."""
+    kinds = dict(Cluster.objects.order_by("-id").values_list("kind", "gpu_type_id"))
+    return kinds.get(PoolKind.ROLLOUT), kinds.get(PoolKind.TRAIN)
+
+
+def fetch_cost_inputs(
+    *, tenant_ids: set[int] | None, t0: datetime, hi_dt: datetime, now_us: int
+) -> CostInputs | None:
+    """Read the rows of [t0, hi_dt): None when no group was allocated in it.
+
+    1. groups in scope: allocated in the range and (for a researcher) with a visible
+    member; 2. their members with their jobs, and the nodes they are pinned to; the
+    phases come as a lazy iterator (tens of thousands of rows, read in chunks).
+    """
+    alloc_qs = NodeAllocation.objects.filter(start__lt=hi_dt).filter(
+        Q(end__gt=t0) | Q(end__isnull=True)
+    )
+    if tenant_ids is not None:
+        alloc_qs = alloc_qs.filter(group__placements__job__tenant_id__in=tenant_ids).distinct()
+    ann, native = us_fields(a_us="start", b_us="end")
+    cols = ("group_id", "node_id", "node__name", "node__gpus", "node__gpu_type_id")
+    allocs = [
+        AllocRow._make(r if native else (*r[:5], us(r[5]), None if r[6] is None else us(r[6])))
+        for r in (
+            alloc_qs.annotate(**ann).values_list(*cols, *ann)
+            if native
+            else alloc_qs.values_list(*cols, "start", "end")
+        )
+    ]
+    group_ids = {a.group_id for a in allocs}
+    if not group_ids:
+        return None
+    ann, _ = us_fields(c_us="created_at", e_us="ended_at")
+    job_cols = ("job__name", "job__tenant_id", "job__tenant__name")
+    gpu_cols = ("job__rollout_gpus", "job__train_gpus")
+    members: list[MemberRow] = []
+    jobs: dict[int, JobRow] = {}
+    profile_groups: set[int] = set()
+    last_left: dict[int, int] = {}
+    for pl_id, gid, jid, strategy, created, ended, status, finished, *job in (
+        Placement.objects.filter(in_ids("group_id", group_ids))
+        .annotate(**ann)
+        .values_list(
+            "id",
+            "group_id",
+            "job_id",
+            "strategy",
+            *(ann or ("created_at", "ended_at")),
+            "job__status",
+            "job__finished_at",
+            *job_cols,
+            *gpu_cols,
+        )
+    ):
+        if not native:
+            created, ended = us(created), None if ended is None else us(ended)
+        members.append(MemberRow(pl_id, gid, jid, created, now_us if ended is None else ended))
+        last_left[jid] = max(last_left.get(jid, 0), now_us if ended is None else ended)
+        closed = None
+        if status in TERMINAL_STATUSES:
+            # (a job marked finished with no end time: its last placement's end)
+            closed = us(finished) if finished is not None else last_left[jid]
+        jobs[jid] = JobRow(jid, *job, closed_us=closed)  # type: ignore[misc]
+        if strategy == Strategy.PROFILE:
+            profile_groups.add(gid)
+    pinned: dict[int, set[int]] = defaultdict(set)
+    for through in (Placement.rollout_nodes.through, Placement.train_nodes.through):
+        for pl_id, node_id in through.objects.filter(
+            in_ids("placement__group_id", group_ids)
+        ).values_list("placement_id", "node_id"):
+            pinned[node_id].add(pl_id)
+    rollout_type, train_type = _pool_types()
+    return CostInputs(
+        allocs=allocs,
+        members=members,
+        jobs=jobs,
+        pinned=pinned,
+        type_names=dict(GpuType.objects.values_list("id", "name")),
+        rollout_type=rollout_type,
+        train_type=train_type,
+        phases=chain(
+            _phase_spans(group_ids, t0, hi_dt, native=native),
+            rollup_spans(group_ids, t0, hi_dt),
+        ),
+        profile_groups=frozenset(profile_groups),
+    )
+
+
+def _phase_spans(
+    group_ids: set[int], t0: datetime, hi_dt: datetime, *, native: bool
+) -> Iterator[PhaseSpan]:
+    annotations, (s_col, f_col) = epoch_fields(exact=True)
+    rows = (
+        PhaseRecord.objects.filter(in_ids("group_id", group_ids), started_at__isnull=False)
+        .filter(started_at__lt=hi_dt)
+        .filter(Q(finished_at__gt=t0) | Q(finished_at__isnull=True))
+        .annotate(nodes_txt=NODES_TXT, **annotations)
+        .values_list(
+            "group_id",
+            "job_id",
+            "nodes_txt",
+            s_col,
+            f_col,
+            "metrics__tail_released",
+            "metrics__rollout_speed_factor",
+        )
+    )
+    for gid, jid, raw, s, f, released, factor in rows.iterator(chunk_size=5000):
+        scale = 1.0 / float(factor) if factor else 1.0
+        if native:
+            span = PhaseSpan(gid, jid, nodes(raw), s, f, True, scale)
+        else:
+            a, b = us(s), None if f is None else us(f)
+            span = PhaseSpan(gid, jid, nodes(raw), a, b, True, scale)
+        if released:
+            yield from _tail_spans(span, released)
+        else:
+            yield span
+
+
+def _tail_spans(span: PhaseSpan, released: dict[str, float]) -> Iterator[PhaseSpan]:
+    """A rollout that migrated its tail (long-tail migration) was busy on the nodes it
+    handed over only until then (`tail_released`: node -> seconds after its start)."""
+    gid, jid, names, s, f, _, scale = span
+    kept = tuple(n for n in names if n not in released)
+    # the counterfactuals count the phase once, over its whole length (the kept span's, or
+    # an empty-node span's when it kept none)
+    yield PhaseSpan(gid, jid, kept, s, f, True, scale)
+    for n in names:
+        if n in released:
+            end = s + round(float(released[n]) * 1_000_000)
+            yield PhaseSpan(gid, jid, (n,), s, end if f is None else min(end, f), False)
+
+
+def rollup_spans(group_ids: set[int], t0: datetime, hi_dt: datetime) -> Iterator[PhaseSpan]:
+    """The archived phases of these groups in [t0, hi_dt), as spans (from their rollups).
+
+    A rollup row is the busy time of one elementary segment (workflow.rollups): read as a
+    span from the segment's start it adds the same microseconds to the same keys as the
+    phase records it replaces (a job is archived whole: never both).
+    """
+    rows = PhaseRollup.objects.filter(
+        in_ids("group_id", group_ids), seg_start__lt=hi_dt, seg_end__gt=t0
+    ).values_list(
+        "group_id", "job_id", "node_names", "seg_start", "seg_end", "busy_us", "counterfactual",
+        "solo_scale",
+    )  # fmt: skip
+    for gid, jid, names, a, b, busy, once, scale in rows.iterator(chunk_size=5000):
+        for s, f in synthetic_spans(busy, us(a), us(b)):
+            yield PhaseSpan(gid, jid, tuple(names), s, f, once, scale)
