@@ -261,6 +261,10 @@ def test_reports_across_the_retention_boundary_equal_the_reports_before_archivin
     # ... and in the archive, partitioned by month, every row once
     files = sorted((tmp_path / "archive" / "phase_records").rglob("*.parquet"))
     assert files and all(f.parent.name.startswith("month=2026-") for f in files)
+    assert {f.parent.parent.name for f in files} == {
+        f"tenant={world.vision.pk}",
+        f"tenant={world.speech.pk}",
+    }
     ids = [i for f in files for i in pq.read_table(f).column("id").to_pylist()]
     assert len(ids) == len(set(ids)) == archived_phases
     metrics = list((tmp_path / "archive" / "iteration_metrics").rglob("*.parquet"))
@@ -298,10 +302,11 @@ def test_a_batch_run_twice_archives_once(world: Any, settings: Any, tmp_path: An
     first = retention.archive_jobs([jobs["a1"].pk, jobs["a3"].pk], now=NOW)
     assert first.jobs == [jobs["a1"].pk]  # a3 ended after the cutoff: not archived
     rollups = PhaseRollup.objects.count()
+    files = sorted((tmp_path / "archive").rglob("*"))
+    assert {f.suffix for f in files if f.is_file()} == {".parquet"}  # no temporary file left
     again = retention.archive_jobs([jobs["a1"].pk], now=NOW)
     assert again.jobs == [] and PhaseRollup.objects.count() == rollups
-    files = list((tmp_path / "archive").rglob("*.parquet"))
-    assert len(files) == len({f.name for f in files if "phase_records" in str(f)}) + 1
+    assert sorted((tmp_path / "archive").rglob("*")) == files
 
 
 @pytest.mark.django_db

@@ -138,15 +138,25 @@ def _parquet_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _write(uri: str, table: str, rows: list[dict[str, Any]], when: str, name: str) -> list[str]:
-    by_month: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _write(
+    uri: str,
+    table: str,
+    rows: list[dict[str, Any]],
+    when: str,
+    name: str,
+    tenant_of: dict[int, int],
+) -> dict[int, list[str]]:
+    """Write the rows one file per tenant and month; return each tenant's file URIs (a
+    tenant's jobs link only their own tenant's files)."""
+    parts: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         at = r[when] or r.get("queued_at")
-        by_month[at.strftime("%Y-%m")].append(r)
-    return [
-        archive_store.write_table(uri, table, month, name, _parquet_rows(part))
-        for month, part in sorted(by_month.items())
-    ]
+        parts[(tenant_of[r["job_id"]], at.strftime("%Y-%m"))].append(r)
+    out: dict[int, list[str]] = defaultdict(list)
+    for (tenant, month), part in sorted(parts.items()):
+        folder = f"{table}/tenant={tenant}"
+        out[tenant].append(archive_store.write_table(uri, folder, month, name, _parquet_rows(part)))
+    return out
 
 
 def _cuts(group_ids: set[int]) -> dict[int, list[int]]:
@@ -219,7 +229,8 @@ def _rollup_rows(
 def _archive_rows(
     phases: list[dict[str, Any]],
     job_ids: list[int],
-    uris: list[str],
+    uris: dict[int, list[str]],
+    tenant_of: dict[int, int],
     now: datetime,
     metrics_n: dict[int, int],
 ) -> list[ArchivedJob]:
@@ -254,7 +265,7 @@ def _archive_rows(
             ArchivedJob(
                 job_id=jid,
                 archived_at=now,
-                uris=uris,
+                uris=uris.get(tenant_of[jid], []),
                 phase_count=len(by_job.get(jid, [])),
                 metrics_count=metrics_n.get(jid, 0),
                 iterations_measured=s.iterations,
@@ -311,13 +322,19 @@ def archive_jobs(job_ids: list[int], *, now: datetime, uri: str | None = None) -
     }
     # 2. the files first: a failed write raises before anything is deleted
     name = archive_store.batch_name(ids)
-    uris = _write(uri, "phase_records", phases, "started_at", name)
-    uris += _write(uri, "iteration_metrics", metrics, "recorded_at", name)
+    tenant_of = {jid: j["tenant_id"] for jid, j in jobs.items()}
+    uris: dict[int, list[str]] = defaultdict(list)
+    for table, rows, when in (
+        ("phase_records", phases, "started_at"),
+        ("iteration_metrics", metrics, "recorded_at"),
+    ):
+        for tenant, files in _write(uri, table, rows, when, name, tenant_of).items():
+            uris[tenant] += files
     rollups = _rollup_rows(phases, jobs)
     metrics_n: dict[int, int] = defaultdict(int)
     for m in metrics:
         metrics_n[m["job_id"]] += 1
-    archived = _archive_rows(phases, ids, uris, now, metrics_n)
+    archived = _archive_rows(phases, ids, uris, tenant_of, now, metrics_n)
     # 3. one short transaction: rollups and archive rows in, exactly the rows read out
     with transaction.atomic():
         ArchivedJob.objects.bulk_create(archived)  # a job archived meanwhile: IntegrityError
@@ -329,11 +346,16 @@ def archive_jobs(job_ids: list[int], *, now: datetime, uri: str | None = None) -
         n_m, _ = IterationMetrics.objects.filter(id__in=metric_ids).delete()
         if deleted_p or n_p != len(phase_ids) or n_m != len(metric_ids):
             raise ArchiveCountMismatch(f"jobs {ids}: rows changed while archiving; retry")
+    files = sorted({f for fs in uris.values() for f in fs})
     log.info(
-        "archived %d phases, %d metrics of %d jobs to %s", len(phases), len(metrics), len(ids), uris
+        "archived %d phases, %d metrics of %d jobs to %s",
+        len(phases),
+        len(metrics),
+        len(ids),
+        files,
     )
     return BatchResult(
-        jobs=ids, phases=len(phases), metrics=len(metrics), rollups=len(rollups), uris=uris
+        jobs=ids, phases=len(phases), metrics=len(metrics), rollups=len(rollups), uris=files
     )
 
 
