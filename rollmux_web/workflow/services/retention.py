@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -150,7 +151,7 @@ def _write(
     tenant's jobs link only their own tenant's files)."""
     parts: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        at = r[when] or r.get("queued_at")
+        at: datetime = r[when] or r["queued_at"]
         parts[(tenant_of[r["job_id"]], at.strftime("%Y-%m"))].append(r)
     out: dict[int, list[str]] = defaultdict(list)
     for (tenant, month), part in sorted(parts.items()):
@@ -159,7 +160,7 @@ def _write(
     return out
 
 
-def _cuts(group_ids: set[int]) -> dict[int, list[int]]:
+def _cuts(group_ids: set[int]) -> dict[int, Sequence[int]]:
     """Every moment the cost engine may cut a group's spans at, per group (not the days)."""
     prices = [to_us(t) for t in GpuPrice.objects.values_list("effective_from", flat=True)]
     times: dict[int, list[int | None]] = defaultdict(lambda: list(prices))
@@ -314,8 +315,8 @@ def archive_jobs(job_ids: list[int], *, now: datetime, uri: str | None = None) -
     metrics = list(
         IterationMetrics.objects.filter(job_id__in=ids).order_by("id").values(*metric_cols)
     )
-    jobs = {
-        j["id"]: j
+    jobs: dict[int, dict[str, Any]] = {
+        j["id"]: dict(j)
         for j in Job.objects.filter(pk__in=ids).values(
             "id", "tenant_id", "rollout_gpus", "train_gpus"
         )
