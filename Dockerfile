@@ -40,8 +40,8 @@ COPY static ./static
 RUN python manage.py collectstatic --noinput
 
 RUN useradd --create-home --uid 10001 rollmux \
-    && mkdir -p /tmp/prometheus /var/lib/rollmux/checkpoints \
-    && chown rollmux /tmp/prometheus /var/lib/rollmux/checkpoints
+    && mkdir -p /tmp/prometheus /var/lib/rollmux/checkpoints /var/lib/rollmux/archive \
+    && chown rollmux /tmp/prometheus /var/lib/rollmux/checkpoints /var/lib/rollmux/archive
 USER rollmux
 
 EXPOSE 8000

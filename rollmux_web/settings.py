@@ -376,6 +376,8 @@ CELERY_TASK_ROUTES = {
     "workers.tasks.phase_tail": {"queue": ROLLMUX_PHASE_QUEUE},
     "reports.run_whatif": {"queue": ROLLMUX_SIM_QUEUE},
     "rollmux_web.notifications.tasks.*": {"queue": ROLLMUX_NOTIFY_QUEUE},
+    # retention batches (Parquet writes, rollups) are background work: off the controller
+    "rollmux_web.workflow.tasks.*": {"queue": ROLLMUX_SIM_QUEUE},
 }
 CELERY_BEAT_SCHEDULE = {
     "plan-safety-net": {"task": "workers.tasks.plan", "schedule": 30.0},
