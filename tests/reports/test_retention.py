@@ -328,3 +328,28 @@ def test_rollups_and_audit_entries_go_after_their_own_retention(
     old = AuditEntry.objects.count()
     assert old and retention.purge_audit(NOW) == old
     assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_beat_sweep_and_the_command_archive_what_is_due(
+    world: Any, settings: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from rollmux_web.workflow import tasks
+
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.ROLLMUX_ARCHIVE_BATCH_PHASES = 20
+    jobs = build_world(world)
+    monkeypatch.setattr(timezone, "now", lambda: NOW)
+    out = tasks.retention_sweep()
+    assert out["batches"] >= 2  # queued (eagerly run) a batch at a time
+    done = set(ArchivedJob.objects.values_list("job_id", flat=True))
+    assert done and done <= {jobs[n].pk for n in ("a1", "a2", "b1", "p1")}
+    call_command("archive_phases")  # the rest, in the foreground
+    assert set(ArchivedJob.objects.values_list("job_id", flat=True)) == {
+        jobs[n].pk for n in ("a1", "a2", "b1", "p1")
+    }
+    assert PhaseRecord.objects.filter(job=jobs["a3"]).exists()

@@ -75,34 +75,63 @@ def rollup_cutoff(now: datetime) -> date:
 
 
 def eligible_batches(now: datetime, *, max_batches: int = 1) -> list[list[int]]:
-    """Batches of job ids to archive, oldest first, each at most the phase budget."""
+    """Batches of job ids to archive, oldest first, each at most the phase budget.
+
+    Bounded work whatever the table's size: candidate jobs are read in chunks of 500
+    (ended before the cutoff, not archived), and only their own phases are counted and
+    checked (the (job, iteration) index), until the batches are full.
+    """
     limit = cutoff(now)
     if limit is None:
         return []
-    late = PhaseRecord.objects.filter(started_at__isnull=False).filter(
-        Q(finished_at__isnull=True) | Q(finished_at__gte=limit)
-    )
-    jobs = (
+    candidates = (
         Job.objects.filter(
             status__in=TERMINAL_STATUSES, finished_at__lt=limit, archive__isnull=True
         )
-        .exclude(pk__in=late.values("job_id"))
-        .annotate(n=Count("phases"))
         .order_by("finished_at", "id")
-        .values_list("id", "n")
+        .values_list("id", flat=True)
     )
     budget = settings.ROLLMUX_ARCHIVE_BATCH_PHASES
     batches: list[list[int]] = []
     current: list[int] = []
     used = 0
-    for jid, n in jobs.iterator(chunk_size=500):
-        if current and used + n > budget:
-            batches.append(current)
-            if len(batches) >= max_batches:
+    chunk: list[int] = []
+
+    def take(ids: list[int]) -> bool:
+        """Add the due jobs of `ids` to the batches; False once they are full."""
+        nonlocal current, used
+        late = set(
+            PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False)
+            .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=limit))
+            .values_list("job_id", flat=True)
+        )
+        counts = dict(
+            PhaseRecord.objects.filter(job_id__in=ids)
+            .values("job_id")
+            .annotate(n=Count("id"))
+            .values_list("job_id", "n")
+        )
+        for jid in ids:
+            if jid in late:
+                continue
+            n = counts.get(jid, 0)
+            if current and used + n > budget:
+                batches.append(current)
+                current, used = [], 0
+                if len(batches) >= max_batches:
+                    return False
+            current.append(jid)
+            used += n
+        return True
+
+    for jid in candidates.iterator(chunk_size=500):
+        chunk.append(jid)
+        if len(chunk) == 500:
+            if not take(chunk):
                 return batches
-            current, used = [], 0
-        current.append(jid)
-        used += n
+            chunk = []
+    if chunk and not take(chunk):
+        return batches
     if current:
         batches.append(current)
     return batches[:max_batches]
