@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
-from typing import Any
+from datetime import date, datetime
+from typing import Any, NamedTuple
 
+from django.db import connection
 from django.db.models import Min, Q
 
 from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.audit.models import AuditEntry
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
-from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS, day_range
+from rollmux_web.reports.selectors._time import day_range
 from rollmux_web.workflow.models import (
     ArchivedJob,
     PhaseRecord,
@@ -173,9 +174,21 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     """
     t0, t1 = day_range(start, end)
     tenant_ids = visible_tenant_ids(user)
-    ran = Job.objects.filter(
-        phases__started_at__lt=t1, phases__started_at__gte=t0 - timedelta(days=MAX_RANGE_DAYS)
-    ).filter(Q(phases__finished_at__gte=t0) | Q(phases__finished_at__isnull=True))
+    # one phase that ran in the range (both conditions on the same phase: two filter() calls
+    # on the relation would join the phases twice, a job's phases squared at size)
+    # (read first, on the finished_at index: as a subquery the planner scanned every
+    # phase of every job at a fleet's size)
+    ran = set(
+        PhaseRecord.objects.filter(finished_at__gte=t0, started_at__lt=t1)
+        .order_by()
+        .values_list("job_id", flat=True)
+        .distinct()
+    ) | set(
+        PhaseRecord.objects.filter(finished_at__isnull=True, started_at__lt=t1)
+        .order_by()
+        .values_list("job_id", flat=True)
+        .distinct()
+    )
     ended_early = Job.objects.filter(
         status__in=(JobStatus.CANCELLED, JobStatus.FAILED), finished_at__gte=t0, finished_at__lt=t1
     )
@@ -188,7 +201,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
         if ran_in(days, start, end)
     ]
     job_qs = Job.objects.filter(
-        Q(pk__in=ran.values("pk")) | Q(pk__in=ended_early.values("pk")) | Q(pk__in=ran_archived)
+        Q(pk__in=ran) | Q(pk__in=ended_early.values("pk")) | Q(pk__in=ran_archived)
     )
     if tenant_ids is not None:
         job_qs = job_qs.filter(tenant_id__in=tenant_ids)
@@ -208,7 +221,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             "time_scale",
         )
     }
-    phases = _iteration_phases(list(jobs))
+    sums = iteration_sums(list(jobs))
     archived = {a.job_id: a for a in ArchivedJob.objects.filter(job_id__in=list(jobs))}
     groups: dict[int, set[int]] = defaultdict(set)
     for jid, gid in Placement.objects.filter(job_id__in=list(jobs)).values_list(
@@ -232,9 +245,12 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
         scale,
     ) in jobs.items():
         slo = admitted.get(jid, slo_now)
-        iters = [p for p in phases[jid].values() if "rollout" in p and "train" in p]
+        it = sums.get(jid)
         summary = archived.get(jid)
-        n_iters = summary.iterations_measured if summary is not None else len(iters)
+        if summary is not None:
+            n_iters = summary.iterations_measured
+        else:
+            n_iters = it.iterations if it is not None else 0
         ended = status in (JobStatus.CANCELLED, JobStatus.FAILED)
         if not ended and (not n_iters or rmax is None or tmax is None):
             continue  # nothing measured yet (or still in its profiling run, which is no iteration)
@@ -260,7 +276,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             continue
         # an iteration's solo time is its phases as they ran: rollout, training and the
         # weight sync to the rollout nodes (none after the last training)
-        solo, mean_iter, had_sync = _measured(iters, summary)
+        solo, mean_iter, had_sync = _measured(it, summary)
         out.append(
             JobSlo(
                 job_id=jid,
@@ -293,9 +309,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     return SloReport(start=start, end=end, jobs=out, attainment=_attainment(out))
 
 
-def _measured(
-    iters: list[dict[str, tuple[datetime, datetime]]], summary: ArchivedJob | None
-) -> tuple[float, float, bool]:
+def _measured(it: IterationSums | None, summary: ArchivedJob | None) -> tuple[float, float, bool]:
     """Return (solo iteration s, mean iteration s, whether a weight sync counted), from the
     completed iterations' phases or, for an archived job, from what its archiving kept."""
     if summary is not None:
@@ -303,11 +317,69 @@ def _measured(
         assert summary.span_start is not None and summary.span_end is not None
         solo = summary.solo_us / 1_000_000 / n
         return solo, (summary.span_end - summary.span_start).total_seconds() / n, summary.had_sync
-    solo = sum(sum((f - s).total_seconds() for s, f in p.values()) for p in iters) / len(iters)
-    span_start = min(p["rollout"][0] for p in iters)
-    span_end = max(p["train"][1] for p in iters)
-    mean_iter = (span_end - span_start).total_seconds() / len(iters)
-    return solo, mean_iter, any("sync" in p for p in iters)
+    assert it is not None
+    n = it.iterations
+    mean_iter = (it.last_train_end - it.first_rollout_start).total_seconds() / n
+    return it.phase_s / n, mean_iter, it.with_sync
+
+
+class IterationSums(NamedTuple):
+    """A job's completed iterations (a rollout and a training succeeded) over its
+    placements, profiling runs excluded: what its slowdown is computed from."""
+
+    iterations: int
+    phase_s: float  # the summed durations of those iterations' phases (sync included)
+    first_rollout_start: datetime
+    last_train_end: datetime
+    with_sync: bool
+
+
+# Per (placement, iteration), then per job, in the database: a month at a fleet's size is
+# ~1.4 million phase records, which the report must not fetch (bench/scale.py).
+_SUMS_SQL = """
+SELECT job_id, COUNT(*), SUM(phase_s), MIN(r0), MAX(t1), BOOL_OR(has_sync)
+FROM (
+    SELECT p.job_id,
+           SUM(EXTRACT(EPOCH FROM p.finished_at - p.started_at)) AS phase_s,
+           MIN(p.started_at) FILTER (WHERE p.kind = 'rollout') AS r0,
+           MAX(p.finished_at) FILTER (WHERE p.kind = 'train') AS t1,
+           BOOL_OR(p.kind = 'sync') AS has_sync,
+           BOOL_OR(p.kind = 'rollout') AND BOOL_OR(p.kind = 'train') AS complete
+    FROM workflow_phaserecord p
+    JOIN workflow_placement pl ON pl.id = p.placement_id
+    WHERE p.job_id = ANY(%s) AND p.state = %s AND pl.strategy <> %s
+      AND p.started_at IS NOT NULL AND p.finished_at IS NOT NULL
+    GROUP BY p.job_id, p.placement_id, p.iteration
+) it
+WHERE complete
+GROUP BY job_id
+"""
+
+
+def iteration_sums(job_ids: list[int]) -> dict[int, IterationSums]:
+    """Return per job with a completed iteration its IterationSums (summed in SQL on
+    PostgreSQL; elsewhere from the rows)."""
+    if not job_ids:
+        return {}
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(_SUMS_SQL, [job_ids, PhaseState.SUCCEEDED, Strategy.PROFILE])
+            return {
+                jid: IterationSums(n, float(total), r0, t1, bool(sync))
+                for jid, n, total, r0, t1, sync in cur.fetchall()
+            }
+    out: dict[int, IterationSums] = {}
+    for jid, per_iteration in _iteration_phases(job_ids).items():
+        iters = [p for p in per_iteration.values() if "rollout" in p and "train" in p]
+        if iters:
+            out[jid] = IterationSums(
+                len(iters),
+                sum(sum((f - s).total_seconds() for s, f in p.values()) for p in iters),
+                min(p["rollout"][0] for p in iters),
+                max(p["train"][1] for p in iters),
+                any("sync" in p for p in iters),
+            )
+    return out
 
 
 def _iteration_phases(

@@ -1,0 +1,71 @@
+"""The SLO report's queries at a fleet's size (issue 25, bench/scale.py): which jobs it
+takes is decided per phase, and its per-job sums are the rows' own."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from rollmux_web.jobs.models import JobStatus
+from rollmux_web.reports.selectors import slo_report
+from rollmux_web.reports.selectors.slo import iteration_sums
+from tests.reports.builders import make_group, make_job, phase, place
+
+DAY = date(2026, 3, 10)
+T0 = datetime(2026, 3, 10, tzinfo=UTC)
+M = timedelta(minutes=1)
+
+
+def test_a_job_is_in_the_report_only_when_one_phase_ran_in_the_range(world: Any) -> None:
+    # "ran": started before the range's end and finished in it or later, the same phase.
+    # A job whose phases ran only before and only after the day has none that did (a join
+    # per condition would have taken it: one phase started in time, another ended after).
+    around = make_job(world, name="around", status=JobStatus.COMPLETED)
+    g = make_group(created=T0 - 2 * 24 * 60 * M)
+    pl = place(g, around, rollout=[], train=[], joined=T0 - 2 * 24 * 60 * M)
+    before = T0 - 24 * 60 * M
+    phase(pl, iteration=0, kind="rollout", nodes=[], start=before, minutes=10)
+    phase(pl, iteration=0, kind="train", nodes=[], start=before + 10 * M, minutes=10)
+    after = T0 + 25 * 60 * M
+    phase(pl, iteration=1, kind="rollout", nodes=[], start=after, minutes=10)
+    phase(pl, iteration=1, kind="train", nodes=[], start=after + 10 * M, minutes=10)
+    inside = make_job(world, name="inside", status=JobStatus.COMPLETED)
+    g2 = make_group(created=T0)
+    pl2 = place(g2, inside, rollout=[], train=[], joined=T0)
+    phase(pl2, iteration=0, kind="rollout", nodes=[], start=T0 + 60 * M, minutes=10)
+    phase(pl2, iteration=0, kind="train", nodes=[], start=T0 + 75 * M, minutes=5)
+
+    report = slo_report(user=world.alice, start=DAY, end=DAY)
+
+    assert [j.job_name for j in report.jobs] == ["inside"]
+
+
+def test_iteration_sums_count_complete_iterations_and_leave_out_profiling(world: Any) -> None:
+    job = make_job(world, name="sums", status=JobStatus.COMPLETED)
+    profile_group = make_group(created=T0)
+    profiled = place(
+        profile_group, job, rollout=[], train=[], joined=T0, left=T0 + 30 * M, strategy="profile"
+    )
+    phase(profiled, iteration=0, kind="rollout", nodes=[], start=T0, minutes=7)
+    phase(profiled, iteration=0, kind="train", nodes=[], start=T0 + 7 * M, minutes=7)
+    # the run proper is attempt 2 (a job's attempts are numbered per placement)
+    type(profiled).objects.filter(pk=profiled.pk).update(attempt=2)
+    g = make_group(created=T0 + 60 * M)
+    pl = place(g, job, rollout=[], train=[], joined=T0 + 60 * M)
+    t = T0 + 60 * M
+    phase(pl, iteration=0, kind="rollout", nodes=[], start=t, minutes=10)
+    phase(pl, iteration=0, kind="train", nodes=[], start=t + 12 * M, minutes=5)
+    phase(pl, iteration=0, kind="sync", nodes=[], start=t + 17 * M, minutes=1)
+    phase(pl, iteration=1, kind="rollout", nodes=[], start=t + 20 * M, minutes=8)
+    phase(pl, iteration=1, kind="train", nodes=[], start=t + 30 * M, minutes=4)
+    # iteration 2 has no training yet: not a completed iteration
+    phase(pl, iteration=2, kind="rollout", nodes=[], start=t + 40 * M, minutes=9)
+
+    sums = iteration_sums([job.pk])[job.pk]
+
+    assert sums.iterations == 2
+    assert sums.phase_s == (10 + 5 + 1 + 8 + 4) * 60
+    assert sums.first_rollout_start == t
+    assert sums.last_train_end == t + 34 * M
+    assert sums.with_sync
+    assert iteration_sums([]) == {}
