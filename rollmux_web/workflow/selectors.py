@@ -10,6 +10,7 @@ phases are a 404 (through the jobs app's visibility rule).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import Prefetch, QuerySet
@@ -29,7 +30,7 @@ from rollmux_web.workflow.models import (
     PhaseRecord,
     Placement,
 )
-from scheduler.model import ClusterSpec, ClusterState, JobProfile
+from scheduler.model import ClusterSpec, ClusterState, Group, JobProfile
 from scheduler.roundrobin import plan_meta_iteration
 
 if TYPE_CHECKING:
@@ -47,6 +48,12 @@ def cluster_snapshot() -> ClusterState:
     (no new member), and the active groups with their members (what the planner sees; the
     what-if preview calls this)."""
     return snapshot.cluster_state()
+
+
+def live_group_states(group_ids: Iterable[int]) -> dict[int, Group]:
+    """Return the core Group of each of these live groups, as `cluster_snapshot()` has it,
+    without reading every node of the pools (`snapshot.group_states`)."""
+    return snapshot.group_states(group_ids)
 
 
 def planner_input() -> tuple[ClusterState, dict[str, JobProgress]]:

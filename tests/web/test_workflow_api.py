@@ -119,6 +119,22 @@ def test_cluster_snapshot_holds_up_nodes_and_active_groups(shared: Any) -> None:
     )
 
 
+def test_live_group_states_are_the_snapshots_groups_without_reading_the_nodes(
+    shared: Any, django_assert_max_num_queries: Any
+) -> None:
+    # the overview and a live group's page read only their groups (issue 25: the whole
+    # snapshot reads every node of the pools, 10,000 at a fleet's size)
+    from rollmux_web.workflow.selectors import cluster_snapshot, live_group_states
+
+    whole = {g.id: g for g in cluster_snapshot().groups}
+    ids = [shared["shared"].pk, ExecutionGroup.objects.exclude(pk=shared["shared"].pk)[0].pk]
+    with django_assert_max_num_queries(6):  # groups, allocations, placements (+2), starts
+        some = live_group_states(ids)
+    assert set(some) == set(ids)
+    assert all(some[gid] == whole[str(gid)] for gid in ids)
+    assert live_group_states([]) == {}
+
+
 def test_the_records_choices_are_the_cores_words() -> None:
     from rollmux_web.workflow.models import PhaseKind as RecordKind
     from rollmux_web.workflow.models import Strategy as RecordStrategy

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from rollmux_web.accounts.access import JobRef, member_hidden, member_label, visible_tenant_ids
 from rollmux_web.workflow.access import groups_for_user
 from rollmux_web.workflow.models import ExecutionGroup, Placement, Strategy
-from rollmux_web.workflow.selectors import cluster_snapshot
+from rollmux_web.workflow.selectors import live_group_states
 from scheduler.slo import check_group
 from scheduler.stochastic import slo_probabilities
 
@@ -83,10 +83,9 @@ def group_live_estimates(group: ExecutionGroup) -> tuple[dict[int, float], dict[
     if group.released_at is not None:
         return {}, {}
     try:
-        state = cluster_snapshot()
+        core = live_group_states([group.pk]).get(group.pk)
     except Exception:  # a broken snapshot must not take the group page down
         return {}, {}
-    core = next((g for g in state.groups if str(g.id) == str(group.pk)), None)
     # a member pinned to no node has no load to model (the core's function needs some)
     if (
         core is None

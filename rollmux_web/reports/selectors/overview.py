@@ -21,7 +21,7 @@ from rollmux_web.reports.selectors.cost_figures import CENT, sum_lines
 from rollmux_web.reports.selectors.groups import members_by_group
 from rollmux_web.workflow.access import groups_for_user
 from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement, Strategy
-from rollmux_web.workflow.selectors import cluster_snapshot
+from rollmux_web.workflow.selectors import live_group_states
 from scheduler.roundrobin import plan_meta_iteration
 
 
@@ -228,12 +228,11 @@ def _fill_meta_iterations(groups: list[GroupStatus]) -> str:
     if not groups:
         return ""
     try:
-        state = cluster_snapshot()
+        by_id = live_group_states([g.id for g in groups])
     except Exception as exc:  # a broken snapshot must not take the landing page down
         return f"T_cycle and T_load unavailable: {exc}"
-    by_id = {str(g.id): g for g in state.groups}
     for g in groups:
-        core = by_id.get(str(g.id))
+        core = by_id.get(g.id)
         if core is None or not core.members:
             continue
         mi = plan_meta_iteration(core, switch_overhead_s=settings.ROLLMUX_SWITCH_OVERHEAD_S)
