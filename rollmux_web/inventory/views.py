@@ -18,21 +18,36 @@ from rollmux_web.accounts.selectors import is_admin
 from rollmux_web.inventory import selectors, services
 from rollmux_web.inventory.forms import ClusterForm, GpuTypeForm, NodeForm, RunnerPackageForm
 from rollmux_web.inventory.models import Cluster, GpuType, Node, NodeState, RunnerPackage
+from rollmux_web.listing import page_of
+
+NODES_PER_PAGE = 100
 
 
 @role_required()
 def index(request: HttpRequest) -> HttpResponse:
+    """The inventory; its nodes a page at a time (NODES_PER_PAGE: a fleet has 10,000),
+    or the one node `?node=<id>` names (what a row's "Keep it" link reloads)."""
     gpu_types = [(g, selectors.gpu_type_current_price(g)) for g in selectors.gpu_type_list()]
+    errors: list[str] = []
+    nodes = selectors.node_list()
+    node = request.GET.get("node", "")
+    if node.isascii() and node.isdigit():
+        nodes = nodes.filter(pk=int(node))
+    elif node:
+        errors.append(f"node: {node!r} is not a node id.")
+    page = page_of(nodes, NODES_PER_PAGE, request.GET, errors)
     context = {
         "gpu_types": gpu_types,
         "clusters": selectors.cluster_list(),
-        "nodes": selectors.node_list(),
+        "nodes": page.object_list,
+        "page": page,
+        "errors": errors,
         "node_states": NodeState.choices,
         "can_edit": is_admin(request.user),
         "builtin_runners": BUILTIN_RUNNERS,
         "runner_packages": selectors.runner_package_list(),
     }
-    return render(request, "inventory/index.html", context)
+    return render(request, "inventory/index.html", context, status=400 if errors else 200)
 
 
 def _saved_message(title: str, obj: Any) -> str:

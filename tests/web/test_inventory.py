@@ -729,3 +729,33 @@ def test_a_node_with_more_host_memory_than_its_type_is_refused(api_as, client_as
         )
     assert "host_mem_gb" in exc.value.message_dict
     assert "Node h20-0 has 2048 GB of host memory, more than 1024" in str(exc.value)
+
+
+@pytest.mark.django_db
+def test_the_nodes_come_a_page_at_a_time_and_a_row_reloads_by_its_id(
+    client_as, world, django_assert_max_num_queries
+):
+    # issue 25: a fleet has 10,000 nodes; the page showed them all (25 s, 10 MB)
+    from rollmux_web.inventory.views import NODES_PER_PAGE
+
+    Node.objects.bulk_create(
+        Node(name=f"h20-x{i:03d}", cluster=world.rollout_pool, gpu_type=world.h20, host_mem_gb=2048)
+        for i in range(NODES_PER_PAGE)
+    )
+    client = client_as("admin")
+    with django_assert_max_num_queries(15):
+        html = client.get("/inventory/").content.decode()
+    assert html.count('<tr id="node-') == NODES_PER_PAGE
+    total = Node.objects.count()
+    assert f"page 1 of 2 · {total} nodes" in html and "?page=2#nodes" in html
+    assert client.get("/inventory/?page=2").content.decode().count('<tr id="node-') == (
+        total - NODES_PER_PAGE
+    )
+    # the "Keep it up" link of a row asks for that row, whichever page it is on
+    last = Node.objects.order_by("cluster__kind", "name").last()
+    one = client.get(f"/inventory/?node={last.pk}").content.decode()
+    assert one.count('<tr id="node-') == 1 and f'id="node-{last.pk}"' in one
+    bad = client.get("/inventory/?node=h20-1")
+    assert bad.status_code == 400 and "node: &#x27;h20-1&#x27; is not a node id." in (
+        bad.content.decode()
+    )
