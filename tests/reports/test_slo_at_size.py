@@ -69,3 +69,45 @@ def test_iteration_sums_count_complete_iterations_and_leave_out_profiling(world:
     assert sums.last_train_end == t + 34 * M
     assert sums.with_sync
     assert iteration_sums([]) == {}
+
+
+def test_the_overviews_last_day_for_all_tenants_is_the_cost_engines_total(world: Any) -> None:
+    # read from the allocations alone (the day's phases are ~100,000 at a fleet's size):
+    # the same cents as the engine's lines over every tenant, busy and idle
+    from datetime import datetime as dt
+
+    from rollmux_web.inventory.selectors import price_book
+    from rollmux_web.reports.selectors import cluster_overview
+    from rollmux_web.reports.selectors.cost_engine import cost_lines
+    from rollmux_web.reports.selectors.cost_figures import sum_lines
+    from tests.reports.builders import allocate
+
+    now = dt.now(tz=UTC)
+    g = make_group(created=now - 30 * 60 * M)
+    allocate(g, "h20-0", now - 30 * 60 * M, now - 3 * 60 * M)  # partly before the day
+    allocate(g, "h20-1", now - 5 * 60 * M, None)
+    allocate(g, "h800-0", now - 30 * 60 * M, None)
+    mine = make_job(world, name="vision-job")
+    theirs = make_job(world, name="speech-job", tenant="speech", status=JobStatus.COMPLETED)
+    a = place(g, mine, rollout=["h20-0", "h20-1"], train=["h800-0"], joined=now - 30 * 60 * M)
+    b = place(
+        g,
+        theirs,
+        rollout=["h20-0"],
+        train=["h800-0"],
+        joined=now - 30 * 60 * M,
+        left=now - 4 * 60 * M,
+    )
+    t = now - 20 * 60 * M
+    phase(a, iteration=0, kind="rollout", nodes=["h20-0"], start=t, minutes=37)
+    phase(b, iteration=0, kind="rollout", nodes=["h20-0"], start=t + 40 * M, minutes=11)
+    phase(a, iteration=0, kind="train", nodes=["h800-0"], start=t + 41 * M, minutes=13)
+    phase(a, iteration=1, kind="rollout", nodes=["h20-1"], start=now - 60 * M, minutes=None)
+
+    lines = cost_lines(
+        tenant_ids=None, t0=now - 24 * 60 * M, t1=now, now=now, prices=price_book()
+    ).lines
+    engine = sum_lines(lines, key="total", label="Total").cost
+
+    assert engine > 0
+    assert cluster_overview(user=world.admin, now=now).cost_last_day == engine
