@@ -574,6 +574,7 @@ def main() -> None:
     parser.add_argument("--seed-only", action="store_true")
     parser.add_argument("--repeat", type=int, default=7, help="timed requests per page")
     parser.add_argument("--only", default="", help="measure only pages whose label has this")
+    parser.add_argument("--skip", default="", help="skip the pages whose label has this")
     parser.add_argument(
         "--timeout", type=float, default=120, help="a statement taking longer is cut (s)"
     )
@@ -622,7 +623,7 @@ def main() -> None:
     with connection.cursor() as cur:
         cur.execute(f"SET statement_timeout = {int(args.timeout * 1000)}")
     for label, who, url in pages(now):
-        if args.only and args.only not in label:
+        if (args.only and args.only not in label) or (args.skip and args.skip in label):
             continue
         load = os.getloadavg()[0]
         slow = "cost" in label or "SLO" in label

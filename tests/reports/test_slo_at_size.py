@@ -4,6 +4,7 @@ takes is decided per phase, and its per-job sums are the rows' own."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from rollmux_web.jobs.models import JobStatus
@@ -111,3 +112,45 @@ def test_the_overviews_last_day_for_all_tenants_is_the_cost_engines_total(world:
 
     assert engine > 0
     assert cluster_overview(user=world.admin, now=now).cost_last_day == engine
+
+
+def test_the_overview_lists_the_first_live_groups_and_counts_them_all(
+    world: Any, client_as: Any, django_assert_max_num_queries: Any
+) -> None:
+    from rollmux_web.inventory.models import Node
+    from rollmux_web.reports.selectors import cluster_overview
+    from rollmux_web.reports.selectors.overview import OVERVIEW_GROUPS
+    from tests.reports.builders import allocate
+
+    # one live group per H20 node, the rollout node alone allocated
+    extra = OVERVIEW_GROUPS + 2 - Node.objects.filter(name__startswith="h20-").count()
+    Node.objects.bulk_create(
+        Node(
+            name=f"h20-{100 + i}", cluster=world.rollout_pool, gpu_type=world.h20, host_mem_gb=2048
+        )
+        for i in range(extra)
+    )
+    now = datetime.now(tz=UTC)
+    names = list(Node.objects.filter(name__startswith="h20-").values_list("name", flat=True))
+    for i, name in enumerate(names):
+        g = make_group(created=now - 60 * M)
+        allocate(g, name, now - 60 * M, None)
+        job = make_job(world, name=f"live-{i}")
+        place(g, job, rollout=[name], train=[], joined=now - 60 * M)
+        phase(
+            type(job).objects.get(pk=job.pk).placements.get(),
+            iteration=0,
+            kind="rollout",
+            nodes=[name],
+            start=now - 30 * M,
+            minutes=10,
+        )
+
+    with django_assert_max_num_queries(40):
+        o = cluster_overview(user=world.admin)
+    assert o.groups_total == len(names) and len(o.groups) == OVERVIEW_GROUPS
+    # $/h now is every live group's: 8 H20 GPUs at $1.85 each
+    assert o.cost_per_hour_now == 8 * Decimal("1.85") * len(names)
+    assert all(g.t_cycle for g in o.groups)  # the shown groups' meta-iterations
+    html = client_as("admin").get("/").content.decode()
+    assert f"The first {OVERVIEW_GROUPS} of {len(names)} live groups" in html

@@ -55,6 +55,9 @@ class GroupStatus:
     profile: bool = False  # a job's profiling run (alone, no meta-iteration to show)
 
 
+OVERVIEW_GROUPS = 50  # live groups the overview lists (the groups list has them all)
+
+
 @dataclass
 class Overview:
     pools: list[PoolStatus]
@@ -65,6 +68,7 @@ class Overview:
     meta_note: str = ""
     drifting: list[dict[str, Any]] = field(default_factory=list)  # jobs past their estimates
     cost_is_share: bool = False  # cost_per_hour_now is the viewer's tenants' share
+    groups_total: int = 0  # live groups the viewer may see (`groups`: the first of them)
 
     @property
     def cost_per_hour_last_day(self) -> Decimal:
@@ -145,6 +149,11 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
         )
         for gid in sorted(live_ids)
     ]
+    groups_total = len(groups)
+    cost_now = sum((g.cost_per_hour for g in groups), Decimal(0))  # (a tenant: its share)
+    # the page lists the first OVERVIEW_GROUPS (a fleet has hundreds live: their meta-
+    # iterations and rows took seconds); the groups list has them all
+    groups = groups[:OVERVIEW_GROUPS]
     note = _fill_meta_iterations(groups)
     if tenant_ids is None:
         # every allocated node-second is billed to a member, busy or idle: the fleet's last
@@ -190,13 +199,12 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
         }
         for j in waiting_qs.order_by("-priority", "submitted_at")[:50]
     ]
-    if tenant_ids is None:
-        cost_now = sum((g.cost_per_hour for g in groups), Decimal(0))
-    else:
+    if tenant_ids is not None:
         cost_now = _share_per_hour_now(open_allocs, tenant_ids, prices, now_)
     return Overview(
         pools=pools,
         groups=groups,
+        groups_total=groups_total,
         cost_per_hour_now=cost_now,
         cost_is_share=tenant_ids is not None,
         cost_last_day=cost_last_day,
