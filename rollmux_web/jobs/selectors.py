@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Avg, Count, F, Max, Min, Prefetch, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, Prefetch, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.http import Http404
 from django.utils import timezone
 
@@ -241,6 +242,16 @@ def jobs_drift(jobs: list[Job]) -> dict[int, list[Drift]]:
             finished_at__isnull=False,
         )
         .exclude(placement__strategy="profile")
+        # only the last DRIFT_WINDOW of each kind leave the database (a running job has
+        # hundreds of phases; the overview asks for 200 jobs: issue 25)
+        .annotate(
+            recent_rank=Window(
+                RowNumber(),
+                partition_by=[F("job_id"), F("kind")],
+                order_by=F("finished_at").desc(),
+            )
+        )
+        .filter(recent_rank__lte=DRIFT_WINDOW)
         .order_by("job_id", "kind", "-finished_at")
         .values_list("job_id", "kind", "started_at", "finished_at", "metrics")
     ):

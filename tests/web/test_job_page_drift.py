@@ -83,3 +83,33 @@ def test_the_hosts_set_up_does_not_count_as_drift(world: Any) -> None:
     assert [d.kind for d in jobs_drift([job])[job.pk]] == ["rollout"]  # (30 + 10 + 10) / 3
     PhaseRecord.objects.filter(pk=first.pk).update(metrics={"load_s": 20 * 60.0})
     assert jobs_drift([job])[job.pk] == []  # its own 10 min: at its worst case
+
+
+@pytest.mark.django_db
+def test_only_each_kinds_last_phases_count_for_drift(world: Any) -> None:
+    # the window is taken in the database (issue 25: the overview asks for 200 running
+    # jobs' drift, each with hundreds of phases): older slow phases count for nothing
+    from datetime import timedelta
+
+    from rollmux_web.jobs.selectors import DRIFT_WINDOW, jobs_drift
+    from tests.reports.builders import phase
+
+    jobs = []
+    for name, slow_first in (("recovered", True), ("slowed", False)):
+        job = make_job(world, name=name, status=JobStatus.RUNNING, iterations=8)
+        g = make_group(created=T0)
+        pl = place(g, job, rollout=[], train=[], joined=T0)
+        t = T0
+        for i in range(8):
+            slow = (i < 8 - DRIFT_WINDOW) == slow_first
+            phase(pl, iteration=i, kind="rollout", nodes=[], start=t, minutes=20 if slow else 9)
+            phase(
+                pl, iteration=i, kind="train", nodes=[], start=t + timedelta(minutes=20), minutes=5
+            )
+            t += timedelta(minutes=30)
+        jobs.append(job)
+    drift = jobs_drift(jobs)
+    assert drift[jobs[0].pk] == []
+    assert [(d.kind, d.recent_mean_s, d.window) for d in drift[jobs[1].pk]] == [
+        ("rollout", 1200.0, DRIFT_WINDOW)
+    ]
