@@ -225,6 +225,8 @@ class PhaseRecord(models.Model):
         indexes = [
             models.Index(fields=["group", "started_at"]),
             models.Index(fields=["job", "iteration"]),
+            # a job's latest phases of a kind (its drift: jobs.selectors._recent_phases)
+            models.Index(fields=["job", "kind", "-finished_at"], name="phase_job_kind_finished"),
             models.Index(
                 fields=["due_at"], condition=models.Q(state="running"), name="phase_running_due"
             ),
