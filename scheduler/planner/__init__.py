@@ -96,6 +96,7 @@ from scheduler.planner.algorithm1 import (
 from scheduler.planner.baselines import baseline_choice
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import PlannerIndex, build_index, planner_index
+from scheduler.planner.memo import cached
 from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
 from scheduler.planner.transitions import apply_placement, remove_job, update_job
@@ -241,7 +242,15 @@ def _fit(
         chance = {job.id: 1.0}  # alone: its iteration is its solo iteration
     else:
         members = group.members + (Member(job, cand.rollout, cand.train),)
-        chance = slo_probabilities(members, switch_overhead_s=switch_overhead_s)
+        # (memoised within a consolidation pass, scheduler.planner.memo; a copy: the
+        # result's mapping is its own)
+        chance = dict(
+            cached(
+                "slo_probabilities",
+                (members, switch_overhead_s),
+                lambda: slo_probabilities(members, switch_overhead_s=switch_overhead_s),
+            )
+        )
     placement = Placement(
         job_id=job.id,
         strategy=cand.strategy,

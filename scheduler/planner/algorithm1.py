@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
 from scheduler.planner.index import GroupSummary
+from scheduler.planner.memo import cached
 from scheduler.slo import DEFAULT_SLO_MARGIN, check_group, expected_solo_s
 from scheduler.stochastic import slo_probabilities
 
@@ -344,7 +345,13 @@ def check_slo(
     and on expected durations against expected solo times.
     """
     members = group.members + (Member(job, rollout, train),)
-    check = check_group(members, switch_overhead_s=switch_overhead_s, margin=slo_margin)
+    # (memoised within a consolidation pass: the check reads only the members' profiles
+    # and nodes, scheduler.planner.memo)
+    check = cached(
+        "check_group",
+        (members, switch_overhead_s, slo_margin),
+        lambda: check_group(members, switch_overhead_s=switch_overhead_s, margin=slo_margin),
+    )
     if not check.ok:
         return None
     # The joiner also waits for its turn in the meta-iteration in progress (see

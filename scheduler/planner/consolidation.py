@@ -68,6 +68,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from scheduler.cluster import make_node, nodes_needed
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import (
@@ -82,7 +84,15 @@ from scheduler.model import (
     Pool,
     Strategy,
 )
-from scheduler.planner import JOIN_ALLOWANCE_META_ITERATIONS, apply_placement, place, remove_job
+from scheduler.planner import (
+    JOIN_ALLOWANCE_META_ITERATIONS,
+    apply_placement,
+    place,
+    planner_index,
+    remove_job,
+)
+from scheduler.planner.algorithm1 import EPS
+from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.objective import (
     JobProgress,
     colocated_expected_s,
@@ -341,8 +351,21 @@ def best_move(
     found = _group_of(state, job_id)
     if found is None:
         return None
+    return _best_move(state, found, now=now, progress=progress, cfg=cfg)
+
+
+def _best_move(
+    state: ClusterState,
+    found: tuple[Group, Member],
+    *,
+    now: float,
+    progress: Mapping[str, JobProgress],
+    cfg: ConsolidationConfig,
+) -> Move | None:
+    """`best_move` of the member `found` (its group, itself) of `state`."""
     source, member = found
     job = member.job
+    job_id = job.id
     mine = progress.get(job_id)
     if mine is not None and mine.moves >= cfg.max_moves_per_job:
         return None
@@ -502,21 +525,103 @@ def plan_consolidation(
         if g.id == group_id or len(g.members) <= small
         for m in g.members
     }
-    while candidates:
-        options = [
-            mv
-            for job_id in sorted(candidates)
-            if (mv := best_move(current, job_id, now=now, progress=progress, config=config))
-        ]
-        if not options:
-            break
-        best = max(options, key=lambda mv: (mv.saving_usd, mv.job_id))
-        if not best.group_id:  # co-located: a provisional id, for the moves after it
-            best = replace(best, group_id=f"{best.job_id}:colocated")
-        moves.append(best)
-        current = apply_move(current, best)
-        candidates.discard(best.job_id)
+    # The pass's evaluations (groups' expected costs, SLO checks) repeat across its
+    # candidates and its rounds: memoised for the pass (scheduler.planner.memo).
+    with evaluation_scope(progress):
+        while candidates:
+            where = _members_by_id(current)
+            joinable = _JoinFilter(current, cfg)
+            options = [
+                mv
+                for job_id in sorted(candidates)
+                if (found := where.get(job_id)) is not None
+                and joinable.may_move(*found, progress)
+                and (mv := _best_move(current, found, now=now, progress=progress, cfg=cfg))
+            ]
+            if not options:
+                break
+            best = max(options, key=lambda mv: (mv.saving_usd, mv.job_id))
+            if not best.group_id:  # co-located: a provisional id, for the moves after it
+                best = replace(best, group_id=f"{best.job_id}:colocated")
+            moves.append(best)
+            current = apply_move(current, best)
+            candidates.discard(best.job_id)
     return moves
+
+
+def _members_by_id(state: ClusterState) -> dict[str, tuple[Group, Member]]:
+    """Return every placed job's group and member by job id (one pass)."""
+    return {m.job.id: (g, m) for g in state.groups for m in g.members}
+
+
+class _JoinFilter:
+    """Which candidates of a consolidation round Algorithm 1 could place anywhere but
+    where they are (or in a new group, which is no move).
+
+    A job that may not go co-located (`best_move` allows that only to a job with
+    rollout nodes) moves only into another group, and Algorithm 1 generates a
+    candidate in a group only when its first checks pass (`algorithm1.candidates`'s
+    inline bounds and `group_context`'s step 1 and clock rule: members, size, training
+    nodes, rollout nodes, saturation, T_cycle and the least-loaded training node within
+    the SLO window). Those read only the group's summary and the job's profile, so one
+    vectorised pass over the state's groups answers for every candidate; a job no other
+    group passes them for gets no move from `best_move`, which is not asked.
+    """
+
+    def __init__(self, state: ClusterState, cfg: ConsolidationConfig) -> None:
+        self.state = state
+        self.cfg = cfg
+        self._table: dict[str, np.ndarray] | None = None
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        if self._table is None:
+            summaries = planner_index(self.state).summaries
+            prune = self.cfg.prune_saturated
+            cols: dict[str, list[float]] = {
+                k: [] for k in ("t_cycle", "tolerance", "min_train", "n_train", "scale")
+            }
+            ok: list[bool] = []
+            ids: list[str] = []
+            for x in summaries:
+                ids.append(x.group.id)
+                ok.append(
+                    0 < x.size < self.cfg.max_group_size
+                    and bool(x.group.rollout_nodes)
+                    and not (prune and x.t_load >= x.t_cycle)
+                )
+                cols["t_cycle"].append(x.t_cycle)
+                cols["tolerance"].append(x.tolerance)
+                cols["min_train"].append(x.min_train_load)
+                cols["n_train"].append(x.n_train)
+                cols["scale"].append(math.nan if x.time_scale is None else x.time_scale)
+            table = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+            table["ok"] = np.asarray(ok, dtype=bool)
+            table["ids"] = np.asarray(ids, dtype=object)
+            self._table = table
+        return self._table
+
+    def may_move(self, source: Group, member: Member, progress: Mapping[str, JobProgress]) -> bool:
+        """Return False only when `best_move` would return None for the member because
+        Algorithm 1 has no placement for it outside its own group but a new group."""
+        cfg = self.cfg
+        if cfg.colocated and member.rollout_nodes:
+            return True  # the co-located placement is open to it: ask best_move
+        job = member.job
+        t = self._columns()
+        if not len(t["ok"]):
+            return False
+        solo = job.t_solo_max_s
+        tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
+        n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
+        fits = (
+            t["ok"]
+            & (t["n_train"] >= n_train)
+            & (np.maximum(t["t_cycle"], solo) <= tol)
+            & (t["min_train"] + job.t_train_max_s <= tol)
+            & (t["scale"] == job.time_scale)
+            & (t["ids"] != source.id)
+        )
+        return bool(fits.any())
 
 
 @dataclass(frozen=True)

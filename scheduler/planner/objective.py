@@ -38,6 +38,7 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
+from scheduler.planner.memo import cached, in_scope
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s
@@ -136,7 +137,51 @@ def members_remaining_cost(
     With `lone_restart_s` (a job's restart time) a member the others' departures will
     leave alone in the group is valued as consolidation treats it: alone for the
     ski-rental wait, then co-located after its restart, when that is cheaper.
+    Memoised within a consolidation pass (scheduler.planner.memo).
     """
+    if not in_scope(progress):
+        return _members_remaining_cost(
+            members, price_per_hour, progress, switch_overhead_s=switch_overhead_s,
+            extra_s=extra_s, colocated_factor=colocated_factor,
+            lone_restart_s=lone_restart_s, lone_now=lone_now,
+        )  # fmt: skip
+    key = (
+        tuple(members),
+        switch_overhead_s,
+        tuple(sorted(extra_s.items())) if extra_s else (),
+        colocated_factor,
+        lone_restart_s,
+        lone_now,
+    )
+    return cached(
+        "members_remaining_cost",
+        key,
+        lambda: _members_remaining_cost(
+            members,
+            price_per_hour,
+            progress,
+            switch_overhead_s=switch_overhead_s,
+            extra_s=extra_s,
+            colocated_factor=colocated_factor,
+            lone_restart_s=lone_restart_s,
+            lone_now=lone_now,
+        ),  # fmt: skip
+        progress=progress,
+        reads_progress=True,
+    )
+
+
+def _members_remaining_cost(
+    members: Sequence[Member],
+    price_per_hour: Mapping[str, float],
+    progress: Mapping[str, JobProgress],
+    *,
+    switch_overhead_s: float,
+    extra_s: Mapping[str, float] | None = None,
+    colocated_factor: float = 1.0,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
+    lone_now: bool = False,
+) -> float:
     left = sorted(
         ((remaining_iterations(m.job, progress), i, m) for i, m in enumerate(members)),
         key=lambda e: (e[0], e[1]),

@@ -7,6 +7,8 @@ see scheduler.planner.index), so the next decision skips the pass over every gro
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from scheduler.cluster import make_node
@@ -114,6 +116,15 @@ def check_residency(group: Group, nodes: dict[str, Node]) -> None:
             )
 
 
+def _position_of(position: Mapping[str, int]) -> Callable[[Node], int]:
+    """Return the key that orders nodes as the state does (by their position in it)."""
+
+    def key(n: Node) -> int:
+        return position[n.name]
+
+    return key
+
+
 def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[str, ...]]:
     """Return `state` without `job_id` and the nodes released (no member uses them any more).
 
@@ -144,16 +155,17 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
         groups = state.groups[:i] + state.groups[i + 1 :]
         del summaries[i]
     nodes = index.node_index
-    free = {p: list(v) for p, v in index.free.items()}
-    back = False
+    free = dict(index.free)
+    position = nodes.position
     for x in released:
         n = nodes.nodes[x]
         if not n.cordoned:  # a released cordoned node stays out of the free pool
-            free[n.pool].append(n)
-            back = True
-    if back:
-        for pool_nodes in free.values():
-            pool_nodes.sort(key=lambda n: nodes.position[n.name])
+            # the free pool stays in state order: insert the node at its position (the
+            # pool may hold thousands of nodes; a sort of it per removal was the
+            # consolidation's hot spot, and best_move removes a job per candidate)
+            pool_nodes = free[n.pool]
+            at = bisect.bisect_left(pool_nodes, position[x], key=_position_of(position))
+            free[n.pool] = pool_nodes[:at] + (n,) + pool_nodes[at:]
     child_index = PlannerIndex(
         nodes=state.nodes,
         groups=groups,
@@ -161,7 +173,7 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
         summaries=tuple(summaries),
         taken=index.taken - set(released),
         job_ids=index.job_ids - {job_id},
-        free={p: tuple(v) for p, v in free.items()},
+        free=free,
     )
     return replace(state, groups=groups, planner_index=child_index), released
 

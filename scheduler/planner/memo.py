@@ -1,0 +1,87 @@
+"""A memo of the planner's pure evaluations, scoped to one consolidation pass.
+
+`plan_consolidation` asks `best_move` about every candidate, and `best_move` places the
+candidate by Algorithm 1 with the expected-cost objective: for every candidate the same
+groups are evaluated again (their expected remaining cost, the SLO check of the group
+with the candidate, its SLO probabilities), and after each move every candidate is asked
+again on a state that differs in two groups. Within one pass the inputs of those
+evaluations repeat: the memo keeps their results for the pass.
+
+* `evaluation_scope(progress)` opens a scope (a context manager; nested scopes reuse the
+  outer one) for a pass whose jobs' progress is `progress`: the memo answers only calls
+  that read that very mapping, and node prices are those of the pass's states (a node's
+  price is a function of its name and pool, which a pass does not change).
+* `cached(kind, key, compute)` returns the memo's value for `(kind, key)` or computes and
+  keeps it. Keys are values (members, profiles, node names): equal inputs, equal
+  results, since every memoised function is pure. Without a scope it just computes.
+
+The scope lives in a `contextvars.ContextVar`: it is per thread (and per task), so two
+threads planning at once share nothing, and it is gone when the pass returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+__all__ = ["cached", "evaluation_scope", "in_scope"]
+
+T = TypeVar("T")
+
+
+class _Scope:
+    __slots__ = ("progress", "values")
+
+    def __init__(self, progress: Mapping[str, Any] | None) -> None:
+        self.progress = progress
+        self.values: dict[tuple[str, Hashable], Any] = {}
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("rollmux_planner_memo", default=None)
+
+
+@contextmanager
+def evaluation_scope(progress: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Memoise the planner's evaluations until the block ends (see the module docstring)."""
+    if _SCOPE.get() is not None:
+        yield
+        return
+    token = _SCOPE.set(_Scope(progress))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def in_scope(progress: Mapping[str, Any] | None) -> bool:
+    """Return True when a scope is open for exactly this `progress` mapping."""
+    scope = _SCOPE.get()
+    return scope is not None and scope.progress is progress
+
+
+def cached(
+    kind: str,
+    key: Hashable,
+    compute: Callable[[], T],
+    *,
+    progress: Mapping[str, Any] | None = None,
+    reads_progress: bool = False,
+) -> T:
+    """Return `compute()`, memoised in the open scope under `(kind, key)`.
+
+    With `reads_progress` the value depends on the jobs' progress: it is memoised only
+    when the scope was opened for this very `progress`.
+    """
+    scope = _SCOPE.get()
+    if scope is None or (reads_progress and scope.progress is not progress):
+        return compute()
+    full = (kind, key)
+    values = scope.values
+    try:
+        return values[full]  # type: ignore[no-any-return]
+    except KeyError:
+        value = compute()
+        values[full] = value
+        return value
