@@ -1,17 +1,25 @@
 """Time the simulator on a generated paper-like trace under every policy.
 
-    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper]
+    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper] [--at-size [--size-jobs 2100]]
 
 Prints the wall time per policy (one process, one core), the phase events per
 second, and the total against the 20 s target; rollmux runs with its default levers
 (consolidation, expected-cost objective, co-located strategy, long-tail migration). `optimal` cannot run on a
 200-job trace (it is exhaustive, at most 8 jobs), so it is timed separately on
 an 8-job burst of the same generator.
+
+`--at-size` times instead the paper's scale for its decision-latency figure (issue 25
+item 4): 2,100 paper-like jobs arriving within an hour, each running at least 48 hours
+solo (its iterations raised to that), on the unbounded cluster, rollmux with its shipped
+levers; it prints the wall and CPU time (target: under 60 s), the consolidation's share,
+and the decision latency's p50/p99 (target p99 under 50 ms). `--size-jobs` scales it.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 from dataclasses import replace
@@ -25,17 +33,72 @@ from scheduler.sim.gen import generate, generate_paper  # noqa: E402
 from scheduler.sim.milp import run_burst_optimum, trace_lower_bound  # noqa: E402
 from scheduler.sim.optimal import run_optimal  # noqa: E402
 from scheduler.sim.policies import make_policy  # noqa: E402
-from scheduler.trace import default_cluster  # noqa: E402
+from scheduler.slo import expected_solo_s  # noqa: E402
+from scheduler.trace import default_cluster, load_cluster  # noqa: E402
 
 POLICIES = ["rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle"]
 TARGET_S = 20.0
+AT_SIZE_TARGET_S = 60.0
+AT_SIZE_P99_MS = 50.0
+UNBOUNDED = REPO / "scheduler" / "sim" / "scenarios" / "cluster-unbounded.json"
+
+
+def at_size(jobs_n: int, seed: int) -> int:
+    """Time rollmux on `jobs_n` paper-like jobs arriving within an hour, each at least
+    48 hours long, on the unbounded cluster (the module docstring)."""
+    spec = load_cluster(UNBOUNDED)
+    jobs = [
+        replace(j, iterations=max(j.iterations, math.ceil(48 * 3600 / expected_solo_s(j))))
+        for j in generate_paper(seed, jobs=jobs_n, window_h=1.0)
+    ]
+    phases = 2 * sum(j.iterations for j in jobs)
+    print(
+        f"at size: {jobs_n:,} paper-like jobs arriving within 1 h, each >= 48 h solo, "
+        f"unbounded cluster, seed {seed}: {phases:,} phase events "
+        f"(1-min load average {os.getloadavg()[0]:.1f} at the start)"
+    )
+    policy = make_policy("rollmux", seed=seed)
+    spent = {"consolidation": 0.0}
+    departure = policy.on_departure
+
+    def timed_departure(*args: object, **kwargs: object) -> object:
+        t = time.process_time()
+        try:
+            return departure(*args, **kwargs)
+        finally:
+            spent["consolidation"] += time.process_time() - t
+
+    policy.on_departure = timed_departure
+    started, started_cpu = time.perf_counter(), time.process_time()
+    run = simulate(jobs, spec, policy, seed=seed)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+    lat = sorted(run.decision_latency_s)
+    p50 = lat[len(lat) // 2] * 1000
+    p99 = lat[min(len(lat) - 1, math.ceil(0.99 * len(lat)) - 1)] * 1000
+    verdict = "within" if cpu < AT_SIZE_TARGET_S else "OVER"
+    print(
+        f"  rollmux {elapsed:7.1f} s wall {cpu:7.1f} s CPU ({verdict} the "
+        f"{AT_SIZE_TARGET_S:.0f} s target); consolidation on departures "
+        f"{spent['consolidation']:.1f} s CPU; {len(run.moves)} moves; "
+        f"{phases / cpu / 1000:.1f} k events/CPU-s"
+    )
+    print(
+        f"  decision latency (wall) over {len(lat):,} arrivals: p50 {p50:.1f} ms, "
+        f"p99 {p99:.1f} ms (target p99 < {AT_SIZE_P99_MS:.0f} ms); 1-min load average "
+        f"{os.getloadavg()[0]:.1f} at the end"
+    )
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kind", default="paper", choices=["paper", "philly"])
+    parser.add_argument("--at-size", action="store_true", help="time the 2,100-job case only")
+    parser.add_argument("--size-jobs", type=int, default=2100)
     args = parser.parse_args()
+    if args.at_size:
+        return at_size(args.size_jobs, args.seed)
     spec = default_cluster()
     jobs = generate(args.kind, args.seed)
     phases = 2 * sum(j.iterations for j in jobs)
