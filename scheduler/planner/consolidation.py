@@ -677,19 +677,20 @@ def place_with_partners(
     colocated_jobs = {g.members[0].job.id for g in state.groups if not g.rollout_nodes}
     movers: list[Move] = []
     current = trial
-    while colocated_jobs:
-        found = [
-            mv
-            for job_id in sorted(colocated_jobs)
-            if (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
-            and mv.group_id == gid
-        ]
-        if not found:
-            break
-        best = max(found, key=lambda mv: (mv.saving_usd, mv.job_id))
-        movers.append(best)
-        current = apply_move(current, best)
-        colocated_jobs.discard(best.job_id)
+    with evaluation_scope(mine):  # the rounds re-evaluate the same groups (memo)
+        while colocated_jobs:
+            found = [
+                mv
+                for job_id in sorted(colocated_jobs)
+                if (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
+                and mv.group_id == gid
+            ]
+            if not found:
+                break
+            best = max(found, key=lambda mv: (mv.saving_usd, mv.job_id))
+            movers.append(best)
+            current = apply_move(current, best)
+            colocated_jobs.discard(best.job_id)
     if sum(mv.saving_usd for mv in movers) <= extra + cfg.min_saving_usd:
         return ArrivalPlan(first)
     return ArrivalPlan(alt, tuple(movers))
