@@ -49,6 +49,20 @@ def _no_moves(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _celery_current_app_restored() -> Iterator[None]:
+    """Give the next test the Celery app this one started with. `Celery(...)` makes itself
+    the thread's current app unless told `set_as_current=False`, and every `shared_task`
+    (workers.tasks) then sends to it: after a test's probe app on a broker it has since
+    stopped, a later test's `request_planning()` went nowhere and its job waited out its
+    timeout (tests/workers/test_run_topology.py before the inline workflow tests)."""
+    from celery import _state
+
+    current, default = getattr(_state._tls, "current_app", None), _state.default_app
+    yield
+    _state._tls.current_app, _state.default_app = current, default
+
+
+@pytest.fixture(autouse=True)
 def _fresh_rate_limits() -> None:
     """Start each test with empty rate-limit counters (the cache: per process in tests), so
     the anonymous limit on the token endpoint counts one test's requests, not the run's."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rollmux_web.workflow.models import PhaseRecord
+from rollmux_web.workflow.models import PhaseRecord, Placement
 from rollmux_web.workflow.starts import measured_starts
 from tests.reports.builders import make_group, make_job, now, phase, place
 
@@ -42,3 +42,20 @@ def test_an_emulating_runner_keeps_the_constants(world: Any, runner: str) -> Non
     # its set-up is wall-clock time the time scale would magnify (12 s x 200 = 2,400 s)
     job_id = ran(world, runner, 200.0)
     assert job_id not in measured_starts([job_id])
+
+
+def test_the_moves_clock_leaves_out_an_emulated_jobs_set_up_and_load(world: Any) -> None:
+    # an emulated job's SLO clock runs at its time scale, but not its hosts' start-up: 16.2
+    # wall-clock seconds of set-up and load (12 + 3 + 0.5 + 0.7) x 200 would be 3,240 s of
+    # its budget (services.consolidation.move_state subtracts these before scaling)
+    from rollmux_web.workflow.services.consolidation import _platform_seconds
+
+    job_id = ran(world, "emulated", 200.0)
+    t0 = now()
+    profiling = Placement.objects.create(
+        job_id=job_id, group=make_group(created=t0), strategy="profile", attempt=2
+    )
+    rec = phase(profiling, iteration=0, kind="rollout", nodes=["h20-1"], start=t0, minutes=1)
+    PhaseRecord.objects.filter(pk=rec.pk).update(setup_s=30.0, load_s=1.0)  # not production
+    assert _platform_seconds([job_id]) == {str(job_id): pytest.approx(16.2)}
+    assert _platform_seconds([]) == {}

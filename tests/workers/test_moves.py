@@ -20,6 +20,7 @@ from rollmux_web.jobs.models import DurationSource, Job, JobStatus
 from rollmux_web.quotas.models import SloClass
 from rollmux_web.workflow.models import (
     EndReason,
+    IterationMetrics,
     NodeAllocation,
     PhaseRecord,
     PhaseState,
@@ -56,16 +57,18 @@ def placed_twins(world: Any, *names_iterations: tuple[str, int], **fields: Any) 
     return jobs
 
 
-def consolidation_scenario(world: Any) -> tuple[Job, Job, Job]:
+def consolidation_scenario(world: Any, *, slowdown: float = 5.0) -> tuple[Job, Job, Job]:
     """Two twins share one group; a third's resident state (1,500 GB) does not fit on a
     node beside both of theirs (300 GB each, 2,048 GB nodes), so it opens a group of its
     own. When the short twin leaves, its survivor and the third are each alone: moving one
     into the other's group frees a rollout and a training node."""
-    # a loose SLO (5x): a mover's budget must absorb its Ray start-up (a worker per GPU: 16
-    # actors per job on this 2-core machine, tens of wall-clock seconds under load =
-    # thousands of profile seconds at 200x) besides the restart, or the planner rightly
-    # refuses to pack it (at 3x, at load 21, both lone jobs went co-located instead)
-    loose = SloClass.objects.create(name="loose", slowdown=5.0)
+    # a loose SLO (5x): on Ray a mover's budget must absorb the control plane's switches
+    # (each wall-clock second between two phases is 200 profile seconds at 200x) besides
+    # the restart, or the planner rightly refuses to pack it (at 3x, at load 21, both lone
+    # jobs went co-located instead). Its Ray start-up (a worker per GPU: 16 actors per job,
+    # tens of wall-clock seconds under load) is off the clock (services.consolidation.move_state):
+    # magnified, it took the whole budget and the Ray run made no move in loaded runs
+    loose = SloClass.objects.create(name="loose", slowdown=slowdown)
     short, long_ = placed_twins(world, ("short", 3), ("survivor", 20), slo_class=loose)
     (third,) = placed_twins(world, ("third", 20), slo_class=loose, host_mem_gb=1500.0)
     first = Placement.objects.get(job=short).group_id
@@ -176,7 +179,9 @@ def test_inline_no_move_beyond_the_limit(world: Any, inline_workflow: Any, setti
     assert not Placement.objects.filter(end_reason=EndReason.MOVED).exists()
 
 
-def drift_scenario(world: Any) -> tuple[Job, Job]:
+def drift_scenario(
+    world: Any, *, drift: float = 2.0, steady_more: int = 6, steady_slo: SloClass | None = None
+) -> tuple[Job, Job]:
     """A drifting twin and a steady one share a group (silver SLO: 1.5x). The drifting
     job's phases grow (emulated_drift 2: its last iteration runs 3x its draw), so within
     a few iterations the steady one would be slowed past 1.5x by the drifter's cycle.
@@ -184,9 +189,12 @@ def drift_scenario(world: Any) -> tuple[Job, Job]:
     profile until its first check (silver 1.5 -> 1.0) and gets no partner before it."""
     n = SHORT_RUN + 1
     drifter = twin_job(world, "drifter", iterations=n, time_scale=SCALE, slo_class=world.silver)
-    drifter.emulated_drift = 2.0
+    drifter.emulated_drift = drift
     drifter.save(update_fields=["emulated_drift"])
-    steady = twin_job(world, "steady", iterations=n + 6, time_scale=SCALE, slo_class=world.silver)
+    steady = twin_job(
+        world, "steady", iterations=n + steady_more, time_scale=SCALE,
+        slo_class=steady_slo or world.silver,
+    )  # fmt: skip
     triggers.request_planning()
     wait_for(lambda: Placement.objects.filter(job__in=[drifter, steady]).count() == 2, timeout=30)
     assert Placement.objects.get(job=drifter).group_id == Placement.objects.get(job=steady).group_id
@@ -235,16 +243,19 @@ def test_inline_a_drifting_job_is_replanned_and_the_other_keeps_its_slo(
 
 @pytest.mark.ray
 @pytest.mark.celery
-@pytest.mark.xfail(
-    strict=False,
-    reason="on Ray the consolidation move is not made every run: on 2 Dec 2026 it passed"
-    " alone and failed in two full runs on this machine; its inline twin passes (closing"
-    " note of that session)",
-)
 def test_a_departure_consolidates_and_the_moved_job_resumes_from_its_checkpoint(
     world: Any, celery_worker_thread: Any, client_as: Any
 ) -> None:
-    jobs = list(consolidation_scenario(world))
+    # 20x, not the inline 5x: on Ray at 200x every wall-clock second the control plane
+    # spends (a placement's coordinator started before its first phase, each switch
+    # through Ray, Redis and Celery) is 200 s of these jobs' SLO clocks. Seen at 5x under
+    # load: the survivor had 3,814 profile seconds on its clock after 2 iterations (400 s
+    # of phases), so its budget refused the move into the third's group, and the third's
+    # restart would have broken the survivor's; a co-located move came only at its 17th
+    # iteration and no move was made. This test is about the move on Ray (checkpoint,
+    # restore on new hosts, the weights' version); the budgets' arithmetic is the inline
+    # twin's and tests/scheduler's.
+    jobs = list(consolidation_scenario(world, slowdown=20.0))
     ids = [j.pk for j in jobs]
     wait_for(all_done(ids), timeout=180)
     assert set(Job.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
@@ -259,16 +270,20 @@ def test_a_departure_consolidates_and_the_moved_job_resumes_from_its_checkpoint(
 
 @pytest.mark.ray
 @pytest.mark.celery
-@pytest.mark.xfail(
-    strict=False,
-    reason="on Ray no drift move is made: seen on 2 Dec 2026 on this machine at every commit"
-    " tried, the last landed main (ebf1947) included, while the inline twin of this test"
-    " passes; not yet understood (closing note of that session)",
-)
 def test_a_drifting_job_is_replanned_while_the_other_member_keeps_its_slo(
     world: Any, celery_worker_thread: Any, client_as: Any
 ) -> None:
-    drifter, steady = drift_scenario(world)
+    # On Ray at 200x every wall-clock second of the control plane between two phases (a
+    # Ray call, a report through Redis, a Celery task: tens of ms, up to a second on this
+    # loaded 2-core machine) is 200 profile seconds of the jobs' SLO clocks and noise on
+    # their measured phases. The inline scenario's margins (drift 2x, silver for the
+    # steady job, 6 iterations left after the drifter) are thinner than that: its trend
+    # turned significant only at the check after 15 iterations under load (after 5 on a
+    # quiet box), and the steady job was then behind on its own account: no move. Here the
+    # drift is steeper (its last iteration 5x: significant by the check after 10 even
+    # under load) and the steady job has the room the overhead takes (bronze, 12 more
+    # iterations): still broken by the drifter (projected ~2.7x), holding without it.
+    drifter, steady = drift_scenario(world, drift=4.0, steady_more=12, steady_slo=world.bronze)
     wait_for(all_done([drifter.pk, steady.pk]), timeout=240)
     assert_replanned(drifter, steady, client_as)
     for _, left, after in the_moves([drifter, steady]):
@@ -419,3 +434,120 @@ def test_inline_a_drifting_job_that_cannot_afford_the_wait_stays(
     ]
     drifter.refresh_from_db()
     assert drifter.duration_source == DurationSource.LEARNED  # it was checked and learned
+
+
+# --- a real RL job moved: `hf-grpo` resumes from its safetensors checkpoint (issue 21) -----
+
+
+HF_ITERATIONS = 8
+
+
+def hf_grpo_reference_rewards(job_id: int, iterations: int) -> list[float]:
+    """Return the rollout rewards of the job's run had it never moved: its model, prompts and
+    sampling are seeded by the job's id and the weights' version, so a run restored from
+    its checkpoint must reproduce them iteration by iteration."""
+    from workers.runners import RunnerContext
+    from workers.runners.hf_grpo import HfGrpoRunner
+
+    runner = HfGrpoRunner()
+    runner.setup(
+        RunnerContext(
+            job_id=job_id,
+            iterations=iterations,
+            t_roll_min_s=1.0,
+            t_roll_max_s=1.0,
+            t_train_min_s=1.0,
+            t_train_max_s=1.0,
+            host_mem_gb=300.0,
+            model="llama-0.1M",
+        )  # fmt: skip
+    )
+    rewards = []
+    for i in range(iterations):
+        runner.reload()
+        rewards.append(runner.rollout(i)["reward_mean"])
+        runner.offload()
+        runner.reload()
+        runner.train(i)
+        runner.offload()
+    return rewards
+
+
+@pytest.mark.slow
+def test_inline_a_consolidated_hf_grpo_job_resumes_from_its_safetensors_checkpoint(
+    world: Any, inline_workflow: Any, settings: Any, client_as: Any
+) -> None:
+    pytest.importorskip("torch")
+    from workers.dispatch.storage import CheckpointStore
+    from workers.runners.hf_grpo import unpack
+
+    settings.ROLLMUX_DRIFT_REPLAN = False  # the move under test is consolidation's
+    # this process switches in milliseconds: the 2 s default would triple 1 s phases
+    settings.ROLLMUX_SWITCH_OVERHEAD_S = 0.0
+    # the consolidation scenario on the wall clock (time scale 1: real phases), its survivor
+    # a real GRPO job on the ~0.1M-parameter Llama; all declare 1 s phases (direct packing)
+    loose = SloClass.objects.create(name="loose", slowdown=10.0)
+    secs = {"t_roll_max_s": 1.0, "t_roll_min_s": 1.0, "t_train_max_s": 1.0, "t_train_min_s": 1.0}
+    common = dict(slo_class=loose, time_scale=1.0, **secs)
+    short = twin_job(world, "short", iterations=2, **common)
+    grpo = twin_job(
+        world, "grpo", iterations=HF_ITERATIONS, runner="hf-grpo", model="llama-0.1M", **common
+    )
+    # the curve it must draw, computed first (it also imports torch in this process, so
+    # the job's first cold start measures its set-up, not the import)
+    reference = hf_grpo_reference_rewards(grpo.pk, HF_ITERATIONS)
+    triggers.request_planning()
+    wait_for(lambda: Placement.objects.filter(job__in=[short, grpo]).count() == 2, timeout=60)
+    third = twin_job(world, "third", iterations=14, host_mem_gb=1500.0, **common)
+    triggers.request_planning()
+    wait_for(lambda: Placement.objects.filter(job=third).exists(), timeout=60)
+    assert Placement.objects.get(job=short).group_id == Placement.objects.get(job=grpo).group_id
+    assert Placement.objects.get(job=third).group_id != Placement.objects.get(job=grpo).group_id
+
+    ids = [short.pk, grpo.pk, third.pk]
+    wait_for(all_done(ids), timeout=240)
+    assert set(Job.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+        JobStatus.COMPLETED
+    }
+    moves = [m for m in the_moves([grpo]) if m[0].pk == grpo.pk]
+    assert len(moves) == 1, [m[1].move_reason for m in the_moves([short, grpo, third])]
+    _, left, after = moves[0]
+    assert left.move_reason.startswith(f"moved from group {left.group_id} to group "), left
+    first = assert_resumed(left, after)  # a cold start of its new host, the next iteration
+    grpo.refresh_from_db()
+    assert_iterations_once(grpo)
+    # its checkpoints are safetensors: the policy, AdamW's moments and steps, the update
+    # count, the RNG state (the store keeps the last two: the one the move restored is gone)
+    blob = CheckpointStore(settings.ROLLMUX_CHECKPOINT_DIR).read(grpo.pk, HF_ITERATIONS)
+    assert blob is not None
+    tensors, meta = unpack(blob)
+    assert "rng.torch" in tensors and meta["updates"] == HF_ITERATIONS, meta
+    # the new host restored the one written at the move's boundary (its load, measured) ...
+    assert first.load_s is not None and first.load_s > 0
+    # ... so its first rollout sampled with the weights of every training before it
+    assert first.metrics["weights_version"] == float(first.iteration) > 0, first.metrics
+    trains = PhaseRecord.objects.filter(job=grpo, kind="train", state=PhaseState.SUCCEEDED)
+    # the update count continues across the placements (no reset to step 0)
+    assert [int(p.metrics["updates"]) for p in trains.order_by("iteration")] == list(
+        range(1, HF_ITERATIONS + 1)
+    )
+    # one reward curve across both placements, and it is the curve of the run that never
+    # moved: the restored policy, optimizer and RNG carry on exactly
+    rows = list(
+        IterationMetrics.objects.filter(job=grpo)
+        .order_by("iteration")
+        .values_list("iteration", "placement__attempt", "reward_mean")
+    )
+    assert [(it, attempt) for it, attempt, _ in rows] == [
+        (i, 1 if i < first.iteration else 2) for i in range(HF_ITERATIONS)
+    ]
+    assert [r for _, _, r in rows] == pytest.approx(reference, abs=1e-9)
+    # and it kept learning on its new group (seeded curves: ~0.03 -> ~0.3 by iteration 7)
+    before = [r for it, _, r in rows if it < first.iteration]
+    assert sum(reference[-3:]) / 3 > max(before) + 0.1, reference
+    print(
+        f"\nhf-grpo moved at iteration {first.iteration} (restore {first.load_s:.3f} s);"
+        f" reward {reference[0]:.3f} -> {reference[-1]:.3f} over {HF_ITERATIONS} iterations"
+    )
+    html = client_as("alice").get(f"/jobs/{grpo.pk}/").content.decode()
+    assert escape(left.move_reason) in html

@@ -30,7 +30,7 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-ITERATIONS = 14
+ITERATIONS = 10
 WEIGHTS_BYTES = llama_shape("llama-0.1M").parameters * 4  # fp32
 
 

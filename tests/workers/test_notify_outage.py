@@ -72,7 +72,7 @@ def test_the_compose_notify_worker_survives_a_redis_outage(tmp_path: Path, setti
         _compose_command("notify-worker"), cwd=ROOT, env=env, stdout=log.open("ab"),
         stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    app = Celery("probe", broker=url, backend=url)
+    app = Celery("probe", broker=url, backend=url, set_as_current=False)  # tasks stay on ours
     try:
         assert _ping(app, settings.ROLLMUX_NOTIFY_QUEUE) == "pong", log.read_text()[-3000:]
         for _ in range(2):  # an outage, and another one after it

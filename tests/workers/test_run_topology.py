@@ -80,7 +80,9 @@ def _broker_app() -> Any:
     from celery import Celery
 
     url = f"redis://127.0.0.1:{REDIS_PORT}/0"
-    return Celery("probe", broker=url, backend=url)
+    # not the current app: a Celery() made current (the default) would take over this
+    # thread's `shared_task`s, and later tests' `.delay()` would go to this dead broker
+    return Celery("probe", broker=url, backend=url, set_as_current=False)
 
 
 def _jobs() -> list[int]:

@@ -49,11 +49,6 @@ def test_only_finite_numbers_of_the_known_names_are_training_metrics() -> None:
     assert got == {"reward_mean": 0.5, "samples": 16.0}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="passes alone; after tests/workers/test_run_topology.py in the same run the job is"
-    " never done within 60 s (seen 2 Dec 2026); the interaction is not yet found",
-)
 def test_toy_rl_reports_a_reward_per_iteration_stored_with_the_iteration(
     world: Any, inline_workflow: Any
 ) -> None:
@@ -71,11 +66,6 @@ def test_toy_rl_reports_a_reward_per_iteration_stored_with_the_iteration(
         assert row.loss is None  # toy-rl's training reports no loss
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="passes alone; after tests/workers/test_run_topology.py in the same run the job is"
-    " never done within 60 s (seen 2 Dec 2026); the interaction is not yet found",
-)
 def test_a_resubmitted_jobs_curve_is_one_curve_and_its_rerun_iteration_the_latest_attempts(
     world: Any, inline_workflow: Any
 ) -> None:

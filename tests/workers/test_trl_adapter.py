@@ -24,11 +24,6 @@ STEPS = 3
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="passes alone (41-94 s); in a full run after tests/workers/test_run_topology.py it"
-    " waited out its 600 s (seen 2 Dec 2026), as the inline training-metrics tests do",
-)
 def test_a_trl_grpo_trainer_runs_generation_and_optimizer_steps_as_granted_phases(
     world: Any, inline_workflow: Any, clean_broker: None, settings: Any, tmp_path: Path
 ) -> None:

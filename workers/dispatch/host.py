@@ -178,7 +178,11 @@ class PhaseHost:
             if self._publisher is None:
                 from celery import Celery
 
-                publisher = Celery("rollmux-host", broker=report["broker_url"])
+                # not the current app: the inline dispatcher runs this in the controller's
+                # process, whose `shared_task`s must stay on its own app
+                publisher = Celery(
+                    "rollmux-host", broker=report["broker_url"], set_as_current=False
+                )
                 try:  # what the first send does once: a pooled connection and channel, the
                     # task message format, the result backend, the queue declared (idempotent)
                     queue = publisher.amqp.queues[report.get("queue", "rollmux")]

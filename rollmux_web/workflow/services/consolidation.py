@@ -15,10 +15,18 @@ import logging
 from dataclasses import replace
 
 from django.conf import settings
+from django.db.models import Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rollmux_web.workflow import levers, snapshot
-from rollmux_web.workflow.models import ExecutionGroup, MoveKind, Placement, Strategy
+from rollmux_web.workflow.models import (
+    ExecutionGroup,
+    MoveKind,
+    PhaseRecord,
+    Placement,
+    Strategy,
+)
 from scheduler.model import ClusterState
 from scheduler.planner.consolidation import ConsolidationConfig, plan_consolidation
 from scheduler.planner.objective import JobProgress
@@ -46,20 +54,42 @@ def move_state() -> tuple[ClusterState, dict[str, JobProgress]]:
 
     A job emulated at 200x has run 200 profile seconds per wall-clock second, and its SLO
     budget is in profile seconds: the moves' `now` is NOW and each job's admission lies its
-    elapsed wall-clock seconds x its time scale before it.
+    elapsed wall-clock seconds x its time scale before it, less its hosts' set-up and load
+    (`_platform_seconds`), as the drift check's slowdown so far (services.moves): the
+    emulation scales the job's phases, not this machine's worker start-up. (Magnified, a
+    Ray start of 16 workers per job, 15-60 s under load, was 3,000-12,000 profile seconds
+    at 200x: on Ray a partner read as behind on its own account and a mover's budget as
+    spent, and the moves the inline runs made were refused.)
     """
     state, progress = snapshot.planner_input()
     wall = timezone.now().timestamp()
     scale = {m.job.id: m.job.time_scale for g in state.groups for m in g.members}
+    scaled = [int(job_id) for job_id, s in scale.items() if s != 1.0]
+    platform = _platform_seconds(scaled) if scaled else {}
     return state, {
         job_id: replace(
             p,
-            admitted_s=NOW - max(0.0, wall - p.admitted_s) * scale.get(job_id, 1.0)
+            admitted_s=NOW
+            - max(0.0, wall - p.admitted_s - platform.get(job_id, 0.0)) * scale.get(job_id, 1.0)
             if p.admitted_s
             else NOW,
         )
         for job_id, p in progress.items()
     }
+
+
+def _platform_seconds(job_ids: list[int]) -> dict[str, float]:
+    """Return each job's hosts' set-up and load (wall-clock seconds: workers started, the
+    runner built, checkpoints restored, weights reloaded) in its production phases."""
+    rows = (
+        PhaseRecord.objects.filter(job_id__in=job_ids)
+        .exclude(placement__strategy=Strategy.PROFILE)
+        .order_by()  # (no default ordering in the GROUP BY)
+        .values("job_id")
+        .annotate(s=Sum(Coalesce("setup_s", 0.0) + Coalesce("load_s", 0.0)))
+        .values_list("job_id", "s")
+    )
+    return {str(job_id): float(s or 0.0) for job_id, s in rows}
 
 
 def consolidation_plan() -> list[int]:
