@@ -37,7 +37,7 @@ def commit_within_gpu_caps(*, caps: list[tuple[int, bool, bool]], live: tuple[st
   PERFORM 1 FROM {quota_t} WHERE id IN ({ids}) ORDER BY id FOR UPDATE;
   IF EXISTS (
     SELECT 1 FROM (VALUES {rows}) AS c(id, rollout, train) JOIN {quota_t} q ON q.id = c.id
-     WHERE q.max_gpus < (
+     WHERE q.max_gpus + q.borrowing_limit < (
        SELECT COALESCE(SUM(CASE WHEN c.rollout THEN j.rollout_gpus ELSE 0 END
                          + CASE WHEN c.train THEN j.train_gpus ELSE 0 END), 0)
          FROM {job_t} j WHERE j.tenant_id = q.tenant_id AND j.status IN ({statuses})))

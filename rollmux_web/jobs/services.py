@@ -106,7 +106,7 @@ QUOTAS_PAGE = "/quotas/"  # where a refusal sends the user: each quota next to i
 def _gpus_would_free(*, tenant: Tenant, usage: QuotaUsage, ask: int, job: int | None) -> str:
     """Return what would let a job asking for `ask` GPUs past a full GPU cap run (`job`:
     the job asking, when it is already inserted, left out of the live jobs)."""
-    cap, gt = usage.quota.max_gpus or 0, usage.quota.gpu_type.name
+    cap, gt = usage.quota.ceiling or 0, usage.quota.gpu_type.name
     if ask > cap:
         return (
             f"This job alone asks for more than the quota: it can run only once an admin "
@@ -180,10 +180,16 @@ def _check_quotas(
         quota, gt = usage.quota, usage.quota.gpu_type
         # what this job asks for of this GPU type (both pools may share one type)
         ask_gpus = sum(gpus[k] for k in kinds)
-        if caps and quota.max_gpus is not None and usage.gpus_requested + ask_gpus > quota.max_gpus:
+        ceiling = quota.ceiling
+        if caps and ceiling is not None and usage.gpus_requested + ask_gpus > ceiling:
             field_name = "rollout_gpus" if kinds == ("rollout",) else "train_gpus"
+            borrow = (
+                f" ({quota.max_gpus} nominal + {quota.borrowing_limit} it may borrow)"
+                if quota.borrowing_limit
+                else ""
+            )
             msg = (
-                f"quota: {tenant.name} may use at most {quota.max_gpus} {gt.name} GPUs at "
+                f"quota: {tenant.name} may use at most {ceiling}{borrow} {gt.name} GPUs at "
                 f"once; its live jobs (profiling, queued, placed or running) request "
                 f"{usage.gpus_requested}; this job asks for {ask_gpus}. "
                 + _gpus_would_free(tenant=tenant, usage=usage, ask=ask_gpus, job=job)

@@ -18,6 +18,12 @@ class SloClassForm(forms.Form):
         help_text="Co-execution iteration time / solo iteration time; 1.0 tolerates none.",
     )
     description = forms.CharField(max_length=200, required=False)
+    preemptible = forms.BooleanField(
+        required=False,
+        initial=True,
+        help_text="Its jobs may be preempted at an iteration boundary (after a checkpoint) "
+        "for a job within its tenant's nominal quota.",
+    )
 
 
 class QuotaForm(forms.Form):

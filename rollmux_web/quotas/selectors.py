@@ -71,10 +71,12 @@ class QuotaUsage:
 
     @property
     def gpus_left(self) -> int | None:
-        """Return how many more GPUs a job may request now (None: no cap)."""
-        if self.quota.max_gpus is None:
+        """Return how many more GPUs a job may request now (None: no cap): up to the
+        nominal quota plus the borrowing limit (borrowed GPUs may be taken back)."""
+        ceiling = self.quota.ceiling
+        if ceiling is None:
             return None
-        return max(self.quota.max_gpus - self.gpus_requested, 0)
+        return max(ceiling - self.gpus_requested, 0)
 
     # The refusal messages and /quotas/ print these, so they round the same way.
     @property
@@ -171,7 +173,7 @@ def quota_usage(
         caps, live = _lock_and_count(capped, tenant_ids, exclude_job)
         for q in quotas:
             if q.pk in caps:
-                q.max_gpus = caps[q.pk]
+                q.max_gpus, q.borrowing_limit = caps[q.pk]
     else:
         live = _live_gpus(tenant_ids, exclude_job) if count_live else {}
     out = []
@@ -204,6 +206,7 @@ def _quotas_of(tenants: list[Tenant] | tuple[Tenant, ...]) -> list[Quota]:
     with connection.cursor() as cur:
         cur.execute(
             "SELECT q.id, q.tenant_id, q.max_gpus, q.monthly_gpu_hours, q.monthly_budget_usd,"
+            " q.borrowing_limit, q.lending_limit, q.weight,"
             " g.id, g.name, g.gpus_per_node, g.host_mem_gb"
             f" FROM {Quota._meta.db_table} q JOIN {gpu_type_t} g ON g.id = q.gpu_type_id"
             " WHERE q.tenant_id = ANY(%s)",
@@ -211,7 +214,7 @@ def _quotas_of(tenants: list[Tenant] | tuple[Tenant, ...]) -> list[Quota]:
         )
         rows = cur.fetchall()
     out = []
-    for pk, tenant_id, cap, hours, usd, type_id, name, per_node, mem in rows:
+    for pk, tenant_id, cap, hours, usd, borrow, lend, weight, type_id, name, per_node, mem in rows:
         gt = GpuType(id=type_id, name=name, gpus_per_node=per_node, host_mem_gb=mem)
         q = Quota(
             id=pk,
@@ -220,6 +223,9 @@ def _quotas_of(tenants: list[Tenant] | tuple[Tenant, ...]) -> list[Quota]:
             max_gpus=cap,
             monthly_gpu_hours=hours,
             monthly_budget_usd=usd,
+            borrowing_limit=borrow,
+            lending_limit=lend,
+            weight=weight,
         )
         for obj in (gt, q):
             obj._state.adding, obj._state.db = False, connection.alias  # as the ORM loads it
@@ -245,9 +251,9 @@ def _live_gpus(tenant_ids: Iterable[int], exclude_job: int | None) -> dict[int, 
 
 def _lock_and_count(
     capped: list[int], tenant_ids: Iterable[int], exclude_job: int | None
-) -> tuple[dict[int, int | None], dict[int, dict[str, int]]]:
+) -> tuple[dict[int, tuple[int | None, int]], dict[int, dict[str, int]]]:
     """Lock the quota rows `capped` (FOR UPDATE, primary-key order) and return their caps
-    as they are now and `_live_gpus` read after the lock was granted.
+    (nominal, borrowing limit) as they are now and `_live_gpus` read after the lock was granted.
 
     On PostgreSQL in one round trip: the lock and the count are two statements of one
     query string (Django's psycopg cursor binds client-side, so the string goes out as one
@@ -261,13 +267,15 @@ def _lock_and_count(
     from rollmux_web.jobs.selectors import ACTIVE_STATUSES
 
     if connection.vendor != "postgresql":
-        caps = dict(
-            Quota.objects.select_for_update().filter(pk__in=capped).values_list("pk", "max_gpus")
-        )
+        rows = Quota.objects.select_for_update().filter(pk__in=capped)
+        caps = {
+            pk: (cap, b) for pk, cap, b in rows.values_list("pk", "max_gpus", "borrowing_limit")
+        }
         return caps, _live_gpus(tenant_ids, exclude_job)
     quota_t, job_t = Quota._meta.db_table, Job._meta.db_table
     sql = (
-        f"SELECT id, max_gpus FROM {quota_t} WHERE id = ANY(%s) ORDER BY id FOR UPDATE;"
+        f"SELECT id, max_gpus, borrowing_limit FROM {quota_t} WHERE id = ANY(%s)"
+        " ORDER BY id FOR UPDATE;"
         f" SELECT tenant_id, SUM(rollout_gpus), SUM(train_gpus) FROM {job_t}"
         " WHERE tenant_id = ANY(%s) AND status = ANY(%s) AND id IS DISTINCT FROM %s"
         " GROUP BY tenant_id"
@@ -275,7 +283,7 @@ def _lock_and_count(
     with connection.cursor() as cur:
         statuses = [str(s) for s in ACTIVE_STATUSES]
         cur.execute(sql, [capped, sorted(tenant_ids), statuses, exclude_job])
-        caps = {int(pk): cap for pk, cap in cur.fetchall()}
+        caps = {int(pk): (cap, borrow) for pk, cap, borrow in cur.fetchall()}
         cur.nextset()
         live = {int(t): {"rollout": r or 0, "train": n or 0} for t, r, n in cur.fetchall()}
     return caps, live

@@ -22,10 +22,17 @@ class SloClassSerializer(serializers.ModelSerializer):
         help_text="tolerated slowdown: co-execution iteration time / solo iteration time (>= 1.0)",
     )
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    preemptible = serializers.BooleanField(
+        required=False,
+        help_text=(
+            "may its jobs be preempted (at an iteration boundary, after a checkpoint) to admit "
+            "a job within its tenant's nominal quota; default yes, gold no"
+        ),
+    )
 
     class Meta:
         model = SloClass
-        fields = ["id", "name", "slowdown", "description"]
+        fields = ["id", "name", "slowdown", "description", "preemptible"]
         read_only_fields = ["id"]
 
     def validate_name(self, value: str) -> str:
@@ -53,7 +60,21 @@ class QuotaSerializer(serializers.ModelSerializer):
         max_value=1_000_000,
         allow_null=True,
         required=False,
-        help_text="GPUs of this type in use at once; null = no limit",
+        help_text="nominal quota: GPUs of this type in use at once; null = no limit",
+    )
+    borrowing_limit = serializers.IntegerField(
+        max_value=1_000_000,
+        required=False,
+        help_text="GPUs beyond the nominal quota it may use when others leave them idle (>= 0)",
+    )
+    lending_limit = serializers.IntegerField(
+        max_value=1_000_000,
+        allow_null=True,
+        required=False,
+        help_text="GPUs of its nominal quota others may borrow (<= max_gpus); null = all",
+    )
+    weight = serializers.FloatField(
+        max_value=1e6, required=False, help_text="fair-share weight (> 0); default 1"
     )
     monthly_gpu_hours = serializers.FloatField(
         min_value=0,
@@ -88,6 +109,9 @@ class QuotaSerializer(serializers.ModelSerializer):
             "max_gpus",
             "monthly_gpu_hours",
             "monthly_budget_usd",
+            "borrowing_limit",
+            "lending_limit",
+            "weight",
             "usage",
         ]
         read_only_fields = ["id", "usage"]

@@ -15,8 +15,18 @@ from rollmux_web.audit.services import audit_record, save_changes, snapshot
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.quotas.models import Quota, SloClass
 
-SLO_FIELDS = ["name", "slowdown", "description"]
-QUOTA_FIELDS = ["tenant", "gpu_type", "max_gpus", "monthly_gpu_hours", "monthly_budget_usd"]
+SLO_FIELDS = ["name", "slowdown", "description", "preemptible"]
+QUOTA_FIELDS = [
+    "tenant",
+    "gpu_type",
+    "max_gpus",
+    "monthly_gpu_hours",
+    "monthly_budget_usd",
+    "borrowing_limit",
+    "lending_limit",
+    "weight",
+]
+NOT_PREEMPTIBLE_BY_DEFAULT = ("gold",)  # SLO classes created not preemptible (issue 22)
 MAX_SLOWDOWN = 100.0
 
 
@@ -37,9 +47,19 @@ def _validate_slo(slo: SloClass) -> None:
 
 
 @transaction.atomic
-def slo_class_create(*, actor: Any, name: str, slowdown: float, description: str = "") -> SloClass:
-    """Create an SLO class: a name and the slowdown its jobs tolerate (>= 1.0)."""
-    slo = SloClass(name=name, slowdown=slowdown, description=description)
+def slo_class_create(
+    *,
+    actor: Any,
+    name: str,
+    slowdown: float,
+    description: str = "",
+    preemptible: bool | None = None,
+) -> SloClass:
+    """Create an SLO class: a name and the slowdown its jobs tolerate (>= 1.0), and whether
+    its jobs may be preempted (None: yes, but gold no)."""
+    if preemptible is None:
+        preemptible = name not in NOT_PREEMPTIBLE_BY_DEFAULT
+    slo = SloClass(name=name, slowdown=slowdown, description=description, preemptible=preemptible)
     _validate_slo(slo)
     slo.save()
     audit_record(actor=actor, action="slo_class.create", obj=slo, after=snapshot(slo, SLO_FIELDS))
@@ -105,6 +125,7 @@ def _validate_quota(quota: Quota) -> None:
             _limit_number(errors, "monthly_budget_usd", quota.monthly_budget_usd, "dollars")
             if "monthly_budget_usd" not in errors:
                 quota.monthly_budget_usd = quota.monthly_budget_usd.quantize(Decimal("0.01"))
+    _validate_share(errors, quota)
     if errors:
         raise ValidationError(errors)
     try:
@@ -116,6 +137,40 @@ def _validate_quota(quota: Quota) -> None:
                 {"gpu_type": [f"{quota.tenant} already has a quota for {quota.gpu_type}."]}
             ) from None
         raise
+
+
+def _validate_share(errors: dict[str, list[str]], quota: Quota) -> None:
+    """The fair-share settings (issue 22): borrowing >= 0, lending <= nominal, weight > 0,
+    and a share setting only for a GPU type the cluster has (a node of it that is not down)."""
+    borrow, lend, weight = quota.borrowing_limit, quota.lending_limit, quota.weight
+    if not isinstance(borrow, int) or isinstance(borrow, bool) or borrow < 0:
+        errors["borrowing_limit"] = [
+            f"Must be zero or more GPUs (beyond the nominal quota); got {borrow}."
+        ]
+    if lend is not None:
+        if not isinstance(lend, int) or isinstance(lend, bool) or lend < 0:
+            errors["lending_limit"] = [f"Must be zero or more GPUs, or empty for all; got {lend}."]
+        elif quota.max_gpus is not None and lend > quota.max_gpus:
+            errors["lending_limit"] = [
+                f"Must be at most the nominal quota (max_gpus {quota.max_gpus}): a tenant "
+                f"lends only what it is given; got {lend}."
+            ]
+    if not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
+        errors["weight"] = [f"Must be a number above 0; got {weight}."]
+    shared = borrow != 0 or lend is not None or weight != 1.0
+    if shared and quota.gpu_type_id and "gpu_type" not in errors:
+        from rollmux_web.inventory.models import Node, NodeState
+
+        has = (
+            Node.objects.filter(gpu_type_id=quota.gpu_type_id)
+            .exclude(state=NodeState.DOWN)
+            .exists()
+        )
+        if not has:
+            errors["gpu_type"] = [
+                f"The cluster has no {quota.gpu_type.name} nodes: a share (borrowing, lending, "
+                "weight) for it would never apply."
+            ]
 
 
 def _quota_snapshot(quota: Quota) -> dict[str, Any]:
@@ -131,14 +186,20 @@ def quota_create(
     max_gpus: int | None = None,
     monthly_gpu_hours: float | None = None,
     monthly_budget_usd: Decimal | None = None,
+    borrowing_limit: int = 0,
+    lending_limit: int | None = None,
+    weight: float = 1.0,
 ) -> Quota:
-    """Create a tenant's quota for one GPU type (None = no limit)."""
+    """Create a tenant's quota (its share) for one GPU type (None = no limit)."""
     quota = Quota(
         tenant=tenant,
         gpu_type=gpu_type,
         max_gpus=max_gpus,
         monthly_gpu_hours=monthly_gpu_hours,
         monthly_budget_usd=monthly_budget_usd,
+        borrowing_limit=borrowing_limit,
+        lending_limit=lending_limit,
+        weight=weight,
     )
     _validate_quota(quota)
     quota.save()

@@ -43,7 +43,12 @@ def slo_class_new(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def slo_class_edit(request: HttpRequest, pk: int) -> HttpResponse:
     slo = get_object_or_404(SloClass, pk=pk)
-    initial = {"name": slo.name, "slowdown": slo.slowdown, "description": slo.description}
+    initial = {
+        "name": slo.name,
+        "slowdown": slo.slowdown,
+        "description": slo.description,
+        "preemptible": slo.preemptible,
+    }
     form = SloClassForm(request.POST or None, initial=initial)
     return form_page(
         request,
@@ -77,6 +82,9 @@ def quota_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "max_gpus": quota.max_gpus,
         "monthly_gpu_hours": quota.monthly_gpu_hours,
         "monthly_budget_usd": quota.monthly_budget_usd,
+        "borrowing_limit": quota.borrowing_limit,
+        "lending_limit": quota.lending_limit,
+        "weight": quota.weight,
     }
     form = QuotaForm(request.POST or None, initial=initial)
     return form_page(

@@ -44,6 +44,15 @@ class EndReason(models.TextChoices):
         "yielded its nodes to the members of its group its phases would slow past their SLO; "
         "queued to resume from its checkpoint",
     )
+    # fair share (issue 22): it ran on borrowed capacity (or at a lower priority within its
+    # tenant) and a job within its tenant's nominal quota needed the nodes: it yielded at an
+    # iteration boundary after its checkpoint and waits in the queue (services.preemption);
+    # like a yield, not a failure: it burns no attempt
+    PREEMPTED = (
+        "preempted",
+        "preempted for a job within its tenant's nominal quota; queued to resume from its "
+        "checkpoint",
+    )
 
 
 class MoveKind(models.TextChoices):
@@ -51,6 +60,7 @@ class MoveKind(models.TextChoices):
 
     CONSOLIDATION = "consolidation", "consolidation on departure"
     DRIFT = "drift", "drift re-plan"
+    PREEMPT = "preempt", "fair-share preemption"
 
 
 class ExecutionGroup(models.Model):

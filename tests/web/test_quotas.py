@@ -64,7 +64,7 @@ def test_admin_creates_updates_and_deletes_an_slo_class_with_audit(api_as):
     assert actions[0] == (
         "slo_class.create",
         None,
-        {"name": "platinum", "slowdown": 1.05, "description": ""},
+        {"name": "platinum", "slowdown": 1.05, "description": "", "preemptible": True},
     )
     assert actions[1][0] == "slo_class.update"
     assert actions[1][1]["slowdown"] == 1.05 and actions[1][2]["slowdown"] == 1.2
