@@ -26,6 +26,7 @@ JOB_FAILED = "job.failed"
 JOB_RESUBMITTED = "job.resubmitted"
 JOB_DRIFTING = "job.drifting"
 JOB_SLO_MISSED = "job.slo_missed"
+JOB_PREEMPTED = "job.preempted"
 BUDGET_80 = "budget.80"
 BUDGET_100 = "budget.100"
 NODE_DOWN = "node.down"
@@ -36,6 +37,7 @@ KINDS: dict[str, str] = {
     JOB_RESUBMITTED: "job resubmitted",
     JOB_DRIFTING: "job drifting from its profile",
     JOB_SLO_MISSED: "job missed its SLO",
+    JOB_PREEMPTED: "job preempted (resumes from its checkpoint)",
     BUDGET_80: "budget 80% used",
     BUDGET_100: "budget used up",
     NODE_DOWN: "node down",

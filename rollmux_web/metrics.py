@@ -75,6 +75,12 @@ NOTIFICATIONS = Counter(
     "Notification delivery attempts, by channel (email, webhook) and outcome",
     ["channel", "outcome"],
 )
+PREEMPTIONS = Counter(
+    "rollmux_preemptions",
+    "Jobs preempted at an iteration boundary (checkpoint, then yield) for a queued job, by "
+    "reason: reclaim (it was within its tenant's nominal quota), fair_share, priority",
+    ["reason"],
+)
 RESUBMISSIONS = Counter(
     "rollmux_job_resubmissions",
     "Jobs put back in the queue after a failed phase or a down node, by reason",

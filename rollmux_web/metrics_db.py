@@ -11,6 +11,7 @@ state and reason class, zeros included, so a rate or an alert does not see a ser
 from __future__ import annotations
 
 import hmac
+import math
 from collections import defaultdict
 from collections.abc import Iterator
 from decimal import Decimal
@@ -318,13 +319,39 @@ class TenantCollector(Collector):
             fam["gpu_hours_used"].add_metric(values, usage.gpu_hours_month)
             fam["budget_dollars_used"].add_metric(values, usage.usd_month)
             # a limit that is not set has no series: "used / limit" exists only where capped
-            if q.max_gpus is not None:
-                fam["gpus_limit"].add_metric(values, q.max_gpus)
+            if q.ceiling is not None:
+                fam["gpus_limit"].add_metric(values, q.ceiling)
             if q.monthly_gpu_hours is not None:
                 fam["gpu_hours_limit"].add_metric(values, q.monthly_gpu_hours)
             if q.monthly_budget_usd is not None:
                 fam["budget_dollars_limit"].add_metric(values, float(q.monthly_budget_usd))
         yield from fam.values()
+        yield from _fair_share_families(labels)
+
+
+def _fair_share_families(labels: list[str]) -> Iterator[Metric]:
+    """rollmux_tenant_share (1 = its weighted share), rollmux_tenant_borrowed_gpus,
+    rollmux_tenant_lent_gpus, rollmux_tenant_nominal_gpus per tenant and GPU type
+    (workflow.fairshare.share_rows: the quotas page's figures)."""
+    from rollmux_web.workflow.fairshare import share_rows
+
+    fam = {
+        name: GaugeMetricFamily(f"rollmux_tenant_{name}", text, labels=labels)
+        for name, text in (
+            ("share", "The tenant's weighted share of the GPU type (1 = its fair share)"),
+            ("borrowed_gpus", "GPUs the tenant holds above its nominal quota"),
+            ("lent_gpus", "GPUs of the tenant's nominal quota other tenants borrow"),
+            ("nominal_gpus", "The tenant's nominal quota (GPUs)"),
+        )
+    }
+    for row in share_rows(timezone.now()):
+        values = [row.tenant, row.gpu_type]
+        if math.isfinite(row.share):
+            fam["share"].add_metric(values, row.share)
+        fam["borrowed_gpus"].add_metric(values, row.borrowed)
+        fam["lent_gpus"].add_metric(values, row.lent)
+        fam["nominal_gpus"].add_metric(values, row.nominal)
+    yield from fam.values()
 
 
 def database_registry() -> CollectorRegistry:

@@ -533,6 +533,19 @@ ROLLMUX_DRIFT_TOLERANCE = env_float("ROLLMUX_DRIFT_TOLERANCE", 0.1, minimum=0.0)
 ROLLMUX_CONSOLIDATION = env_bool("ROLLMUX_CONSOLIDATION", True)
 ROLLMUX_DRIFT_REPLAN = env_bool("ROLLMUX_DRIFT_REPLAN", True)
 ROLLMUX_MAX_MOVES_PER_JOB = env_int("ROLLMUX_MAX_MOVES_PER_JOB", 2, minimum=0)
+# Fair share across tenants (issue 22, docs/fair-share.md): the queue is ordered by
+# priority, then each tenant's weighted share (usage decayed with this half-life, what it
+# holds now, an entry penalty), then submission time; a job within its tenant's nominal
+# quota that cannot be placed preempts jobs on borrowed capacity at their next iteration
+# boundary (a checkpoint, then a yield) once they ran ROLLMUX_PREEMPT_MIN_RUN_S, after
+# waiting up to ROLLMUX_PREEMPT_GRACE_S for a departure that frees the same capacity.
+ROLLMUX_FAIR_SHARE = env_bool("ROLLMUX_FAIR_SHARE", True)
+ROLLMUX_FAIR_SHARE_HALF_LIFE_S = env_float(
+    "ROLLMUX_FAIR_SHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1.0
+)
+ROLLMUX_PREEMPTION = env_bool("ROLLMUX_PREEMPTION", True)
+ROLLMUX_PREEMPT_MIN_RUN_S = env_float("ROLLMUX_PREEMPT_MIN_RUN_S", 1800.0, minimum=0.0)
+ROLLMUX_PREEMPT_GRACE_S = env_float("ROLLMUX_PREEMPT_GRACE_S", 600.0, minimum=0.0)
 
 LOGGING = {
     "version": 1,

@@ -16,6 +16,7 @@ from django.db.models.functions import RowNumber
 from django.http import Http404
 from django.utils import timezone
 
+from rollmux_web.accounts.access import OTHER_TENANT_JOB, tenant_visible, visible_tenant_ids
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
 from rollmux_web.jobs.curve import CurvePoint
@@ -84,10 +85,11 @@ def job_get(*, user: Any, job_id: int) -> Job:
     return job
 
 
-def placement_history(job: Job) -> list[Placement]:
+def placement_history(job: Job, viewer: Any = None) -> list[Placement]:
     """Return every placement of the job, newest first, with nodes (one per attempt); an
     ended one carries `end_outcome`, the outcome of its phase that did not succeed (e.g.
-    "lost: node h800-0 down"), or "" when it ended normally."""
+    "lost: node h800-0 down"), or "" when it ended normally, and `shown_reason`, its
+    `move_reason` as `viewer` may read it (`preemption_text`)."""
     placements = list(
         Placement.objects.filter(job=job)
         .order_by("-created_at", "-id")
@@ -105,7 +107,28 @@ def placement_history(job: Job) -> list[Placement]:
     )  # (no query for a job that never failed: the live page polls this every 2 s)
     for p in placements:
         p.end_outcome = outcomes.get(p.pk, "")  # type: ignore[attr-defined]
+    for i, p in enumerate(placements):
+        later = placements[i - 1] if i else None
+        p.shown_reason = preemption_text(p, later, viewer)  # type: ignore[attr-defined]
     return placements
+
+
+def preemption_text(placement: Placement, later: Placement | None, viewer: Any) -> str:
+    """Return a placement's `move_reason` as `viewer` may read it: a preempted placement
+    names the job it yielded to ("job #91 of speech") only to a viewer who may see that
+    job's tenant (accounts.access, the masking rule: to others it stays "another tenant's
+    job"), and says when the job resumed (`later`, its next placement)."""
+    text = placement.move_reason
+    if placement.end_reason != "preempted":
+        return text
+    other = placement.preempted_for_id
+    if other is not None and viewer is not None:
+        row = Job.objects.filter(pk=other).values_list("tenant_id", "tenant__name").first()
+        if row is not None and tenant_visible(row[0], visible_tenant_ids(viewer)):
+            text = text.replace(OTHER_TENANT_JOB, f"job #{other} of {row[1]}", 1)
+    if later is not None:
+        text += f"; resumed at {timezone.localtime(later.created_at):%Y-%m-%d %H:%M:%S}"
+    return text
 
 
 def latest_placement(job: Job) -> Placement | None:

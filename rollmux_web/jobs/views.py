@@ -379,7 +379,7 @@ def job_list_page(request: HtmxHttpRequest) -> HttpResponse:
 
 def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
     job = job_get(user=request.user, job_id=job_id)
-    history = placement_history(job)
+    history = placement_history(job, request.user)
     placement = history[0] if history else None
     cost = (
         solo_cost_per_iteration(

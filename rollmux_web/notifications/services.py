@@ -558,6 +558,8 @@ def _sentence(event: events.Event, subject: str, payload: dict[str, Any]) -> str
             f"{subject} missed its SLO: mean iteration {d.get('slowdown', 0):.2f}x its solo "
             f"time, {d.get('slo_class')} tolerates {d.get('slo')}x."
         )
+    if kind == events.JOB_PREEMPTED:
+        return f"{subject} was preempted: {d.get('reason') or job.get('reason') or ''}".rstrip(": ")
     if kind in (events.BUDGET_80, events.BUDGET_100):
         return (
             f"Tenant {payload.get('tenant')} has used {d.get('percent', 0):.0f}% of its "

@@ -114,6 +114,12 @@ class Placement(models.Model):
     # A placement that ended MOVED or YIELDED: what the move did, as the job page and the
     # audit say it ("moved from group 4 to group 7: saves ...").
     move_reason = models.CharField(max_length=500, blank=True)
+    # Fair-share preemption (services.preemption): the queued job this placement yields
+    # (or yielded) its nodes to. `move_reason` names it without identity ("another tenant's
+    # job"); a viewer who may see this job is told its id and tenant (selectors).
+    preempted_for = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at"]

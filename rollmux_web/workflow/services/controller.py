@@ -75,7 +75,12 @@ _STATE_OF = {
 
 
 # how the planner took a job at its iteration boundary (services.moves), as the runtime hears it
-_LEFT = {EndReason.MOVED: Departure.MOVED, EndReason.YIELDED: Departure.YIELDED}
+# (a fair-share preemption is a yield to the runtime: services.preemption)
+_LEFT = {
+    EndReason.MOVED: Departure.MOVED,
+    EndReason.YIELDED: Departure.YIELDED,
+    EndReason.PREEMPTED: Departure.YIELDED,
+}
 
 
 def _ts(value: float | None) -> datetime | None:

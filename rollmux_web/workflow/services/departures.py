@@ -58,7 +58,12 @@ def placement_end(
     NodeAllocation.objects.filter(group_id=group_id, end__isnull=True).exclude(
         node_id__in=used
     ).update(end=now)
-    due = reason not in (EndReason.MOVED, EndReason.YIELDED, EndReason.PROFILED)
+    due = reason not in (
+        EndReason.MOVED,
+        EndReason.YIELDED,
+        EndReason.PREEMPTED,
+        EndReason.PROFILED,
+    )
     if not used:
         ExecutionGroup.objects.filter(pk=group_id, released_at__isnull=True).update(
             released_at=now, runtime_state=None, consolidation_due=due

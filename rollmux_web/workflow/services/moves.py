@@ -88,6 +88,7 @@ from rollmux_web.workflow.models import (
     PlanWait,
     Strategy,
 )
+from rollmux_web.workflow.services import preemption
 from rollmux_web.workflow.services.consolidation import NOW, config, move_state
 from rollmux_web.workflow.services.departures import placement_end
 from rollmux_web.workflow.services.effects import Effects
@@ -167,6 +168,8 @@ def at_iteration_boundary(
         effects.drift_checks.append((placement.pk, job.iterations_done))
     if not kind:
         return None
+    if kind == MoveKind.PREEMPT:  # fair share: checkpointed, it yields (services.preemption)
+        return preemption.yield_now(job=job, placement=placement, now=now, effects=effects)
     learned: JobProfile | None = None
     drift = None
     if kind == MoveKind.DRIFT:

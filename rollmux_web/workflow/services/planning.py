@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db.models import Count, Exists, Max, OrderBy, OuterRef, Sum
 from django.utils import timezone
 
@@ -25,10 +26,10 @@ from rollmux_web import events, metrics
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.transactions import atomic_with_retry
-from rollmux_web.workflow import converters, levers, snapshot, sync
+from rollmux_web.workflow import converters, fairshare, levers, snapshot, sync
 from rollmux_web.workflow import starts as measured_starts
 from rollmux_web.workflow.models import EndReason, NodeAllocation, Placement, PlanWait
-from rollmux_web.workflow.services import consolidation, profiling
+from rollmux_web.workflow.services import consolidation, preemption, profiling
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.locks import plan_session_lock
 from rollmux_web.workflow.services.plan_writer import (
@@ -118,12 +119,14 @@ def _pass(now: datetime | None) -> PlanSummary:
     todo = _heads(key, summary)  # 3.
     if not todo:
         return summary
+    todo, picture = _fair_order(todo, now)  # (fair share: docs/quotas-and-cost.md)
     try:
         view = snapshot.planner_input()  # 4.
     except snapshot.NoPoolConfigured as exc:
         _no_pool(todo, str(exc), key, summary)  # (6. for all: no pool to plan on)
         return summary
     run = _run_read(todo, key, now)
+    run.picture = picture
     claim = BATCH_JOBS
     while todo:  # 5.-7., one transaction per batch
         view, done = _batch_place(todo[:claim], view, run, summary)
@@ -178,16 +181,40 @@ def _run_read(todo: list[int], key: str, now: datetime | None) -> _Run:
     )
 
 
+def _fair_order(todo: list[int], now: datetime | None) -> tuple[list[int], Any]:
+    """Return the jobs to plan in fair-share order (`fairshare.queue_positions`: the core's
+    `queue_order`, priority, then the tenant's weighted share, then submission time; a job
+    back from a drift re-plan's yield keeps its place first within its priority) and the
+    fair-share picture the pass decides preemptions on (None: both are off)."""
+    if not (settings.ROLLMUX_FAIR_SHARE or settings.ROLLMUX_PREEMPTION):
+        return todo, None
+    positions, picture = fairshare.queue_positions(now or timezone.now())
+    if not settings.ROLLMUX_FAIR_SHARE:
+        return todo, picture
+    rank = {int(p.job_id): p.position for p in positions}
+    rows = (
+        Job.objects.filter(pk__in=todo)
+        .annotate(back=Exists(_yielded()))
+        .values_list("pk", "priority", "back")
+    )
+    first = {pk: (-priority, not back) for pk, priority, back in rows}
+    todo = sorted(todo, key=lambda pk: (*first.get(pk, (0, True)), rank.get(pk, 1 << 30)))
+    return todo, picture
+
+
+def _yielded() -> Any:
+    return Placement.objects.filter(
+        job_id=OuterRef("pk"), attempt=OuterRef("attempts"), end_reason=EndReason.YIELDED
+    )
+
+
 def resuming_first() -> OrderBy:
     """Return the ordering term that puts a job back from a yield (services.moves: its last
     placement ended `yielded`) before the other queued jobs of its priority: it left its
     nodes to the members it would have slowed, and `scheduler.replan.may_yield` allowed it
     only because it resumes as soon as capacity frees (the simulator queues it first:
     `_yield`'s appendleft). Priority stays first: it is the operator's explicit order."""
-    yielded = Placement.objects.filter(
-        job_id=OuterRef("pk"), attempt=OuterRef("attempts"), end_reason=EndReason.YIELDED
-    )
-    return Exists(yielded).desc()
+    return Exists(_yielded()).desc()
 
 
 def queue_order() -> tuple[Any, ...]:
@@ -217,6 +244,7 @@ class _Run:
     measured: dict[int, float]  # measured sync seconds of the pass's jobs (sync.measured_s)
     # measured warm and cold starts of the pass's jobs that ran before (starts.measured_starts)
     started: dict[int, measured_starts.MeasuredStarts] = field(default_factory=dict)
+    picture: fairshare.Picture | None = None  # fair-share inputs (preemption), read once
 
 
 @dataclass
@@ -239,12 +267,14 @@ def _claim(job_ids: list[int]) -> list[Job]:
     records and placements referencing the job (FOR KEY SHARE) do not wait on. Jobs
     cancelled or placed since the read drop out here (the conditional claim).
     """
-    return list(
+    jobs = list(
         Job.objects.select_for_update(of=("self",), no_key=True)
         .filter(pk__in=job_ids, status=JobStatus.QUEUED, cancel_requested=False)
         .select_related("slo_class", "tenant")
-        .order_by(*queue_order())
+        .order_by("pk")  # locks taken in one order
     )
+    at = {pk: i for i, pk in enumerate(job_ids)}
+    return sorted(jobs, key=lambda j: at[j.pk])  # the pass's order (fair share)
 
 
 def _batch_place(
@@ -280,7 +310,10 @@ def _batch_place(
             elif result.status is PlacementStatus.RETRY:
                 if down is None:
                     down = _down_note()
-                writes.reason(job, result.reason + down)
+                taken = ""
+                if run.picture is not None:
+                    taken = preemption.request_for(job, out.view[0], run.picture, writes.now)
+                writes.reason(job, result.reason + down + taken)
                 out.waiting[job.pk] = result.reason
             else:
                 job.status = JobStatus.FAILED

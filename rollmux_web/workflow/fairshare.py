@@ -1,0 +1,335 @@
+"""Fair share on the live cluster (issue 22): the database's rows as the core's inputs.
+
+The policy is `scheduler.fairshare` (pure; the simulator calls the same functions): this
+module only reads. Pools are named by GPU type (a tenant's quota row is its share of that
+type); a tenant with no quota row on a type, or a quota with no GPU cap, is unlimited
+there as submission treats it: its nominal quota is the pool's whole capacity.
+
+- `shares`, `holdings`, `loads`: the core's `Share`s, what each tenant's placed and running
+  jobs hold per pool, and each tenant's `TenantLoad` (GPU-seconds from the phase records,
+  the busy time the cost report charges, per node's GPU type, decayed with
+  ROLLMUX_FAIR_SHARE_HALF_LIFE_S; what it holds; the entry penalty of its recent admissions);
+- `queue_positions`: every queued job's position and why (`scheduler.fairshare.queue_order`),
+  which the planning pass follows and the queue page, job page, API and CLI show;
+- `share_rows`: per tenant and pool, nominal, borrowed, lent, decayed usage and share
+  (the quotas page, the API, the metrics).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+
+from rollmux_web.inventory.models import Cluster, Node, NodeState
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.quotas.models import Quota
+from rollmux_web.workflow.models import PhaseRecord, Placement, Strategy
+from scheduler.fairshare import (
+    DEFAULT_PENALTY_HALF_LIFE_S,
+    QueuedJob,
+    QueuePosition,
+    Share,
+    ShareOf,
+    TenantLoad,
+    borrowed_share,
+    decayed_usage,
+    dominant_share,
+    entry_penalty,
+    queue_order,
+    shares_by_tenant,
+)
+
+HOLDING = (JobStatus.PLACED, JobStatus.RUNNING)
+# a phase older than this many half-lives weighs less than 0.1%: not read
+HALF_LIVES_READ = 10
+
+
+def half_life_s() -> float:
+    return float(settings.ROLLMUX_FAIR_SHARE_HALF_LIFE_S)
+
+
+def pool_types() -> dict[str, str]:
+    """Return the GPU type name of each pool kind ("rollout", "train"): the first cluster
+    of each kind, as the planner's cluster spec takes it."""
+    out: dict[str, str] = {}
+    for kind, name in Cluster.objects.order_by("pk").values_list("kind", "gpu_type__name"):
+        out.setdefault(kind, name)
+    return out
+
+
+def capacity() -> dict[str, int]:
+    """Return the GPUs of each GPU type on nodes up or drained (what a pool can ever hold)."""
+    out: dict[str, int] = defaultdict(int)
+    states = (NodeState.UP, NodeState.DRAINED)
+    for name, gpus in Node.objects.filter(state__in=states).values_list("gpu_type__name", "gpus"):
+        out[name] += gpus
+    return dict(out)
+
+
+def job_gpus(rollout_gpus: int, train_gpus: int, types: Mapping[str, str]) -> dict[str, int]:
+    """Return what a job holds per pool once admitted (its requests, as quotas count them)."""
+    out: dict[str, int] = defaultdict(int)
+    for kind, gpus in (("rollout", rollout_gpus), ("train", train_gpus)):
+        if kind in types and gpus:
+            out[types[kind]] += gpus
+    return dict(out)
+
+
+def shares(tenants: Iterable[str], cap: Mapping[str, int]) -> list[Share]:
+    """Return the core's shares of `tenants` on every pool (module docstring: no quota row,
+    or no GPU cap, is the pool's whole capacity)."""
+    names = set(tenants)
+    rows = {
+        (t, g): (nominal, borrow, lend, weight)
+        for t, g, nominal, borrow, lend, weight in Quota.objects.filter(
+            tenant__name__in=names
+        ).values_list(
+            "tenant__name",
+            "gpu_type__name",
+            "max_gpus",
+            "borrowing_limit",
+            "lending_limit",
+            "weight",
+        )
+    }
+    out = []
+    for tenant in sorted(names):
+        for pool, size in sorted(cap.items()):
+            nominal, borrow, lend, weight = rows.get((tenant, pool), (None, 0, None, 1.0))
+            if nominal is None:
+                out.append(Share(tenant, pool, max(size, 0), 0, None, float(weight)))
+            else:
+                lend = None if lend is None else min(lend, nominal)
+                out.append(Share(tenant, pool, nominal, borrow, lend, float(weight)))
+    return out
+
+
+def holdings(types: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Return tenant -> pool -> GPUs its placed and running jobs hold."""
+    held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    rows = Job.objects.filter(status__in=HOLDING).values_list(
+        "tenant__name", "rollout_gpus", "train_gpus"
+    )
+    for tenant, r, t in rows:
+        for pool, g in job_gpus(r, t, types).items():
+            held[tenant][pool] += g
+    return {t: dict(p) for t, p in held.items()}
+
+
+def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict[str, float]]:
+    """Return tenant -> GPU type -> busy GPU-seconds of its phases, decayed to `now`.
+
+    A phase is busy on each node it ran on for its whole length (a running one up to now),
+    GPUs x time per node's GPU type: the busy time the cost report charges
+    (reports.selectors.cost_engine). Decayed by the core (`decayed_usage`) by when it ended.
+    """
+    h = half_life or half_life_s()
+    since = now - timedelta(seconds=HALF_LIVES_READ * h)
+    node = {
+        name: (gt, gpus)
+        for name, gt, gpus in Node.objects.values_list("name", "gpu_type__name", "gpus")
+    }
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    rows = (
+        PhaseRecord.objects.filter(started_at__isnull=False)
+        .filter(Q(finished_at__gte=since) | Q(finished_at__isnull=True))
+        .values_list("job__tenant__name", "node_names", "started_at", "finished_at")
+    )
+    now_s = now.timestamp()
+    for tenant, names, started, finished in rows.iterator(chunk_size=5000):
+        end_s = now_s if finished is None else min(finished.timestamp(), now_s)
+        length = max(0.0, end_s - started.timestamp())
+        for name in names or ():
+            if name in node:
+                gt, gpus = node[name]
+                samples[(tenant, gt)].append((end_s, gpus * length))
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for (tenant, gt), got in samples.items():
+        out[tenant][gt] = decayed_usage(got, now_s, h)
+    return dict(out)
+
+
+def penalties(now: datetime, types: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """Return tenant -> pool -> the entry penalty of its recent admissions (the core's
+    `entry_penalty`): a burst admitted a moment ago weighs before its usage catches up."""
+    since = now - timedelta(seconds=HALF_LIVES_READ * DEFAULT_PENALTY_HALF_LIFE_S)
+    admitted: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    rows = (
+        Placement.objects.filter(created_at__gte=since)
+        .exclude(strategy=Strategy.PROFILE)
+        .values_list("job__tenant__name", "job__rollout_gpus", "job__train_gpus", "created_at")
+    )
+    for tenant, r, t, at in rows:
+        for pool, g in job_gpus(r, t, types).items():
+            admitted[(tenant, pool)].append((at.timestamp(), float(g)))
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for (tenant, pool), got in admitted.items():
+        out[tenant][pool] = entry_penalty(got, now.timestamp())
+    return dict(out)
+
+
+@dataclass(frozen=True)
+class Picture:
+    """Everything the fair-share functions read, once: for a planning pass or a page."""
+
+    now: datetime
+    types: dict[str, str]  # pool kind -> GPU type name
+    capacity: dict[str, int]  # GPU type -> GPUs up or drained
+    shares: list[Share]
+    held: dict[str, dict[str, int]]  # tenant -> GPU type -> GPUs held now
+    loads: dict[str, TenantLoad]
+
+    def share_of(self, tenant: str) -> ShareOf:
+        mine = shares_by_tenant(self.shares).get(tenant, {})
+        load = self.loads.get(tenant, TenantLoad(tenant))
+        return dominant_share(load, mine, half_life_s())
+
+
+def picture(now: datetime, tenants: Iterable[str] = ()) -> Picture:
+    """Read the fair-share inputs of `tenants` and of every tenant holding or using GPUs."""
+    types = pool_types()
+    cap = capacity()
+    held = holdings(types)
+    used = usage_gpu_s(now)
+    pen = penalties(now, types)
+    names = set(tenants) | set(held) | set(used) | set(pen)
+    loads = {
+        t: TenantLoad(t, used.get(t, {}), held.get(t, {}), pen.get(t, {})) for t in sorted(names)
+    }
+    return Picture(now, types, cap, shares(names, cap), held, loads)
+
+
+def queued_job(job: Job, types: Mapping[str, str]) -> QueuedJob:
+    return QueuedJob(
+        id=str(job.pk),
+        tenant=job.tenant.name,
+        gpus=job_gpus(job.rollout_gpus, job.train_gpus, types),
+        priority=job.priority,
+        submitted_s=job.submitted_at.timestamp(),
+    )
+
+
+def queue_positions(now: datetime) -> tuple[list[QueuePosition], Picture]:
+    """Return every queued job's position and why, in the order the planner takes them
+    (`scheduler.fairshare.queue_order`: priority, weighted share, submission time), and
+    the picture it was decided on."""
+    rows = list(
+        Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
+        .select_related("tenant")
+        .only("pk", "tenant__name", "rollout_gpus", "train_gpus", "priority", "submitted_at")
+    )
+    pic = picture(now, {j.tenant.name for j in rows})
+    jobs = [queued_job(j, pic.types) for j in rows]
+    if not settings.ROLLMUX_FAIR_SHARE:
+        return _fifo(jobs, pic), pic
+    return queue_order(jobs, pic.loads, pic.shares, half_life_s()), pic
+
+
+def _fifo(jobs: list[QueuedJob], pic: Picture) -> list[QueuePosition]:
+    """Fair share off: priority, then submission time (the order before issue 22)."""
+    from scheduler.fairshare import ordinal
+
+    ordered = sorted(jobs, key=lambda j: (-j.priority, j.submitted_s, int(j.id)))
+    return [
+        QueuePosition(j.id, i, pic.share_of(j.tenant), f"{ordinal(i)} in the queue")
+        for i, j in enumerate(ordered, start=1)
+    ]
+
+
+@dataclass(frozen=True)
+class ShareRow:
+    """One tenant on one pool as the quotas page, the API and the metrics show it."""
+
+    tenant: str
+    gpu_type: str
+    nominal: int
+    unlimited: bool  # no quota row or no GPU cap: nominal is the pool's capacity
+    borrowing_limit: int
+    lending_limit: int | None
+    weight: float
+    held: int
+    borrowed: int  # GPUs held above nominal
+    lent: int  # GPUs of its nominal others use (its idle nominal, at most its lending limit)
+    usage_gpu_hours: float  # decayed
+    share: float  # its weighted dominant share's value on this pool (1.0 = its share)
+    borrowed_share: float  # what the no-loop rule compares
+
+    @property
+    def share_percent(self) -> str:
+        return "—" if math.isinf(self.share) else f"{self.share:.0%}"
+
+
+def share_rows(now: datetime, tenants: Iterable[str] | None = None) -> list[ShareRow]:
+    """Return per tenant (of `tenants`, None: all with a quota or a load) and pool the
+    fair-share figures (class docstring)."""
+    quota_tenants = set(Quota.objects.values_list("tenant__name", flat=True))
+    pic = picture(now, quota_tenants)
+    wanted = None if tenants is None else set(tenants)
+    limited = {
+        (t, g)
+        for t, g in Quota.objects.filter(max_gpus__isnull=False).values_list(
+            "tenant__name", "gpu_type__name"
+        )
+    }
+    by_tenant = shares_by_tenant(pic.shares)
+    # per pool: GPUs held above nominal by each tenant, and capacity no nominal covers
+    borrowed_by: dict[str, dict[str, int]] = defaultdict(dict)
+    nominal_sum: dict[str, int] = defaultdict(int)
+    for tenant, pools in by_tenant.items():
+        for pool, share in pools.items():
+            nominal_sum[pool] += share.nominal
+            borrowed_by[pool][tenant] = max(
+                0, pic.held.get(tenant, {}).get(pool, 0) - share.nominal
+            )
+    h = half_life_s()
+    out = []
+    for tenant, pools in sorted(by_tenant.items()):
+        if wanted is not None and tenant not in wanted:
+            continue
+        load = pic.loads.get(tenant, TenantLoad(tenant))
+        held = pic.held.get(tenant, {})
+        b_share = borrowed_share(tenant, held, pools, pic.capacity)
+        for pool, share in sorted(pools.items()):
+            mine = held.get(pool, 0)
+            # lent: what others borrow beyond the capacity no nominal covers, out of the
+            # part of its nominal it leaves idle and may lend (an estimate: borrowers are
+            # not tied to lenders)
+            unassigned = max(0, pic.capacity.get(pool, 0) - nominal_sum[pool])
+            others = sum(g for t, g in borrowed_by[pool].items() if t != tenant)
+            idle = max(0, share.nominal - mine)
+            lendable = idle - min(idle, share.reserved)
+            lent = min(lendable, max(0, others - unassigned))
+            one = dominant_share(
+                TenantLoad(
+                    tenant,
+                    {pool: load.usage_gpu_s.get(pool, 0.0)},
+                    {pool: mine},
+                    {pool: load.penalty_gpus.get(pool, 0.0)},
+                ),
+                {pool: share},
+                h,
+            )
+            out.append(
+                ShareRow(
+                    tenant=tenant,
+                    gpu_type=pool,
+                    nominal=share.nominal,
+                    unlimited=(tenant, pool) not in limited,
+                    borrowing_limit=share.borrowing_limit or 0,
+                    lending_limit=share.lending_limit,
+                    weight=share.weight,
+                    held=mine,
+                    borrowed=max(0, mine - share.nominal),
+                    lent=lent,
+                    usage_gpu_hours=load.usage_gpu_s.get(pool, 0.0) / 3600.0,
+                    share=one.value,
+                    borrowed_share=b_share,
+                )
+            )
+    return out
