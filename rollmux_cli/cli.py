@@ -335,9 +335,20 @@ NODE_COLUMNS = [
 ]
 
 
+QUEUE_COLUMNS = [
+    Column("POS", lambda q: q["position"], right=True, cap=5),
+    Column("ID", lambda q: q.get("id"), right=True, cap=8),
+    Column("NAME", lambda q: q["name"], cap=24),
+    Column("TENANT", lambda q: q.get("tenant"), cap=12),
+    Column("PRIO", lambda q: q.get("priority"), right=True, cap=5),
+    Column("WHY", lambda q: q.get("why"), flexible=True),
+]
+
+
 # `get KIND`: the API path and the table's columns
 LISTINGS: dict[str, tuple[str, list[Column]]] = {
     "jobs": ("jobs/", JOB_COLUMNS),
+    "queue": ("queue/", QUEUE_COLUMNS),
     "groups": ("groups/", GROUP_COLUMNS),
     "nodes": ("nodes/", NODE_COLUMNS),
 }
@@ -750,8 +761,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--username", "-u")
     p.set_defaults(func=cmd_login)
 
-    p = add("get", "list jobs, co-execution groups or nodes")
-    p.add_argument("kind", choices=("jobs", "groups", "nodes"), metavar="jobs|groups|nodes")
+    p = add("get", "list jobs, the queue (position and why), co-execution groups or nodes")
+    p.add_argument(
+        "kind", choices=("jobs", "queue", "groups", "nodes"), metavar="jobs|queue|groups|nodes"
+    )
     job_filters(p)
     p.add_argument("--all", action="store_true", help="groups: released ones too")
     outputs(p)

@@ -533,7 +533,7 @@ ROLLMUX_DRIFT_TOLERANCE = env_float("ROLLMUX_DRIFT_TOLERANCE", 0.1, minimum=0.0)
 ROLLMUX_CONSOLIDATION = env_bool("ROLLMUX_CONSOLIDATION", True)
 ROLLMUX_DRIFT_REPLAN = env_bool("ROLLMUX_DRIFT_REPLAN", True)
 ROLLMUX_MAX_MOVES_PER_JOB = env_int("ROLLMUX_MAX_MOVES_PER_JOB", 2, minimum=0)
-# Fair share across tenants (issue 22, docs/fair-share.md): the queue is ordered by
+# Fair share across tenants (issue 22, docs/quotas-and-cost.md "Fair share"): the queue is ordered by
 # priority, then each tenant's weighted share (usage decayed with this half-life, what it
 # holds now, an entry penalty), then submission time; a job within its tenant's nominal
 # quota that cannot be placed preempts jobs on borrowed capacity at their next iteration

@@ -6,6 +6,7 @@ from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from rollmux_web import metrics_db
+from rollmux_web.workflow import fairshare_views
 
 urlpatterns = [
     # first: Django tries the patterns in order, and every include that does not match an
@@ -17,6 +18,9 @@ urlpatterns = [
     path("groups/", include("rollmux_web.reports.group_urls")),
     path("inventory/", include("rollmux_web.inventory.urls")),
     path("quotas/", include("rollmux_web.quotas.urls")),
+    path("queue/", fairshare_views.queue_page, name="queue"),
+    path("fair-share/", fairshare_views.share_table, name="fair-share"),
+    path("queue/jobs/<int:job_id>/", fairshare_views.queue_position, name="queue-position"),
     path("audit/", include("rollmux_web.audit.urls")),
     path("notifications/", include("rollmux_web.notifications.urls")),
     path("sso/", include("rollmux_web.sso.urls")),

@@ -32,7 +32,25 @@ class QuotaForm(forms.Form):
         queryset=GpuType.objects.all(), to_field_name="name", label="GPU type"
     )
     max_gpus = forms.IntegerField(
-        min_value=0, required=False, label="Max GPUs at once", help_text="Empty = no limit."
+        min_value=0,
+        required=False,
+        label="Nominal quota (max GPUs at once)",
+        help_text="Empty = no limit.",
+    )
+    # no min_value: the service refuses a negative one naming the field (as the API does)
+    borrowing_limit = forms.IntegerField(
+        required=False,
+        initial=0,
+        label="Borrowing limit (GPUs)",
+        help_text="GPUs beyond the nominal quota it may use while others leave them idle.",
+    )
+    lending_limit = forms.IntegerField(
+        required=False,
+        label="Lending limit (GPUs)",
+        help_text="GPUs of its nominal quota others may borrow; empty = all.",
+    )
+    weight = forms.FloatField(
+        required=False, initial=1.0, label="Fair-share weight", help_text="Above 0."
     )
     monthly_gpu_hours = forms.FloatField(
         min_value=0, required=False, label="Monthly GPU-hours", help_text="Empty = no limit."
@@ -45,3 +63,11 @@ class QuotaForm(forms.Form):
         label="Monthly budget ($)",
         help_text="Empty = no limit.",
     )
+
+    def clean_borrowing_limit(self) -> int:
+        value = self.cleaned_data.get("borrowing_limit")
+        return 0 if value is None else value
+
+    def clean_weight(self) -> float:
+        value = self.cleaned_data.get("weight")
+        return 1.0 if value is None else value

@@ -32,7 +32,7 @@ class Quota(models.Model):
     """Per tenant and GPU type (a share): the nominal quota (`max_gpus`, GPUs in use at once;
     null = no limit), how far beyond it the tenant may borrow capacity others leave idle, how
     much of its nominal quota others may borrow, its fair-share weight, and monthly budgets
-    (null = no limit). Borrowed capacity may be taken back by preemption (docs/fair-share.md).
+    (null = no limit). Borrowed capacity may be taken back by preemption (docs/quotas-and-cost.md "Fair share").
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")

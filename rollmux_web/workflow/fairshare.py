@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
@@ -143,6 +144,8 @@ def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict
     )
     now_s = now.timestamp()
     for tenant, names, started, finished in rows.iterator(chunk_size=5000):
+        if started is None:
+            continue
         end_s = now_s if finished is None else min(finished.timestamp(), now_s)
         length = max(0.0, end_s - started.timestamp())
         for name in names or ():
@@ -333,3 +336,57 @@ def share_rows(now: datetime, tenants: Iterable[str] | None = None) -> list[Shar
                 )
             )
     return out
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One queued job as a viewer may see it: another tenant's job keeps its position and
+    nothing else (accounts.access: no id, name, tenant or reason)."""
+
+    position: int
+    hidden: bool
+    job_id: int | None
+    name: str
+    tenant: str
+    priority: int | None
+    why: str  # its place in the order ("3rd in the queue; vision holds 120% of ...")
+    waiting: str  # why it is not placed yet (the planner's reason)
+    submitted_at: datetime | None
+
+
+def queue_view(viewer: Any, now: datetime) -> list[QueueRow]:
+    """Return the queue in planning order, masked for `viewer` (QueueRow)."""
+    from rollmux_web.accounts.access import OTHER_TENANT_JOB, tenant_visible, visible_tenant_ids
+
+    positions, _ = queue_positions(now)
+    jobs = Job.objects.in_bulk([int(p.job_id) for p in positions])
+    visible = visible_tenant_ids(viewer)
+    out = []
+    for p in positions:
+        job = jobs.get(int(p.job_id))
+        if job is None:
+            continue
+        if not tenant_visible(job.tenant_id, visible):
+            out.append(QueueRow(p.position, True, None, OTHER_TENANT_JOB, "", None, "", "", None))
+            continue
+        out.append(
+            QueueRow(
+                p.position,
+                False,
+                job.pk,
+                job.name,
+                p.share.tenant,
+                job.priority,
+                p.reason,
+                job.reason,
+                job.submitted_at,
+            )
+        )
+    return out
+
+
+def position_of(job: Job, viewer: Any, now: datetime) -> QueueRow | None:
+    """Return a queued job's row of the queue (None: it is not queued)."""
+    if job.status != JobStatus.QUEUED:
+        return None
+    return next((r for r in queue_view(viewer, now) if r.job_id == job.pk), None)

@@ -93,6 +93,7 @@ class Placement(models.Model):
 
     job_id: int
     group_id: int
+    preempted_for_id: int | None
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="placements")
     group = models.ForeignKey(ExecutionGroup, on_delete=models.PROTECT, related_name="placements")
     attempt = models.PositiveIntegerField(default=1)

@@ -278,7 +278,7 @@ def yield_now(
     as a yield's) and return EndReason.PREEMPTED; None if the job it was for no longer
     waits (the request is dropped)."""
     waiting = (
-        Job.objects.filter(pk=placement.preempted_for_id, status=JobStatus.QUEUED)
+        Job.objects.filter(pk=placement.preempted_for_id or 0, status=JobStatus.QUEUED)
         .select_related("tenant")
         .first()
     )

@@ -1,0 +1,263 @@
+"""Fair share on the web side (issue 22): shares (nominal, borrowing, lending, weight) set by
+admins and refused naming the field, submission up to nominal + borrowing, decayed usage
+from phase records, the queue in fair-share order with positions and masking, the quotas
+page's share table, the API, the metrics."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from rollmux_web.inventory.models import GpuType
+from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.quotas.models import Quota, SloClass
+from rollmux_web.workflow import fairshare
+from rollmux_web.workflow.models import ExecutionGroup, PhaseRecord, Placement
+from tests.factories import job_spec
+from tests.workers.builders import make_job
+
+pytestmark = pytest.mark.django_db
+
+QUOTAS = "/api/v1/quotas/"
+
+
+def _post(api, **fields):
+    body = {"tenant": "vision", "gpu_type": "H800", "max_gpus": 16, **fields}
+    return api.post(QUOTAS, body, format="json")
+
+
+# --- shares: set by admins, refused naming the field -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"borrowing_limit": -8}, "borrowing_limit", ""),
+        ({"lending_limit": 24}, "lending_limit", "at most the nominal quota"),
+        ({"weight": 0}, "weight", "above 0"),
+        ({"weight": -1.5}, "weight", "above 0"),
+        ({"gpu_type": "A100", "weight": 2.0}, "gpu_type", "no A100 nodes"),
+    ],
+)
+def test_a_bad_share_is_refused_naming_the_field(api_as, world, fields, field, words):
+    if fields.get("gpu_type") == "A100":
+        GpuType.objects.create(name="A100", gpus_per_node=8, host_mem_gb=1024)
+    resp = _post(api_as("admin"), **fields)
+    assert resp.status_code == 400, resp.content
+    body = resp.json()
+    errors = body.get("errors") or body.get("fields") or body
+    assert field in str(errors), body
+    assert words in str(body), body
+    assert not Quota.objects.exists()  # nothing half-written
+
+
+def test_admin_sets_a_share_and_its_researchers_read_it(api_as, world):
+    resp = _post(api_as("admin"), borrowing_limit=16, lending_limit=8, weight=2.0)
+    assert resp.status_code == 201, resp.content
+    q = Quota.objects.get()
+    assert (q.max_gpus, q.borrowing_limit, q.lending_limit, q.weight) == (16, 16, 8, 2.0)
+    mine = api_as("alice").get(QUOTAS).json()["results"]
+    assert [(r["borrowing_limit"], r["lending_limit"], r["weight"]) for r in mine] == [(16, 8, 2.0)]
+    assert api_as("charlie").get(QUOTAS).json()["results"] == []  # another tenant's
+    assert (
+        api_as("alice").patch(f"{QUOTAS}{q.pk}/", {"weight": 3}, format="json").status_code == 403
+    )
+    # the audit keeps the share's fields
+    from rollmux_web.audit.models import AuditEntry
+
+    entry = AuditEntry.objects.get(action="quota.create")
+    assert entry.after["borrowing_limit"] == 16 and entry.after["weight"] == 2.0
+
+
+def test_the_quota_form_refuses_a_negative_borrowing_limit(client_as, world):
+    client = client_as("admin")
+    resp = client.post(
+        "/quotas/new/",
+        {"tenant": "vision", "gpu_type": "H800", "max_gpus": 16, "borrowing_limit": -1},
+    )
+    assert resp.status_code == 400
+    assert "borrowing_limit" in resp.content.decode() or "Borrowing limit" in resp.content.decode()
+    assert "Must be zero or more GPUs" in resp.content.decode()
+    assert not Quota.objects.exists()
+
+
+def test_gold_is_not_preemptible_by_default_and_others_are(api_as, world):
+    api = api_as("admin")
+    made = api.post("/api/v1/slo-classes/", {"name": "gold2", "slowdown": 1.2}, format="json")
+    assert made.json()["preemptible"] is True
+    SloClass.objects.filter(name="gold").delete()
+    made = api.post("/api/v1/slo-classes/", {"name": "gold", "slowdown": 1.1}, format="json")
+    assert made.json()["preemptible"] is False
+
+
+def test_a_submission_may_borrow_up_to_its_borrowing_limit(api_as, world):
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=16, borrowing_limit=8)
+    api = api_as("alice")
+    ok = api.post("/api/v1/jobs/", job_spec(train_gpus=24), format="json")
+    assert ok.status_code == 201, ok.content
+    refused = api.post("/api/v1/jobs/", job_spec(train_gpus=8), format="json")
+    assert refused.status_code == 403
+    err = refused.json()["error"]
+    assert err["code"] == "quota_exceeded"
+    assert "at most 24 (16 nominal + 8 it may borrow) H800 GPUs" in err["message"]
+
+
+# --- decayed usage -------------------------------------------------------------------------------
+
+
+def _phase(job, placement, *, ended_ago_s, length_s, nodes):
+    now = timezone.now()
+    end = now - timedelta(seconds=ended_ago_s)
+    return PhaseRecord.objects.create(
+        job=job,
+        group=placement.group,
+        placement=placement,
+        iteration=PhaseRecord.objects.filter(placement=placement).count(),
+        kind="train",
+        node_names=nodes,
+        queued_at=end - timedelta(seconds=length_s),
+        started_at=end - timedelta(seconds=length_s),
+        finished_at=end,
+        state="succeeded",
+    )
+
+
+def test_decayed_usage_halves_per_half_life_per_gpu_type(world, settings):
+    settings.ROLLMUX_FAIR_SHARE_HALF_LIFE_S = 3600.0
+    job = make_job(world, status=JobStatus.COMPLETED)
+    placement = Placement.objects.create(
+        job=job, group=ExecutionGroup.objects.create(), strategy="new_group"
+    )
+    # an hour on one 8-GPU H800 node, ending now; the same an hour (one half-life) ago
+    _phase(job, placement, ended_ago_s=0, length_s=3600, nodes=["h800-0"])
+    _phase(job, placement, ended_ago_s=3600, length_s=3600, nodes=["h800-0", "h800-1"])
+    used = fairshare.usage_gpu_s(timezone.now())["vision"]
+    assert set(used) == {"H800"}
+    # 8 GPU-hours now + 16 GPU-hours counted half
+    assert used["H800"] / 3600.0 == pytest.approx(8.0 + 16.0 / 2, rel=1e-3)
+    settings.ROLLMUX_FAIR_SHARE_HALF_LIFE_S = 7200.0  # a longer half-life forgets less
+    longer = fairshare.usage_gpu_s(timezone.now())["vision"]["H800"] / 3600.0
+    assert longer == pytest.approx(8.0 + 16.0 * 0.5**0.5, rel=1e-3)
+
+
+# --- queue order -----------------------------------------------------------------------------------
+
+
+def _heavy_user(world, tenant, user):
+    """Give `tenant` a day of busy H800 time on four nodes (its decayed usage)."""
+    done = make_job(world, name="past", tenant=tenant, submitter=user, status=JobStatus.COMPLETED)
+    placement = Placement.objects.create(
+        job=done, group=ExecutionGroup.objects.create(), strategy="new_group"
+    )
+    _phase(done, placement, ended_ago_s=60, length_s=86400, nodes=[f"h800-{i}" for i in range(4)])
+
+
+def test_the_queue_puts_the_tenant_that_used_less_first_and_masks_others(api_as, world, client_as):
+    _heavy_user(world, world.vision, world.alice)
+    first_in = make_job(world, name="vision-job")  # submitted first
+    later = make_job(world, name="speech-job", tenant=world.speech, submitter=world.charlie)
+    positions, _ = fairshare.queue_positions(timezone.now())
+    assert [int(p.job_id) for p in positions] == [later.pk, first_in.pk]
+    assert positions[0].reason.startswith("1st in the queue; speech uses nothing now")
+    assert positions[1].reason.startswith("2nd in the queue; vision holds ")
+    assert "of its share of H800" in positions[1].reason
+    # the API, as alice sees it: speech's job is a position, nothing else
+    rows = api_as("alice").get("/api/v1/queue/").json()
+    assert rows[0] == {
+        "position": 1,
+        "hidden": True,
+        "id": None,
+        "name": "another tenant's job",
+        "tenant": "",
+        "priority": None,
+        "why": "",
+        "waiting": "",
+        "submitted_at": None,
+    }
+    assert rows[1]["id"] == first_in.pk and rows[1]["why"] == positions[1].reason
+    # admins see both; the page and the job page say it too
+    assert [r["id"] for r in api_as("admin").get("/api/v1/queue/").json()] == [
+        later.pk,
+        first_in.pk,
+    ]
+    html = client_as("alice").get("/queue/").content.decode()
+    assert "speech-job" not in html and f"#{later.pk}" not in html and "vision-job" in html
+    html = client_as("alice").get(f"/queue/jobs/{first_in.pk}/").content.decode()
+    assert "2nd in the queue; vision holds" in html
+    assert client_as("alice").get(f"/queue/jobs/{later.pk}/").status_code == 404
+
+
+def test_priority_comes_before_share(world):
+    _heavy_user(world, world.vision, world.alice)
+    urgent = make_job(world, name="urgent", priority=5)
+    other = make_job(world, name="other", tenant=world.speech, submitter=world.charlie)
+    positions, _ = fairshare.queue_positions(timezone.now())
+    assert [int(p.job_id) for p in positions] == [urgent.pk, other.pk]
+    assert positions[0].reason.startswith("1st in the queue; priority 5; vision holds")
+
+
+def test_the_planning_pass_follows_the_fair_share_order(world, monkeypatch):
+    from rollmux_web import ports
+    from rollmux_web.workflow.services import planning
+    from tests.workers.builders import NoTriggers, Recorder
+
+    _heavy_user(world, world.vision, world.alice)
+    # both want the whole cluster: only the first planned runs
+    first_in = make_job(world, name="vision-job", rollout_gpus=32, train_gpus=32)
+    later = make_job(
+        world,
+        name="speech-job",
+        tenant=world.speech,
+        submitter=world.charlie,
+        rollout_gpus=32,
+        train_gpus=32,
+    )
+    with ports.override(dispatcher=Recorder(), triggers=NoTriggers()):
+        summary = planning.queue_plan()
+    assert summary.placed == [later.pk]
+    assert Job.objects.get(pk=first_in.pk).status == JobStatus.QUEUED
+
+
+# --- the share table, the metrics ------------------------------------------------------------------
+
+
+def test_the_share_table_shows_nominal_borrowed_and_share(world, client_as, api_as):
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=16, borrowing_limit=16)
+    Quota.objects.create(tenant=world.speech, gpu_type=world.h800, max_gpus=16)
+    make_job(world, name="big", train_gpus=24, status=JobStatus.RUNNING)
+    rows = {(r.tenant, r.gpu_type): r for r in fairshare.share_rows(timezone.now())}
+    vision = rows[("vision", "H800")]
+    assert (vision.nominal, vision.held, vision.borrowed) == (16, 24, 8)
+    assert vision.borrowed_share == pytest.approx(8 / 32)
+    assert rows[("speech", "H800")].borrowed == 0
+    assert rows[("speech", "H20")].unlimited  # no quota row on H20: the pool's capacity
+    html = client_as("alice").get("/fair-share/").content.decode()
+    assert 'data-tenant="vision"' in html and 'data-tenant="speech"' not in html
+    assert '<td class="num" data-col="borrowed">8</td>' in html
+    data = api_as("admin").get("/api/v1/fair-share/").json()
+    assert {(r["tenant"], r["gpu_type"], r["borrowed"]) for r in data} >= {
+        ("vision", "H800", 8),
+        ("speech", "H800", 0),
+    }
+    assert "/fair-share/" in client_as("alice").get("/quotas/").content.decode()
+
+
+def test_metrics_export_share_borrowed_and_preemptions(client, world):
+    from rollmux_web import metrics
+
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=16, borrowing_limit=16)
+    make_job(world, name="big", train_gpus=24, status=JobStatus.RUNNING)
+    metrics.PREEMPTIONS.labels("reclaim").inc()
+    samples = {}
+    for family in text_string_to_metric_families(client.get("/metrics").content.decode()):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    key = (("gpu_type", "H800"), ("tenant", "vision"))
+    assert samples[("rollmux_tenant_borrowed_gpus", key)] == 8
+    assert samples[("rollmux_tenant_nominal_gpus", key)] == 16
+    assert ("rollmux_tenant_share", key) in samples
+    assert samples[("rollmux_quota_gpus_limit", key)] == 32  # nominal + borrowing
+    assert samples[("rollmux_preemptions_total", (("reason", "reclaim"),))] >= 1
