@@ -261,3 +261,54 @@ def test_metrics_export_share_borrowed_and_preemptions(client, world):
     assert ("rollmux_tenant_share", key) in samples
     assert samples[("rollmux_quota_gpus_limit", key)] == 32  # nominal + borrowing
     assert samples[("rollmux_preemptions_total", (("reason", "reclaim"),))] >= 1
+
+
+# --- preemption in the planning pass ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["borrower", "gold", "young"])
+def test_a_pass_marks_a_borrower_to_yield_but_never_gold_or_a_young_job(world, settings, case):
+    from rollmux_web import ports
+    from rollmux_web.audit.models import AuditEntry
+    from rollmux_web.workflow.services import planning
+    from tests.workers.builders import NoTriggers, Recorder
+
+    settings.ROLLMUX_PREEMPT_MIN_RUN_S = 3600.0 if case == "young" else 0.0
+    settings.ROLLMUX_PREEMPT_GRACE_S = 0.0
+    if case == "gold":
+        SloClass.objects.filter(name="gold").update(preemptible=False)
+    for tenant in (world.vision, world.speech):
+        for gt in (world.h20, world.h800):
+            borrow = 16 if tenant == world.vision else 0
+            Quota.objects.create(tenant=tenant, gpu_type=gt, max_gpus=16, borrowing_limit=borrow)
+    slo = world.gold if case == "gold" else world.silver
+    # 1,500 GB resident on 2,048 GB nodes: the two jobs never share a node
+    big = {"host_mem_gb": 1500.0, "slo_class": slo}
+    with ports.override(dispatcher=Recorder(), triggers=NoTriggers()):
+        borrower = make_job(world, name="borrower", rollout_gpus=32, train_gpus=32, **big)
+        assert planning.queue_plan().placed == [borrower.pk]
+        newcomer = make_job(
+            world,
+            name="newcomer",
+            tenant=world.speech,
+            submitter=world.charlie,
+            host_mem_gb=1500.0,
+            rollout_gpus=16,
+            train_gpus=16,
+        )
+        assert planning.queue_plan().waiting.keys() == {newcomer.pk}
+    placement = Placement.objects.get(job=borrower, ended_at__isnull=True)
+    newcomer.refresh_from_db()
+    if case != "borrower":
+        assert placement.move_requested == "" and placement.preempted_for_id is None
+        assert "will yield" not in newcomer.reason
+        return
+    assert placement.move_requested == "preempt" and placement.preempted_for_id == newcomer.pk
+    assert placement.move_reason == (
+        "for another tenant's job, which is within its tenant's nominal H20/H800 quota"
+    )
+    assert "1 job on borrowed capacity (or of lower priority) will yield at their next " in (
+        newcomer.reason
+    )
+    entry = AuditEntry.objects.get(action="job.preempt_request")
+    assert entry.after["for_job"] == newcomer.pk and entry.after["kind"] == "reclaim"

@@ -245,6 +245,7 @@ class _Run:
     # measured warm and cold starts of the pass's jobs that ran before (starts.measured_starts)
     started: dict[int, measured_starts.MeasuredStarts] = field(default_factory=dict)
     picture: fairshare.Picture | None = None  # fair-share inputs (preemption), read once
+    preempt_memo: preemption.Memo = field(default_factory=preemption.Memo)
 
 
 @dataclass
@@ -312,7 +313,9 @@ def _batch_place(
                     down = _down_note()
                 taken = ""
                 if run.picture is not None:
-                    taken = preemption.request_for(job, out.view[0], run.picture, writes.now)
+                    taken = preemption.request_for(
+                        job, out.view[0], run.picture, writes.now, run.preempt_memo
+                    )
                 writes.reason(job, result.reason + down + taken)
                 out.waiting[job.pk] = result.reason
             else:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -173,33 +174,58 @@ def _queued_since(job: Job) -> datetime:
     return ended or job.submitted_at
 
 
-def decide(job: Job, state: ClusterState, pic: Picture, now: datetime) -> PreemptionPlan:
+@dataclass
+class Memo:
+    """What `decide` reads once per snapshot of a planning pass (the running jobs, the free
+    and freeing GPUs, the policy), not once per waiting job: a pass that leaves hundreds
+    of jobs waiting asks for each of them."""
+
+    state: ClusterState | None = None
+    running: list[RunningJob] = field(default_factory=list)
+    group_frees: dict[str, dict[str, int]] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)
+    policy: PreemptionPolicy | None = None
+
+    def load(self, state: ClusterState, pic: Picture, now_s: float) -> None:
+        if self.state is state:
+            return
+        running, group_frees, freeing = _running(state, pic, now_s)
+        used = {n for g in state.groups for n in set(g.rollout_nodes) | set(g.train_nodes)}
+        free = _nodes_gpus(state, {n.name for n in state.nodes} - used, usable=True)
+        for gt, g in freeing.items():  # victims already on their way out count as free
+            free[gt] = free.get(gt, 0) + g
+        self.state, self.running, self.group_frees, self.free = state, running, group_frees, free
+        if self.policy is None:
+            self.policy = policy()
+
+    def marked(self, victims: set[str]) -> None:
+        """The victims are on their way out: their GPUs count as free from now on."""
+        for r in self.running:
+            if r.id in victims:
+                for gt, g in r.frees.items():
+                    self.free[gt] = self.free.get(gt, 0) + g
+        self.running = [r for r in self.running if r.id not in victims]
+
+
+def decide(
+    job: Job, state: ClusterState, pic: Picture, now: datetime, memo: Memo | None = None
+) -> PreemptionPlan:
     """Return the core's preemption plan for a queued job the planner could not place."""
     now_s = now.timestamp()
-    running, group_frees, freeing = _running(state, pic, now_s)
-    used = {n for g in state.groups for n in set(g.rollout_nodes) | set(g.train_nodes)}
-    free = _nodes_gpus(state, {n.name for n in state.nodes} - used, usable=True)
-    for gt, g in freeing.items():  # victims already on their way out count as free
-        free[gt] = free.get(gt, 0) + g
-    waiting = queued_job(job, pic.types)
-    waiting = type(waiting)(
-        id=waiting.id,
-        tenant=waiting.tenant,
-        gpus=waiting.gpus,
-        priority=waiting.priority,
-        submitted_s=waiting.submitted_s,
-        blocked_since_s=_queued_since(job).timestamp(),
-    )
+    memo = memo if memo is not None else Memo()
+    memo.load(state, pic, now_s)
+    since = _queued_since(job) if job.attempts else job.submitted_at
+    waiting = replace(queued_job(job, pic.types), blocked_since_s=since.timestamp())
     return preemption_targets(
         waiting,
-        running,
+        memo.running,
         pic.shares,
-        free=free,
+        free=memo.free,
         need=_need(job, state),
         capacity=pic.capacity,
         now_s=now_s,
-        policy=policy(),
-        group_frees=group_frees,
+        policy=memo.policy,
+        group_frees=memo.group_frees,
     )
 
 
@@ -212,12 +238,16 @@ def _within_text(job: Job, plan: PreemptionPlan, need: dict[str, int]) -> str:
     return f"which has a higher priority ({job.priority})"
 
 
-def request_for(job: Job, state: ClusterState, pic: Picture, now: datetime) -> str:
+def request_for(
+    job: Job, state: ClusterState, pic: Picture, now: datetime, memo: Memo | None = None
+) -> str:
     """Decide preemption for `job` (RETRY in this planning pass) and mark the victims;
-    return what to add to its reason ("" when nothing is done for it)."""
+    return what to add to its reason ("" when nothing is done for it). `memo`: the pass's
+    (`Memo`), kept across its waiting jobs."""
     if not settings.ROLLMUX_PREEMPTION:
         return ""
-    plan = decide(job, state, pic, now)
+    memo = memo if memo is not None else Memo()
+    plan = decide(job, state, pic, now, memo)
     if plan.decision is PreemptionDecision.FITS:
         pending = Placement.objects.filter(
             preempted_for=job, ended_at__isnull=True, move_requested=MoveKind.PREEMPT
@@ -238,6 +268,7 @@ def request_for(job: Job, state: ClusterState, pic: Picture, now: datetime) -> s
             job_id__in=[int(v) for v in plan.victims], ended_at__isnull=True
         ).select_related("job__tenant")
     )
+    memo.marked(set(plan.victims))
     for placement in victims:
         same = placement.job.tenant_id == job.tenant_id
         who = f"job #{job.pk} {job.name}" if same else OTHER_TENANT_JOB
