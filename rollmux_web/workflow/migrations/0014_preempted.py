@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('jobs', '0003_moves'),
-        ('workflow', '0012_retention_rollups'),
+        ('workflow', '0013_scale_indexes'),
     ]
 
     operations = [
