@@ -339,8 +339,12 @@ def test_the_beat_sweep_and_the_command_archive_what_is_due(
 
     from rollmux_web.workflow import tasks
 
+    from rollmux_web.celery import app
+
     settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
-    settings.CELERY_TASK_ALWAYS_EAGER = True
+    # the Celery app read its settings once: eager on the app itself (restored after)
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
+    monkeypatch.setitem(app.conf, "task_eager_propagates", True)
     settings.ROLLMUX_ARCHIVE_BATCH_PHASES = 20
     jobs = build_world(world)
     monkeypatch.setattr(timezone, "now", lambda: NOW)
