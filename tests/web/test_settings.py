@@ -1,15 +1,19 @@
-"""Settings fail loudly on bad environment values (each case in a fresh interpreter).
+"""Settings fail loudly on bad environment values (each case in a process of its own).
 
-Every case runs `import django; django.setup()` in its own subprocess; the module starts
-them all at once (they are independent) and each test checks its own outcome.
+Every case runs `import django; django.setup()` (or `manage.py`, or a request) in its own
+process, forked with the case's environment from one interpreter that preloaded only
+libraries that read no settings (tests/web/forked_starts.py): the module starts them all at
+once (they are independent) and each test checks its own outcome.
+`test_a_forked_start_behaves_as_a_fresh_interpreter` starts a bad and a good case as real
+`python -c` processes too and checks both ways agree.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -89,11 +93,70 @@ def _setup(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+Start = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]  # program, env, argv
+
+
+def _program(env: dict[str, str]) -> Start:
+    return ("-c", _key(env), (PROGRAM,))
+
+
+def _forked(starts: list[Start], results: Path) -> dict[Start, subprocess.CompletedProcess[str]]:
+    """Run each start in a process of its own, forked by tests/web/forked_starts.py."""
+    jobs = []
+    for kind, env, argv in starts:
+        job: dict[str, object] = {"env": {**BASE_ENV, **dict(env)}}
+        if kind == "-c":
+            job.update(argv=[], code=argv[0])
+        else:
+            job.update(argv=["manage.py", *argv], script=str(ROOT / "manage.py"))
+        jobs.append(job)
+    server = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("forked_starts.py")), str(results)],
+        input=json.dumps(jobs),
+        env=BASE_ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert server.returncode == 0, server.stderr[-2000:]
+    outcomes = json.loads(results.read_text())
+    return {
+        start: subprocess.CompletedProcess(
+            [start[0]], out["returncode"], out["stdout"], out["stderr"]
+        )
+        for start, out in zip(starts, outcomes, strict=True)
+    }
+
+
 @pytest.fixture(scope="module")
-def outcomes() -> dict[tuple[tuple[str, str], ...], subprocess.CompletedProcess[str]]:
-    envs = [env for env, _ in BAD + GOOD]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return {_key(env): result for env, result in zip(envs, pool.map(_setup, envs), strict=True)}
+def archive_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with a plain file in it, where an archive directory cannot be created."""
+    root = tmp_path_factory.mktemp("archive")
+    (root / "a-file").write_text("not a directory")
+    return root
+
+
+def _archive_envs(root: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """ROLLMUX_ARCHIVE_URI that cannot be written (under a file), and one that can."""
+    return (
+        {"ROLLMUX_ARCHIVE_URI": str(root / "a-file" / "archive")},
+        {"ROLLMUX_ARCHIVE_URI": str(root / "archive")},
+    )
+
+
+@pytest.fixture(scope="module")
+def outcomes(
+    tmp_path_factory: pytest.TempPathFactory, archive_root: Path
+) -> dict[Start, subprocess.CompletedProcess[str]]:
+    starts = [_program(env) for env, _ in BAD + GOOD]
+    starts += [("manage.py", _key(env), argv) for env, argv in MANAGE]
+    starts += [("manage.py", _key(env), ("check",)) for env in _archive_envs(archive_root)]
+    starts += [
+        ("-c", _key({**PRODUCTION, **env}), (REQUEST.format(extra=extra),))
+        for env, extra in REQUESTS
+    ]
+    return _forked(starts, tmp_path_factory.mktemp("forked-starts") / "results.json")
 
 
 def _ids(value: object) -> str | None:
@@ -104,7 +167,7 @@ def _ids(value: object) -> str | None:
 
 @pytest.mark.parametrize(("env", "mentions"), BAD, ids=_ids)
 def test_bad_value_stops_startup_naming_the_variable(outcomes, env, mentions):
-    result = outcomes[_key(env)]
+    result = outcomes[_program(env)]
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert "ImproperlyConfigured" in last, result.stderr[-2000:]
@@ -113,7 +176,7 @@ def test_bad_value_stops_startup_naming_the_variable(outcomes, env, mentions):
 
 @pytest.mark.parametrize(("env", "engine"), GOOD, ids=_ids)
 def test_good_values_start(outcomes, env, engine):
-    result = outcomes[_key(env)]
+    result = outcomes[_program(env)]
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == engine
 
@@ -164,28 +227,29 @@ PRODUCTION = {
 }
 
 
-def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        env={**BASE_ENV, **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+CHECK_DEPLOY = ("check", "--deploy", "--fail-level", "WARNING")
+MANAGE = [(PRODUCTION, CHECK_DEPLOY), ({"DEBUG": "false"}, CHECK_DEPLOY)]
 
 
-def test_check_deploy_passes_cleanly_with_production_settings():
+def test_a_forked_start_behaves_as_a_fresh_interpreter(outcomes):
+    """The forked starts above agree with real `python -c` processes, failing and not."""
+    for env in (BAD[0][0], GOOD[1][0]):
+        real, forked = _setup(env), outcomes[_program(env)]
+        assert (real.returncode, real.stdout) == (forked.returncode, forked.stdout)
+        assert real.stderr.strip().splitlines()[-1:] == forked.stderr.strip().splitlines()[-1:]
+
+
+def test_check_deploy_passes_cleanly_with_production_settings(outcomes):
     # --fail-level WARNING: a single deploy warning (HSTS, SSL redirect, cookie flags,
     # a weak key) fails the run; CI runs this test.
-    result = _manage(PRODUCTION, "check", "--deploy", "--fail-level", "WARNING")
+    result = outcomes[("manage.py", _key(PRODUCTION), CHECK_DEPLOY)]
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 
 
-def test_check_deploy_warns_about_embedded_settings():
+def test_check_deploy_warns_about_embedded_settings(outcomes):
     # the same check on the embedded defaults reports what production turns on
-    result = _manage({"DEBUG": "false"}, "check", "--deploy", "--fail-level", "WARNING")
+    result = outcomes[("manage.py", _key({"DEBUG": "false"}), CHECK_DEPLOY)]
     assert result.returncode != 0
     for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
         assert warning in result.stderr + result.stdout
@@ -202,26 +266,26 @@ REQUEST = (
 )
 
 
-def _request(env: dict[str, str], extra: str) -> dict[str, object]:
-    import json
+FORWARDED = "{'HTTP_X_FORWARDED_PROTO': 'https'}"
+REQUESTS = [
+    ({}, "{}"),
+    ({}, "{'secure': True}"),
+    ({}, FORWARDED),
+    ({"ROLLMUX_TLS_PROXY": "true"}, FORWARDED),
+]
 
-    result = subprocess.run(
-        [sys.executable, "-c", REQUEST.format(extra=extra)],
-        env={**BASE_ENV, **PRODUCTION, **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+def _request(outcomes, env: dict[str, str], extra: str) -> dict[str, object]:
+    result = outcomes[("-c", _key({**PRODUCTION, **env}), (REQUEST.format(extra=extra),))]
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_production_redirects_http_and_sends_hsts_and_csp_over_https():
-    plain = _request({}, "{}")
+def test_production_redirects_http_and_sends_hsts_and_csp_over_https(outcomes):
+    plain = _request(outcomes, {}, "{}")
     assert plain["status"] == 301
     assert str(plain["location"]).startswith("https://rollmux.example.internal/")
-    secure = _request({}, "{'secure': True}")
+    secure = _request(outcomes, {}, "{'secure': True}")
     assert secure["status"] == 200
     assert secure["hsts"] == "max-age=31536000; includeSubDomains; preload"
     csp = str(secure["csp"])
@@ -232,26 +296,21 @@ def test_production_redirects_http_and_sends_hsts_and_csp_over_https():
     assert cookie["secure"] is True
 
 
-def test_behind_a_tls_proxy_the_forwarded_proto_counts_only_when_configured():
-    forwarded = "{'HTTP_X_FORWARDED_PROTO': 'https'}"
-    assert _request({}, forwarded)["status"] == 301  # a client's own header is not trusted
-    behind = _request({"ROLLMUX_TLS_PROXY": "true"}, forwarded)
+def test_behind_a_tls_proxy_the_forwarded_proto_counts_only_when_configured(outcomes):
+    # a client's own header is not trusted
+    assert _request(outcomes, {}, FORWARDED)["status"] == 301
+    behind = _request(outcomes, {"ROLLMUX_TLS_PROXY": "true"}, FORWARDED)
     assert behind["status"] == 200 and str(behind["hsts"]).startswith("max-age=31536000")
 
 
-def test_an_archive_uri_that_cannot_be_written_stops_the_checks_naming_it(tmp_path: Path) -> None:
+def test_an_archive_uri_that_cannot_be_written_stops_the_checks_naming_it(
+    outcomes, archive_root: Path
+) -> None:
     """`manage.py check` (run by migrate, runserver and bin/run.sh) fails on it."""
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory")
-    env = {**BASE_ENV, "ROLLMUX_ARCHIVE_URI": str(blocker / "archive")}
-    bad = subprocess.run(
-        [sys.executable, "manage.py", "check"], env=env, cwd=ROOT, capture_output=True, text=True
-    )
+    unwritable, writable = _archive_envs(archive_root)
+    bad = outcomes[("manage.py", _key(unwritable), ("check",))]
     assert bad.returncode != 0
     assert "ROLLMUX_ARCHIVE_URI" in bad.stderr and "rollmux.E101" in bad.stderr, bad.stderr[-2000:]
-    env["ROLLMUX_ARCHIVE_URI"] = str(tmp_path / "archive")
-    good = subprocess.run(
-        [sys.executable, "manage.py", "check"], env=env, cwd=ROOT, capture_output=True, text=True
-    )
+    good = outcomes[("manage.py", _key(writable), ("check",))]
     assert good.returncode == 0, good.stderr[-2000:]
-    assert list((tmp_path / "archive").iterdir()) == []  # the probe cleaned up after itself
+    assert list((archive_root / "archive").iterdir()) == []  # the probe cleaned up after itself
