@@ -295,7 +295,12 @@ def test_budget_alerts_fire_once_at_80_and_100_percent(
     assert "84% of its H800 budget" in smtp.messages[0].content.decode()
     tasks.sweep()  # nothing new: once a month
     assert Delivery.objects.count() == 1
-    PhaseRecord.objects.filter(job=job).update(finished_at=start + timedelta(hours=3))
+    # one more hour of 8 GPUs, already over (usage counts phase time up to now, never after)
+    PhaseRecord.objects.create(
+        job=job, group=group, placement=placement, iteration=1, kind="train",
+        node_names=["h800-0"], state="succeeded", queued_at=start, started_at=start,
+        finished_at=start + timedelta(hours=1),
+    )  # fmt: skip
     tasks.sweep()
     assert sorted(Delivery.objects.values_list("event_kind", flat=True)) == [
         "budget.100",
