@@ -337,9 +337,8 @@ def test_the_beat_sweep_and_the_command_archive_what_is_due(
     from django.core.management import call_command
     from django.utils import timezone
 
-    from rollmux_web.workflow import tasks
-
     from rollmux_web.celery import app
+    from rollmux_web.workflow import tasks
 
     settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
     # the Celery app read its settings once: eager on the app itself (restored after)
