@@ -29,7 +29,7 @@ from scheduler.sim.drift import job_templates  # noqa: E402
 from scheduler.sim.engine import simulate  # noqa: E402
 from scheduler.sim.gen import generate  # noqa: E402
 from scheduler.sim.metrics import SLO_TOLERANCE, summarise, total_cost_usd  # noqa: E402
-from scheduler.sim.policies import make_policy, replanning_levers  # noqa: E402
+from scheduler.sim.policies import make_policy  # noqa: E402
 from scheduler.trace import default_cluster  # noqa: E402
 
 SPEC = default_cluster()
@@ -40,11 +40,10 @@ def one(task: tuple[str, int, str | None]) -> dict[str, Any]:
     kind, seed, setting = task
     jobs = generate(kind, seed)
     drift = job_templates(jobs, setting, seed=seed) if setting else None
-    levers = replanning_levers() if setting else None
     ours = simulate(
         jobs,
         SPEC,
-        make_policy("rollmux", seed=seed, levers=levers),
+        make_policy("rollmux", seed=seed),
         seed=seed,
         drift=drift,
         replan_drift=bool(setting),

@@ -56,6 +56,10 @@ from scheduler.planner.objective import JobProgress
 from scheduler.slo import DEFAULT_SLO_MARGIN, SLO_EPS, expected_profile
 
 __all__ = [
+    "CHECK_EVERY",
+    "MAX_REPLANS",
+    "WINDOW",
+    "learned_profile",
     "MIN_OBSERVED",
     "SEGMENTS",
     "SHORT_RUN",
@@ -82,6 +86,12 @@ __all__ = [
     "young_profile",
 ]
 
+WINDOW = 5  # iterations of observations a re-plan learns from (and between two checks)
+MAX_REPLANS = 3  # per job: each costs a restart
+# iterations between two checks of a job: the live planner's cadence (every WINDOW-th
+# boundary). Checking at every boundary (measured, docs/results.md section 9) saves a few
+# short jobs and costs more moves on noise.
+CHECK_EVERY = WINDOW
 # a slope counts as drift when significant at this level (two-sided; 3 standard errors
 # of a normal): checked every WINDOW iterations over a long run, a looser test moves
 # jobs that do not drift
@@ -635,3 +645,25 @@ def young_profile(job: JobProfile, *, run_iterations: int | None = None) -> JobP
     if (job.iterations if run_iterations is None else run_iterations) > SHORT_RUN:
         return None
     return replace(job, slo=max(1.0, job.slo * SHRINK_MEAN))
+
+
+def learned_profile(
+    profile: JobProfile, roll: Sequence[float], train: Sequence[float], *, remaining: int
+) -> JobProfile:
+    """Return `profile` with estimates learned from observed phases, for `remaining` iterations.
+
+    The worst case becomes the largest observed phase, the range the observed one, and
+    the observed mean solo iteration time (with the sync) the SLO check's expectation.
+    """
+    if not roll or len(roll) != len(train):
+        raise ValueError("learning needs as many observed rollouts as trainings, at least one")
+    mean_solo = float(np.mean(roll) + np.mean(train)) + profile.t_sync_s
+    return replace(
+        profile,
+        iterations=max(1, remaining),
+        t_roll_max_s=float(max(roll)),
+        t_roll_min_s=float(min(roll)),
+        t_train_max_s=float(max(train)),
+        t_train_min_s=float(min(train)),
+        observed_solo_s=mean_solo,
+    )

@@ -191,6 +191,11 @@ class Simulation:
         self.tenancy = tenancy
         self.retry_timer_at: float | None = None
         self.policy = policy
+        # the planner's config follows the run: its movers' drift hedge is in force only
+        # while drift re-planning is (`PlannerConfig.drift_hedge`)
+        use_replan = getattr(policy, "use_drift_replan", None)
+        if use_replan is not None:
+            use_replan(replan_drift)
         self.seed = seed
         self.record_phases = record_phases
         self.progress = progress
