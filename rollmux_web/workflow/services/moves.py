@@ -108,15 +108,16 @@ from scheduler.planner.consolidation import (
 )
 from scheduler.planner.objective import JobProgress
 from scheduler.replan import (
+    WINDOW,
     Assessment,
     Outlook,
     assess,
     group_outlooks,
+    learned_profile,
     may_yield,
     observed_outlook,
     should_assess,
 )
-from scheduler.sim.drift import WINDOW, learned_profile
 
 log = logging.getLogger(__name__)
 
