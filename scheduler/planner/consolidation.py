@@ -707,3 +707,22 @@ def admit(
         colocated=on_arrival,
     )
     return result, ()
+
+
+def destination_keeps_slo(
+    without: ClusterState,
+    result: PlacementResult,
+    restart_s: float,
+    *,
+    now: float,
+    progress: Mapping[str, JobProgress],
+    config: PlannerConfig | None = None,
+) -> bool:
+    """Return True when every member of the group a re-planned job would join (`result`,
+    placed on the state `without` it) keeps its SLO over its whole run, the mover's
+    restart included where it shares a node (`partners_keep_slo`); a new group: True."""
+    placement = result.placement
+    target = next((g for g in without.groups if placement and g.id == placement.group_id), None)
+    if target is None:
+        return True  # a new group: no one to delay
+    return partners_keep_slo(target, result, restart_s, now=now, progress=progress, config=config)

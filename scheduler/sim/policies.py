@@ -43,8 +43,8 @@ from scheduler.planner.consolidation import (
     admit,
     apply_move,
     best_move,
+    destination_keeps_slo,
     lone_wait_s,
-    partners_keep_slo,
     plan_consolidation,
     restart_of,
 )
@@ -442,13 +442,9 @@ class CorePolicy:
     ) -> bool:
         """Return True when every member of the group a re-planned job moves into (`result`,
         on the state `without` it) keeps its SLO over its whole run, the mover's restart
-        included where it shares a node (consolidation's rule 4, `partners_keep_slo`)."""
-        placement = result.placement
-        target = next((g for g in without.groups if placement and g.id == placement.group_id), None)
-        if target is None:
-            return True  # a new group: no one to delay
-        return partners_keep_slo(
-            target, result, restart_s, now=now, progress=progress, config=self.config
+        included where it shares a node (consolidation's rule 4, `destination_keeps_slo`)."""
+        return destination_keeps_slo(
+            without, result, restart_s, now=now, progress=progress, config=self.config
         )
 
 
