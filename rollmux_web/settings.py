@@ -37,11 +37,6 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}: use true or false")
 
 
-def env_bool_or_none(name: str) -> bool | None:
-    """Return a boolean from the environment, or None when it is unset (the default elsewhere)."""
-    return env_bool(name, False) if os.environ.get(name, "") != "" else None
-
-
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -400,9 +395,21 @@ CELERY_WORKER_CONSUMER = "workers.consumer:QuickReconnectConsumer"
 # PlannerConfig's; docs/planner-configuration.md is generated from it). Each row becomes the
 # setting of its variable's name; rollmux_web.workflow.levers builds the live config from them.
 try:
-    globals().update(read_planner_env(os.environ))
+    _PLANNER = read_planner_env(os.environ)
 except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
+# named one by one so that type checkers and `settings.X` readers see them (a test checks
+# that every row of the table is here)
+ROLLMUX_MAX_GROUP_SIZE: int = _PLANNER["ROLLMUX_MAX_GROUP_SIZE"]
+ROLLMUX_PLANNER_OBJECTIVE: str = _PLANNER["ROLLMUX_PLANNER_OBJECTIVE"]
+ROLLMUX_PLANNER_PRUNE_SATURATED: bool = _PLANNER["ROLLMUX_PLANNER_PRUNE_SATURATED"]
+ROLLMUX_COLOCATED: bool = _PLANNER["ROLLMUX_COLOCATED"]
+ROLLMUX_COLOCATED_ON_ARRIVAL: bool = _PLANNER["ROLLMUX_COLOCATED_ON_ARRIVAL"]
+ROLLMUX_CONSOLIDATION: bool = _PLANNER["ROLLMUX_CONSOLIDATION"]
+ROLLMUX_MAX_MOVES_PER_JOB: int = _PLANNER["ROLLMUX_MAX_MOVES_PER_JOB"]
+ROLLMUX_DRIFT_REPLAN: bool = _PLANNER["ROLLMUX_DRIFT_REPLAN"]
+ROLLMUX_DRIFT_TOLERANCE: float = _PLANNER["ROLLMUX_DRIFT_TOLERANCE"]
+ROLLMUX_LONG_TAIL_THRESHOLD: float = _PLANNER["ROLLMUX_LONG_TAIL_THRESHOLD"]
 # What-if runs (reports): refused at upload above the first three; a run is stopped (failed,
 # with the limit named) above the last two; a tenant has at most so many runs waiting or
 # running; a running run whose worker stopped beating is failed by the what-if reconcile.
