@@ -41,6 +41,7 @@ from scheduler.model import (
 from scheduler.planner import update_job
 from scheduler.planner.consolidation import Move, restart_seconds
 from scheduler.planner.objective import JobProgress
+from scheduler.replan import Move as ReplanMove
 from scheduler.replan import (
     Outlook,
     Stay,
@@ -623,25 +624,15 @@ class Simulation:
             return False
         learned, restart = self._held(job_id, decision.profile), decision.restart_s
         remaining = record.profile.iterations - done
-        progress = self._progress()
         # the one re-plan decision (scheduler.replan.resolve); this applies what it returns
-        outcome = resolve(
-            job_id=job_id,
-            group_id=group_id,
-            must_go=True,
+        outcome = self._resolve(
+            job_id,
+            group_id,
             for_others=decision.for_others,
             joining=replace(learned, iterations=remaining),  # what it adds from now
             outlooks=outlooks,
             restart_s=restart,
-            state=self.state,
-            config=self.config,
-            progress=progress,
-            now=self.now,
-            place=lambda job, state: self.policy.place(job, state, progress, self.now),
-            remove=self.policy.remove,
-            keeps_partners=lambda without, result: self.policy.partners_keep_slo(
-                without, result, restart, self.now, progress
-            ),
+            progress=self._progress(),
         )
         if isinstance(outcome, Yield):
             self._yield(job_id, group_id, learned, restart)
@@ -681,6 +672,39 @@ class Simulation:
         record.replans = replans
         self.tenancy.yielded(self, job_id)
         self._retry_waiting()
+
+    def _resolve(
+        self,
+        job_id: str,
+        group_id: str,
+        *,
+        for_others: Sequence[str],
+        joining: JobProfile,
+        outlooks: Mapping[str, Outlook],
+        restart_s: float,
+        progress: Mapping[str, JobProgress],
+    ) -> Stay | ReplanMove | Yield:
+        """Return the re-plan decision for a job that must leave (`scheduler.replan.resolve`)
+        on the state of now, through this run's policy (its admission, removal and
+        destination check)."""
+        return resolve(
+            job_id=job_id,
+            group_id=group_id,
+            must_go=True,
+            for_others=for_others,
+            joining=joining,
+            outlooks=outlooks,
+            restart_s=restart_s,
+            state=self.state,
+            config=self.config,
+            progress=progress,
+            now=self.now,
+            place=lambda job, state: self.policy.place(job, state, progress, self.now),
+            remove=self.policy.remove,
+            keeps_partners=lambda without, result: self.policy.partners_keep_slo(
+                without, result, restart_s, self.now, progress
+            ),
+        )
 
     def _yield(self, job_id: str, group_id: str, profile: JobProfile, restart: float) -> None:
         """Checkpoint `job_id` and queue it first, its nodes left to the partners its

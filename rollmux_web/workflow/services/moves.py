@@ -65,7 +65,7 @@ saves $... expected"): group numbers and dollars, never another tenant's job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -120,6 +120,7 @@ from scheduler.replan import (
     resolve,
     should_assess,
 )
+from scheduler.replan import Move as ReplanMove
 
 log = logging.getLogger(__name__)
 
@@ -408,18 +409,16 @@ def _decide(
         profile = admission_profile(
             learned, run_iterations=job.iterations, remaining=remaining, young=False
         )
-        outcome = resolve(
+        outcome = drift_resolution(
             job_id=job_id,
             group_id=source.id,
-            must_go=verdict.move,
-            for_others=verdict.for_others,
+            verdict=verdict,
             joining=profile,
             outlooks=outlooks,
             restart_s=restart,
             state=state,
-            config=config(),
             progress=progress,
-            now=NOW,
+            config=config(),
         )
         # 3. say what it does
         if isinstance(outcome, Stay):
@@ -448,6 +447,36 @@ def _decide(
     )
     text = f"{move.reason}, ${per_hour:,.2f}/h less from now"
     return _Decided(kind, result, profile, without, text)
+
+
+def drift_resolution(
+    *,
+    job_id: str,
+    group_id: str,
+    verdict: Assessment,
+    joining: JobProfile,
+    outlooks: Mapping[str, Outlook],
+    restart_s: float,
+    state: ClusterState,
+    progress: Mapping[str, JobProgress],
+    config: PlannerConfig,
+) -> Stay | ReplanMove | Yield:
+    """Return the re-plan decision for a drifting job on the planner's snapshot (the core's
+    `scheduler.replan.resolve`, the simulator's; admission by the core's `admit` with the
+    live config, on the moves' clock NOW). Pure: no query; `_decide` applies it."""
+    return resolve(
+        job_id=job_id,
+        group_id=group_id,
+        must_go=verdict.move,
+        for_others=verdict.for_others,
+        joining=joining,
+        outlooks=outlooks,
+        restart_s=restart_s,
+        state=state,
+        config=config,
+        progress=progress,
+        now=NOW,
+    )
 
 
 def _drift_cause(learned: JobProfile) -> str:
