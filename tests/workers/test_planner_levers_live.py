@@ -126,7 +126,7 @@ def test_co_location_on_arrival_is_a_setting(world: Any, settings: Any) -> None:
 
 @pytest.mark.parametrize("replan", [True, False], ids=["drift-re-planning-on", "off"])
 def test_the_live_levers_hedge_moves_as_the_replanning_runs_do(settings: Any, replan: bool) -> None:
-    # with drift re-planning the simulator's runs hedge every move (replanning_levers);
+    # with drift re-planning the simulator's runs hedge every move (PlannerConfig.drift_hedge);
     # the live planner's readers of the levers (moves, the planning pass, the preview)
     # must get the same hedge, and none without it
     settings.ROLLMUX_DRIFT_REPLAN = replan
