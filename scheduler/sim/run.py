@@ -171,10 +171,10 @@ def run_tenants(
     }
     slo_class = gold_jobs(jobs)
     for mode in modes:
-        config = TenancyConfig(
+        rules = TenancyConfig(
             shares=shares, mode=mode, policy=policy or PreemptionPolicy(), slo_class=slo_class
         )
-        tenancy = Tenancy(config)
+        tenancy = Tenancy(rules)
         sim = Simulation(
             jobs,
             spec,

@@ -93,6 +93,7 @@ from rollmux_web.workflow.services.departures import placement_end
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.locks import planner_try_lock
 from rollmux_web.workflow.services.plan_writer import StaleSnapshot, placement_persist
+from scheduler.config import PlannerConfig
 from scheduler.model import (
     ClusterState,
     JobProfile,
