@@ -1,7 +1,7 @@
 """Run rollmux's shipped planner configuration over many seeds of the generated traces.
 
     nice -n 10 .venv/bin/python bench/seeds.py [--kinds paper,philly] [--seeds 0-49]
-        [--workers 2] [--drift SETTING] [--per-seed]
+        [--workers 2] [--drift SETTING] [--per-seed] [--rows FILE] [--table-from FILE...]
 
 For each generated kind (scheduler.sim.gen) and seed it simulates rollmux, solo-disagg and
 colocated on the spec's example cluster (simulator seed = trace seed) and prints, per kind,
@@ -10,12 +10,16 @@ colocated/rollmux, and how many traces reach 100% SLO on drawn durations, naming
 that misses. `--per-seed` also prints each trace's ratios to four decimals (the refactor
 check: same figures before and after); `--drift SETTING` runs every policy under that
 drift template of scheduler.sim.drift with rollmux re-planning drifting jobs.
+`--rows FILE` appends each trace's figures as a JSON line as soon as it is done (kinds
+interleaved, so a long run stopped early still covers every kind alike);
+`--table-from FILE...` prints the table from such lines instead of simulating.
 Nothing here is tuned: the generator and the planner run as they are.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -92,11 +96,30 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--drift", default=None, help="a drift setting of scheduler.sim.drift")
     ap.add_argument("--per-seed", action="store_true")
+    ap.add_argument("--rows", default=None, help="append each trace's figures here (JSON)")
+    ap.add_argument("--table-from", nargs="*", default=None, help="JSON row files to tabulate")
     args = ap.parse_args()
     started = time.perf_counter()
-    tasks = [(k, s, args.drift) for k in args.kinds.split(",") for s in seeds_arg(args.seeds)]
-    with ProcessPoolExecutor(max_workers=min(2, args.workers)) as pool:
-        runs = list(pool.map(one, tasks))
+    kinds = args.kinds.split(",")
+    if args.table_from is not None:
+        runs = []
+        for path in args.table_from:
+            for line in Path(path).read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    runs.append(json.loads(line))
+        wanted = set(seeds_arg(args.seeds))
+        runs = [r for r in runs if r["kind"] in kinds and r["seed"] in wanted]
+        runs.sort(key=lambda r: (kinds.index(r["kind"]), r["seed"]))
+    else:
+        tasks = [(k, s, args.drift) for s in seeds_arg(args.seeds) for k in kinds]
+        runs = []
+        with ProcessPoolExecutor(max_workers=min(2, args.workers)) as pool:
+            for run in pool.map(one, tasks):
+                runs.append(run)
+                if args.rows:
+                    with open(args.rows, "a", encoding="utf-8") as out:
+                        out.write(json.dumps(run) + "\n")
+        runs.sort(key=lambda r: (kinds.index(r["kind"]), r["seed"]))
     if args.per_seed:
         print("| trace | seed | SLO drawn | solo-disagg / rollmux | colocated / rollmux |")
         print("|---|---|---|---|---|")
@@ -106,14 +129,17 @@ def main() -> None:
             )
         print()
     title = f" under drift {args.drift} (re-planning)" if args.drift else ""
-    print(f"rollmux, shipped configuration{title}: {args.seeds} per kind")
+    seeds = sorted({r["seed"] for r in runs})
+    print(f"rollmux, shipped configuration{title}: seeds {seeds[0]}-{seeds[-1]} ({len(seeds)})")
     print(
         "| trace | traces | at 100% SLO (drawn) | solo-disagg / rollmux mean (min-max)"
         " | colocated / rollmux mean (min-max) |"
     )
     print("|---|---|---|---|---|")
-    for kind in args.kinds.split(","):
+    for kind in kinds:
         rows = [r for r in runs if r["kind"] == kind]
+        if not rows:
+            continue
         full = sum(1 for r in rows if r["slo"] >= 1.0)
         cells = []
         for key in ("solo", "colo"):
