@@ -3,7 +3,7 @@
     .venv/bin/python bench/paper_table.py [--seeds 5] [--workers 2] [--out FILE]
         [--rollout-speed-factor F] [--ablation] [--bursts]
 
-`--ablation` adds the per-lever table of issue 14 (rollmux under each `Levers`
+`--ablation` adds the per-lever table of issue 14 (rollmux under each `PlannerConfig`
 variant on the generated traces), `--bursts` the comparison with the MILP optimum on
 12- and 16-job bursts, and `--rollout-speed-factor` runs everything with the training
 type's rollout speed factor set (rollout on H800 takes F x its H20 time; the
@@ -34,20 +34,21 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scheduler.config import ALGORITHM1 as PUBLISHED  # noqa: E402
+from scheduler.config import PlannerConfig  # noqa: E402
 from scheduler.model import ClusterSpec  # noqa: E402
 from scheduler.sim import run_simulation  # noqa: E402
 from scheduler.sim.engine import simulate  # noqa: E402
 from scheduler.sim.gen import generate, generate_paper, generate_philly  # noqa: E402
 from scheduler.sim.metrics import summarise, total_cost_usd  # noqa: E402
 from scheduler.sim.milp import run_burst_optimum, trace_lower_bound  # noqa: E402
-from scheduler.sim.policies import PUBLISHED, Levers, make_policy  # noqa: E402
+from scheduler.sim.policies import make_policy  # noqa: E402
 from scheduler.trace import default_cluster, load_cluster, load_trace  # noqa: E402
 
 # The levers as shipped before the second round of issue 14 (1 Dec, 13:00 UTC):
 # consolidation only on a departure that leaves survivors, the movers' budget at
 # expected solo / 1.01, no ski-rental wait, no lone-tail value.
-BEFORE = replace(
-    Levers(),
+BEFORE = PlannerConfig().with_(
     every_departure=False,
     budget_z=None,
     lone_wait=None,
@@ -56,33 +57,35 @@ BEFORE = replace(
 )
 # The ablation of issue 14: each lever alone on Algorithm 1 as published, then the
 # levers together (the default) and the default without each of them.
-ABLATION: dict[str, Levers] = {
+ABLATION: dict[str, PlannerConfig] = {
     "Algorithm 1 as published": PUBLISHED,
-    "+ expected-cost objective": replace(PUBLISHED, objective="expected"),
-    "+ consolidation": replace(PUBLISHED, consolidation=True),
-    "+ no saturation prune": replace(PUBLISHED, prune_saturated=False),
-    "+ long-tail migration": replace(PUBLISHED, long_tail=True),
-    "+ objective + consolidation": replace(PUBLISHED, objective="expected", consolidation=True),
+    "+ expected-cost objective": PUBLISHED.with_(objective="expected"),
+    "+ consolidation": PUBLISHED.with_(consolidation__enabled=True),
+    "+ no saturation prune": PUBLISHED.with_(prune_saturated=False),
+    "+ long-tail migration": PUBLISHED.with_(long_tail_threshold=0.8),
+    "+ objective + consolidation": PUBLISHED.with_(
+        objective="expected", consolidation__enabled=True
+    ),
     "+ objective + consolidation + co-located": replace(
-        PUBLISHED, objective="expected", consolidation=True, colocated=True
+        PUBLISHED, objective="expected", consolidation__enabled=True, colocated=True
     ),
     "all before 1 Dec 13:00 (the levers above)": BEFORE,
-    "+ every departure": replace(BEFORE, every_departure=True),
-    "+ statistical mover budget": replace(BEFORE, budget_z=3.0),
-    "+ ski-rental wait of a job alone": replace(BEFORE, lone_wait=1.0),
-    "+ lone-tail value (admission)": replace(BEFORE, lone_tail=True),
-    "all (the default)": Levers(),
-    "default - every departure": replace(Levers(), every_departure=False),
-    "default - statistical mover budget": replace(Levers(), budget_z=None),
-    "default - ski-rental wait": replace(Levers(), lone_wait=None),
-    "default - lone-tail value": replace(Levers(), lone_tail=False, lone_tail_moves=False),
-    "default - lone-tail value in moves": replace(Levers(), lone_tail_moves=False),
-    "default + 3 moves per job": replace(Levers(), max_moves_per_job=3),
-    "default - long-tail": replace(Levers(), long_tail=False),
-    "default - co-located": replace(Levers(), colocated=False),
-    "default - objective": replace(Levers(), objective="marginal"),
-    "default + saturation prune": replace(Levers(), prune_saturated=True),
-    "default + co-located on arrival": replace(Levers(), colocated_on_arrival=True),
+    "+ every departure": BEFORE.with_(every_departure=True),
+    "+ statistical mover budget": BEFORE.with_(budget_z=3.0),
+    "+ ski-rental wait of a job alone": BEFORE.with_(lone_wait=1.0),
+    "+ lone-tail value (admission)": BEFORE.with_(lone_tail=True),
+    "all (the default)": PlannerConfig(),
+    "default - every departure": PlannerConfig().with_(every_departure=False),
+    "default - statistical mover budget": PlannerConfig().with_(budget_z=None),
+    "default - ski-rental wait": PlannerConfig().with_(lone_wait=None),
+    "default - lone-tail value": PlannerConfig().with_(lone_tail=False, lone_tail_moves=False),
+    "default - lone-tail value in moves": PlannerConfig().with_(lone_tail_moves=False),
+    "default + 3 moves per job": PlannerConfig().with_(max_moves_per_job=3),
+    "default - long-tail": PlannerConfig().with_(long_tail_threshold=0.0),
+    "default - co-located": PlannerConfig().with_(colocated=False),
+    "default - objective": PlannerConfig().with_(objective="marginal"),
+    "default + saturation prune": PlannerConfig().with_(prune_saturated=True),
+    "default + co-located on arrival": PlannerConfig().with_(colocated_on_arrival=True),
 }
 
 
@@ -245,7 +248,7 @@ def ablation_run(task: tuple[str, int, str, float]) -> dict[str, Any]:
     jobs = generate(kind, seed)
     started = time.process_time()
     run = simulate(
-        jobs, spec, make_policy("rollmux", seed=seed, levers=ABLATION[variant]), seed=seed
+        jobs, spec, make_policy("rollmux", seed=seed, config=ABLATION[variant]), seed=seed
     )
     cpu = time.process_time() - started
     figures = summarise(run)
@@ -319,8 +322,12 @@ def burst_run(task: tuple[str, int, int]) -> dict[str, Any]:
         out[f"optimum_{colocated}"] = total_cost_usd(run)
         out[f"lp_{colocated}"] = best.lp_relaxation_usd
         out[f"milp_s_{colocated}"] = best.search.search_s
-    for name, levers in (("published", PUBLISHED), ("before", BEFORE), ("rollmux", Levers())):
-        policy = make_policy("rollmux", seed=seed, levers=levers)
+    for name, levers in (
+        ("published", PUBLISHED),
+        ("before", BEFORE),
+        ("rollmux", PlannerConfig()),
+    ):
+        policy = make_policy("rollmux", seed=seed, config=levers)
         out[name] = total_cost_usd(simulate(jobs, spec, policy, seed=seed))
     return out
 

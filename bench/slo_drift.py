@@ -2,15 +2,14 @@
 
 Part "check" (issue 13 item 3): on generated paper-like and Philly-like traces, rollmux
 with the SLO check of scheduler.slo (the default) against the same code with the
-paper's worst-case check alone (`place(..., slo_margin=None)`, set for this process
-only), beside solo-disagg and colocated. Prints per trace the SLO attainment on drawn
+paper's worst-case check alone (`PlannerConfig().with_(slo_margin=None)`), beside solo-disagg and colocated. Prints per trace the SLO attainment on drawn
 durations and against the profile, and the cost ratios solo-disagg/rollmux and
 colocated/rollmux under both checks.
 
 Part "drift" (item 4): the paper's drift templates (scheduler.sim.drift) on the same
 traces; per setting, rollmux's static planner against re-planning of drifting jobs
 (scheduler.replan: projected end-of-run SLOs; checkpoint, resubmit with the forecast,
-resume; moves hedged, `replanning_levers`), with solo-disagg under the same drift as the
+resume; moves hedged, `PlannerConfig.drift_hedge`), with solo-disagg under the same drift as the
 cost baseline. "missed" counts the re-planning runs' misses over all seeds, "beyond" those
 that no re-plan could have avoided: an ORACLE bound (scheduler.sim.metrics.replan_bound:
 from its first checkpoint on the job runs alone, its partners moved away, knowing its
@@ -30,12 +29,12 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import scheduler.planner as planner  # noqa: E402
+from scheduler.config import PlannerConfig  # noqa: E402
 from scheduler.model import JobProfile  # noqa: E402
 from scheduler.sim.drift import SETTINGS, job_templates  # noqa: E402
 from scheduler.sim.engine import simulate  # noqa: E402
@@ -46,7 +45,7 @@ from scheduler.sim.metrics import (  # noqa: E402
     summarise,
     total_cost_usd,
 )
-from scheduler.sim.policies import make_policy, replanning_levers  # noqa: E402
+from scheduler.sim.policies import make_policy  # noqa: E402
 from scheduler.sim.records import RunResult  # noqa: E402
 from scheduler.slo import DEFAULT_SLO_MARGIN  # noqa: E402
 from scheduler.trace import default_cluster  # noqa: E402
@@ -54,24 +53,21 @@ from scheduler.trace import default_cluster  # noqa: E402
 SPEC = default_cluster()
 
 
-def with_margin(margin: float | None, run: Callable[[], RunResult]) -> RunResult:
-    """Run with `place`'s SLO margin default set to `margin` (every caller in the core
-    reaches `place`, so this switches the check for the whole run)."""
-    defaults = planner.place.__kwdefaults__
-    assert defaults is not None
-    saved = defaults["slo_margin"]
-    defaults["slo_margin"] = margin
-    try:
-        return run()
-    finally:
-        defaults["slo_margin"] = saved
-
-
-def run(jobs: Sequence[JobProfile], policy: str, seed: int, **kw: object) -> RunResult:
-    """Simulate one policy on `jobs` (rollmux re-planning drift with its re-planning levers)."""
-    levers = replanning_levers() if kw.get("replan_drift") else None
-    policy_ = make_policy(policy, seed=seed, levers=levers)
+def run(
+    jobs: Sequence[JobProfile],
+    policy: str,
+    seed: int,
+    config: PlannerConfig | None = None,
+    **kw: object,
+) -> RunResult:
+    """Simulate one policy on `jobs` (rollmux with `config`, default the shipped one; the
+    simulation switches its drift re-planning with `replan_drift`)."""
+    policy_ = make_policy(policy, seed=seed, config=config)
     return simulate(jobs, SPEC, policy_, seed=seed, **kw)  # type: ignore[arg-type]
+
+
+# the paper's worst-case SLO check alone (no distribution-aware margin)
+WORST_CASE = PlannerConfig().with_(slo_margin=None)
 
 
 def miss_lines(result: RunResult) -> list[str]:
@@ -122,7 +118,7 @@ def check_part(kinds: Sequence[str], seeds: Sequence[int]) -> None:
         for seed in seeds:
             jobs = generate(kind, seed)
             ours = summarise(run(jobs, "rollmux", seed))
-            paper = summarise(with_margin(None, lambda j=jobs, s=seed: run(j, "rollmux", s)))  # type: ignore[misc]
+            paper = summarise(run(jobs, "rollmux", seed, WORST_CASE))
             solo = total_cost_usd(run(jobs, "solo-disagg", seed))
             colo = total_cost_usd(run(jobs, "colocated", seed))
             r_ours, r_paper = solo / ours["total_cost_usd"], solo / paper["total_cost_usd"]

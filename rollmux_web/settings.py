@@ -16,6 +16,8 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduler.config import read_env as read_planner_env
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -33,11 +35,6 @@ def env_bool(name: str, default: bool) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}: use true or false")
-
-
-def env_bool_or_none(name: str) -> bool | None:
-    """Return a boolean from the environment, or None when it is unset (the default elsewhere)."""
-    return env_bool(name, False) if os.environ.get(name, "") != "" else None
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
@@ -393,19 +390,26 @@ CELERY_BEAT_SCHEDULE = {
 CELERY_WORKER_CONSUMER = "workers.consumer:QuickReconnectConsumer"
 
 # --- Scheduling and execution ------------------------------------------------
-ROLLMUX_MAX_GROUP_SIZE = env_int("ROLLMUX_MAX_GROUP_SIZE", 5, minimum=1)
-# The planner's issue-14 levers, live as in the simulator. Unset (None): the core's default,
-# what the simulator's rollmux runs (scheduler.sim.policies.DEFAULT_LEVERS; read by
-# rollmux_web.workflow.levers, not here: the core's import is not every process's cost).
-ROLLMUX_PLANNER_OBJECTIVE = env_str("ROLLMUX_PLANNER_OBJECTIVE", "") or None
-if ROLLMUX_PLANNER_OBJECTIVE not in (None, "expected", "marginal"):
-    raise ImproperlyConfigured(
-        f"Unexpected value ROLLMUX_PLANNER_OBJECTIVE={ROLLMUX_PLANNER_OBJECTIVE!r}:"
-        " use expected or marginal"
-    )
-ROLLMUX_PLANNER_PRUNE_SATURATED = env_bool_or_none("ROLLMUX_PLANNER_PRUNE_SATURATED")
-ROLLMUX_COLOCATED = env_bool_or_none("ROLLMUX_COLOCATED")  # the strategy at all (moves too)
-ROLLMUX_COLOCATED_ON_ARRIVAL = env_bool_or_none("ROLLMUX_COLOCATED_ON_ARRIVAL")
+# The planner's knobs (group size, objective, co-location, consolidation, drift re-planning,
+# long-tail migration): one table, scheduler.config.OPTIONS (its defaults are the shipped
+# PlannerConfig's; docs/planner-configuration.md is generated from it). Each row becomes the
+# setting of its variable's name; rollmux_web.workflow.levers builds the live config from them.
+try:
+    _PLANNER = read_planner_env(os.environ)
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+# named one by one so that type checkers and `settings.X` readers see them (a test checks
+# that every row of the table is here)
+ROLLMUX_MAX_GROUP_SIZE: int = _PLANNER["ROLLMUX_MAX_GROUP_SIZE"]
+ROLLMUX_PLANNER_OBJECTIVE: str = _PLANNER["ROLLMUX_PLANNER_OBJECTIVE"]
+ROLLMUX_PLANNER_PRUNE_SATURATED: bool = _PLANNER["ROLLMUX_PLANNER_PRUNE_SATURATED"]
+ROLLMUX_COLOCATED: bool = _PLANNER["ROLLMUX_COLOCATED"]
+ROLLMUX_COLOCATED_ON_ARRIVAL: bool = _PLANNER["ROLLMUX_COLOCATED_ON_ARRIVAL"]
+ROLLMUX_CONSOLIDATION: bool = _PLANNER["ROLLMUX_CONSOLIDATION"]
+ROLLMUX_MAX_MOVES_PER_JOB: int = _PLANNER["ROLLMUX_MAX_MOVES_PER_JOB"]
+ROLLMUX_DRIFT_REPLAN: bool = _PLANNER["ROLLMUX_DRIFT_REPLAN"]
+ROLLMUX_DRIFT_TOLERANCE: float = _PLANNER["ROLLMUX_DRIFT_TOLERANCE"]
+ROLLMUX_LONG_TAIL_THRESHOLD: float = _PLANNER["ROLLMUX_LONG_TAIL_THRESHOLD"]
 # What-if runs (reports): refused at upload above the first three; a run is stopped (failed,
 # with the limit named) above the last two; a tenant has at most so many runs waiting or
 # running; a running run whose worker stopped beating is failed by the what-if reconcile.
@@ -421,10 +425,6 @@ ROLLMUX_SWITCH_OVERHEAD_S = env_float("ROLLMUX_SWITCH_OVERHEAD_S", 2.0, minimum=
 # rollout speed factor of the training type: 1.0 is the trace-format spec's co-located
 # assumption). The planner's co-located check uses it; the emulating runners sleep it.
 ROLLMUX_ROLLOUT_SPEED_FACTOR = env_float("ROLLMUX_ROLLOUT_SPEED_FACTOR", 1.0, minimum=1e-6)
-# Long-tail migration (paper section 3): once this share of a rollout's responses is done,
-# its tail is consolidated off the nodes the group's next rollout needs, which starts there
-# (0: off). The simulator's default levers migrate at 0.8 (scheduler.sim.longtail).
-ROLLMUX_LONG_TAIL_THRESHOLD = env_float("ROLLMUX_LONG_TAIL_THRESHOLD", 0.8, minimum=0.0)
 ROLLMUX_TIME_SCALE = env_float("ROLLMUX_TIME_SCALE", 20.0, minimum=1e-6)  # why: see seed_demo
 ROLLMUX_MAX_ATTEMPTS = env_int("ROLLMUX_MAX_ATTEMPTS", 3, minimum=1)
 # Planning passes start at most once per this many seconds (workers/plan_marker.py): a burst
@@ -523,16 +523,6 @@ ROLLMUX_NOTIFY_MAX_UNCONFIRMED = env_int("ROLLMUX_NOTIFY_MAX_UNCONFIRMED", 3, mi
 # Webhooks to loopback/private addresses are refused (no user may make the server call its
 # own network) unless this is set (a receiver on the same private network, tests).
 ROLLMUX_WEBHOOK_ALLOW_PRIVATE = env_bool("ROLLMUX_WEBHOOK_ALLOW_PRIVATE", False)
-# A phase slower than its declared worst case by more than this fraction: "job drifting".
-ROLLMUX_DRIFT_TOLERANCE = env_float("ROLLMUX_DRIFT_TOLERANCE", 0.1, minimum=0.0)
-# Moves (workflow.services.moves): when a member leaves its co-execution group the planner
-# may move survivors between groups (consolidation on departure), and a drifting job whose
-# group no longer holds every SLO with its learned estimates is moved out (drift re-plan);
-# each move is a checkpoint at an iteration boundary and a restart elsewhere, at most
-# ROLLMUX_MAX_MOVES_PER_JOB per job (both kinds together).
-ROLLMUX_CONSOLIDATION = env_bool("ROLLMUX_CONSOLIDATION", True)
-ROLLMUX_DRIFT_REPLAN = env_bool("ROLLMUX_DRIFT_REPLAN", True)
-ROLLMUX_MAX_MOVES_PER_JOB = env_int("ROLLMUX_MAX_MOVES_PER_JOB", 2, minimum=0)
 # Fair share across tenants (issue 22, docs/quotas-and-cost.md "Fair share"): the queue is ordered by
 # priority, then each tenant's weighted share (usage decayed with this half-life, what it
 # holds now, an entry penalty), then submission time; a job within its tenant's nominal

@@ -42,20 +42,31 @@ section 9 measures both.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 from scipy import stats
 
+from scheduler.config import PlannerConfig
 from scheduler.meta_iteration import group_loads, steady_iteration_times
-from scheduler.model import JobProfile, Member
-from scheduler.planner.consolidation import restart_seconds
+from scheduler.model import ClusterState, JobProfile, Member, PlacementResult, PlacementStatus
+from scheduler.planner import remove_job
+from scheduler.planner.consolidation import admit, destination_keeps_slo, restart_seconds
 from scheduler.planner.objective import JobProgress
 from scheduler.slo import DEFAULT_SLO_MARGIN, SLO_EPS, expected_profile
 
 __all__ = [
+    "Move",
+    "Stay",
+    "Yield",
+    "admission_profile",
+    "resolve",
+    "CHECK_EVERY",
+    "MAX_REPLANS",
+    "WINDOW",
+    "learned_profile",
     "MIN_OBSERVED",
     "SEGMENTS",
     "SHORT_RUN",
@@ -82,6 +93,12 @@ __all__ = [
     "young_profile",
 ]
 
+WINDOW = 5  # iterations of observations a re-plan learns from (and between two checks)
+MAX_REPLANS = 3  # per job: each costs a restart
+# iterations between two checks of a job: the live planner's cadence (every WINDOW-th
+# boundary). Checking at every boundary (measured, docs/results.md section 9) saves a few
+# short jobs and costs more moves on noise.
+CHECK_EVERY = WINDOW
 # a slope counts as drift when significant at this level (two-sided; 3 standard errors
 # of a normal): checked every WINDOW iterations over a long run, a looser test moves
 # jobs that do not drift
@@ -635,3 +652,158 @@ def young_profile(job: JobProfile, *, run_iterations: int | None = None) -> JobP
     if (job.iterations if run_iterations is None else run_iterations) > SHORT_RUN:
         return None
     return replace(job, slo=max(1.0, job.slo * SHRINK_MEAN))
+
+
+def learned_profile(
+    profile: JobProfile, roll: Sequence[float], train: Sequence[float], *, remaining: int
+) -> JobProfile:
+    """Return `profile` with estimates learned from observed phases, for `remaining` iterations.
+
+    The worst case becomes the largest observed phase, the range the observed one, and
+    the observed mean solo iteration time (with the sync) the SLO check's expectation.
+    """
+    if not roll or len(roll) != len(train):
+        raise ValueError("learning needs as many observed rollouts as trainings, at least one")
+    mean_solo = float(np.mean(roll) + np.mean(train)) + profile.t_sync_s
+    return replace(
+        profile,
+        iterations=max(1, remaining),
+        t_roll_max_s=float(max(roll)),
+        t_roll_min_s=float(min(roll)),
+        t_train_max_s=float(max(train)),
+        t_train_min_s=float(min(train)),
+        observed_solo_s=mean_solo,
+    )
+
+
+# --- the one re-plan decision and the one admission profile ---------------------------
+
+
+def admission_profile(
+    profile: JobProfile,
+    *,
+    run_iterations: int,
+    young: bool,
+    remaining: int | None = None,
+    budget: Outlook | None = None,
+    restart_s: float = 0.0,
+) -> JobProfile:
+    """Return the profile a job is admitted, or re-admitted, with (the simulator's arrivals,
+    re-plans and resumes, and the live planning pass and moves alike):
+
+    1. back from a yield (`budget`: its outlook now, on its SLO clock), its SLO is what is
+       left of its budget after its `restart_s` (`remaining_slo`);
+    2. with drift re-planning on (`young`), a job of at most `SHORT_RUN` iterations in its
+       whole run (`run_iterations`) is held to `young_profile`;
+    3. for what is left of its run (`remaining` iterations; None: as it is).
+
+    `profile` carries its estimates: submitted, learned (`learned_profile`) or forecast
+    (`move_profile`)."""
+    out = profile
+    if budget is not None:
+        out = replace(out, slo=remaining_slo(budget, restart_s=restart_s))
+    if young:
+        out = young_profile(out, run_iterations=run_iterations) or out
+    if remaining is not None:
+        out = replace(out, iterations=remaining)
+    return out
+
+
+@dataclass(frozen=True)
+class Stay:
+    """The job keeps running where it is."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Move:
+    """The job moves out: checkpoint at its boundary, `result` placed on `without` (the
+    cluster without it), restart there."""
+
+    result: PlacementResult  # FIT, with the placement
+    without: ClusterState
+    restart_s: float
+    reason: str
+
+    @property
+    def target(self) -> str | None:
+        """Return the group it joins, or None: a new group."""
+        assert self.result.placement is not None
+        return self.result.placement.group_id
+
+
+@dataclass(frozen=True)
+class Yield:
+    """The job leaves its nodes to the members it breaks and waits in the queue, first,
+    to resume at its next iteration after its restart (`may_yield`)."""
+
+    restart_s: float
+    for_others: tuple[str, ...]
+    reason: str
+
+
+Resolution = Stay | Move | Yield
+
+
+def resolve(
+    *,
+    job_id: str,
+    group_id: str,
+    must_go: bool,
+    for_others: Sequence[str],
+    joining: JobProfile,
+    outlooks: Mapping[str, Outlook],
+    restart_s: float,
+    state: ClusterState,
+    config: PlannerConfig,
+    progress: Mapping[str, JobProgress],
+    now: float,
+    place: Callable[[JobProfile, ClusterState], PlacementResult] | None = None,
+    remove: Callable[[ClusterState, str], ClusterState] | None = None,
+    keeps_partners: Callable[[ClusterState, PlacementResult], bool] | None = None,
+) -> Stay | Move | Yield:
+    """Return what a drift re-plan does with `job_id` of `group_id` at a check whose
+    verdict (`assess` / `decide`) is `must_go` (for `for_others`' sake, or its own).
+    Pure: the simulator (`Simulation._drift_replan`) and the live planner
+    (`services.moves`) gather the inputs, call this, and apply what it returns.
+
+    1. its group holds (`must_go` false): Stay;
+    2. resubmit `joining` (`admission_profile`: its remaining run) through admission on the
+       cluster without it (`place`, default the core's `admit` with `config`);
+    3. a FIT whose destination's members would break with its restart is no FIT
+       (`keeps_partners`, default `destination_keeps_slo`);
+    4. nothing takes it: Yield when it must go for others and its own SLO survives the
+       wait (`may_yield`), else Stay where it is;
+    5. admission puts it back in its own group: Stay; else Move.
+
+    `place`, `remove` and `keeps_partners` default to the core's; a caller passes its own
+    (the simulator's policy adapter) only where it runs another policy.
+    """
+    if not must_go:
+        return Stay("every member's SLO holds to the end of its run")
+    without = remove_job(state, job_id)[0] if remove is None else remove(state, job_id)
+    if place is None:
+        result = admit(joining, without, config=config, progress=progress, now=now)[0]
+    else:
+        result = place(joining, without)
+    fits = result.status is PlacementStatus.FIT and result.placement is not None
+    why = f"nothing takes it now ({result.reason})"
+    if fits:
+        if keeps_partners is None:
+            kept = destination_keeps_slo(
+                without, result, restart_s, now=now, progress=progress, config=config
+            )
+        else:
+            kept = keeps_partners(without, result)
+        if not kept:
+            fits = False
+            why = "its restart would break a member of the group that would take it"
+    if not fits:
+        if may_yield(outlooks, job_id, for_others, restart_s=restart_s):
+            return Yield(restart_s, tuple(for_others), f"{why}; yields to {len(for_others)}")
+        return Stay(f"{why}; it keeps running where it is")
+    assert result.placement is not None
+    if result.placement.group_id == group_id:
+        return Stay("admission places it back in its own group")
+    return Move(result, without, restart_s, result.reason)

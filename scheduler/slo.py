@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from scheduler.config import DEFAULT_SLO_MARGIN as _CONFIG_SLO_MARGIN
 from scheduler.meta_iteration import group_loads, steady_iteration_times
 from scheduler.model import JobProfile, Member
 
@@ -45,7 +46,7 @@ __all__ = [
     "expected_solo_s",
 ]
 
-DEFAULT_SLO_MARGIN = 0.03
+DEFAULT_SLO_MARGIN = _CONFIG_SLO_MARGIN  # one default: scheduler.config
 # Floating-point slack of every comparison (the planner's EPS).
 SLO_EPS = 1e-9
 

@@ -1,71 +1,44 @@
-"""The planner's issue-14 levers, live: one place that says how the live system calls the core.
+"""The planner's configuration, live: how the live system calls the core.
 
-The simulator's rollmux runs with `scheduler.sim.policies.DEFAULT_LEVERS` (expected
-remaining cost objective, no saturation prune, the co-located strategy allowed but not
-on arrival, consolidation on departure). The live planning pass, the what-if preview and
-live moves read the same levers here: each is the core's default unless its setting is
-set (ROLLMUX_PLANNER_OBJECTIVE, ROLLMUX_PLANNER_PRUNE_SATURATED, ROLLMUX_COLOCATED,
-ROLLMUX_COLOCATED_ON_ARRIVAL; README "Configuration"), so one planner decides alike in
-both.
+The simulator's rollmux and the live planner run one configuration,
+`scheduler.config.PlannerConfig` (its defaults are what ships). The live planning pass,
+the what-if preview and live moves read it here: the shipped config with each field that
+has a `ROLLMUX_*` variable set from its setting (`scheduler.config.OPTIONS`, read by
+settings; docs/planner-configuration.md), so one planner decides alike in both.
 
-With drift re-planning on (ROLLMUX_DRIFT_REPLAN, the default) they are the simulator's
-re-planning levers (`scheduler.sim.policies.replanning_levers`: every move's SLO budget
-hedged against a shrinking run, `Levers.drift_hedge` = scheduler.sim.drift.DRIFT_HEDGE),
-as the simulator's re-planning runs use them. The hedge is a consolidation rule
-(`ConsolidationConfig.drift_hedge`), and each reader needs it:
-
-* live moves (`services.moves.config`): `plan_consolidation` and `best_move`, the
-  consolidation on departure and its re-decision at the mover's boundary;
-* the planning pass (`arrival_policy`): an arrival placed with partners
-  (`place_with_partners`) moves co-located jobs into its group only if their budgets
-  hold hedged;
-* the what-if preview (`place_job`): it answers what the planning pass would do.
+With drift re-planning on (ROLLMUX_DRIFT_REPLAN, the default) every move's SLO budget is
+hedged against a shrinking run (`PlannerConfig.drift_hedge`), as the simulator's
+re-planning runs do; each reader needs it: live moves (`plan_consolidation`,
+`best_move`), the planning pass (an arrival placed with partners moves co-located jobs
+into its group only if their budgets hold hedged) and the what-if preview (it answers
+what the planning pass would do).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from scheduler.config import OPTIONS, PlannerConfig, config_from_env
 from scheduler.model import ClusterState, JobProfile, PlacementResult
 
 if TYPE_CHECKING:
     from scheduler.planner.objective import JobProgress
-    from scheduler.sim.policies import Levers
 
 
-def live_levers() -> Levers:
-    """Return the levers the live planner runs: the core's defaults, overridden by settings,
-    as re-planning runs them when drift re-planning is on (module docstring)."""
-    from scheduler.sim.policies import DEFAULT_LEVERS, replanning_levers
-
-    lv = DEFAULT_LEVERS
-    if settings.ROLLMUX_PLANNER_OBJECTIVE is not None:
-        lv = replace(lv, objective=settings.ROLLMUX_PLANNER_OBJECTIVE)
-    if settings.ROLLMUX_PLANNER_PRUNE_SATURATED is not None:
-        lv = replace(lv, prune_saturated=settings.ROLLMUX_PLANNER_PRUNE_SATURATED)
-    if settings.ROLLMUX_COLOCATED is not None:
-        lv = replace(lv, colocated=settings.ROLLMUX_COLOCATED)
-    if settings.ROLLMUX_COLOCATED_ON_ARRIVAL is not None:
-        lv = replace(lv, colocated_on_arrival=settings.ROLLMUX_COLOCATED_ON_ARRIVAL)
-    return replanning_levers(lv) if settings.ROLLMUX_DRIFT_REPLAN else lv
+def live_config() -> PlannerConfig:
+    """Return the configuration the live planner runs: the shipped one with every
+    `ROLLMUX_*` planner setting applied (module docstring)."""
+    return config_from_env({opt.env: getattr(settings, opt.env) for opt in OPTIONS})
 
 
-def arrival_policy(lv: Levers | None = None) -> Any:
-    """Return the simulator's rollmux policy adapter with the live levers: what decides an
-    arrival (`scheduler.sim.policies.make_policy`, the very object a simulated run uses)."""
-    from scheduler.sim.policies import make_policy
-
-    return make_policy(
-        "rollmux",
-        seed=0,
-        max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE,
-        levers=lv or live_levers(),
-    )
+def arrival_policy(config: PlannerConfig | None = None) -> PlannerConfig:
+    """Return what decides an arrival in a planning pass: the live configuration (read
+    once per pass)."""
+    return config or live_config()
 
 
 def place_job(
@@ -73,18 +46,21 @@ def place_job(
     state: ClusterState,
     progress: Mapping[str, JobProgress] | None = None,
     *,
-    policy: Any = None,
+    policy: PlannerConfig | None = None,
     now_s: float | None = None,
 ) -> PlacementResult:
-    """Place an arriving job as the simulator's rollmux does (its policy adapter's `place`,
-    `arrival_policy`; `progress`: the running members', `snapshot.planner_input`; `now_s`:
-    the epoch seconds of the decision, the clock of `JobProgress.admitted_s`).
+    """Place an arriving job as the simulator's rollmux does: the core's `admit` with the
+    live configuration (`policy`, default `live_config()`; `progress`: the running
+    members', `snapshot.planner_input`; `now_s`: the epoch seconds of the decision, the
+    clock of `JobProgress.admitted_s`).
 
     The co-located strategy competes on arrival only with both ROLLMUX_COLOCATED and
-    ROLLMUX_COLOCATED_ON_ARRIVAL (the simulator's `colocated and colocated_on_arrival`).
-    When co-located jobs exist, the simulator may also name some to move into the
-    newcomer's new group (`policy.arrival_movers()`): moving them is live moves' work.
+    ROLLMUX_COLOCATED_ON_ARRIVAL. When co-located jobs exist, the core may also name some
+    to move into the newcomer's new group: moving them is live moves' work.
     """
-    policy = policy or arrival_policy()
+    from scheduler.planner.consolidation import admit
+
+    config = policy or live_config()
     now = time.time() if now_s is None else now_s
-    return policy.place(profile, state, progress or {}, now)  # type: ignore[no-any-return]
+    result, _movers = admit(profile, state, config=config, progress=progress or {}, now=now)
+    return result

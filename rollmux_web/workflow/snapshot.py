@@ -169,22 +169,23 @@ def held_young(profile: JobProfile, *, iterations: int) -> JobProfile:
     to scheduler.replan.young_profile for its whole run, its own admission included (it
     joins a group, and a newcomer joins its group, only if it would keep its SLO even were
     its run to shrink), else as it is; as the simulator's re-planning runs plan it."""
-    from scheduler.replan import young_profile
+    from scheduler.replan import admission_profile
 
-    if not settings.ROLLMUX_DRIFT_REPLAN:
-        return profile
     # the core decides on the whole run (a resubmitted job's profile counts what is left)
-    return young_profile(profile, run_iterations=iterations) or profile
+    return admission_profile(
+        profile, run_iterations=iterations, young=settings.ROLLMUX_DRIFT_REPLAN
+    )
 
 
 def resume_profile(job: Job, asked: JobProfile, now: datetime) -> JobProfile:
-    """Return `asked` (a queued job's profile as the planning pass places it) with what is
-    left of its SLO budget when the job is back from a yield (its last placement ended
-    `yielded`), as the simulator's `_resume` resubmits it: `remaining_slo` of its outlook
-    now, on its SLO clock from its first admission (profile seconds), with its restart;
-    else `asked` as it is. One query for a job placed before, none for a new one."""
+    """Return `asked` (a queued job's profile, before it is held young: `held_young`) with
+    what is left of its SLO budget when the job is back from a yield (its last placement
+    ended `yielded`), as the simulator's `_resume` resubmits it (scheduler.replan.
+    admission_profile with the job's outlook now, on its SLO clock from its first
+    admission, profile seconds, and its restart); else `asked` as it is. One query for a
+    job placed before, none for a new one: this gathers the inputs, the rule is the core's."""
     from scheduler.planner.consolidation import restart_seconds
-    from scheduler.replan import planned_outlook, remaining_slo
+    from scheduler.replan import admission_profile, planned_outlook
 
     if not job.attempts:
         return asked
@@ -204,8 +205,14 @@ def resume_profile(job: Job, asked: JobProfile, now: datetime) -> JobProfile:
         elapsed_s=elapsed,
         done=job.iterations_done,
     )
-    slo = remaining_slo(outlook, restart_s=restart_seconds(asked))
-    return replace(asked, slo=min(asked.slo, slo))
+    # held young after (held_young), as the simulator's _resume holds it
+    return admission_profile(
+        asked,
+        run_iterations=job.iterations,
+        young=False,
+        budget=outlook,
+        restart_s=restart_seconds(asked),
+    )
 
 
 def _read(*, whole_run: bool) -> tuple[ClusterState, dict[str, JobProgress]]:

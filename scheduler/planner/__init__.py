@@ -73,6 +73,7 @@ import random
 from collections.abc import Callable, Mapping
 
 from scheduler.cluster import nodes_needed
+from scheduler.config import ALGORITHM1, PlannerConfig
 from scheduler.model import (
     ClusterState,
     JobProfile,
@@ -100,7 +101,6 @@ from scheduler.planner.memo import cached
 from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
 from scheduler.planner.transitions import apply_placement, remove_job, update_job
-from scheduler.slo import DEFAULT_SLO_MARGIN
 from scheduler.stochastic import slo_probabilities
 
 __all__ = [
@@ -126,17 +126,21 @@ def place(
     state: ClusterState,
     *,
     policy: str = "rollmux",
-    max_group_size: int = 5,
+    config: PlannerConfig | None = None,
     rng: random.Random | None = None,
-    objective: str = "marginal",
     progress: Mapping[str, JobProgress] | None = None,
-    prune_saturated: bool = True,
-    colocated: bool = False,
-    slo_margin: float | None = DEFAULT_SLO_MARGIN,
-    min_slo_probability: float | None = None,
+    max_group_size: int | None = None,
+    objective: str | None = None,
+    prune_saturated: bool | None = None,
+    colocated: bool | None = None,
     lone_restart_s: Callable[[JobProfile], float] | None = None,
 ) -> PlacementResult:
     """Place `job` on `state` with `policy`; see the module docstring for the rules.
+
+    `config` holds the admission options (`config.admission`, scheduler.config); without
+    one, Algorithm 1 as the paper publishes it (`scheduler.config.ALGORITHM1`). The
+    keywords `max_group_size`, `objective`, `prune_saturated` and `colocated` override
+    the config's field of that name (None: the config's).
 
     rollmux's levers (issue 14): `objective` ranks the admissible placements by the
     marginal $/h they add (`"marginal"`, the paper's) or by the expected remaining
@@ -161,6 +165,12 @@ def place(
     3. choose by the policy (Algorithm 1 for `rollmux`);
     4. RETRY with what is missing when nothing fits now, else FIT with the placement.
     """
+    adm = (config or ALGORITHM1).admission
+    max_group_size = adm.max_group_size if max_group_size is None else max_group_size
+    objective = adm.objective if objective is None else objective
+    prune_saturated = adm.prune_saturated if prune_saturated is None else prune_saturated
+    colocated = adm.colocated if colocated is None else colocated
+    slo_margin, min_slo_probability = adm.slo_margin, adm.min_slo_probability
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     if policy == "random" and rng is None:

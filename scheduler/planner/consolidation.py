@@ -64,6 +64,7 @@ Rules (decisions where the issue is silent, marked [I]):
 from __future__ import annotations
 
 import math
+import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from scheduler.cluster import make_node, nodes_needed
+from scheduler.config import PlannerConfig
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import (
     ClusterSpec,
@@ -128,39 +130,10 @@ def restart_seconds(job: JobProfile) -> float:
     return RESTART_S_7B + (size - 7.0) * (RESTART_S_32B - RESTART_S_7B) / (32.0 - 7.0)
 
 
-@dataclass(frozen=True)
-class ConsolidationConfig:
-    """How eager consolidation is; the defaults are the issue's."""
-
-    max_moves_per_job: int = 2
-    restart_s: Callable[[JobProfile], float] = restart_seconds
-    min_saving_usd: float = 0.0
-    # a mover's budget: slo x n x expected solo / (1 + this): stricter than scheduler.slo's
-    # reference by 1% against the noise of a mean of draws (a loosening margin of 3% let
-    # moves break tight SLOs on drawn durations: 2-3 misses on the paper-like traces)
-    solo_margin: float = 0.01
-    # [I] with a value, the budget's reference is the job's drawn solo time at z standard
-    # errors below its expectation (the part done as measured) instead (`_budget_ok`)
-    solo_z: float | None = 3.0
-    max_group_size: int = 5
-    # [I] also try to move the members of one-member groups when someone leaves: the
-    # departure may have opened the room they could not find at arrival
-    singletons: bool = True
-    # [I] also the members of groups of at most this many members (0: only singletons,
-    # as `singletons` says): a pair may split, one member joining a fuller group and
-    # the other going co-located
-    small_groups: int = 0
-    # the admission options the re-placement uses (scheduler.planner.place)
-    objective: str = "marginal"
-    prune_saturated: bool = True
-    colocated: bool = False
-    # [I] value a member that departures will leave alone as alone for the ski-rental
-    # wait, then co-located (scheduler.planner.objective.members_remaining_cost)
-    lone_tail: bool = False
-    lone_tail_moves: bool = False  # the same in a move's saving
-    # [I] under drift re-planning: a move's budget must also hold were the mover's
-    # remaining run this much shorter (1: off; see `_budget_ok`)
-    drift_hedge: float = 1.0
+def restart_of(cfg: PlannerConfig) -> Callable[[JobProfile], float]:
+    """Return the restart-time model of `cfg` (`Consolidation.restart_s`, default
+    `restart_seconds`)."""
+    return cfg.consolidation.restart_s or restart_seconds
 
 
 @dataclass(frozen=True)
@@ -208,7 +181,7 @@ def _budget_ok(
     iteration_s: float,
     remaining: float,
     extra_s: float,
-    cfg: ConsolidationConfig,
+    cfg: PlannerConfig,
     *,
     allowance: float = 0.0,
     colocated_factor: float | None = None,
@@ -216,7 +189,7 @@ def _budget_ok(
     """Return True when the job's SLO over its whole run still holds (rule 4).
 
     `remaining` iterations at `iteration_s` each (plus `allowance` more), `extra_s` of
-    restart, after `now - admitted` elapsed. Without `cfg.solo_z` the reference is
+    restart, after `now - admitted` elapsed. Without `cfg.consolidation.budget_z` the reference is
     slo x iterations x expected solo / (1 + solo_margin). With it the reference is
     what the job's mean drawn solo time can be: the solo seconds of the iterations
     done as measured (`JobProgress.solo_s_done`; else their expectation less z
@@ -226,10 +199,12 @@ def _budget_ok(
     reference: only their difference, per iteration, is uncertain.
     """
     elapsed = now - progress.admitted_s if progress else 0.0
-    if cfg.solo_z is None:
-        budget = job.slo * job.iterations * expected_solo_s(job) / (1.0 + cfg.solo_margin)
+    if cfg.consolidation.budget_z is None:
+        budget = (
+            job.slo * job.iterations * expected_solo_s(job) / (1.0 + cfg.consolidation.solo_margin)
+        )
         return elapsed + extra_s + (remaining + allowance) * iteration_s <= budget + 1e-9
-    z, slo = cfg.solo_z, job.slo
+    z, slo = cfg.consolidation.budget_z, job.slo
     e, sd = expected_solo_s(job), solo_sd_s(job)
     done = max(0, job.iterations - math.ceil(remaining))
     known = progress.solo_s_done if progress and progress.solo_s_done is not None else None
@@ -238,7 +213,7 @@ def _budget_ok(
     rest = max(0.0, remaining)
     # [I] with a drift hedge h < 1 the budget must also hold were the job's remaining run
     # (its phases, its pace, their spread) h times as long: a restart a shrinking job's
-    # slack cannot absorb is not spent on it (`ConsolidationConfig.drift_hedge`)
+    # slack cannot absorb is not spent on it (`PlannerConfig.drift_hedge`)
     for h in (1.0, cfg.drift_hedge) if cfg.drift_hedge < 1.0 else (1.0,):
         if colocated_factor is not None:
             # per remaining iteration: f r + t - slo (r + t + sync), r and t drawn
@@ -272,13 +247,13 @@ def partners_keep_slo(
     *,
     now: float,
     progress: Mapping[str, JobProgress],
-    config: ConsolidationConfig | None = None,
+    config: PlannerConfig | None = None,
 ) -> bool:
     """Return True when every member of `target`, the group a job moves into (`result`,
     Algorithm 1's FIT), keeps its SLO over its whole run (rule 4) at the slowdown the
     placement predicts for it; a member pinned to a node of the mover is delayed by its
     restart (`restart_s`) too. One rule for a consolidation move and a drift re-plan's."""
-    cfg = config or ConsolidationConfig()
+    cfg = config or PlannerConfig()
     placement = result.placement
     if placement is None:
         return False
@@ -309,7 +284,7 @@ def _prices(state: ClusterState, placement: Placement) -> dict[str, float]:
 
 
 def _place(
-    cfg: ConsolidationConfig,
+    cfg: PlannerConfig,
     job: JobProfile,
     state: ClusterState,
     progress: Mapping[str, JobProgress],
@@ -321,12 +296,12 @@ def _place(
         job,
         state,
         policy="rollmux",
-        max_group_size=cfg.max_group_size,
-        objective=cfg.objective,
+        config=cfg,
         progress=progress,
-        prune_saturated=cfg.prune_saturated,
-        colocated=cfg.colocated and colocated,
-        lone_restart_s=cfg.restart_s if cfg.lone_tail and cfg.colocated else None,
+        colocated=cfg.admission.colocated and colocated,
+        lone_restart_s=restart_of(cfg)
+        if cfg.admission.lone_tail and cfg.admission.colocated
+        else None,
     )
 
 
@@ -344,10 +319,10 @@ def best_move(
     *,
     now: float,
     progress: Mapping[str, JobProgress],
-    config: ConsolidationConfig | None = None,
+    config: PlannerConfig | None = None,
 ) -> Move | None:
     """Return the move of `job_id` that saves the most, or None (module docstring)."""
-    cfg = config or ConsolidationConfig()
+    cfg = config or PlannerConfig()
     found = _group_of(state, job_id)
     if found is None:
         return None
@@ -360,14 +335,14 @@ def _best_move(
     *,
     now: float,
     progress: Mapping[str, JobProgress],
-    cfg: ConsolidationConfig,
+    cfg: PlannerConfig,
 ) -> Move | None:
     """`best_move` of the member `found` (its group, itself) of `state`."""
     source, member = found
     job = member.job
     job_id = job.id
     mine = progress.get(job_id)
-    if mine is not None and mine.moves >= cfg.max_moves_per_job:
+    if mine is not None and mine.moves >= cfg.consolidation.max_moves_per_job:
         return None
     remaining = remaining_iterations(job, progress)
     if remaining < 1:
@@ -385,7 +360,7 @@ def _best_move(
         (g for g in without.groups if g.id == placement.group_id),
         Group("", (), (), ()),  # co-located: a new group of its own
     )
-    restart = cfg.restart_s(job)
+    restart = restart_of(cfg)(job)
     switch = state.spec.switch_overhead_s
     # 4. Every SLO over the whole run, restart included.
     moved = Member(job, placement.rollout_nodes, placement.train_nodes)
@@ -403,7 +378,9 @@ def _best_move(
         restart,
         cfg,
         # alone it waits for no one's turn (the margin rule keeps its allowance)
-        allowance=0.0 if colocated and cfg.solo_z is not None else JOIN_ALLOWANCE_META_ITERATIONS,
+        allowance=0.0
+        if colocated and cfg.consolidation.budget_z is not None
+        else JOIN_ALLOWANCE_META_ITERATIONS,
         colocated_factor=state.spec.train.rollout_speed_factor if colocated else None,
     ):
         return None
@@ -414,7 +391,9 @@ def _best_move(
     price = _prices(state, placement)
     left = tuple(m for m in source.members if m.job.id != job_id)
     factor = state.spec.train.rollout_speed_factor
-    lone = cfg.restart_s if cfg.lone_tail_moves and cfg.colocated else None
+    lone = (
+        restart_of(cfg) if cfg.consolidation.lone_tail_moves and cfg.admission.colocated else None
+    )
     before = members_remaining_cost(
         source.members,
         price,
@@ -455,7 +434,7 @@ def _best_move(
         lone_restart_s=lone,
     )
     saving = before - after
-    if saving <= cfg.min_saving_usd:
+    if saving <= cfg.consolidation.min_saving_usd:
         return None
     return Move(
         job_id,
@@ -508,7 +487,7 @@ def plan_consolidation(
     *,
     now: float,
     progress: Mapping[str, JobProgress],
-    config: ConsolidationConfig | None = None,
+    config: PlannerConfig | None = None,
 ) -> list[Move]:
     """Return the moves for the members of `group_id`, best saving first.
 
@@ -517,8 +496,8 @@ def plan_consolidation(
     """
     moves: list[Move] = []
     current = state
-    cfg = config or ConsolidationConfig()
-    small = max(cfg.small_groups, 1 if cfg.singletons else 0)
+    cfg = config or PlannerConfig()
+    small = max(cfg.consolidation.small_groups, 1 if cfg.consolidation.singletons else 0)
     candidates = {
         m.job.id
         for g in state.groups
@@ -568,7 +547,7 @@ class _JoinFilter:
     group passes them for gets no move from `best_move`, which is not asked.
     """
 
-    def __init__(self, state: ClusterState, cfg: ConsolidationConfig) -> None:
+    def __init__(self, state: ClusterState, cfg: PlannerConfig) -> None:
         self.state = state
         self.cfg = cfg
         self._table: dict[str, np.ndarray] | None = None
@@ -576,7 +555,7 @@ class _JoinFilter:
     def _columns(self) -> dict[str, np.ndarray]:
         if self._table is None:
             summaries = planner_index(self.state).summaries
-            prune = self.cfg.prune_saturated
+            prune = self.cfg.admission.prune_saturated
             cols: dict[str, list[float]] = {
                 k: [] for k in ("t_cycle", "tolerance", "min_train", "n_train", "scale")
             }
@@ -585,7 +564,7 @@ class _JoinFilter:
             for x in summaries:
                 ids.append(x.group.id)
                 ok.append(
-                    0 < x.size < self.cfg.max_group_size
+                    0 < x.size < self.cfg.admission.max_group_size
                     and bool(x.group.rollout_nodes)
                     and not (prune and x.t_load >= x.t_cycle)
                 )
@@ -604,7 +583,7 @@ class _JoinFilter:
         """Return False only when `best_move` would return None for the member because
         Algorithm 1 has no placement for it outside its own group but a new group."""
         cfg = self.cfg
-        if cfg.colocated and member.rollout_nodes:
+        if cfg.admission.colocated and member.rollout_nodes:
             return True  # the co-located placement is open to it: ask best_move
         job = member.job
         t = self._columns()
@@ -638,7 +617,7 @@ def place_with_partners(
     *,
     now: float,
     progress: Mapping[str, JobProgress],
-    config: ConsolidationConfig | None = None,
+    config: PlannerConfig | None = None,
     colocated: bool = False,
 ) -> ArrivalPlan:
     """Place an arriving job; open a group for co-located jobs to join when that pays.
@@ -652,7 +631,7 @@ def place_with_partners(
     newcomer over co-location (both in expected remaining dollars, restarts
     included).
     """
-    cfg = config or ConsolidationConfig()
+    cfg = config or PlannerConfig()
     first = _place(cfg, job, state, progress, colocated=colocated)
     if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
         return ArrivalPlan(first)
@@ -691,6 +670,59 @@ def place_with_partners(
             movers.append(best)
             current = apply_move(current, best)
             colocated_jobs.discard(best.job_id)
-    if sum(mv.saving_usd for mv in movers) <= extra + cfg.min_saving_usd:
+    if sum(mv.saving_usd for mv in movers) <= extra + cfg.consolidation.min_saving_usd:
         return ArrivalPlan(first)
     return ArrivalPlan(alt, tuple(movers))
+
+
+def admit(
+    job: JobProfile,
+    state: ClusterState,
+    *,
+    config: PlannerConfig,
+    progress: Mapping[str, JobProgress],
+    now: float,
+    policy: str = "rollmux",
+    rng: random.Random | None = None,
+) -> tuple[PlacementResult, tuple[str, ...]]:
+    """Place an arriving job as the planner configured by `config` does (the simulator's
+    rollmux and the live planning pass): with consolidation and the co-located strategy,
+    `place_with_partners` (which may name co-located jobs to move into the newcomer's new
+    group: returned second), else Algorithm 1 with the config's admission options. The
+    co-located strategy competes on arrival only with `admission.colocated_on_arrival`."""
+    adm = config.admission
+    on_arrival = adm.colocated and adm.colocated_on_arrival
+    if policy == "rollmux" and config.consolidation.enabled and adm.colocated:
+        plan = place_with_partners(
+            job, state, now=now, progress=progress, config=config, colocated=on_arrival
+        )
+        return plan.result, tuple(m.job_id for m in plan.movers)
+    result = place(
+        job,
+        state,
+        policy=policy,
+        config=config,
+        rng=rng,
+        progress=progress,
+        colocated=on_arrival,
+    )
+    return result, ()
+
+
+def destination_keeps_slo(
+    without: ClusterState,
+    result: PlacementResult,
+    restart_s: float,
+    *,
+    now: float,
+    progress: Mapping[str, JobProgress],
+    config: PlannerConfig | None = None,
+) -> bool:
+    """Return True when every member of the group a re-planned job would join (`result`,
+    placed on the state `without` it) keeps its SLO over its whole run, the mover's
+    restart included where it shares a node (`partners_keep_slo`); a new group: True."""
+    placement = result.placement
+    target = next((g for g in without.groups if placement and g.id == placement.group_id), None)
+    if target is None:
+        return True  # a new group: no one to delay
+    return partners_keep_slo(target, result, restart_s, now=now, progress=progress, config=config)

@@ -29,7 +29,7 @@ group it would join keeps every SLO with its restart (consolidation's rule 4,
 `partners_keep_slo`); a job whose durations trend but that stays (or that must go and
 finds no such place) is planned from then with its forecast in place
 (scheduler.planner.update_job), so admissions and consolidation see it. The re-planning
-runs also hedge every move (`DRIFT_HEDGE`, `Levers.drift_hedge`) and hold a short job
+runs also hedge every move (`DRIFT_HEDGE`, `PlannerConfig.drift_hedge`, scheduler.config) and hold a short job
 stricter for its whole run (scheduler.replan.young_profile). The live planner
 writes a drifting job's estimates with `learned_profile` (its observed range). The static
 planner (the default) never re-plans.
@@ -43,8 +43,19 @@ from dataclasses import replace
 
 import numpy as np
 
+from scheduler.config import DRIFT_HEDGE
 from scheduler.model import JobProfile
-from scheduler.replan import MIN_OBSERVED, Outlook, Trend, fit_trend, planned_outlook
+from scheduler.replan import (
+    CHECK_EVERY,
+    MAX_REPLANS,
+    MIN_OBSERVED,
+    WINDOW,
+    Outlook,
+    Trend,
+    fit_trend,
+    learned_profile,
+    planned_outlook,
+)
 
 __all__ = [
     "CHECK_EVERY",
@@ -70,18 +81,6 @@ TEMPLATES = (
     "decreasing-1.5",
 )
 SETTINGS = (*TEMPLATES, "mixed")
-WINDOW = 5  # iterations of observations a re-plan learns from (and between two checks)
-MAX_REPLANS = 3  # per job: each costs a restart
-# iterations between two checks of a job: the live planner's cadence (every WINDOW-th
-# boundary). Checking at every boundary (measured, docs/results.md section 9) saves a few
-# short jobs and costs more moves on noise.
-CHECK_EVERY = WINDOW
-# [I] Re-planning hedges every move's SLO budget against the strongest shrinkage of the
-# templates: under decreasing 1.5x a phase ends at 1 / 2.5 of its first (Levers.drift_hedge;
-# the mean over a run, 0.61, is not enough for a move made later in a shrinking run). A
-# move at a job's first iterations, before any trend can show, would otherwise spend a
-# restart that a tight SLO's slack no longer covers once the job's run shrinks.
-DRIFT_HEDGE = 1.0 / 2.5
 
 
 def _parse(template: str) -> tuple[str, float]:
@@ -123,28 +122,6 @@ def job_templates(jobs: Sequence[JobProfile], setting: str, *, seed: int) -> dic
         rng = np.random.default_rng([seed, zlib.crc32(f"drift:{j.id}".encode())])
         out[j.id] = TEMPLATES[int(rng.integers(len(TEMPLATES)))]
     return out
-
-
-def learned_profile(
-    profile: JobProfile, roll: Sequence[float], train: Sequence[float], *, remaining: int
-) -> JobProfile:
-    """Return `profile` with estimates learned from observed phases, for `remaining` iterations.
-
-    The worst case becomes the largest observed phase, the range the observed one, and
-    the observed mean solo iteration time (with the sync) the SLO check's expectation.
-    """
-    if not roll or len(roll) != len(train):
-        raise ValueError("learning needs as many observed rollouts as trainings, at least one")
-    mean_solo = float(np.mean(roll) + np.mean(train)) + profile.t_sync_s
-    return replace(
-        profile,
-        iterations=max(1, remaining),
-        t_roll_max_s=float(max(roll)),
-        t_roll_min_s=float(min(roll)),
-        t_train_max_s=float(max(train)),
-        t_train_min_s=float(min(train)),
-        observed_solo_s=mean_solo,
-    )
 
 
 def templates_summary(templates: Mapping[str, str]) -> dict[str, int]:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scheduler.cluster import cluster_nodes
+from scheduler.config import PlannerConfig
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -40,13 +41,15 @@ from scheduler.model import (
 from scheduler.planner import update_job
 from scheduler.planner.consolidation import Move, restart_seconds
 from scheduler.planner.objective import JobProgress
+from scheduler.replan import Move as ReplanMove
 from scheduler.replan import (
     Outlook,
+    Stay,
+    Yield,
+    admission_profile,
     decide,
-    may_yield,
     move_profile,
-    remaining_slo,
-    young_profile,
+    resolve,
 )
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.longtail import LongTailModel
@@ -191,6 +194,11 @@ class Simulation:
         self.tenancy = tenancy
         self.retry_timer_at: float | None = None
         self.policy = policy
+        # the planner's config follows the run: its movers' drift hedge is in force only
+        # while drift re-planning is (`PlannerConfig.drift_hedge`)
+        use_replan = getattr(policy, "use_drift_replan", None)
+        if use_replan is not None:
+            use_replan(replan_drift)
         self.seed = seed
         self.record_phases = record_phases
         self.progress = progress
@@ -209,6 +217,7 @@ class Simulation:
         # Drift re-planning: the estimates each job is planned with now (learned ones
         # after a re-plan) and the iteration of its last check.
         self.replan_drift = replan_drift
+        self.config: PlannerConfig = getattr(policy, "config", None) or PlannerConfig()
         self.planned_profile: dict[str, JobProfile] = {}
         self.drift_checked: dict[str, int] = {}
         self.observer = Observer()
@@ -615,24 +624,20 @@ class Simulation:
             return False
         learned, restart = self._held(job_id, decision.profile), decision.restart_s
         remaining = record.profile.iterations - done
-        # Resubmit with the learned estimates on the state without the job; stay put
-        # when nothing fits now (the job keeps running where it is).
-        without = self.policy.remove(self.state, job_id)
-        joining = replace(learned, iterations=remaining)  # what it adds from now
-        result = self.policy.place(joining, without, self._progress(), self.now)
-        placement = result.placement
-        if result.status is not PlacementStatus.FIT or placement is None:
-            placement = None  # nothing fits now (a full pool): it keeps running where it is
-        elif not self.policy.partners_keep_slo(
-            without, result, restart, self.now, self._progress()
-        ):
-            placement = None  # its restart would break a member of the group it would join
-        if placement is None and may_yield(
-            outlooks, job_id, decision.for_others, restart_s=restart
-        ):
+        # the one re-plan decision (scheduler.replan.resolve); this applies what it returns
+        outcome = self._resolve(
+            job_id,
+            group_id,
+            for_others=decision.for_others,
+            joining=replace(learned, iterations=remaining),  # what it adds from now
+            outlooks=outlooks,
+            restart_s=restart,
+            progress=self._progress(),
+        )
+        if isinstance(outcome, Yield):
             self._yield(job_id, group_id, learned, restart)
             return True
-        if placement is None or placement.group_id == group_id:
+        if isinstance(outcome, Stay):
             # it stays: planned from now with its forecast, as a job that trends and
             # stays is, so admission and consolidation see what it has become (before,
             # its stale profile let the planner pack it, or a newcomer, where the
@@ -640,6 +645,8 @@ class Simulation:
             outlook = outlooks[job_id]
             self._plan_in_place(job_id, move_profile(outlook, record.profile, restart_s=0.0))
             return False
+        placement, without = outcome.result.placement, outcome.without
+        assert placement is not None
         target = self._target_group(placement)
         self.runtimes[group_id].remove(job_id)
         self.state = self.policy.apply(without, learned, placement, target)
@@ -665,6 +672,39 @@ class Simulation:
         record.replans = replans
         self.tenancy.yielded(self, job_id)
         self._retry_waiting()
+
+    def _resolve(
+        self,
+        job_id: str,
+        group_id: str,
+        *,
+        for_others: Sequence[str],
+        joining: JobProfile,
+        outlooks: Mapping[str, Outlook],
+        restart_s: float,
+        progress: Mapping[str, JobProgress],
+    ) -> Stay | ReplanMove | Yield:
+        """Return the re-plan decision for a job that must leave (`scheduler.replan.resolve`)
+        on the state of now, through this run's policy (its admission, removal and
+        destination check)."""
+        return resolve(
+            job_id=job_id,
+            group_id=group_id,
+            must_go=True,
+            for_others=for_others,
+            joining=joining,
+            outlooks=outlooks,
+            restart_s=restart_s,
+            state=self.state,
+            config=self.config,
+            progress=progress,
+            now=self.now,
+            place=lambda job, state: self.policy.place(job, state, progress, self.now),
+            remove=self.policy.remove,
+            keeps_partners=lambda without, result: self.policy.partners_keep_slo(
+                without, result, restart_s, self.now, progress
+            ),
+        )
 
     def _yield(self, job_id: str, group_id: str, profile: JobProfile, restart: float) -> None:
         """Checkpoint `job_id` and queue it first, its nodes left to the partners its
@@ -694,8 +734,13 @@ class Simulation:
         record = self.jobs[job_id]
         profile, restart = self.resume[job_id]
         done = record.iterations_done
-        slo = remaining_slo(self._outlook(job_id), restart_s=restart)
-        planned = self._held(job_id, replace(profile, slo=slo))
+        planned = admission_profile(
+            profile,
+            run_iterations=record.profile.iterations,
+            young=self.replan_drift,
+            budget=self._outlook(job_id),
+            restart_s=restart,
+        )
         joining = replace(planned, iterations=record.profile.iterations - done)
         result = self.policy.place(joining, self.state, self._progress(), self.now)
         if result.status is not PlacementStatus.FIT or result.placement is None:
@@ -734,10 +779,8 @@ class Simulation:
     def _held(self, job_id: str, profile: JobProfile) -> JobProfile:
         """Return `profile` as a job is planned: in re-planning runs a short one stricter,
         for its whole run (`young_profile`)."""
-        if not self.replan_drift:
-            return profile
         whole = self.jobs[job_id].profile.iterations
-        return young_profile(profile, run_iterations=whole) or profile
+        return admission_profile(profile, run_iterations=whole, young=self.replan_drift)
 
     def _plan_in_place(self, job_id: str, profile: JobProfile) -> None:
         """Plan a running job from now with `profile` (what it learned), held if short."""

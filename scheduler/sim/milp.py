@@ -69,7 +69,6 @@ from scheduler.cluster import nodes_needed
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.model import ClusterSpec, JobProfile, Pool
 from scheduler.sim.engine import simulate
-from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.optimal import (
     OptimalSearch,
     admissible_arrangements,
@@ -78,7 +77,7 @@ from scheduler.sim.optimal import (
     plan_for,
     runnable_jobs,
 )
-from scheduler.sim.policies import CorePolicy, PlanEntry
+from scheduler.sim.policies import PLAN_RUNTIME, CorePolicy, PlanEntry
 from scheduler.sim.records import RunResult, draw_durations
 
 # Bursts larger than this make the column enumeration (and the per-column simulation)
@@ -170,7 +169,7 @@ def run_burst_optimum(
 
     best = burst_optimum(jobs, spec, seed=seed, max_group_size=max_group_size, colocated=colocated)
     policy = ExcludedPolicy(
-        best.search, runtime_policy=CorePolicy("rollmux", seed=seed, long_tail=LongTailModel())
+        best.search, runtime_policy=CorePolicy("rollmux", seed=seed, config=PLAN_RUNTIME)
     )
     return simulate(jobs, spec, policy, seed=seed), best
 

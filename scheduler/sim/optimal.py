@@ -68,11 +68,11 @@ from scheduler.model import (
 from scheduler.planner.colocated import colocated_iteration_s
 from scheduler.planner.objective import JobProgress
 from scheduler.sim.engine import simulate
-from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.metrics import total_cost_usd
 from scheduler.sim.policies import (
     COLOCATED_CLASS,
     OPTIMAL_MAX_JOBS,
+    PLAN_RUNTIME,
     CorePolicy,
     PlanEntry,
     PlannedPolicy,
@@ -231,7 +231,7 @@ def cost_arrangements(
     durations it sees in the full run.
     """
     n = len(runnable)
-    runtime_policy = CorePolicy("rollmux", seed=seed, long_tail=LongTailModel())
+    runtime_policy = CorePolicy("rollmux", seed=seed, config=PLAN_RUNTIME)
     out: list[tuple[int, list[list[int]], float]] = []
     total = sum(len(v) for v in admissible.values()) or 1
     for mask, options in admissible.items():
@@ -351,7 +351,7 @@ def run_optimal(
     policy = ExcludedPolicy(
         search,
         runtime_policy=CorePolicy(
-            "rollmux", seed=seed, max_group_size=max_group_size, long_tail=LongTailModel()
+            "rollmux", seed=seed, config=PLAN_RUNTIME.with_(max_group_size=max_group_size)
         ),
     )
     return simulate(jobs, spec, policy, seed=seed), search

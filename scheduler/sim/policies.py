@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.cluster import nodes_needed
+from scheduler.config import ALGORITHM1, PlannerConfig
 from scheduler.group_runtime import GroupRuntime
 from scheduler.model import (
     ClusterSpec,
@@ -36,71 +37,28 @@ from scheduler.model import (
     Pool,
     Strategy,
 )
-from scheduler.planner import apply_placement, place, remove_job
+from scheduler.planner import apply_placement, remove_job
 from scheduler.planner.consolidation import (
-    ConsolidationConfig,
     Move,
+    admit,
     apply_move,
     best_move,
+    destination_keeps_slo,
     lone_wait_s,
-    partners_keep_slo,
-    place_with_partners,
     plan_consolidation,
+    restart_of,
 )
 from scheduler.planner.objective import JobProgress
-from scheduler.sim.drift import DRIFT_HEDGE
 from scheduler.sim.engine import Runtime
 from scheduler.sim.longtail import LongTailModel
+
+# what a replayed fixed plan (`optimal`, the MILP's) runs inside its groups: rollmux's
+# runtime (long-tail migration at the shipped threshold), no admission of its own
+PLAN_RUNTIME = ALGORITHM1.with_(long_tail_threshold=PlannerConfig().runtime.long_tail_threshold)
 
 CORE_POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
 ALL_POLICIES = ("rollmux", "solo-disagg", "colocated", "random", "greedy-most-idle", "optimal")
 OPTIMAL_MAX_JOBS = 8
-
-
-@dataclass(frozen=True)
-class Levers:
-    """Which of rollmux's issue-14 levers a run uses (the ablations of docs/results.md)."""
-
-    consolidation: bool = True  # move survivors on departure (scheduler.planner.consolidation)
-    max_moves_per_job: int = 2
-    singletons: bool = True  # consolidation also tries one-member groups
-    objective: str = "expected"  # rank admissions by expected remaining cost (or "marginal")
-    # Algorithm 1's line 4; measured (docs/results.md): with consolidation the SLO check
-    # alone admits more and costs less (paper-like +0.02), every SLO still planned
-    prune_saturated: bool = False
-    colocated: bool = True  # the 4th strategy: alone on its training nodes when cheapest
-    # [I] may an ARRIVAL go co-located (False: only a lone job, at a consolidation)
-    colocated_on_arrival: bool = False
-    long_tail: bool = True  # long-tail migration inside groups (scheduler.sim.longtail)
-    # consolidate on EVERY departure, also one that empties its group (a job alone, e.g.
-    # co-located, leaving): its freed nodes may serve the jobs alone elsewhere
-    every_departure: bool = True
-    # the movers' SLO budget at z standard errors of their drawn solo time (None: the
-    # reference expected solo / 1.01); scheduler.planner.consolidation rule 4
-    budget_z: float | None = 3.0
-    small_groups: int = 0  # consolidation also tries members of groups this small
-    # a job alone in a disaggregated group is re-planned at its first iteration boundary
-    # after this x the ski-rental wait (scheduler.planner.consolidation.lone_wait_s);
-    # None: only at departures
-    lone_wait: float | None = 1.0
-    # value a member the others' departures leave alone as going co-located after the wait
-    lone_tail: bool = True
-    lone_tail_moves: bool = True  # the same in consolidation's savings
-    min_saving_usd: float = 0.0  # a move must save more than this (expected dollars)
-    # under drift re-planning a move's SLO budget must also hold were the mover's remaining
-    # run this much shorter (scheduler.sim.drift.DRIFT_HEDGE; 1: off)
-    drift_hedge: float = 1.0
-
-
-DEFAULT_LEVERS = Levers()
-# Algorithm 1 as the paper publishes it: placement once at arrival, no levers
-PUBLISHED = Levers(
-    consolidation=False,
-    objective="marginal",
-    prune_saturated=True,
-    colocated=False,
-    long_tail=False,
-)
 
 
 def free_nodes(state: ClusterState, pool: Pool) -> list[str]:
@@ -347,37 +305,33 @@ class ColocatedPolicy(StaticPlacement):
 class CorePolicy:
     """Adapter over the core planner (`scheduler.planner`) and `GroupRuntime`.
 
-    With `consolidation` set (rollmux only), a departure asks the core's
-    `plan_consolidation` which survivors to move, and the engine re-plans each at its
-    next iteration boundary with `best_move` / `apply_move`: the live planner's calls.
+    Its one knob is the planner configuration (`scheduler.config.PlannerConfig`): an
+    arrival is placed by the core's `admit` (the live planner's call), and with
+    consolidation enabled (rollmux only) a departure asks the core's `plan_consolidation`
+    which survivors to move, and the engine re-plans each at its next iteration boundary
+    with `best_move` / `apply_move`: the live planner's calls.
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        seed: int,
-        max_group_size: int = 5,
-        consolidation: ConsolidationConfig | None = None,
-        objective: str = "marginal",
-        prune_saturated: bool = True,
-        colocated: bool = False,
-        long_tail: LongTailModel | None = None,
-        every_departure: bool = False,
-        lone_wait: float | None = None,
-    ) -> None:
+    def __init__(self, name: str, *, seed: int, config: PlannerConfig | None = None) -> None:
         self.name = name
-        self.every_departure = every_departure
-        self.lone_wait = lone_wait
-        self.long_tail = long_tail
-        self.max_group_size = max_group_size
-        self.consolidation = consolidation
-        self.objective = objective
-        self.prune_saturated = prune_saturated
-        self.colocated = colocated
+        self.config = ALGORITHM1 if config is None else config
+        threshold = self.config.runtime.long_tail_threshold
+        self.long_tail = (
+            LongTailModel(threshold=threshold) if name == "rollmux" and threshold > 0 else None
+        )
         self._movers: list[str] = []
         # random and greedy-most-idle draw from this; seeded so runs reproduce.
         self.rng = random.Random(seed)
+
+    @property
+    def consolidates(self) -> bool:
+        """Return True when departures consolidate (rollmux with consolidation enabled)."""
+        return self.name == "rollmux" and self.config.consolidation.enabled
+
+    def use_drift_replan(self, on: bool) -> None:
+        """Run with drift re-planning on or off (the simulation's `replan_drift`): the
+        movers' hedge is in force only while it is on (`PlannerConfig.drift_hedge`)."""
+        self.config = self.config.with_(replan__enabled=on)
 
     def place(
         self,
@@ -386,34 +340,19 @@ class CorePolicy:
         progress: Mapping[str, JobProgress] | None = None,
         now: float = 0.0,
     ) -> PlacementResult:
-        """Call the core planner with this policy (and rollmux's levers).
-
-        With consolidation and the co-located strategy, an arrival may also name
-        co-located jobs to move into the newcomer's new group (`arrival_movers`).
-        """
-        self._movers = []
-        if self.consolidation is not None and self.consolidation.colocated:
-            plan = place_with_partners(
-                job,
-                state,
-                now=now,
-                progress=progress or {},
-                config=self.consolidation,
-                colocated=self.colocated,
-            )
-            self._movers = [m.job_id for m in plan.movers]
-            return plan.result
-        return place(
+        """Place an arrival with the core's `admit` (the live planner's call); it may also
+        name co-located jobs to move into the newcomer's new group (`arrival_movers`)."""
+        result, movers = admit(
             job,
             state,
+            config=self.config,
+            progress=progress or {},
+            now=now,
             policy=self.name,
-            max_group_size=self.max_group_size,
             rng=self.rng,
-            objective=self.objective,
-            progress=progress,
-            prune_saturated=self.prune_saturated,
-            colocated=self.colocated,
         )
+        self._movers = list(movers)
+        return result
 
     def apply(
         self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
@@ -450,23 +389,23 @@ class CorePolicy:
     def lone_wait_s(self, state: ClusterState, job: JobProfile) -> float | None:
         """Return how long a job alone in a disaggregated group waits for a partner
         before it is re-planned (`lone_wait_s` of the core), or None: never."""
-        cfg = self.consolidation
-        if cfg is None or not cfg.colocated or self.lone_wait is None:
+        cfg = self.config
+        factor = cfg.consolidation.lone_wait
+        if not self.consolidates or not cfg.admission.colocated or factor is None:
             return None
-        wait = lone_wait_s(job, state.spec, restart_s=cfg.restart_s(job))
-        return None if wait is None else wait * self.lone_wait
+        wait = lone_wait_s(job, state.spec, restart_s=restart_of(cfg)(job))
+        return None if wait is None else wait * factor
 
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
     ) -> Sequence[str]:
         """Return the survivors of `group_id` the core would move now."""
-        if self.consolidation is None:
+        if not self.consolidates:
             return ()
-        if not self.every_departure and not any(g.id == group_id for g in state.groups):
+        every = self.config.consolidation.every_departure
+        if not every and not any(g.id == group_id for g in state.groups):
             return ()  # the group left with its last member: nobody survived it
-        moves = plan_consolidation(
-            state, group_id, now=now, progress=progress, config=self.consolidation
-        )
+        moves = plan_consolidation(state, group_id, now=now, progress=progress, config=self.config)
         return [m.job_id for m in moves]
 
     def move(
@@ -483,9 +422,9 @@ class CorePolicy:
         A move into a new (co-located) group is named `new_group_id`; without one such
         a move is returned with the state unchanged, so the engine can name it.
         """
-        if self.consolidation is None:
+        if not self.consolidates:
             return None
-        found = best_move(state, job_id, now=now, progress=progress, config=self.consolidation)
+        found = best_move(state, job_id, now=now, progress=progress, config=self.config)
         if found is None:
             return None
         if found.placement.group_id is None and new_group_id is None:
@@ -503,13 +442,9 @@ class CorePolicy:
     ) -> bool:
         """Return True when every member of the group a re-planned job moves into (`result`,
         on the state `without` it) keeps its SLO over its whole run, the mover's restart
-        included where it shares a node (consolidation's rule 4, `partners_keep_slo`)."""
-        placement = result.placement
-        target = next((g for g in without.groups if placement and g.id == placement.group_id), None)
-        if target is None:
-            return True  # a new group: no one to delay
-        return partners_keep_slo(
-            target, result, restart_s, now=now, progress=progress, config=self.consolidation
+        included where it shares a node (consolidation's rule 4, `destination_keeps_slo`)."""
+        return destination_keeps_slo(
+            without, result, restart_s, now=now, progress=progress, config=self.config
         )
 
 
@@ -659,60 +594,21 @@ class PlannedPolicy(StaticPlacement):
         return _job_done(result, job_id)
 
 
-def replanning_levers(levers: Levers | None = None) -> Levers:
-    """Return `levers` (default rollmux's) as the drift re-planning runs use them: moves
-    hedged against a shrinking run (scheduler.sim.drift.DRIFT_HEDGE)."""
-    return replace(DEFAULT_LEVERS if levers is None else levers, drift_hedge=DRIFT_HEDGE)
-
-
-def consolidation_config(lv: Levers, *, max_group_size: int = 5) -> ConsolidationConfig:
-    """Return the consolidation rules of rollmux with levers `lv` (the simulator's, and the
-    live planner's: rollmux_web.workflow.services.moves)."""
-    return ConsolidationConfig(
-        max_moves_per_job=lv.max_moves_per_job,
-        max_group_size=max_group_size,
-        singletons=lv.singletons,
-        objective=lv.objective,
-        prune_saturated=lv.prune_saturated,
-        colocated=lv.colocated,
-        solo_z=lv.budget_z,
-        small_groups=lv.small_groups,
-        min_saving_usd=lv.min_saving_usd,
-        lone_tail=lv.lone_tail,
-        lone_tail_moves=lv.lone_tail_moves,
-        drift_hedge=lv.drift_hedge,
-    )
-
-
-def make_policy(
-    name: str, *, seed: int, max_group_size: int = 5, levers: Levers | None = None
-) -> Any:
+def make_policy(name: str, *, seed: int, config: PlannerConfig | None = None) -> Any:
     """Return the adapter for a named online policy (not `optimal`).
 
-    `levers` switches rollmux's issue-14 levers (default: `DEFAULT_LEVERS`); the other
-    policies ignore it.
+    `config` is rollmux's planner configuration (default: the shipped `PlannerConfig()`);
+    the other core policies run Algorithm 1's admission options (`ALGORITHM1`: no levers)
+    at the config's group size, `colocated` needs none.
     """
+    cfg = PlannerConfig() if config is None else config
     if name == "colocated":
         return ColocatedPolicy()
     if name == "rollmux":
-        lv = DEFAULT_LEVERS if levers is None else levers
-        consolidation = (
-            consolidation_config(lv, max_group_size=max_group_size) if lv.consolidation else None
-        )
-        return CorePolicy(
-            name,
-            seed=seed,
-            max_group_size=max_group_size,
-            consolidation=consolidation,
-            objective=lv.objective,
-            prune_saturated=lv.prune_saturated,
-            colocated=lv.colocated and lv.colocated_on_arrival,
-            long_tail=LongTailModel() if lv.long_tail else None,
-            every_departure=lv.every_departure,
-            lone_wait=lv.lone_wait,
-        )
+        return CorePolicy(name, seed=seed, config=cfg)
     if name in CORE_POLICIES:
-        return CorePolicy(name, seed=seed, max_group_size=max_group_size)
+        size = cfg.admission.max_group_size
+        return CorePolicy(name, seed=seed, config=ALGORITHM1.with_(max_group_size=size))
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from scheduler.config import PlannerConfig
 from scheduler.fairshare import PreemptionPolicy, Share, jain_index
 from scheduler.model import ClusterSpec, JobProfile
 from scheduler.sim.drift import job_templates
@@ -13,7 +14,7 @@ from scheduler.sim.engine import Simulation, simulate
 from scheduler.sim.metrics import ratios, summarise, total_cost_usd
 from scheduler.sim.milp import trace_lower_bound
 from scheduler.sim.optimal import run_optimal
-from scheduler.sim.policies import OPTIMAL_MAX_JOBS, Levers, make_policy, ordered, replanning_levers
+from scheduler.sim.policies import OPTIMAL_MAX_JOBS, make_policy, ordered
 from scheduler.sim.tenancy import MODES, Tenancy, TenancyConfig
 
 GOLD_SLO_BELOW = 1.1  # [I] jobs with an SLO this tight are gold (never preempted)
@@ -28,7 +29,7 @@ def run_simulation(
     max_group_size: int = 5,
     progress: Callable[[float], None] | None = None,
     lower_bound: bool = True,
-    levers: Levers | None = None,
+    config: PlannerConfig | None = None,
     drift: str = "none",
     replan_drift: bool = False,
 ) -> dict[str, Any]:
@@ -42,6 +43,8 @@ def run_simulation(
     fraction done (0..1) as the runs advance. `drift` is a drift setting of
     scheduler.sim.drift (every online policy sees the same drift; default none) and
     `replan_drift` lets rollmux re-plan drifting jobs (the static planner otherwise).
+    `config` is rollmux's planner configuration (default: the shipped one) at
+    `max_group_size`.
     """
     templates = job_templates(jobs, drift, seed=seed)
     names = ordered(policies)
@@ -74,8 +77,8 @@ def run_simulation(
             }
         else:
             replans = replan_drift and name == "rollmux"
-            lv = replanning_levers(levers) if replans else levers
-            policy = make_policy(name, seed=seed, max_group_size=max_group_size, levers=lv)
+            cfg = (config or PlannerConfig()).with_(max_group_size=max_group_size)
+            policy = make_policy(name, seed=seed, config=cfg)
             run = simulate(
                 jobs,
                 spec,
@@ -142,7 +145,7 @@ def run_tenants(
     shares: Sequence[Share] | None = None,
     policy: PreemptionPolicy | None = None,
     max_group_size: int = 5,
-    levers: Levers | None = None,
+    config: PlannerConfig | None = None,
 ) -> dict[str, Any]:
     """Simulate rollmux on the bounded cluster `spec` under each tenancy mode (fifo: as
     before, caps: nominal quotas as hard caps, fairshare: issue 22) and the baselines on
@@ -157,11 +160,9 @@ def run_tenants(
     )
     report: dict[str, Any] = {"seed": seed, "modes": {}, "unbounded": {}}
     costs: dict[str, float] = {}
+    cfg = (config or PlannerConfig()).with_(max_group_size=max_group_size)
     for name in ("rollmux", "solo-disagg", "colocated"):
-        run = simulate(
-            jobs, unbounded, make_policy(name, seed=seed, max_group_size=max_group_size,
-                                         levers=levers), seed=seed,
-        )  # fmt: skip
+        run = simulate(jobs, unbounded, make_policy(name, seed=seed, config=cfg), seed=seed)
         costs[name] = total_cost_usd(run)
     report["unbounded"] = {
         "cost_usd": costs,
@@ -170,14 +171,14 @@ def run_tenants(
     }
     slo_class = gold_jobs(jobs)
     for mode in modes:
-        config = TenancyConfig(
+        rules = TenancyConfig(
             shares=shares, mode=mode, policy=policy or PreemptionPolicy(), slo_class=slo_class
         )
-        tenancy = Tenancy(config)
+        tenancy = Tenancy(rules)
         sim = Simulation(
             jobs,
             spec,
-            make_policy("rollmux", seed=seed, max_group_size=max_group_size, levers=levers),
+            make_policy("rollmux", seed=seed, config=cfg),
             seed=seed,
             tenancy=tenancy,
         )

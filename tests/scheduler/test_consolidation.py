@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from scheduler.cluster import empty_state
+from scheduler.config import PlannerConfig
 from scheduler.model import ClusterSpec, ClusterState, GpuType, JobProfile, Member
 from scheduler.planner import apply_placement, place, remove_job
 from scheduler.planner.consolidation import (
-    ConsolidationConfig,
     apply_move,
     best_move,
     model_billions,
@@ -25,6 +25,17 @@ from scheduler.planner.objective import (
 )
 
 SPEC = ClusterSpec(GpuType("H20", 1.85, 8, 2048, 8), GpuType("H800", 5.28, 8, 2048, 8), 2.0)
+
+# The rules these cases were written for: consolidation on Algorithm 1's admission options
+# (marginal $/h, saturation prune, no co-located strategy, no lone-tail value), no hedge.
+RULES = PlannerConfig().with_(
+    objective="marginal",
+    prune_saturated=True,
+    colocated=False,
+    lone_tail=False,
+    lone_tail_moves=False,
+    replan__enabled=False,
+)
 
 
 def job(
@@ -66,7 +77,7 @@ def progress(now_done: int, *, moves: int = 0) -> dict[str, JobProgress]:
 
 def test_a_departure_merges_the_two_half_idle_groups_and_saves_a_group_of_nodes() -> None:
     state = after_y_left()
-    moves = plan_consolidation(state, "g0", now=100 * 300.0, progress=progress(100))
+    moves = plan_consolidation(state, "g0", now=100 * 300.0, progress=progress(100), config=RULES)
     assert len(moves) == 1
     move = moves[0]
     # one member joins the other's group by direct packing: one H20 + one H800 node
@@ -82,7 +93,9 @@ def test_a_departure_merges_the_two_half_idle_groups_and_saves_a_group_of_nodes(
 
 def test_no_move_when_the_jobs_are_almost_done_and_the_restart_would_not_pay() -> None:
     state = after_y_left()
-    assert plan_consolidation(state, "g0", now=199 * 300.0, progress=progress(199)) == []
+    assert (
+        plan_consolidation(state, "g0", now=199 * 300.0, progress=progress(199), config=RULES) == []
+    )
 
 
 def test_no_move_breaks_a_mover_s_slo_over_its_whole_run() -> None:
@@ -93,15 +106,18 @@ def test_no_move_breaks_a_mover_s_slo_over_its_whole_run() -> None:
     # reference has no spread to discount), for either mover.
     budget = 1.5 * 200 * expected_solo_s(X)
     assert budget < 63_000 + 197 + 101.5 * 300
-    assert plan_consolidation(state, "g0", now=63_000.0, progress=progress(100)) == []
+    assert plan_consolidation(state, "g0", now=63_000.0, progress=progress(100), config=RULES) == []
     # with 8,000 s less behind them the same move fits
-    assert plan_consolidation(state, "g0", now=55_000.0, progress=progress(100))
+    assert plan_consolidation(state, "g0", now=55_000.0, progress=progress(100), config=RULES)
 
 
 def test_a_job_moves_at_most_max_moves_times() -> None:
     state = after_y_left()
-    assert plan_consolidation(state, "g0", now=30_000.0, progress=progress(100, moves=2)) == []
-    more = ConsolidationConfig(max_moves_per_job=3)
+    assert (
+        plan_consolidation(state, "g0", now=30_000.0, progress=progress(100, moves=2), config=RULES)
+        == []
+    )
+    more = RULES.with_(max_moves_per_job=3)
     assert plan_consolidation(
         state, "g0", now=30_000.0, progress=progress(100, moves=2), config=more
     )
@@ -109,9 +125,9 @@ def test_a_job_moves_at_most_max_moves_times() -> None:
 
 def test_best_move_of_an_unplaced_or_finished_job_is_none() -> None:
     state = after_y_left()
-    assert best_move(state, "nobody", now=0.0, progress={}) is None
+    assert best_move(state, "nobody", now=0.0, progress={}, config=RULES) is None
     done = {"x": JobProgress(0.0, 200), "z": JobProgress(0.0, 0)}
-    assert best_move(state, "x", now=0.0, progress=done) is None
+    assert best_move(state, "x", now=0.0, progress=done, config=RULES) is None
 
 
 @pytest.mark.parametrize(
@@ -179,13 +195,13 @@ def test_a_tight_slo_job_alone_goes_co_located_when_its_measured_slack_pays_the_
     state, e = tight_alone()
     # 400 iterations done alone: their drawn solo seconds, and the same time elapsed
     done = {"t": JobProgress(0.0, 400, 0, solo_s_done=400 * e)}
-    cfg = ConsolidationConfig(colocated=True, objective="expected")
+    cfg = RULES.with_(colocated=True, objective="expected")
     move = best_move(state, "t", now=400 * e, progress=done, config=cfg)
     assert move is not None and not move.placement.rollout_nodes  # co-located
-    margin_rule = replace(cfg, solo_z=None)
+    margin_rule = cfg.with_(budget_z=None)
     assert best_move(state, "t", now=400 * e, progress=done, config=margin_rule) is None
     # a restart longer than the slack left breaks the SLO: no move
-    slow = replace(cfg, restart_s=lambda j: 1000.0)
+    slow = cfg.with_(restart_s=lambda j: 1000.0)
     assert best_move(state, "t", now=400 * e, progress=done, config=slow) is None
     # 700 s behind its own solo pace already: the 197 s restart no longer fits either
     behind = {"t": JobProgress(0.0, 400, 0, solo_s_done=400 * e - 700)}
@@ -227,16 +243,16 @@ def test_a_member_left_alone_is_valued_co_located_after_its_wait() -> None:
 
 
 def test_under_drift_re_planning_a_move_must_also_fit_a_run_that_shrinks() -> None:
-    """The drift hedge (ConsolidationConfig.drift_hedge): a tight job 50 iterations into
+    """The drift hedge (PlannerConfig.drift_hedge): a tight job 50 iterations into
     its 1000 has 0.003 x 1000 x 270 s = 810 s of slack, enough for a 400 s restart; were
     its remaining run 0.4 x as long (the strongest decreasing template's end), the
     slack would be 0.003 x (50 + 950 x 0.4) x 270 s = 348 s, and the move is refused."""
     state, e = tight_alone()
     done = {"t": JobProgress(0.0, 50, 0, solo_s_done=50 * e)}
-    cfg = ConsolidationConfig(colocated=True, objective="expected", restart_s=lambda j: 400.0)
+    cfg = RULES.with_(colocated=True, objective="expected", restart_s=lambda j: 400.0)
     assert best_move(state, "t", now=50 * e, progress=done, config=cfg) is not None
-    hedged = replace(cfg, drift_hedge=0.4)
+    hedged = cfg.with_(replan__enabled=True, hedge=0.4)
     assert best_move(state, "t", now=50 * e, progress=done, config=hedged) is None
     # a 150 s restart fits even the shrunk run's slack
-    cheap = replace(hedged, restart_s=lambda j: 150.0)
+    cheap = hedged.with_(restart_s=lambda j: 150.0)
     assert best_move(state, "t", now=50 * e, progress=done, config=cheap) is not None

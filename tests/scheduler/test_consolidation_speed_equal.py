@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState
 from scheduler.planner import memo
 from scheduler.planner.consolidation import (
-    ConsolidationConfig,
     Move,
     apply_move,
     best_move,
@@ -38,10 +38,10 @@ def reference(
     *,
     now: float,
     progress: Mapping[str, JobProgress],
-    config: ConsolidationConfig,
+    config: PlannerConfig,
 ) -> list[Move]:
     """The rule of `plan_consolidation` (module docstring of consolidation), plainly."""
-    small = max(config.small_groups, 1 if config.singletons else 0)
+    small = max(config.consolidation.small_groups, 1 if config.consolidation.singletons else 0)
     candidates = {
         m.job.id
         for g in state.groups
@@ -78,11 +78,9 @@ class Checked(CorePolicy):
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
     ) -> Sequence[str]:
-        assert self.consolidation is not None
-        fast = plan_consolidation(
-            state, group_id, now=now, progress=progress, config=self.consolidation
-        )
-        plain = reference(state, group_id, now=now, progress=progress, config=self.consolidation)
+        assert self.consolidates
+        fast = plan_consolidation(state, group_id, now=now, progress=progress, config=self.config)
+        plain = reference(state, group_id, now=now, progress=progress, config=self.config)
         assert fast == plain
         self.departures += 1
         self.moves += len(fast)

@@ -31,7 +31,7 @@ from scheduler.replan import (
 )
 from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import replan_bound
-from scheduler.sim.policies import make_policy, replanning_levers
+from scheduler.sim.policies import make_policy
 from scheduler.sim.records import JobRecord
 from scheduler.slo import check_group
 from scheduler.trace import default_cluster
@@ -237,7 +237,7 @@ def test_a_short_job_is_planned_stricter_for_its_whole_run() -> None:
     replan = simulate(
         [s, newcomer],
         spec,
-        make_policy("rollmux", seed=1, levers=replanning_levers()),
+        make_policy("rollmux", seed=1),
         seed=1,
         replan_drift=True,
     )
@@ -250,7 +250,7 @@ def test_a_short_job_is_planned_stricter_for_its_whole_run() -> None:
     replan = simulate(
         late,
         spec,
-        make_policy("rollmux", seed=1, levers=replanning_levers()),
+        make_policy("rollmux", seed=1),
         seed=1,
         replan_drift=True,
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.config import ALGORITHM1 as PUBLISHED
 from scheduler.model import ClusterSpec, JobProfile, PhaseKind, Pool
 from scheduler.roundrobin import GroupRuntime
 from scheduler.sim import run_simulation
@@ -17,7 +18,7 @@ from scheduler.sim.__main__ import main as cli_main
 from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.metrics import summarise, total_cost_usd
-from scheduler.sim.policies import PUBLISHED, CorePolicy, make_policy
+from scheduler.sim.policies import CorePolicy, make_policy
 from scheduler.sim.records import RunResult, draw_durations
 from scheduler.trace import default_cluster, parse_cluster_json
 
@@ -93,7 +94,7 @@ def test_durations_are_drawn_in_range_and_charged_with_switch_overhead() -> None
     spec = default_cluster()
     # Algorithm 1 as published shares nodes on this trace (with the levers on, these
     # 12-iteration jobs end up alone on their training nodes: no switch at all)
-    policy = make_policy("rollmux", seed=4, levers=PUBLISHED)
+    policy = make_policy("rollmux", seed=4, config=PUBLISHED)
     result = simulate(jobs, spec, policy, seed=4, record_phases=True)
     switches = 0
     for phase in result.phases:

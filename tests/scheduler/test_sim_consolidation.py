@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.config import ALGORITHM1, PlannerConfig
 from scheduler.model import JobProfile, PhaseKind
 from scheduler.planner.consolidation import restart_seconds
 from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper
 from scheduler.sim.metrics import summarise, total_cost_usd
-from scheduler.sim.policies import PUBLISHED, make_policy
+from scheduler.sim.policies import make_policy
 from scheduler.sim.records import RunResult
 from scheduler.trace import default_cluster
 
@@ -27,7 +28,7 @@ def burst(seed: int) -> list[JobProfile]:
 
 
 def run(seed: int, *, published: bool = False) -> RunResult:
-    policy = make_policy("rollmux", seed=seed, levers=PUBLISHED if published else None)
+    policy = make_policy("rollmux", seed=seed, config=ALGORITHM1 if published else None)
     return simulate(burst(seed), SPEC, policy, seed=seed, record_phases=True)
 
 
@@ -109,7 +110,6 @@ def test_a_job_alone_moves_when_a_job_elsewhere_leaves_an_emptied_group() -> Non
     """A departure that empties its group (here a job alone, co-located) still
     consolidates: the lone job of another group goes onto its training nodes."""
     from scheduler.model import ClusterSpec, GpuType
-    from scheduler.sim.policies import Levers
 
     def one(job_id: str, roll: float, train: float, iterations: int, arrival: float) -> JobProfile:
         return JobProfile(
@@ -125,7 +125,7 @@ def test_a_job_alone_moves_when_a_job_elsewhere_leaves_an_emptied_group() -> Non
     spec = ClusterSpec(GpuType("H20", 1.85, 8, 2048, 4), GpuType("H800", 5.28, 8, 2048, 4), 2.0)
     for every, moved in ((True, ["a"]), (False, [])):
         policy = make_policy(
-            "rollmux", seed=1, levers=Levers(every_departure=every, lone_wait=None)
+            "rollmux", seed=1, config=PlannerConfig().with_(every_departure=every, lone_wait=None)
         )
         result = simulate(jobs, spec, policy, seed=1)
         assert [m.job_id for m in result.moves] == moved, every
@@ -137,7 +137,6 @@ def test_a_job_alone_waits_the_ski_rental_time_for_a_partner_then_goes_co_locate
     first iteration boundary after its rent over co-location equals its restart."""
     from scheduler.model import ClusterSpec, GpuType
     from scheduler.planner.consolidation import lone_wait_s
-    from scheduler.sim.policies import Levers
 
     spec = ClusterSpec(GpuType("H20", 1.85, 8, 2048, 4), GpuType("H800", 5.28, 8, 2048, 4), 2.0)
     alone = JobProfile(
@@ -148,7 +147,7 @@ def test_a_job_alone_waits_the_ski_rental_time_for_a_partner_then_goes_co_locate
     wait = lone_wait_s(alone, spec, restart_s=197.0)
     assert wait == pytest.approx(197.0 * 42.24 / 14.8)
     for lone, moved in ((1.0, True), (None, False)):
-        policy = make_policy("rollmux", seed=1, levers=Levers(lone_wait=lone))
+        policy = make_policy("rollmux", seed=1, config=PlannerConfig().with_(lone_wait=lone))
         result = simulate([alone], spec, policy, seed=1, record_phases=True)
         assert bool(result.moves) is moved
         if moved:

@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.config import ALGORITHM1 as PUBLISHED
 from scheduler.model import JobProfile, PhaseKind
 from scheduler.sim.engine import simulate
 from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.metrics import total_cost_usd
-from scheduler.sim.policies import PUBLISHED, make_policy
+from scheduler.sim.policies import make_policy
 from scheduler.trace import default_cluster
 
 SPEC = default_cluster()
@@ -41,8 +42,8 @@ def test_the_tail_start_is_where_80_percent_of_lognormal_responses_are_done() ->
 
 
 def test_a_shared_rollout_node_takes_the_next_rollout_while_the_tail_finishes() -> None:
-    on = make_policy("rollmux", seed=2, levers=replace(PUBLISHED, long_tail=True))
-    off = make_policy("rollmux", seed=2, levers=PUBLISHED)
+    on = make_policy("rollmux", seed=2, config=PUBLISHED.with_(long_tail_threshold=0.8))
+    off = make_policy("rollmux", seed=2, config=PUBLISHED)
     with_tail = simulate(pair(), SPEC, on, seed=2, record_phases=True)
     without = simulate(pair(), SPEC, off, seed=2, record_phases=True)
     rollouts = [p for p in with_tail.phases if p.kind is PhaseKind.ROLLOUT]
@@ -69,7 +70,7 @@ def test_a_shared_rollout_node_takes_the_next_rollout_while_the_tail_finishes() 
 
 def test_a_rollout_alone_on_its_nodes_does_not_migrate() -> None:
     lone = pair()[:1]
-    policy = make_policy("rollmux", seed=2, levers=replace(PUBLISHED, long_tail=True))
+    policy = make_policy("rollmux", seed=2, config=PUBLISHED.with_(long_tail_threshold=0.8))
     result = simulate(lone, SPEC, policy, seed=2, record_phases=True)
     assert result.tail_saved_s == 0.0
     assert all(p.nodes_free_s == p.end_s for p in result.phases)

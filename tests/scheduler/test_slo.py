@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from scheduler.cluster import empty_state
+from scheduler.config import ALGORITHM1
 from scheduler.model import ClusterState, JobProfile, PhaseKind, Strategy
 from scheduler.planner import apply_placement, place
 from scheduler.slo import check_group, expected_profile, expected_solo_s
@@ -44,7 +45,7 @@ def test_expected_solo_time_is_the_distribution_mean_or_the_observed_one() -> No
 def test_a_short_member_is_not_packed_when_the_long_ones_actual_cycle_breaks_its_slo() -> None:
     state = with_first(LONG)
     # The paper's worst-case check alone would pack B into A's group ...
-    paper = place(SHORT, state, slo_margin=None)
+    paper = place(SHORT, state, config=ALGORITHM1.with_(slo_margin=None))
     assert paper.strategy is Strategy.DIRECT_PACKING
     # ... where B would feel ~380 / 217.5 = 1.75x > 1.5: the expected check refuses.
     check = check_group(
@@ -119,7 +120,9 @@ def test_a_fit_carries_each_members_probability_and_a_floor_can_refuse() -> None
     res = place(ALIKE, state)
     assert res.placement is not None and set(res.slo_probability) == {"A", "C"}
     assert all(0.99 < p <= 1.0 for p in res.slo_probability.values())
-    strict = place(ALIKE, state, min_slo_probability=1.01)  # nothing shared passes
+    strict = place(
+        ALIKE, state, config=ALGORITHM1.with_(min_slo_probability=1.01)
+    )  # nothing shared passes
     assert strict.strategy is Strategy.NEW_GROUP
 
 

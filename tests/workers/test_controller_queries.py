@@ -234,7 +234,7 @@ def test_a_training_end_asks_for_the_drift_check_after_the_dispatch(
     """Every WINDOW iterations the drift re-plan looks at the job's last phases: not in the
     controller's transaction (no read of its phase records there), but in a task asked for
     once the next phases are dispatched."""
-    from scheduler.sim.drift import WINDOW
+    from scheduler.replan import WINDOW
 
     settings.ROLLMUX_DRIFT_REPLAN = True
     pending = placed_pair(world, recorder, iterations=WINDOW + 1)

@@ -33,8 +33,7 @@ from rollmux_web.workflow.models import (
     Strategy,
 )
 from rollmux_web.workflow.services import moves, queue_plan
-from scheduler.replan import SHORT_RUN, fit_trend, young_profile
-from scheduler.sim.drift import WINDOW
+from scheduler.replan import SHORT_RUN, WINDOW, fit_trend, young_profile
 from tests.workers.builders import make_job
 
 pytestmark = pytest.mark.django_db

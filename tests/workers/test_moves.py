@@ -339,11 +339,11 @@ def full_pool_drift_scenario(
 
 def spy_may_yield(monkeypatch: Any) -> list[bool]:
     """Record what scheduler.replan.may_yield answered the live planner about a job that
-    must leave for its partners' sake."""
-    from rollmux_web.workflow.services import moves
+    must leave for its partners' sake (inside scheduler.replan.resolve, the one decision)."""
+    from scheduler import replan
 
     answers: list[bool] = []
-    real = moves.may_yield
+    real = replan.may_yield
 
     def spy(*args: Any, **kwargs: Any) -> bool:
         answer = real(*args, **kwargs)
@@ -351,7 +351,7 @@ def spy_may_yield(monkeypatch: Any) -> list[bool]:
             answers.append(answer)
         return answer
 
-    monkeypatch.setattr(moves, "may_yield", spy)
+    monkeypatch.setattr(replan, "may_yield", spy)
     return answers
 
 

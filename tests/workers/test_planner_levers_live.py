@@ -1,7 +1,7 @@
 """One planner: the live planning pass places a job as the simulator's rollmux does.
 
-The live pass reads the issue-14 levers from `rollmux_web.workflow.levers` (the core's
-DEFAULT_LEVERS unless a setting overrides one) and places on `snapshot.planner_input()`
+The live pass reads the planner configuration from `rollmux_web.workflow.levers` (the
+shipped `PlannerConfig()` unless a setting overrides a field) and places on `snapshot.planner_input()`
 (the running members with their progress). The scenario is the core's objective test
 (tests/scheduler/test_planner_levers.py) on PostgreSQL: two groups with a free slot, one
 whose member runs 5,000 more iterations and one whose member has 10 left; the marginal
@@ -11,7 +11,6 @@ dispatcher runs (the test transaction never commits).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,10 +20,10 @@ from rollmux_web.quotas.models import SloClass
 from rollmux_web.workflow import converters, levers, services, snapshot, sync
 from rollmux_web.workflow.models import Placement
 from rollmux_web.workflow.services import consolidation
+from scheduler.config import DRIFT_HEDGE, PlannerConfig
 from scheduler.model import PlacementStatus, Strategy
 from scheduler.planner import place
-from scheduler.sim.drift import DRIFT_HEDGE
-from scheduler.sim.policies import DEFAULT_LEVERS, make_policy, replanning_levers
+from scheduler.sim.policies import make_policy
 from tests.workers.builders import make_job
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +70,7 @@ def test_the_live_pass_places_a_job_where_the_simulators_rollmux_does(world: Any
     assert progress[str(short.pk)].iterations_done == 10
     profile = newcomer_profile(newcomer)
     # the simulator's rollmux adapter, with the simulator's own levers, on the same state
-    sim = make_policy("rollmux", seed=0, levers=DEFAULT_LEVERS).place(profile, state, progress)
+    sim = make_policy("rollmux", seed=0).place(profile, state, progress)
     assert sim.status is PlacementStatus.FIT and sim.placement is not None
     # the levers decide here: the paper's marginal $/h objective would join the short group
     marginal = place(profile, state, progress=progress)
@@ -94,7 +93,7 @@ def test_the_live_pass_places_a_job_where_the_simulators_rollmux_does(world: Any
 def test_the_objective_setting_is_what_the_live_pass_runs(world: Any, settings: Any) -> None:
     settings.ROLLMUX_PLANNER_OBJECTIVE = "marginal"
     long, short, newcomer = two_groups(world)
-    assert levers.live_levers().objective == "marginal"
+    assert levers.live_config().admission.objective == "marginal"
     assert services.queue_plan().placed == [newcomer.pk]
     assert placement_of(newcomer).group_id == placement_of(short).group_id
 
@@ -102,12 +101,13 @@ def test_the_objective_setting_is_what_the_live_pass_runs(world: Any, settings: 
 def test_the_live_levers_are_the_simulators_unless_a_setting_says_otherwise(
     settings: Any,
 ) -> None:
-    assert levers.live_levers() == DEFAULT_LEVERS
+    settings.ROLLMUX_CONSOLIDATION = settings.ROLLMUX_DRIFT_REPLAN = True  # as shipped
+    assert levers.live_config() == PlannerConfig()
     settings.ROLLMUX_PLANNER_PRUNE_SATURATED = True
     settings.ROLLMUX_COLOCATED_ON_ARRIVAL = True
-    lv = levers.live_levers()
+    lv = levers.live_config().admission
     assert lv.prune_saturated is True and lv.colocated_on_arrival is True
-    assert lv.objective == DEFAULT_LEVERS.objective
+    assert lv.objective == PlannerConfig().admission.objective
 
 
 def test_co_location_on_arrival_is_a_setting(world: Any, settings: Any) -> None:
@@ -126,15 +126,13 @@ def test_co_location_on_arrival_is_a_setting(world: Any, settings: Any) -> None:
 
 @pytest.mark.parametrize("replan", [True, False], ids=["drift-re-planning-on", "off"])
 def test_the_live_levers_hedge_moves_as_the_replanning_runs_do(settings: Any, replan: bool) -> None:
-    # with drift re-planning the simulator's runs hedge every move (replanning_levers);
+    # with drift re-planning the simulator's runs hedge every move (PlannerConfig.drift_hedge);
     # the live planner's readers of the levers (moves, the planning pass, the preview)
     # must get the same hedge, and none without it
     settings.ROLLMUX_DRIFT_REPLAN = replan
     settings.ROLLMUX_PLANNER_OBJECTIVE = "marginal"  # a setting still applies beneath it
-    hedge = DRIFT_HEDGE if replan else DEFAULT_LEVERS.drift_hedge
-    lv = levers.live_levers()
-    assert lv.drift_hedge == hedge and lv.objective == "marginal"
-    if replan:
-        assert lv == replanning_levers(replace(DEFAULT_LEVERS, objective="marginal"))
+    hedge = DRIFT_HEDGE if replan else 1.0
+    lv = levers.live_config()
+    assert lv.drift_hedge == hedge and lv.admission.objective == "marginal"
     assert consolidation.config().drift_hedge == hedge
-    assert levers.arrival_policy().consolidation.drift_hedge == hedge
+    assert levers.arrival_policy().drift_hedge == hedge

@@ -27,8 +27,9 @@ from rollmux_web.workflow.models import (
     Placement,
     Strategy,
 )
+from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState
-from scheduler.planner.consolidation import ConsolidationConfig, plan_consolidation
+from scheduler.planner.consolidation import plan_consolidation
 from scheduler.planner.objective import JobProgress
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,10 @@ log = logging.getLogger(__name__)
 NOW = 0.0
 
 
-def config() -> ConsolidationConfig:
-    """Return the consolidation rules of the live planner: the simulator's rollmux levers
-    as the live planning pass runs them (workflow.levers), ROLLMUX_MAX_MOVES_PER_JOB moves."""
-    from scheduler.sim.policies import consolidation_config
-
-    lv = replace(levers.live_levers(), max_moves_per_job=settings.ROLLMUX_MAX_MOVES_PER_JOB)
-    return consolidation_config(lv, max_group_size=settings.ROLLMUX_MAX_GROUP_SIZE)
+def config() -> PlannerConfig:
+    """Return the live planner's configuration (workflow.levers): the consolidation rules
+    and admission options the simulator's rollmux runs, ROLLMUX_* settings applied."""
+    return levers.live_config()
 
 
 def move_state() -> tuple[ClusterState, dict[str, JobProgress]]:
@@ -110,7 +108,7 @@ def consolidation_plan() -> list[int]:
     except snapshot.NoPoolConfigured:
         return []
     active = {g.id for g in state.groups}
-    every = levers.live_levers().every_departure
+    every = config().consolidation.every_departure
     marked: list[int] = []
     for group_id in due:
         if str(group_id) not in active and not every:

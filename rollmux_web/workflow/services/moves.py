@@ -65,7 +65,7 @@ saves $... expected"): group numbers and dollars, never another tenant's job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -78,7 +78,7 @@ from django.db.models import DurationField, ExpressionWrapper, F
 from rollmux_web.audit.services import audit_record
 from rollmux_web.jobs.models import DurationSource, Job
 from rollmux_web.jobs.runners import load_seconds, time_scale_of
-from rollmux_web.workflow import converters, levers
+from rollmux_web.workflow import converters
 from rollmux_web.workflow.models import (
     EndReason,
     MoveKind,
@@ -94,6 +94,7 @@ from rollmux_web.workflow.services.departures import placement_end
 from rollmux_web.workflow.services.effects import Effects
 from rollmux_web.workflow.services.locks import planner_try_lock
 from rollmux_web.workflow.services.plan_writer import StaleSnapshot, placement_persist
+from scheduler.config import PlannerConfig
 from scheduler.model import (
     ClusterState,
     JobProfile,
@@ -104,20 +105,24 @@ from scheduler.model import (
 from scheduler.planner import remove_job
 from scheduler.planner.consolidation import (
     best_move,
-    partners_keep_slo,
     restart_seconds,
 )
 from scheduler.planner.objective import JobProgress
 from scheduler.replan import (
+    WINDOW,
     Assessment,
     Outlook,
+    Stay,
+    Yield,
+    admission_profile,
     assess,
     group_outlooks,
-    may_yield,
+    learned_profile,
     observed_outlook,
+    resolve,
     should_assess,
 )
-from scheduler.sim.drift import WINDOW, learned_profile
+from scheduler.replan import Move as ReplanMove
 
 log = logging.getLogger(__name__)
 
@@ -394,40 +399,44 @@ def _decide(
     mine = progress.get(job_id)
     if source is None or (mine and mine.moves >= settings.ROLLMUX_MAX_MOVES_PER_JOB):
         return None
-    without, _released = remove_job(state, job_id)
     remaining = job.iterations - job.iterations_done
     if kind == MoveKind.DRIFT:
         if learned is None:
             return None
-        verdict, outlooks = _must_go(source.members, learned, state, progress, seen)
-        if not verdict.move:
-            return None
-        profile = replace(learned, iterations=remaining)
-        result = levers.place_job(profile, without, progress)
+        # 1. gather: the members' own SLOs (one query), before anything is decided
+        own = _own_slos(source.members)
+        # 2. decide, pure: the verdict (scheduler.replan.assess) and the one re-plan
+        # decision (scheduler.replan.resolve), the simulator's; this only applies it
+        verdict, outlooks = _must_go(source.members, learned, state, progress, seen, own)
         restart = restart_seconds(learned)
-        placed = result.placement if result.status is PlacementStatus.FIT else None
-        if placed is not None and placed.group_id != source.id:
-            target = next((g for g in without.groups if g.id == placed.group_id), None)
-            if target is not None and not partners_keep_slo(
-                target, result, restart, now=NOW, progress=progress, config=config()
-            ):
-                placed = None  # its restart would break a member there: the simulator's rule
-        if placed is None:
-            # nothing takes it now (a full pool): it leaves its nodes to the members it
-            # breaks and waits, when its own SLO survives the wait (the simulator's
-            # _drift_replan: the same call), else it keeps running where it is
-            if not may_yield(outlooks, job_id, verdict.for_others, restart_s=restart):
-                return None
-            text = _yield_text(source.id, learned, verdict, job, restart)
-            return _Yield(kind, text, restart, len(verdict.for_others))
-        if placed.group_id == source.id:
+        # the learned member comes from the snapshot, already held young (snapshot)
+        profile = admission_profile(
+            learned, run_iterations=job.iterations, remaining=remaining, young=False
+        )
+        outcome = drift_resolution(
+            job_id=job_id,
+            group_id=source.id,
+            verdict=verdict,
+            joining=profile,
+            outlooks=outlooks,
+            restart_s=restart,
+            state=state,
+            progress=progress,
+            config=config(),
+        )
+        # 3. say what it does
+        if isinstance(outcome, Stay):
             return None
-        to = f"group {placed.group_id}" if placed.group_id else NEW_GROUP
+        if isinstance(outcome, Yield):
+            text = _yield_text(source.id, learned, verdict, job, restart)
+            return _Yield(kind, text, restart, len(outcome.for_others))
+        to = f"group {outcome.target}" if outcome.target else NEW_GROUP
         text = (
             f"moved from group {source.id} to {to}: {_drift_cause(learned)} and its group's "
             f"SLOs no longer held with them; {restart:.0f} s restart"
         )
-        return _Decided(kind, result, profile, without, text)
+        return _Decided(kind, outcome.result, profile, outcome.without, text)
+    without, _released = remove_job(state, job_id)
     move = best_move(state, job_id, now=NOW, progress=progress, config=config())
     if move is None:
         return None
@@ -442,6 +451,36 @@ def _decide(
     )
     text = f"{move.reason}, ${per_hour:,.2f}/h less from now"
     return _Decided(kind, result, profile, without, text)
+
+
+def drift_resolution(
+    *,
+    job_id: str,
+    group_id: str,
+    verdict: Assessment,
+    joining: JobProfile,
+    outlooks: Mapping[str, Outlook],
+    restart_s: float,
+    state: ClusterState,
+    progress: Mapping[str, JobProgress],
+    config: PlannerConfig,
+) -> Stay | ReplanMove | Yield:
+    """Return the re-plan decision for a drifting job on the planner's snapshot (the core's
+    `scheduler.replan.resolve`, the simulator's; admission by the core's `admit` with the
+    live config, on the moves' clock NOW). Pure: no query; `_decide` applies it."""
+    return resolve(
+        job_id=job_id,
+        group_id=group_id,
+        must_go=verdict.move,
+        for_others=verdict.for_others,
+        joining=joining,
+        outlooks=outlooks,
+        restart_s=restart_s,
+        state=state,
+        config=config,
+        progress=progress,
+        now=NOW,
+    )
 
 
 def _drift_cause(learned: JobProfile) -> str:
@@ -470,6 +509,7 @@ def _must_go(
     state: ClusterState,
     progress: dict[str, JobProgress],
     seen: Outlook | None,
+    own: dict[int, float],
 ) -> tuple[Assessment, dict[str, Outlook]]:
     """Return whether the drifting job should leave its group (`Assessment.move`; for whom:
     `for_others`) and the members' outlooks it was decided on: every member projected to
@@ -477,11 +517,6 @@ def _must_go(
     learned estimates and observed trends (`seen`), the others at their plan, each on its
     SLO clock and against its own SLO (the snapshot holds a short newcomer to a stricter one,
     `snapshot.held_young`, for admissions; the simulator projects it with its own)."""
-    own = dict(
-        Job.objects.filter(pk__in=[int(m.job.id) for m in members]).values_list(
-            "pk", "slo_class__slowdown"
-        )
-    )
     mine = [
         replace(m, job=learned)
         if m.job.id == learned.id
@@ -507,6 +542,15 @@ def _must_go(
         restart_s=restart_seconds(learned),
     )
     return verdict, outlooks
+
+
+def _own_slos(members: Sequence[Member]) -> dict[int, float]:
+    """Return the members' own SLOs by job id (the snapshot holds a short one stricter)."""
+    return dict(
+        Job.objects.filter(pk__in=[int(m.job.id) for m in members]).values_list(
+            "pk", "slo_class__slowdown"
+        )
+    )
 
 
 def _freed_per_hour(state: ClusterState, job_id: str) -> float:

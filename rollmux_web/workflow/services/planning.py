@@ -351,9 +351,10 @@ def _place_one(
     decided = time.perf_counter()
     state, progress = out.view
     now_s = writes.now.timestamp()
-    asked = snapshot.held_young(profile, iterations=job.iterations)  # a short job: stricter
-    # a job back from a yield: what is left of its SLO budget (the simulator's _resume)
-    asked = snapshot.resume_profile(job, asked, writes.now)
+    # a job back from a yield: what is left of its SLO budget, then a short job held
+    # stricter (scheduler.replan.admission_profile's order, the simulator's _resume)
+    asked = snapshot.resume_profile(job, profile, writes.now)
+    asked = snapshot.held_young(asked, iterations=job.iterations)
     result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
     for _ in range(STALE_RETRIES):
         if result.status is not PlacementStatus.FIT or result.placement is None:
