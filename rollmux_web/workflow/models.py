@@ -6,6 +6,8 @@ views, cost and SLO reports.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db import models
 
 from rollmux_web.inventory.models import Node
@@ -385,3 +387,26 @@ class ArchivedJob(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} archived ({self.phase_count} phases)"
+
+
+class RollupWatermark(models.Model):
+    """The one row saying "every phase's time before `day` is in the rollups" (issue 25).
+
+    Phase records stay (the Gantt, the SLO report and drift read them), but the cost
+    report and tenant usage read their time before `day` from PhaseRollup and only the
+    part from `day` on from the raw rows (workflow.services.rollup_days advances it, a
+    closed UTC day at a time). No row: nothing is rolled up but archived jobs.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    day = models.DateField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"rolled up to {self.day}"
+
+
+def rolled_up_to() -> datetime | None:
+    """The watermark as a UTC midnight (None: no day is rolled up)."""
+    day = RollupWatermark.objects.filter(pk=1).values_list("day", flat=True).first()
+    return None if day is None else datetime(day.year, day.month, day.day, tzinfo=UTC)

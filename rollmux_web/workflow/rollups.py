@@ -97,16 +97,25 @@ def elementary_pieces(a: int, b: int, cuts: Sequence[int]) -> Iterator[tuple[int
 
 
 def rollup(
-    phases: Iterable[PhaseRow], cuts_by_group: dict[int, Sequence[int]]
+    phases: Iterable[PhaseRow],
+    cuts_by_group: dict[int, Sequence[int]],
+    window: tuple[int, int | None] | None = None,
 ) -> dict[RollupKey, tuple[int, int]]:
-    """Sum the phases' spans per elementary segment: key -> (busy microseconds, phases)."""
+    """Sum the phases' spans per elementary segment: key -> (busy microseconds, phases).
+
+    `window` [lo, hi) (hi None: open; lo and hi UTC midnights): only the spans' parts
+    inside it (the closed days of a watermark, or an archived job's days after it); a phase
+    is counted only in the window it starts in."""
     out: dict[RollupKey, list[int]] = defaultdict(lambda: [0, 0])
+    w_lo, w_hi = window if window is not None else (None, None)
     for p in phases:
         if p.end_us <= p.start_us:
             continue
         cuts = cuts_by_group.get(p.group_id, ())
-        for nodes, a, b, cf, scale in spans_of(p):
-            first = True
+        for nodes, a0, b0, cf, scale in spans_of(p):
+            a = a0 if w_lo is None else max(a0, w_lo)
+            b = b0 if w_hi is None else min(b0, w_hi)
+            first = a == a0
             for length, s0, s1 in elementary_pieces(a, b, cuts):
                 key = RollupKey(p.group_id, p.job_id, p.kind, nodes, cf, scale, s0, s1)
                 acc = out[key]

@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from rollmux_web.workflow.services import retention
+from rollmux_web.workflow.services import retention, rollup_days
 
 log = logging.getLogger(__name__)
 BATCHES_PER_SWEEP = 5
@@ -24,12 +24,14 @@ def archive_jobs(job_ids: list[int]) -> dict[str, Any]:
 
 @shared_task(ignore_result=True)  # type: ignore[untyped-decorator]
 def retention_sweep() -> dict[str, int]:
-    """Queue a few archive batches; purge rollups and audit entries past their retention."""
+    """Roll up a few closed days (the rollup watermark), queue a few archive batches; purge
+    rollups and audit entries past their retention."""
     now = timezone.now()
     batches = retention.eligible_batches(now, max_batches=BATCHES_PER_SWEEP)
     for ids in batches:
         archive_jobs.delay(ids)
     return {
+        "days_rolled_up": len(rollup_days.advance(now)),
         "batches": len(batches),
         "rollups_purged": retention.purge_rollups(now),
         "audit_purged": retention.purge_audit(now),

@@ -1,7 +1,8 @@
 """The cost engine's reads: the rows of a report range (allocations, members, jobs, pinned
-nodes) and its phases as spans, from raw phase records and, for archived jobs, from their
-daily rollups (workflow.rollups: the same spans, summed per elementary segment, so the
-engine's figures are the same to the cent on either side of the retention boundary)."""
+nodes) and its phases as spans: from daily rollups (workflow.rollups: the same spans, summed
+per elementary segment) for archived jobs and for every job's days before the rollup
+watermark (workflow.services.rollup_days), from raw phase records only from the watermark
+on; the engine's figures are the same to the cent on either side of either boundary."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from rollmux_web.workflow.models import (
     PhaseRollup,
     Placement,
     Strategy,
+    rolled_up_to,
 )
 from rollmux_web.workflow.rollups import synthetic_spans
 
@@ -108,6 +110,7 @@ def fetch_cost_inputs(
         ).values_list("placement_id", "node_id"):
             pinned[node_id].add(pl_id)
     rollout_type, train_type = _pool_types()
+    mark = rolled_up_to()  # read once: the raw rows and the rollups meet there
     return CostInputs(
         allocs=allocs,
         members=members,
@@ -117,14 +120,33 @@ def fetch_cost_inputs(
         rollout_type=rollout_type,
         train_type=train_type,
         phases=chain(
-            _phase_spans(group_ids, t0, hi_dt, native=native),
-            rollup_spans(group_ids, t0, hi_dt),
+            _phase_spans(group_ids, t0, hi_dt, native=native, mark=mark),
+            rollup_spans(group_ids, t0, hi_dt, mark=mark),
         ),
         profile_groups=frozenset(profile_groups),
     )
 
 
 def _phase_spans(
+    group_ids: set[int], t0: datetime, hi_dt: datetime, *, native: bool, mark: datetime | None
+) -> Iterator[PhaseSpan]:
+    """The raw phase records' spans from the rollup watermark on (its days before are in
+    the rollups: `rollup_spans`), all of them when there is none."""
+    if mark is None or mark <= t0:
+        yield from _raw_spans(group_ids, t0, hi_dt, native=native)
+        return
+    if mark >= hi_dt:
+        return
+    lo = us(mark)
+    for span in _raw_spans(group_ids, mark, hi_dt, native=native):
+        if span.start_us < lo:
+            if span.end_us is not None and span.end_us <= lo:
+                continue  # a hand-over span that ended before the watermark
+            span = span._replace(start_us=lo)
+        yield span
+
+
+def _raw_spans(
     group_ids: set[int], t0: datetime, hi_dt: datetime, *, native: bool
 ) -> Iterator[PhaseSpan]:
     annotations, (s_col, f_col) = epoch_fields(exact=True)
@@ -170,16 +192,23 @@ def _tail_spans(span: PhaseSpan, released: dict[str, float]) -> Iterator[PhaseSp
             yield PhaseSpan(gid, jid, (n,), s, end if f is None else min(end, f), False)
 
 
-def rollup_spans(group_ids: set[int], t0: datetime, hi_dt: datetime) -> Iterator[PhaseSpan]:
+def rollup_spans(
+    group_ids: set[int], t0: datetime, hi_dt: datetime, *, mark: datetime | None
+) -> Iterator[PhaseSpan]:
     """The archived phases of these groups in [t0, hi_dt), as spans (from their rollups).
 
     A rollup row is the busy time of one elementary segment (workflow.rollups): read as a
     span from the segment's start it adds the same microseconds to the same keys as the
-    phase records it replaces (a job is archived whole: never both).
+    phase records it replaces (a job is archived whole; the watermark's days before it).
     """
-    rows = PhaseRollup.objects.filter(
+    qs = PhaseRollup.objects.filter(
         in_ids("group_id", group_ids), seg_start__lt=hi_dt, seg_end__gt=t0
-    ).values_list(
+    )
+    # the days from the watermark on: only archived jobs' (the others' are raw rows; a
+    # day rolled up after `mark` was read is still read raw)
+    after = Q(job__archive__isnull=False)
+    qs = qs.filter(after if mark is None else Q(seg_start__lt=mark) | after)
+    rows = qs.values_list(
         "group_id", "job_id", "node_names", "seg_start", "seg_end", "busy_us", "counterfactual",
         "solo_scale",
     )  # fmt: skip

@@ -24,7 +24,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -43,6 +43,7 @@ from rollmux_web.workflow.models import (
     PhaseRollup,
     PhaseState,
     Placement,
+    RollupWatermark,
     Strategy,
 )
 from rollmux_web.workflow.rollups import (
@@ -204,9 +205,14 @@ def _cuts(group_ids: set[int]) -> dict[int, Sequence[int]]:
     return {gid: sorted_cuts(times[gid]) for gid in group_ids}
 
 
-def _rollup_rows(
-    phases: list[dict[str, Any]], jobs: dict[int, dict[str, Any]]
+def rollup_rows(
+    phases: list[dict[str, Any]],
+    jobs: dict[int, dict[str, Any]],
+    window: tuple[int, int | None] | None = None,
 ) -> list[PhaseRollup]:
+    """The rollups of these phases (only their parts in `window`, see `rollups.rollup`); a
+    phase still running counts up to the window's end (the cost engine's: up to now)."""
+    w_hi = None if window is None else window[1]
     rows = [
         PhaseRow(
             p["group_id"],
@@ -214,12 +220,12 @@ def _rollup_rows(
             p["kind"],
             tuple(p["node_names"] or ()),
             to_us(p["started_at"]),
-            to_us(p["finished_at"]),
+            to_us(p["finished_at"]) if p["finished_at"] is not None else w_hi,  # type: ignore[arg-type]
             (p["metrics"] or {}).get("tail_released"),
             (p["metrics"] or {}).get("rollout_speed_factor"),
         )
         for p in phases
-        if p["started_at"] is not None and p["finished_at"] is not None
+        if p["started_at"] is not None and (p["finished_at"] is not None or w_hi is not None)
     ]
     group_ids = {r.group_id for r in rows}
     profile = set(
@@ -230,7 +236,7 @@ def _rollup_rows(
     names = {n for r in rows for n in r.nodes}
     node_type = dict(Node.objects.filter(name__in=names).values_list("name", "gpu_type_id"))
     out = []
-    for key, (busy, count) in rollup(rows, _cuts(group_ids)).items():
+    for key, (busy, count) in rollup(rows, _cuts(group_ids), window).items():
         job = jobs[key.job_id]
         gpus = job["rollout_gpus"] if key.kind == PhaseKind.ROLLOUT else job["train_gpus"]
         types = {node_type.get(n) for n in key.nodes}
@@ -360,13 +366,17 @@ def archive_jobs(job_ids: list[int], *, now: datetime, uri: str | None = None) -
     ):
         for tenant, files in _write(uri, table, rows, when, name, tenant_of).items():
             uris[tenant] += files
-    rollups = _rollup_rows(phases, jobs)
     metrics_n: dict[int, int] = defaultdict(int)
     for m in metrics:
         metrics_n[m["job_id"]] += 1
     archived = _archive_rows(phases, ids, uris, tenant_of, now, metrics_n)
     # 3. one short transaction: rollups and archive rows in, exactly the rows read out
+    # (under the watermark's row lock: the days before it are rolled up already, by
+    # services.rollup_days, which takes the same lock; only the days from it are added)
     with transaction.atomic():
+        mark = RollupWatermark.objects.select_for_update().filter(pk=1).first()
+        lo = None if mark is None else to_us(datetime(*mark.day.timetuple()[:3], tzinfo=UTC))
+        rollups = rollup_rows(phases, jobs, None if lo is None else (lo, None))
         ArchivedJob.objects.bulk_create(archived)  # a job archived meanwhile: IntegrityError
         PhaseRollup.objects.bulk_create(rollups, batch_size=2000)
         phase_ids = [p["id"] for p in phases]

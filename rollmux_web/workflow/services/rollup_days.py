@@ -1,0 +1,99 @@
+"""Roll up every job's closed days, not only archived jobs' (issue 25, pages at size).
+
+A global watermark (`RollupWatermark`, one row: "every phase's time before day D is in
+PhaseRollup") moves forward one closed UTC day at a time. Rolling up day D reads the phase
+records overlapping [D, D + 1) and writes their rollups clipped to that day
+(`rollups.rollup` with a window: the same elementary segments as an archived job's, so
+the same figures to the cent), then sets the watermark to D + 1, in one transaction that
+holds the watermark's row lock. The cost report and tenant usage (workflow.usage) read
+rollups for the days before the watermark and raw rows only from it on.
+
+- Idempotent: a day is rolled up only when the watermark is at it; a crash rolls the
+  day's transaction back whole.
+- Archiving (services.retention) takes the same row lock and rolls up only its jobs' days
+  from the watermark on: a day is never rolled up twice.
+- A day is closed once GRACE has passed after its end (a phase's start is stamped when it
+  starts, its end when its report comes in: a late report reopens nothing after GRACE).
+- A price recorded later with an effective time before the watermark is not applied to
+  the rolled-up days (as for archived jobs: docs/operations.md, "Retention and archives").
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Min, Q
+
+from rollmux_web.jobs.models import Job
+from rollmux_web.workflow.models import PhaseRecord, PhaseRollup, RollupWatermark
+from rollmux_web.workflow.rollups import to_us
+from rollmux_web.workflow.services.retention import rollup_rows
+
+log = logging.getLogger(__name__)
+GRACE = timedelta(hours=1)
+DAYS_PER_RUN = 3
+PHASE_COLS = (
+    "group_id", "job_id", "kind", "node_names", "started_at", "finished_at", "metrics",
+)  # fmt: skip
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def last_closed_day(now: datetime) -> date:
+    """The day after the last day closed at `now` (the watermark's highest value)."""
+    return (now - GRACE).astimezone(UTC).date()
+
+
+def _first_day() -> date | None:
+    """Where a watermark starts: the first day a phase still in the table ran."""
+    first = PhaseRecord.objects.filter(started_at__isnull=False).aggregate(t=Min("started_at"))
+    return None if first["t"] is None else first["t"].astimezone(UTC).date()
+
+
+def roll_day(day: date, *, now: datetime) -> int | None:
+    """Roll up `day` if the watermark is at it (or absent and `day` is the first): the
+    number of rollup rows written, None when it was not the watermark's day."""
+    lo, hi = _midnight(day), _midnight(day + timedelta(days=1))
+    with transaction.atomic():
+        mark = RollupWatermark.objects.select_for_update().filter(pk=1).first()
+        if (mark is not None and mark.day != day) or hi > _midnight(last_closed_day(now)):
+            return None
+        phases = list(
+            PhaseRecord.objects.filter(started_at__isnull=False, started_at__lt=hi)
+            .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=lo))
+            .values(*PHASE_COLS)
+        )
+        job_ids = {p["job_id"] for p in phases}
+        jobs: dict[int, dict[str, Any]] = {
+            j["id"]: dict(j)
+            for j in Job.objects.filter(pk__in=job_ids).values(
+                "id", "tenant_id", "rollout_gpus", "train_gpus"
+            )
+        }
+        rows = rollup_rows(phases, jobs, (to_us(lo), to_us(hi)))
+        PhaseRollup.objects.bulk_create(rows, batch_size=2000)
+        RollupWatermark.objects.update_or_create(
+            pk=1, defaults={"day": day + timedelta(days=1), "updated_at": now}
+        )
+    log.info("rolled up %s: %d phases into %d rows", day, len(phases), len(rows))
+    return len(rows)
+
+
+def advance(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
+    """Roll up at most `max_days` closed days from the watermark (the beat task's body)."""
+    done: list[date] = []
+    for _ in range(max_days):
+        day = RollupWatermark.objects.filter(pk=1).values_list("day", flat=True).first()
+        day = day or _first_day()
+        if day is None or roll_day(day, now=now) is None:
+            break
+        done.append(day)
+    return done
+
+
+__all__ = ["advance", "last_closed_day", "roll_day"]

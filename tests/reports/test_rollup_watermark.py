@@ -1,0 +1,101 @@
+"""Rollups of every job's closed days (issue 25, pages at size): the cost report, its lines,
+the SLO report, job outcomes and tenant usage give the same figures, to the cent, whichever
+side of the rollup watermark a range falls on, and archiving after the watermark moved
+rolls no day up twice.
+
+The world is test_retention's: members coming and going, a price change in the middle of a
+day, phases across midnight, a long-tail hand-over, a co-located rollout at a rollout speed
+factor, a profiling run, a failed phase, random microseconds.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+
+import pytest
+
+from rollmux_web.workflow.models import PhaseRecord, PhaseRollup, RollupWatermark, rolled_up_to
+from rollmux_web.workflow.services import retention, rollup_days
+from tests.reports.test_retention import NOW, T, _close, _snapshot, build_world
+
+# watermarks to compare at: inside the first days (the price change's day is 2026-01-06),
+# after group A's busy days, past every phase
+MARKS = [date(2026, 1, 6), date(2026, 1, 7), date(2026, 1, 9), date(2026, 2, 5), date(2026, 4, 1)]
+
+
+def _advance_to(mark: date) -> None:
+    while True:
+        current = RollupWatermark.objects.filter(pk=1).values_list("day", flat=True).first()
+        if current is not None and current >= mark:
+            assert current == mark
+            return
+        assert rollup_days.advance(NOW, max_days=1), "the watermark did not move"
+
+
+def _assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
+    assert after.keys() == before.keys()
+    for key in before:
+        _close(before[key], after[key], str(key))
+
+
+@pytest.mark.django_db
+def test_reports_either_side_of_the_rollup_watermark_equal_the_raw_reports(
+    world: Any, settings: Any, tmp_path: Any
+) -> None:
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    jobs = build_world(world)
+    before = _snapshot(world, jobs)
+    raw = PhaseRecord.objects.count()
+    assert rolled_up_to() is None
+    for mark in MARKS:
+        _advance_to(mark)
+        assert PhaseRollup.objects.filter(day__lt=mark).exists()
+        assert not PhaseRollup.objects.filter(day__gte=mark).exists()
+        _assert_same(before, _snapshot(world, jobs))
+    assert PhaseRecord.objects.count() == raw  # rolling up deletes nothing
+    # archiving now: the days before the watermark are rolled up already, none twice
+    rolled = PhaseRollup.objects.count()
+    settings.ROLLMUX_ARCHIVE_BATCH_PHASES = 20
+    for ids in retention.eligible_batches(NOW, max_batches=100):
+        retention.archive_jobs(ids, now=NOW)
+    assert PhaseRecord.objects.count() < raw
+    assert PhaseRollup.objects.count() == rolled  # every archived phase ended before April
+    _assert_same(before, _snapshot(world, jobs))
+    # the watermark moves on past the archived days: still the same figures
+    _advance_to(date(2026, 4, 20))
+    _assert_same(before, _snapshot(world, jobs))
+    lines = before[("cost", "finance", date(2026, 1, 1), date(2026, 2, 28))]["lines"]
+    assert {ln["job"] for ln in lines} >= {"a1", "a2", "a3", "b1", "p1"}
+
+
+@pytest.mark.django_db
+def test_archiving_before_the_watermark_then_advancing_rolls_each_day_once(
+    world: Any, settings: Any, tmp_path: Any
+) -> None:
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    jobs = build_world(world)
+    before = _snapshot(world, jobs)
+    _advance_to(date(2026, 1, 7))  # part of the archived jobs' days rolled up already
+    for ids in retention.eligible_batches(NOW, max_batches=100):
+        retention.archive_jobs(ids, now=NOW)
+    _assert_same(before, _snapshot(world, jobs))
+    _advance_to(date(2026, 3, 1))
+    _assert_same(before, _snapshot(world, jobs))
+
+
+@pytest.mark.django_db
+def test_a_day_is_rolled_up_once_and_only_when_closed(world: Any) -> None:
+    build_world(world)
+    first = rollup_days.advance(NOW, max_days=1)
+    assert first == [(T + timedelta(hours=20)).date()]
+    n = PhaseRollup.objects.count()
+    assert n > 0
+    # the same day again (a task run twice): nothing written, the watermark stays
+    assert rollup_days.roll_day(first[0], now=NOW) is None
+    assert PhaseRollup.objects.count() == n
+    # a day that has not closed (GRACE after its end) is not rolled up
+    today = rollup_days.last_closed_day(NOW)
+    RollupWatermark.objects.filter(pk=1).update(day=today)
+    assert rollup_days.advance(NOW) == []
+    assert rollup_days.roll_day(today, now=NOW) is None
