@@ -579,6 +579,11 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=float, default=120, help="a statement taking longer is cut (s)"
     )
+    parser.add_argument(
+        "--rollup",
+        action="store_true",
+        help="first roll up every closed day (the rollup watermark: services.rollup_days)",
+    )
     args = parser.parse_args()
     db = settings.DATABASES["default"]
     if not db["ENGINE"].endswith("postgresql"):
@@ -604,6 +609,19 @@ def main() -> None:
         print(f"re-using the seed at scale {have}")
     if args.seed_only:
         return
+    if args.rollup:
+        from rollmux_web.workflow.models import PhaseRollup
+        from rollmux_web.workflow.services import rollup_days
+
+        t = time.perf_counter()
+        days = rollup_days.advance(now, max_days=100_000)
+        took = time.perf_counter() - t
+        print(
+            f"rolled up {len(days)} days in {took:.1f} s "
+            f"({took / max(len(days), 1):.2f} s a day); {PhaseRollup.objects.count():,} "
+            f"rollup rows; watermark {rollup_days.last_closed_day(now)}",
+            flush=True,
+        )
     with connection.cursor() as cur:
         cur.execute(
             "SELECT (SELECT COUNT(*) FROM jobs_job), (SELECT COUNT(*) FROM inventory_node), "
