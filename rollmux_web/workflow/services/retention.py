@@ -9,8 +9,9 @@ run twice):
 2. writes them to Parquet under ROLLMUX_ARCHIVE_URI, one file per table and month (the
    phase's start, the metrics' record time), named by the batch's ids. A write that fails
    raises here: nothing is deleted;
-3. in one short transaction: the daily rollups (workflow.rollups) and the jobs' archive
-   rows are inserted and exactly the rows read in 1. are deleted (a count that differs rolls
+3. in one short transaction holding the rollup watermark's row lock: the daily rollups
+   (workflow.rollups) of the days from the watermark on (the days before it are rolled up
+   already: services.rollup_days) and the jobs' archive rows are inserted and exactly the rows read in 1. are deleted (a count that differs rolls
    it all back). A job already archived is skipped, so a batch run again does nothing.
 
 `sweep` (the beat task's body) picks batches of at most ROLLMUX_ARCHIVE_BATCH_PHASES
