@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('workflow', '0013_scale_indexes'),
+        ('workflow', '0014_preempted'),
     ]
 
     operations = [
