@@ -406,6 +406,25 @@ class RollupWatermark(models.Model):
         return f"rolled up to {self.day}"
 
 
+class JobSloSummary(models.Model):
+    """A finished job's SLO inputs, kept once all its phases are before the rollup
+    watermark (services.rollup_days): the SLO report reads them instead of summing the
+    job's phase records again (the same fields, and meaning, as ArchivedJob's)."""
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, primary_key=True, related_name="slo_summary"
+    )
+    iterations_measured = models.PositiveIntegerField(default=0)
+    solo_us = models.BigIntegerField(default=0)
+    had_sync = models.BooleanField(default=False)
+    span_start = models.DateTimeField(null=True, blank=True)
+    span_end = models.DateTimeField(null=True, blank=True)
+    ran_days = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.iterations_measured} iterations"
+
+
 def rolled_up_to() -> datetime | None:
     """The watermark as a UTC midnight (None: no day is rolled up)."""
     day = RollupWatermark.objects.filter(pk=1).values_list("day", flat=True).first()

@@ -1,4 +1,5 @@
-"""Rollups of every job's closed days (issue 25, pages at size): the cost report, its lines,
+"""Rollups of every job's closed days and finished jobs' SLO inputs (issue 25, pages at
+size): the cost report, its lines,
 the SLO report, job outcomes and tenant usage give the same figures, to the cent, whichever
 side of the rollup watermark a range falls on, and archiving after the watermark moved
 rolls no day up twice.
@@ -15,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from rollmux_web.workflow.models import PhaseRecord, PhaseRollup, RollupWatermark, rolled_up_to
+from rollmux_web.workflow.models import (
+    JobSloSummary,
+    PhaseRecord,
+    PhaseRollup,
+    RollupWatermark,
+    rolled_up_to,
+)
 from rollmux_web.workflow.services import retention, rollup_days
 from tests.reports.test_retention import NOW, T, _close, _snapshot, build_world
 
@@ -54,6 +61,11 @@ def test_reports_either_side_of_the_rollup_watermark_equal_the_raw_reports(
         assert not PhaseRollup.objects.filter(day__gte=mark).exists()
         _assert_same(before, _snapshot(world, jobs))
     assert PhaseRecord.objects.count() == raw  # rolling up deletes nothing
+    # every job finished before April: its SLO inputs kept (the SLO report compared above
+    # read them, not its phases)
+    assert set(JobSloSummary.objects.values_list("job_id", flat=True)) == {
+        j.pk for j in jobs.values()
+    }
     # archiving now: the days before the watermark are rolled up already, none twice
     rolled = PhaseRollup.objects.count()
     settings.ROLLMUX_ARCHIVE_BATCH_PHASES = 20

@@ -17,6 +17,7 @@ from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.reports.selectors._time import day_range
 from rollmux_web.workflow.models import (
     ArchivedJob,
+    JobSloSummary,
     PhaseRecord,
     PhaseState,
     Placement,
@@ -221,8 +222,13 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             "time_scale",
         )
     }
-    sums = iteration_sums(list(jobs))
-    archived = {a.job_id: a for a in ArchivedJob.objects.filter(job_id__in=list(jobs))}
+    # a finished job's sums were kept once its phases were all rolled up (JobSloSummary)
+    # or archived (ArchivedJob): only the others' phases are summed here
+    archived: dict[int, ArchivedJob | JobSloSummary] = {
+        a.job_id: a for a in JobSloSummary.objects.filter(job_id__in=list(jobs))
+    }
+    archived.update((a.job_id, a) for a in ArchivedJob.objects.filter(job_id__in=list(jobs)))
+    sums = iteration_sums([j for j in jobs if j not in archived])
     groups: dict[int, set[int]] = defaultdict(set)
     for jid, gid in Placement.objects.filter(job_id__in=list(jobs)).values_list(
         "job_id", "group_id"
@@ -309,7 +315,9 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     return SloReport(start=start, end=end, jobs=out, attainment=_attainment(out))
 
 
-def _measured(it: IterationSums | None, summary: ArchivedJob | None) -> tuple[float, float, bool]:
+def _measured(
+    it: IterationSums | None, summary: ArchivedJob | JobSloSummary | None
+) -> tuple[float, float, bool]:
     """Return (solo iteration s, mean iteration s, whether a weight sync counted), from the
     completed iterations' phases or, for an archived job, from what its archiving kept."""
     if summary is not None:

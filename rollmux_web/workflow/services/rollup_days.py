@@ -21,20 +21,31 @@ rollups for the days before the watermark and raw rows only from it on.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Min, Q
 
-from rollmux_web.jobs.models import Job
-from rollmux_web.workflow.models import PhaseRecord, PhaseRollup, RollupWatermark
-from rollmux_web.workflow.rollups import to_us
+from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
+from rollmux_web.workflow.models import (
+    JobSloSummary,
+    PhaseRecord,
+    PhaseRollup,
+    PhaseState,
+    Placement,
+    RollupWatermark,
+    Strategy,
+    rolled_up_to,
+)
+from rollmux_web.workflow.rollups import from_us, slo_summary, to_us
 from rollmux_web.workflow.services.retention import rollup_rows
 
 log = logging.getLogger(__name__)
 GRACE = timedelta(hours=1)
 DAYS_PER_RUN = 3
+SUMMARY_BATCH = 500
 PHASE_COLS = (
     "group_id", "job_id", "kind", "node_names", "started_at", "finished_at", "metrics",
 )  # fmt: skip
@@ -85,7 +96,8 @@ def roll_day(day: date, *, now: datetime) -> int | None:
 
 
 def advance(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
-    """Roll up at most `max_days` closed days from the watermark (the beat task's body)."""
+    """Roll up at most `max_days` closed days from the watermark, then summarise the jobs
+    that finished before it (the beat task's body)."""
     done: list[date] = []
     for _ in range(max_days):
         day = RollupWatermark.objects.filter(pk=1).values_list("day", flat=True).first()
@@ -93,7 +105,67 @@ def advance(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
         if day is None or roll_day(day, now=now) is None:
             break
         done.append(day)
+    summarise_jobs()
     return done
 
 
-__all__ = ["advance", "last_closed_day", "roll_day"]
+def summarise_jobs(*, limit: int = SUMMARY_BATCH) -> int:
+    """Keep the SLO inputs (`JobSloSummary`) of at most `limit` finished jobs whose phases
+    all ended before the watermark (not archived: ArchivedJob keeps theirs). Safe to run
+    twice: a job summarised already is skipped, and one summary is one row."""
+    mark = rolled_up_to()
+    if mark is None:
+        return 0
+    ids = list(
+        Job.objects.filter(
+            status__in=TERMINAL_STATUSES,
+            finished_at__lt=mark,
+            slo_summary__isnull=True,
+            archive__isnull=True,
+        )
+        .order_by("finished_at", "id")
+        .values_list("id", flat=True)[:limit]
+    )
+    late = set(
+        PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=mark))
+        .values_list("job_id", flat=True)
+    )
+    ids = [j for j in ids if j not in late]
+    profile_pl = set(
+        Placement.objects.filter(job_id__in=ids, strategy=Strategy.PROFILE).values_list(
+            "id", flat=True
+        )
+    )
+    by_job: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False).values_list(
+        "job_id", "placement_id", "iteration", "kind", "state", "started_at", "finished_at"
+    ):
+        by_job[row[0]].append(row[1:])
+    rows = []
+    for jid in ids:
+        mine = by_job.get(jid, [])
+        s = slo_summary(
+            (
+                (pl, it, kind, to_us(a), to_us(b))
+                for pl, it, kind, state, a, b in mine
+                if state == PhaseState.SUCCEEDED and b is not None and pl not in profile_pl
+            ),
+            ((to_us(a), to_us(b)) for *_, a, b in mine),
+        )
+        rows.append(
+            JobSloSummary(
+                job_id=jid,
+                iterations_measured=s.iterations,
+                solo_us=s.solo_us,
+                had_sync=s.had_sync,
+                span_start=None if s.span_start_us is None else from_us(s.span_start_us),
+                span_end=None if s.span_end_us is None else from_us(s.span_end_us),
+                ran_days=[[a.isoformat(), b.isoformat()] for a, b in s.ran_days],
+            )
+        )
+    JobSloSummary.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+__all__ = ["advance", "last_closed_day", "roll_day", "summarise_jobs"]
