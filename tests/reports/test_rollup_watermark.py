@@ -111,3 +111,21 @@ def test_a_day_is_rolled_up_once_and_only_when_closed(world: Any) -> None:
     RollupWatermark.objects.filter(pk=1).update(day=today)
     assert rollup_days.advance(NOW) == []
     assert rollup_days.roll_day(today, now=NOW) is None
+
+
+@pytest.mark.django_db
+def test_a_job_with_a_phase_that_never_ended_gets_no_summary_and_blocks_no_other(
+    world: Any,
+) -> None:
+    jobs = build_world(world)
+    # b1 finished first of all, but one of its phases never reported its end
+    PhaseRecord.objects.filter(pk=PhaseRecord.objects.filter(job=jobs["b1"]).first().pk).update(
+        finished_at=None
+    )
+    _advance_to(date(2026, 4, 1))
+    JobSloSummary.objects.all().delete()
+    for _ in range(len(jobs)):
+        rollup_days.summarise_jobs(limit=1)  # one job a run: b1 must not fill the batch
+    done = set(JobSloSummary.objects.values_list("job_id", flat=True))
+    assert done == {j.pk for n, j in jobs.items() if n != "b1"}
+    assert rollup_days.summarise_jobs(limit=1) == 0

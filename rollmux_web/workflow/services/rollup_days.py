@@ -26,7 +26,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Min, Q
+from django.db.models import Exists, Min, OuterRef, Q
 
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
 from rollmux_web.workflow.models import (
@@ -116,6 +116,11 @@ def summarise_jobs(*, limit: int = SUMMARY_BATCH) -> int:
     mark = rolled_up_to()
     if mark is None:
         return 0
+    # (a job with a phase that never ended, or ended after the watermark, waits: excluded
+    # in SQL, so such jobs never fill a batch)
+    late = PhaseRecord.objects.filter(job_id=OuterRef("pk"), started_at__isnull=False).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gte=mark)
+    )
     ids = list(
         Job.objects.filter(
             status__in=TERMINAL_STATUSES,
@@ -123,15 +128,10 @@ def summarise_jobs(*, limit: int = SUMMARY_BATCH) -> int:
             slo_summary__isnull=True,
             archive__isnull=True,
         )
+        .filter(~Exists(late))
         .order_by("finished_at", "id")
         .values_list("id", flat=True)[:limit]
     )
-    late = set(
-        PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False)
-        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=mark))
-        .values_list("job_id", flat=True)
-    )
-    ids = [j for j in ids if j not in late]
     profile_pl = set(
         Placement.objects.filter(job_id__in=ids, strategy=Strategy.PROFILE).values_list(
             "id", flat=True
