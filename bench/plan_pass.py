@@ -12,7 +12,7 @@ groups and the rest wait for capacity), then prints:
 Phases are not run (a dispatcher that records nothing); the pass's own work is measured.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollmux_x .venv/bin/python bench/plan_pass.py \\
-        --nodes 1000 --jobs 2000
+        --size 1k   # or --size 5k (5,000 + 5,000 nodes, 10,000 queued), or --nodes/--jobs
 """
 
 from __future__ import annotations
@@ -63,6 +63,28 @@ def _seed(nodes: int, jobs: int) -> None:
             )
         )  # fmt: skip
     Job.objects.bulk_create(rows, batch_size=1000)
+
+
+def _fingerprint() -> str:
+    """Return a hash of the first pass's decisions: each placed job (by name) with its
+    strategy, its group (named by the group's first-placed job) and its node names, so two
+    runs on the same seeded queue can be compared (decisions identical: equal hashes)."""
+    import hashlib
+
+    from rollmux_web.workflow.models import Placement
+
+    rows = Placement.objects.select_related("job").prefetch_related("rollout_nodes", "train_nodes")
+    first: dict[int, str] = {}
+    lines = []
+    for p in rows.order_by("pk"):
+        group = first.setdefault(p.group_id, p.job.name)
+        lines.append(
+            f"{p.job.name}|{p.strategy}|{group}|"
+            f"{','.join(sorted(n.name for n in p.rollout_nodes.all()))}|"
+            f"{','.join(sorted(n.name for n in p.train_nodes.all()))}"
+        )
+    lines.sort()
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def _plan() -> Any:
@@ -185,6 +207,7 @@ def run(args: argparse.Namespace) -> None:
               f"placements/s; {probe.count} transactions, the longest {probe.longest:.2f} s "
               f"(1-min load average {load:.1f} at its start)")  # fmt: skip
         print(_cpu_line(cpu, placed))
+        print(f"decisions fingerprint (job -> strategy, group, nodes): {_fingerprint()}")
         idle = []
         for _ in range(5):
             t = time.perf_counter()
@@ -201,11 +224,28 @@ def run(args: argparse.Namespace) -> None:
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
+SIZES = {"1k": (1000, 2000), "5k": (5000, 10000)}  # nodes per pool, queued jobs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000, help="nodes per pool")
-    parser.add_argument("--jobs", type=int, default=2000, help="queued jobs")
-    run(parser.parse_args())
+    parser.add_argument("--nodes", type=int, default=None, help="nodes per pool")
+    parser.add_argument("--jobs", type=int, default=None, help="queued jobs")
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="1k",
+        help="a preset: 1k = 1,000 + 1,000 nodes and 2,000 queued (the 200/s target), "
+        "5k = 5,000 + 5,000 nodes and 10,000 queued (issue 25: reported); "
+        "--nodes / --jobs override it",
+    )
+    args = parser.parse_args()
+    nodes, jobs = SIZES[args.size]
+    args.nodes = nodes if args.nodes is None else args.nodes
+    args.jobs = jobs if args.jobs is None else args.jobs
+    if args.nodes < 1 or args.jobs < 1:
+        parser.error("--nodes and --jobs must be >= 1")
+    run(args)
 
 
 if __name__ == "__main__":

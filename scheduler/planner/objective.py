@@ -313,6 +313,17 @@ def choose_by_expected_cost(
             break
         assert c.summary is not None
         group = c.summary.group
+        if best is None:
+            # nothing admissible yet (no new group either): any admissible candidate wins,
+            # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
+            # no expected-cost evaluation (the common case of a job that waits)
+            slow = check_slo(
+                group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+            )
+            if slow is None:
+                continue
+        else:
+            slow = None
         if group.id not in before:
             before[group.id] = members_remaining_cost(
                 group.members,
@@ -333,9 +344,10 @@ def choose_by_expected_cost(
         value = after - before[group.id]
         if value >= best_value - EPS:
             continue  # not better, admissible or not: the (dearer) SLO check is not needed
-        slow = check_slo(
-            group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
-        )
+        if slow is None:
+            slow = check_slo(
+                group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+            )
         if slow is not None:
             best, best_value = (c, slow), value
     return best
