@@ -206,6 +206,23 @@ def least_loaded(
     return room
 
 
+def _with_room(
+    ordered: tuple[str, ...], s: GroupSummary, mem: float, nodes: Mapping[str, Node], limit: int
+) -> list[str]:
+    """Return `least_loaded` of a group's nodes from their presorted order
+    (`GroupSummary.train_by_load` / `rollout_by_load`): the same filter, the order kept,
+    at most `limit` of them."""
+    room: list[str] = []
+    smem = s.mem
+    for x in ordered:
+        n = nodes[x]
+        if not n.cordoned and smem.get(x, 0.0) + mem <= n.host_mem_gb + EPS:
+            room.append(x)
+            if len(room) >= limit:
+                break
+    return room
+
+
 def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | None:
     """Return the group's context for the job, or None when it cannot take the job."""
     job = req.job
@@ -227,7 +244,7 @@ def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | N
         return None
     # 3. Training nodes: the least loaded with residency room.
     g = s.group
-    trains = least_loaded(g.train_nodes, s, job, req.nodes)[: req.n_train]
+    trains = _with_room(s.train_by_load, s, job.host_mem_gb, req.nodes, req.n_train)
     if len(trains) < req.n_train:
         return None
     bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
@@ -241,7 +258,7 @@ def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | N
         summary=s,
         order=order,
         trains=tuple(trains),
-        rooms=least_loaded(g.rollout_nodes, s, job, req.nodes),
+        rooms=_with_room(s.rollout_by_load, s, job.host_mem_gb, req.nodes, len(g.rollout_nodes)),
         bound=bound,
         tolerance=tol,
     )

@@ -48,6 +48,10 @@ class GroupSummary:
     # the members' common time_scale; None when they have none (an empty group, or a
     # group mixed before the clock rule): such a group admits no one
     time_scale: float | None
+    # the group's training and rollout nodes, least loaded first (ties by name): what
+    # every decision's `least_loaded` filters, sorted once per summary
+    train_by_load: tuple[str, ...]
+    rollout_by_load: tuple[str, ...]
 
 
 def summarise(group: Group) -> GroupSummary:
@@ -82,6 +86,8 @@ def summarise(group: Group) -> GroupSummary:
         n_train=len(group.train_nodes),
         min_train_load=min((load[x] for x in group.train_nodes), default=0.0),
         time_scale=scale,
+        train_by_load=tuple(sorted(group.train_nodes, key=lambda x: (load[x], x))),
+        rollout_by_load=tuple(sorted(group.rollout_nodes, key=lambda x: (load[x], x))),
     )
 
 

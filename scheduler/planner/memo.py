@@ -9,7 +9,7 @@ evaluations repeat: the memo keeps their results for the pass.
 
 * `evaluation_scope(progress)` opens a scope (a context manager; nested scopes reuse the
   outer one) for a pass whose jobs' progress is `progress`: the memo answers only calls
-  that read that very mapping (or an empty one when it is empty), and node prices are those of the pass's states (a node's
+  that read that very mapping, and node prices are those of the pass's states (a node's
   price is a function of its name and pool, which a pass does not change).
 * `cached(kind, key, compute)` returns the memo's value for `(kind, key)` or computes and
   keeps it. Keys are values (members, profiles, node names): equal inputs, equal
@@ -55,20 +55,10 @@ def evaluation_scope(progress: Mapping[str, Any] | None = None) -> Iterator[None
         _SCOPE.reset(token)
 
 
-def _same(scope: _Scope, progress: Mapping[str, Any] | None) -> bool:
-    """Return True when `progress` is the scope's mapping, or both are empty (callers pass
-    `progress or {}`: a fresh empty mapping each call, equal to the scope's)."""
-    mine = scope.progress
-    if mine is progress:
-        return True
-    return mine is not None and progress is not None and not mine and not progress
-
-
 def in_scope(progress: Mapping[str, Any] | None) -> bool:
-    """Return True when a scope is open for exactly this `progress` mapping (or both are
-    empty)."""
+    """Return True when a scope is open for exactly this `progress` mapping."""
     scope = _SCOPE.get()
-    return scope is not None and _same(scope, progress)
+    return scope is not None and scope.progress is progress
 
 
 def cached(
@@ -85,7 +75,7 @@ def cached(
     when the scope was opened for this very `progress`.
     """
     scope = _SCOPE.get()
-    if scope is None or (reads_progress and not _same(scope, progress)):
+    if scope is None or (reads_progress and scope.progress is not progress):
         return compute()
     full = (kind, key)
     values = scope.values

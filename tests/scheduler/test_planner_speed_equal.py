@@ -39,7 +39,6 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.consolidation import restart_seconds
 from scheduler.planner.index import GroupSummary, index_nodes
-from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.objective import (
     JobProgress,
     expected_solo_s,
@@ -231,57 +230,3 @@ def test_a_member_at_expected_durations_is_the_replaced_profile() -> None:
         assert objective_module._expected(m) == want
         assert objective_module._expected(m, cache) == want
         assert objective_module._expected(m, cache) is cache[id(m)]  # made once
-
-
-def _queue(
-    jobs: Sequence[JobProfile], progress: dict[str, JobProgress]
-) -> list[tuple[str, object]]:
-    """Place a queue one job after the other (no one advances: one planning pass)."""
-    state: ClusterState = empty_state(SPEC)
-    out: list[tuple[str, object]] = []
-    for i, j in enumerate(jobs):
-        res = place(
-            j,
-            state,
-            objective="expected",
-            progress=progress,
-            prune_saturated=False,
-            lone_restart_s=restart_seconds,
-        )
-        out.append((res.status.name, res.placement))
-        if res.status is PlacementStatus.FIT and res.placement is not None:
-            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
-    return out
-
-
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("running", [False, True])
-def test_a_queue_placed_in_one_evaluation_scope_decides_as_without_it(
-    seed: int, running: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The live planning pass opens one memo scope for its whole queue (services.planning):
-    the same placements as without it, and a group's expected remaining cost is computed
-    once while it is unchanged (also when nothing runs: `progress or {}` hands the planner
-    a fresh empty mapping at every call, which the scope's empty mapping answers for)."""
-    jobs = random_jobs(random.Random(seed), 40)
-    progress: dict[str, JobProgress] = {}
-    if running:  # a progress entry for a job of the queue (as if it were placed already)
-        progress[jobs[0].id] = JobProgress(0.0, iterations_done=2)
-    plain = _queue(jobs, progress)
-    computed = 0
-    real = objective_module._members_remaining_cost
-
-    def counted(*args: object, **kwargs: object) -> float:
-        nonlocal computed
-        computed += 1
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(objective_module, "_members_remaining_cost", counted)
-    _queue(jobs, progress)
-    without = computed
-    computed = 0
-    with evaluation_scope(progress):
-        scoped = _queue(jobs, progress)
-    assert scoped == plain
-    assert any(status == "FIT" for status, _ in plain)
-    assert 0 < computed < without  # the memo answered some evaluations

@@ -39,7 +39,6 @@ from rollmux_web.workflow.services.plan_writer import (
     queued_since,
 )
 from scheduler.model import ClusterState, PlacementResult, PlacementStatus
-from scheduler.planner.memo import evaluation_scope
 
 if TYPE_CHECKING:
     from scheduler.planner.objective import JobProgress
@@ -129,18 +128,12 @@ def _pass(now: datetime | None) -> PlanSummary:
     run = _run_read(todo, key, now)
     run.picture = picture
     claim = BATCH_JOBS
-    # The core's evaluations (a group's expected remaining cost, SLO checks) are pure
-    # functions of the members: memoised for the pass (scheduler.planner.memo), so a group
-    # the queue's jobs are tried on is valued once while it is unchanged. The members'
-    # progress is the snapshot's for the whole pass (a re-read snapshot after a stale
-    # group is another mapping: the memo then answers only the progress-free checks).
-    with evaluation_scope(view[1]):
-        while todo:  # 5.-7., one transaction per batch
-            view, done = _batch_place(todo[:claim], view, run, summary)
-            todo = todo[done:]
-            # claim about what a batch gets through in BATCH_SECONDS (a job claimed and
-            # left for the next batch was read and locked for nothing)
-            claim = min(BATCH_JOBS, max(BATCH_MIN_JOBS, 2 * done))
+    while todo:  # 5.-7., one transaction per batch
+        view, done = _batch_place(todo[:claim], view, run, summary)
+        todo = todo[done:]
+        # claim about what a batch gets through in BATCH_SECONDS (a job claimed and left
+        # for the next batch was read and locked for nothing)
+        claim = min(BATCH_JOBS, max(BATCH_MIN_JOBS, 2 * done))
     return summary
 
 
