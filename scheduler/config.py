@@ -44,6 +44,9 @@ __all__ = [
 OBJECTIVES = ("expected", "marginal")
 # the distribution-aware SLO check's margin on the others' expected durations (scheduler.slo)
 DEFAULT_SLO_MARGIN = 0.03
+# a sharing member whose SLO slack (slo - 1) is below this must keep its SLO on its worst-case
+# iteration time against its expected solo time (scheduler.slo)
+DEFAULT_TIGHT_SLACK = 0.1
 # [I] the movers' budget under drift re-planning holds were their remaining run this much
 # shorter (the strongest decreasing template's end scale; scheduler.replan)
 DRIFT_HEDGE = 1.0 / 2.5
@@ -66,6 +69,9 @@ class Admission:
     max_group_size: int = 5
     # scheduler.slo's margin; None: the paper's worst-case check alone
     slo_margin: float | None = DEFAULT_SLO_MARGIN
+    # a sharing member whose SLO slack (slo - 1) is below this must keep its SLO on its
+    # worst-case iteration time in the group against its expected solo time (0: never)
+    tight_slack: float = DEFAULT_TIGHT_SLACK
     # refuse a placement that gives a member a lower chance of its SLO (None: no floor)
     min_slo_probability: float | None = None
     # value a member the others' departures leave alone as going co-located after the
@@ -273,6 +279,14 @@ OPTIONS: tuple[Option, ...] = (
         "admission.colocated_on_arrival",
         bool,
         "Let an arriving job go co-located at once (with ROLLMUX_COLOCATED).",
+    ),
+    Option(
+        "ROLLMUX_TIGHT_SLACK",
+        "admission.tight_slack",
+        float,
+        "A job sharing a group whose SLO slack (slo - 1) is below this must keep its SLO "
+        "with every phase at its worst case against its expected solo time (0: never).",
+        minimum=0.0,
     ),
     Option(
         "ROLLMUX_CONSOLIDATION",

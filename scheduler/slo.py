@@ -24,6 +24,16 @@ the member's own phases are on both sides of the comparison, so they get none. W
 `margin=None` only the worst-case check applies; a group of jobs whose phases are
 exact (min = max) passes the expected check whenever it passes the worst-case one.
 
+A member with a tight SLO has less slack than the margin is meant to cover: the
+others' drawn phases, and the drawn phases' slips in the meta-iteration (a member
+whose rollout ends early or late waits for a partner's training that the expected
+schedule interlocks exactly), can push its mean iteration a few percent above the
+expected one. So a member that shares a group and whose slack slo_k - 1 is below
+`tight_slack` is also checked on its worst-case iteration time in the group (every
+phase, its own too, at its maximum) against its EXPECTED solo window:
+W_k <= slo_k x E[T_k^solo]. It then shares only when the group's whole spread fits
+the window its users see; alone it never waits (docs/results.md, section 11).
+
 `check_group` is the one function: the planner's Algorithm 1 (line 7) calls it for
 every candidate, and the simulator's offline optimum holds its plans to it.
 """
@@ -34,11 +44,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.config import DEFAULT_SLO_MARGIN as _CONFIG_SLO_MARGIN
+from scheduler.config import DEFAULT_TIGHT_SLACK as _CONFIG_TIGHT_SLACK
 from scheduler.meta_iteration import group_loads, steady_iteration_times
 from scheduler.model import JobProfile, Member
 
 __all__ = [
     "DEFAULT_SLO_MARGIN",
+    "DEFAULT_TIGHT_SLACK",
     "SLO_EPS",
     "GroupSloCheck",
     "check_group",
@@ -47,6 +59,7 @@ __all__ = [
 ]
 
 DEFAULT_SLO_MARGIN = _CONFIG_SLO_MARGIN  # one default: scheduler.config
+DEFAULT_TIGHT_SLACK = _CONFIG_TIGHT_SLACK
 # Floating-point slack of every comparison (the planner's EPS).
 SLO_EPS = 1e-9
 
@@ -109,11 +122,13 @@ def check_group(
     *,
     switch_overhead_s: float,
     margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float | None = None,
     worst_s: Sequence[float] | None = None,
 ) -> GroupSloCheck:
     """Return the SLO check of a co-execution group of `members` (see the module docstring).
 
-    `worst_s` passes the worst-case iteration times when the caller has them already.
+    A sharing member whose slo - 1 is below `tight_slack` must also keep its SLO on its
+    worst-case iteration time against its expected solo time (None: never). `worst_s` passes the worst-case iteration times when the caller has them already.
     The expected check is skipped (and `expected_s` empty) when the worst-case one
     fails or `margin` is None.
     """
@@ -144,6 +159,12 @@ def check_group(
         expected.append(sum(times) / len(times))
         solo.append(sum(solos) / len(solos))
     held = [t <= m.job.slo * s + SLO_EPS for m, t, s in zip(members, expected, solo, strict=True)]
+    if tight_slack is not None and len(members) > 1:
+        # a tight-SLO member: the group's whole spread within its expected window
+        held = [
+            h and (m.job.slo - 1.0 >= tight_slack or w <= m.job.slo * s + SLO_EPS)
+            for m, h, w, s in zip(members, held, worst, solo, strict=True)
+        ]
     return GroupSloCheck(tuple(worst), tuple(expected), tuple(held))
 
 

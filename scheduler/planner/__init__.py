@@ -215,6 +215,7 @@ def place(
         max_group_size=max_group_size,
         prune_saturated=prune_saturated,
         slo_margin=slo_margin,
+        tight_slack=adm.tight_slack,
         min_slo_probability=min_slo_probability,
         node_prices=nodes.prices,
     )

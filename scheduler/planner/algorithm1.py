@@ -35,7 +35,7 @@ from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
 from scheduler.planner.index import GroupSummary
 from scheduler.planner.memo import cached
-from scheduler.slo import DEFAULT_SLO_MARGIN, check_group, expected_solo_s
+from scheduler.slo import DEFAULT_SLO_MARGIN, DEFAULT_TIGHT_SLACK, check_group, expected_solo_s
 from scheduler.stochastic import slo_probabilities
 
 # Floating-point slack of every time and memory comparison of the planner.
@@ -171,6 +171,8 @@ class Request:
     max_group_size: int
     prune_saturated: bool = True  # line 4; False leaves the SLO check alone to decide
     slo_margin: float | None = DEFAULT_SLO_MARGIN  # scheduler.slo; None: worst case alone
+    # tight-SLO members: worst case against the expected solo window (scheduler.slo); 0: never
+    tight_slack: float = DEFAULT_TIGHT_SLACK
     # refuse a placement that gives a member a lower probability of meeting its SLO
     # (scheduler.stochastic); None: not checked
     min_slo_probability: float | None = None
@@ -354,20 +356,24 @@ def check_slo(
     *,
     switch_overhead_s: float,
     slo_margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float = DEFAULT_TIGHT_SLACK,
 ) -> dict[str, float] | None:
     """Return every member's predicted slowdown in G + job, or None if an SLO breaks (line 7).
 
     The slowdowns are worst-case (every phase at its maximum); the SLOs are checked by
     scheduler.slo.check_group: on worst-case durations against worst-case solo times,
-    and on expected durations against expected solo times.
+    and on expected durations (the others' with the margin; a tight-SLO
+    member's worst case too, `tight_slack`) against expected solo times.
     """
     members = group.members + (Member(job, rollout, train),)
     # (memoised within a consolidation pass: the check reads only the members' profiles
     # and nodes, scheduler.planner.memo)
     check = cached(
         "check_group",
-        (members, switch_overhead_s, slo_margin),
-        lambda: check_group(members, switch_overhead_s=switch_overhead_s, margin=slo_margin),
+        (members, switch_overhead_s, slo_margin, tight_slack),
+        lambda: check_group(
+            members, switch_overhead_s=switch_overhead_s, margin=slo_margin, tight_slack=tight_slack
+        ),
     )
     if not check.ok:
         return None
@@ -436,6 +442,7 @@ def choose(req: Request, summaries: Sequence[GroupSummary]) -> Choice | None:
             c.train,
             switch_overhead_s=req.switch_overhead_s,
             slo_margin=req.slo_margin,
+            tight_slack=req.tight_slack,
         )
         if slow is None:  # line 7: pruned (the paper's "infinite cost")
             continue

@@ -318,7 +318,13 @@ def choose_by_expected_cost(
             # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
             # no expected-cost evaluation (the common case of a job that waits)
             slow = check_slo(
-                group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+                group,
+                job,
+                c.rollout,
+                c.train,
+                switch_overhead_s=switch,
+                slo_margin=req.slo_margin,
+                tight_slack=req.tight_slack,
             )
             if slow is None:
                 continue
@@ -346,7 +352,13 @@ def choose_by_expected_cost(
             continue  # not better, admissible or not: the (dearer) SLO check is not needed
         if slow is None:
             slow = check_slo(
-                group, job, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+                group,
+                job,
+                c.rollout,
+                c.train,
+                switch_overhead_s=switch,
+                slo_margin=req.slo_margin,
+                tight_slack=req.tight_slack,
             )
         if slow is not None:
             best, best_value = (c, slow), value

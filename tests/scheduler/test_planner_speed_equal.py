@@ -79,7 +79,13 @@ def reference_choose(
         assert c.summary is not None
         group = c.summary.group
         slow = check_slo(
-            group, j, c.rollout, c.train, switch_overhead_s=switch, slo_margin=req.slo_margin
+            group,
+            j,
+            c.rollout,
+            c.train,
+            switch_overhead_s=switch,
+            slo_margin=req.slo_margin,
+            tight_slack=req.tight_slack,
         )
         if slow is None:
             continue

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scheduler.cluster import empty_state
-from scheduler.config import ALGORITHM1
+from scheduler.config import ALGORITHM1, PlannerConfig
 from scheduler.model import ClusterState, JobProfile, PhaseKind, Strategy
 from scheduler.planner import apply_placement, place
 from scheduler.slo import check_group, expected_profile, expected_solo_s
@@ -155,3 +155,46 @@ def test_the_profile_moments_are_scipys() -> None:
     model = duration_model(SHORT)
     assert _uniform_moments(45, 90) == pytest.approx(_moments(model.rollout), rel=1e-6)
     assert _uniform_moments(100, 200) == pytest.approx(_moments(model.train), rel=1e-6)
+
+
+# --- the tight-SLO rule (docs/results.md, section 11) --------------------------------------
+
+# A job with a tight SLO (1.05: slack under admission.tight_slack) whose rollout varies
+# little (280-300 s), and two looser partners with the same expected phases (40 s) but
+# different spreads: 5-75 s (the group's worst case, 375 s, is over T's expected window
+# 1.05 x 350 = 367.5 s) and 35-45 s (360 s, within it).
+TIGHT = job("T", 300, 60, slo=1.05, roll_min=280)
+WIDE = job("W", 75, 75, slo=10.0, roll_min=5, train_min=5)
+NARROW = job("N", 45, 45, slo=10.0, roll_min=35, train_min=35)
+
+
+def test_a_tight_slo_member_refuses_a_partner_whose_spread_breaks_it() -> None:
+    pair = (member(TIGHT, ("r1",), ("t1",)), member(WIDE, ("r1",), ("t1",)))
+    # expected + 3% admits the pair (T at 350 s against 367.5 s) ...
+    assert check_group(pair, switch_overhead_s=0.0).ok
+    # ... the rule does not: T's worst case (375 s) is over its expected window
+    check = check_group(pair, switch_overhead_s=0.0, tight_slack=0.1)
+    assert check.worst_s[0] > TIGHT.slo * expected_solo_s(TIGHT)
+    assert check.held == (False, True)
+    # a looser member (slack 0.05 is not under 0.04) is not held to it
+    assert check_group(pair, switch_overhead_s=0.0, tight_slack=0.04).ok
+
+
+def test_a_tight_slo_member_accepts_a_partner_whose_spread_is_small() -> None:
+    pair = (member(TIGHT, ("r1",), ("t1",)), member(NARROW, ("r1",), ("t1",)))
+    check = check_group(pair, switch_overhead_s=0.0, tight_slack=0.1)
+    assert check.ok and check.worst_s[0] <= TIGHT.slo * expected_solo_s(TIGHT)
+    # alone, a tight member whose worst case is over its expected window still fits
+    wide_own = job("V", 300, 60, slo=1.05, roll_min=200)
+    assert check_group((member(wide_own),), switch_overhead_s=0.0, tight_slack=0.1).ok
+
+
+def test_the_planner_keeps_a_newcomer_out_of_a_tight_members_group() -> None:
+    shipped = PlannerConfig()
+    assert shipped.admission.tight_slack > TIGHT.slo - 1.0
+    state = with_first(TIGHT)
+    assert place(NARROW, state, config=shipped).strategy is Strategy.DIRECT_PACKING
+    assert place(WIDE, state, config=shipped).strategy is not Strategy.DIRECT_PACKING
+    # without the rule the wide newcomer joins
+    off = shipped.with_(tight_slack=0.0)
+    assert place(WIDE, state, config=off).strategy is Strategy.DIRECT_PACKING
