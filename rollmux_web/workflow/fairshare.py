@@ -21,7 +21,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -202,6 +202,9 @@ class Picture:
     shares: list[Share]
     held: dict[str, dict[str, int]]  # tenant -> GPU type -> GPUs held now
     loads: dict[str, TenantLoad]
+    # the shares of tenants with a quota that neither wait, hold nor used GPUs: what they
+    # keep of their nominal quota (lending limits) is not lent even while they are idle
+    idle_shares: list[Share] = field(default_factory=list)
 
     def share_of(self, tenant: str) -> ShareOf:
         mine = shares_by_tenant(self.shares).get(tenant, {})
@@ -220,7 +223,8 @@ def picture(now: datetime, tenants: Iterable[str] = ()) -> Picture:
     loads = {
         t: TenantLoad(t, used.get(t, {}), held.get(t, {}), pen.get(t, {})) for t in sorted(names)
     }
-    return Picture(now, types, cap, shares(names, cap), held, loads)
+    idle = set(Quota.objects.exclude(tenant__name__in=names).values_list("tenant__name", flat=True))
+    return Picture(now, types, cap, shares(names, cap), held, loads, shares(idle, cap))
 
 
 def queued_job(job: Job, types: Mapping[str, str]) -> QueuedJob:
@@ -405,3 +409,37 @@ def position_of(job: Job, viewer: Any, now: datetime) -> QueueRow | None:
     if job.status != JobStatus.QUEUED:
         return None
     return next((r for r in queue_view(viewer, now) if r.job_id == job.pk), None)
+
+
+def lending_refusal(job: Job, pic: Picture) -> str | None:
+    """Return why `job` may not be admitted now because it would borrow what another tenant
+    keeps for itself, or None. Beyond its nominal quota on a GPU type a tenant may use only
+    the GPUs no other tenant holds or reserves (their nominal less their lending limit:
+    `scheduler.fairshare.borrowable`); within its nominal quota it is never refused here.
+    Holdings are the picture's, advanced by `hold` as a pass admits jobs."""
+    from scheduler.fairshare import borrowable
+
+    tenant = job.tenant.name
+    mine = {s.pool: s for s in pic.shares if s.tenant == tenant}
+    for pool, gpus in job_gpus(job.rollout_gpus, job.train_gpus, pic.types).items():
+        share = mine.get(pool)
+        if share is None or gpus <= 0 or share.nominal >= pic.capacity.get(pool, 0):
+            continue  # (no quota, or one that covers the pool: it never borrows)
+        held = pic.held.get(tenant, {}).get(pool, 0)
+        over = max(0, held + gpus - share.nominal) - max(0, held - share.nominal)
+        if over <= 0:
+            continue
+        free = borrowable(tenant, pool, pic.held, pic.shares + pic.idle_shares, pic.capacity)
+        if over > free:
+            return (
+                f"it would borrow {over} {pool} GPUs beyond its tenant's nominal quota of "
+                f"{share.nominal}, and {free} are not kept by other tenants (lending limits)"
+            )
+    return None
+
+
+def hold(job: Job, pic: Picture) -> None:
+    """Count an admitted job's GPUs in the picture's holdings (the rest of the pass)."""
+    tenant = pic.held.setdefault(job.tenant.name, {})
+    for pool, gpus in job_gpus(job.rollout_gpus, job.train_gpus, pic.types).items():
+        tenant[pool] = tenant.get(pool, 0) + gpus

@@ -312,3 +312,29 @@ def test_a_pass_marks_a_borrower_to_yield_but_never_gold_or_a_young_job(world, s
     )
     entry = AuditEntry.objects.get(action="job.preempt_request")
     assert entry.after["for_job"] == newcomer.pk and entry.after["kind"] == "reclaim"
+
+
+@pytest.mark.parametrize(("speech_lends", "admitted"), [(0, False), (None, True)])
+def test_a_borrower_gets_only_what_other_tenants_lend(world, speech_lends, admitted):
+    """vision holds its nominal 16 H800 GPUs and asks for 16 more; speech, idle, keeps its
+    whole nominal 16 (lending limit 0) or lends all of it (no limit)."""
+    from rollmux_web import ports
+    from rollmux_web.workflow.services import planning
+    from tests.workers.builders import NoTriggers, Recorder
+
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, max_gpus=16, borrowing_limit=16)
+    Quota.objects.create(
+        tenant=world.speech, gpu_type=world.h800, max_gpus=16, lending_limit=speech_lends
+    )
+    make_job(world, name="nominal", rollout_gpus=8, train_gpus=16, status=JobStatus.RUNNING)
+    borrower = make_job(world, name="borrower", rollout_gpus=8, train_gpus=16)
+    with ports.override(dispatcher=Recorder(), triggers=NoTriggers()):
+        summary = planning.queue_plan()
+    assert (summary.placed == [borrower.pk]) is admitted
+    borrower.refresh_from_db()
+    if not admitted:
+        assert borrower.status == JobStatus.QUEUED
+        assert (
+            "would borrow 16 H800 GPUs beyond its tenant's nominal quota of 16" in borrower.reason
+        )
+        assert "0 are not kept by other tenants" in borrower.reason

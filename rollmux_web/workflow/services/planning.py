@@ -356,6 +356,10 @@ def _place_one(
     asked = snapshot.resume_profile(job, profile, writes.now)
     asked = snapshot.held_young(asked, iterations=job.iterations)
     result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
+    if result.status is PlacementStatus.FIT and run.picture is not None:
+        refused = fairshare.lending_refusal(job, run.picture)
+        if refused is not None:  # what other tenants keep of their nominal quota is not lent
+            result = PlacementResult(PlacementStatus.RETRY, refused)
     for _ in range(STALE_RETRIES):
         if result.status is not PlacementStatus.FIT or result.placement is None:
             break
@@ -373,6 +377,8 @@ def _place_one(
     else:  # stale every time: the cluster churns; the next pass tries again
         result = PlacementResult(PlacementStatus.RETRY, "the cluster changed; planning again")
         out.again.add(job.pk)
+    if result.status is PlacementStatus.FIT and run.picture is not None:
+        fairshare.hold(job, run.picture)
     metrics.observe_admission(result.status.name.lower(), time.perf_counter() - decided)
     return result
 
