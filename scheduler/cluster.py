@@ -15,11 +15,19 @@ The web app names its nodes in the inventory; it never calls `node_name`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from scheduler.model import ClusterSpec, ClusterState, JobProfile, Node, Pool
 
-__all__ = ["cluster_nodes", "empty_state", "make_node", "node_name", "nodes_needed"]
+__all__ = [
+    "cluster_nodes",
+    "empty_state",
+    "initial_state",
+    "make_node",
+    "node_name",
+    "nodes_needed",
+    "unbounded_node_counts",
+]
 
 
 def node_name(spec: ClusterSpec, pool: Pool, index: int) -> str:
@@ -70,3 +78,21 @@ def empty_state(spec: ClusterSpec) -> ClusterState:
 def nodes_needed(job: JobProfile, spec: ClusterSpec, pool: Pool) -> int:
     """Return how many whole nodes of `pool` the job's phase on that pool takes."""
     return -(-job.gpus(pool) // spec.gpu_type(pool).gpus_per_node)
+
+
+def unbounded_node_counts(spec: ClusterSpec, jobs: Iterable[JobProfile]) -> dict[Pool, int]:
+    """Return, per pool, enough nodes that no run of `jobs` can ever exhaust it."""
+    counts = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
+    for job in jobs:
+        for pool in (Pool.ROLLOUT, Pool.TRAIN):
+            counts[pool] += nodes_needed(job, spec, pool)
+    # colocated runs rollouts on training nodes: it needs no rollout nodes but may
+    # need the rollout-sized count on the training side too; the sum covers both.
+    return {pool: max(1, counts[Pool.ROLLOUT] + counts[Pool.TRAIN]) for pool in counts}
+
+
+def initial_state(spec: ClusterSpec, jobs: Sequence[JobProfile]) -> ClusterState:
+    """Return an empty ClusterState for `spec`, materialising unbounded pools (sized for
+    `jobs`: `unbounded_node_counts`); `empty_state` when every pool is bounded."""
+    unbounded = unbounded_node_counts(spec, jobs)
+    return ClusterState(spec=spec, nodes=cluster_nodes(spec, unbounded=unbounded), groups=())

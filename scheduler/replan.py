@@ -44,10 +44,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import numpy as np
-from scipy import stats
 
 from scheduler.config import PlannerConfig
 from scheduler.meta_iteration import group_loads, steady_iteration_times
@@ -56,6 +54,7 @@ from scheduler.planner import remove_job
 from scheduler.planner.consolidation import admit, destination_keeps_slo, restart_seconds
 from scheduler.planner.objective import JobProgress
 from scheduler.slo import DEFAULT_SLO_MARGIN, SLO_EPS, expected_profile
+from scheduler.trend import MIN_OBSERVED, TREND_ALPHA, Trend, fit_trend
 
 __all__ = [
     "Move",
@@ -99,97 +98,11 @@ MAX_REPLANS = 3  # per job: each costs a restart
 # boundary). Checking at every boundary (measured, docs/results.md section 9) saves a few
 # short jobs and costs more moves on noise.
 CHECK_EVERY = WINDOW
-# a slope counts as drift when significant at this level (two-sided; 3 standard errors
-# of a normal): checked every WINDOW iterations over a long run, a looser test moves
-# jobs that do not drift
-TREND_ALPHA = 0.0027
-MIN_OBSERVED = 5  # iterations observed before the observations replace the plan
 SEGMENTS = 3  # pieces of the remaining run the projection evaluates
-# a forecast duration never falls below this share of the fitted current one (the speed
-# model already slows the fall; this bounds a noisy steep fit)
-FLOOR = 0.2
 # [I] a run this short (iterations) is over about when a trend of it could show (4 checks)
 SHORT_RUN = 20
 # [I] the strongest decreasing template's mean scale over a run: ln(2.5) / 1.5
 SHRINK_MEAN = math.log(2.5) / 1.5
-
-
-@dataclass(frozen=True)
-class Trend:
-    """A fitted duration: `level` at the next iteration (0 ahead), changing per iteration
-    by `slope` (linear, growth) or with a speed (1 / duration) changing by `rate_slope`
-    (shrinkage). Both zero: flat at `level`."""
-
-    level: float
-    slope: float = 0.0
-    rate_slope: float = 0.0
-
-    def at(self, ahead: float) -> float:
-        """Return the forecast duration `ahead` iterations after the next one."""
-        if self.slope:
-            value = self.level + self.slope * ahead
-        elif self.rate_slope:
-            rate = 1.0 / self.level + self.rate_slope * ahead
-            value = 1.0 / rate if rate > 0 else math.inf
-        else:
-            return self.level
-        return max(value, FLOOR * self.level)
-
-    def mean(self, a: float, b: float) -> float:
-        """Return the mean forecast over iterations a..b ahead (b > a): exact for the
-        linear model (but for its floor), a three-point Simpson rule for the speed model."""
-        if self.slope:
-            return 0.5 * (self.at(a) + self.at(b))
-        if self.rate_slope:
-            return (self.at(a) + 4.0 * self.at(0.5 * (a + b)) + self.at(b)) / 6.0
-        return self.level
-
-    @property
-    def drifts(self) -> bool:
-        """Return True when the fit found a significant trend."""
-        return bool(self.slope or self.rate_slope)
-
-
-def _ols(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Return (slope, its standard error, the fit's value one step after x[-1]) of y on x."""
-    n = len(x)
-    xm, ym = float(x.mean()), float(y.mean())
-    dx = x - xm
-    sxx = float(dx @ dx)
-    slope = float(dx @ (y - ym)) / sxx
-    resid = y - (ym + slope * dx)
-    se = math.sqrt(float(resid @ resid) / (n - 2) / sxx) if n > 2 else math.inf
-    return slope, se, ym + slope * (float(dx[-1]) + 1.0)
-
-
-@lru_cache(maxsize=512)
-def _critical(dof: int, alpha: float) -> float:
-    """Return Student's t two-sided critical value at `alpha` with `dof` degrees of freedom."""
-    return float(stats.t.isf(alpha / 2.0, dof))
-
-
-def fit_trend(durations: Sequence[float], *, alpha: float = TREND_ALPHA) -> Trend:
-    """Return the trend of a job's observed phase durations (oldest first; module doc).
-
-    Fewer than `MIN_OBSERVED` observations, or a slope not significant at `alpha`
-    (Student's t on the least-squares slope): flat at their mean.
-    """
-    y = np.asarray(durations, dtype=float)
-    if len(y) == 0:
-        raise ValueError("a trend needs at least one observed duration")
-    flat = Trend(float(y.mean()))
-    if len(y) < MIN_OBSERVED or float(y.min()) <= 0:
-        return flat
-    x = np.arange(len(y), dtype=float)
-    slope, se, level = _ols(x, y)
-    if not abs(slope) > _critical(len(y) - 2, alpha) * se:
-        return flat
-    if slope > 0:
-        return Trend(max(level, SLO_EPS), slope=slope)
-    rate_slope, _se, rate = _ols(x, 1.0 / y)
-    if rate_slope <= 0 or rate <= 0:
-        return flat
-    return Trend(1.0 / rate, rate_slope=rate_slope)
 
 
 @dataclass(frozen=True)

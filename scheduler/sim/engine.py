@@ -20,11 +20,11 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
-from scheduler.cluster import cluster_nodes
+from scheduler.cluster import initial_state
 from scheduler.config import PlannerConfig
 from scheduler.model import (
     ClusterSpec,
@@ -34,12 +34,11 @@ from scheduler.model import (
     Member,
     PhaseKind,
     Placement,
-    PlacementResult,
     PlacementStatus,
     Pool,
 )
 from scheduler.planner import update_job
-from scheduler.planner.consolidation import Move, restart_seconds
+from scheduler.planner.consolidation import restart_seconds
 from scheduler.planner.objective import JobProgress
 from scheduler.replan import Move as ReplanMove
 from scheduler.replan import (
@@ -52,7 +51,7 @@ from scheduler.replan import (
     resolve,
 )
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
-from scheduler.sim.longtail import LongTailModel
+from scheduler.sim.protocols import Policy, Runtime, SimulationError
 from scheduler.sim.records import JobRecord, MoveRecord, PhaseRecord, RunResult, draw_durations
 
 if TYPE_CHECKING:
@@ -65,78 +64,6 @@ ARRIVAL = 1
 RETRY_TIMER = "retry"  # an ARRIVAL-priority event with this group id: retry the queue
 
 EPS = 1e-6
-
-
-class SimulationError(RuntimeError):
-    """Signal a broken invariant (e.g. a node asked to run two phases at once)."""
-
-
-class PhaseStartLike(Protocol):
-    """What the engine reads from a runtime's phase start (core `PhaseStart`)."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def kind(self) -> PhaseKind: ...
-    @property
-    def iteration(self) -> int: ...
-    @property
-    def nodes(self) -> tuple[str, ...]: ...
-    @property
-    def switch(self) -> bool: ...
-
-
-class Runtime(Protocol):
-    """The intra-group runtime the engine drives (core `GroupRuntime` and ours)."""
-
-    def admit(self, member: Member, *, iterations: int, start_iteration: int = 0) -> Any: ...
-    def remove(self, job_id: str) -> Any: ...
-    def start_ready(self) -> Sequence[PhaseStartLike]: ...
-    def finish(self, job_id: str, kind: PhaseKind) -> Any: ...
-
-
-class Policy(Protocol):
-    """A placement policy as the engine sees it (see scheduler.sim.policies)."""
-
-    name: str
-
-    def place(
-        self,
-        job: JobProfile,
-        state: ClusterState,
-        progress: Mapping[str, JobProgress] | None = None,
-        now: float = 0.0,
-    ) -> PlacementResult: ...
-    def arrival_movers(self) -> Sequence[str]: ...
-    def apply(
-        self, state: ClusterState, job: JobProfile, placement: Placement, group_id: str
-    ) -> ClusterState: ...
-    def remove(self, state: ClusterState, job_id: str) -> ClusterState: ...
-    @property
-    def long_tail(self) -> LongTailModel | None: ...
-    def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime: ...
-    def job_done(self, result: Any, job_id: str) -> bool: ...
-    def on_departure(
-        self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
-    ) -> Sequence[str]: ...
-    def move(
-        self,
-        state: ClusterState,
-        job_id: str,
-        now: float,
-        progress: Mapping[str, JobProgress],
-        *,
-        new_group_id: str | None = None,
-    ) -> tuple[ClusterState, Move] | None: ...
-    def lone_wait_s(self, state: ClusterState, job: JobProfile) -> float | None: ...
-    def partners_keep_slo(
-        self,
-        without: ClusterState,
-        result: PlacementResult,
-        restart_s: float,
-        now: float,
-        progress: Mapping[str, JobProgress],
-    ) -> bool: ...
 
 
 # A heap entry: (time, priority, seq, job id, phase kind or None, group id). Plain
@@ -153,24 +80,6 @@ def _group_nodes(state: ClusterState) -> set[str]:
             nodes.update(member.rollout_nodes)
             nodes.update(member.train_nodes)
     return nodes
-
-
-def unbounded_node_counts(spec: ClusterSpec, jobs: Iterable[JobProfile]) -> dict[Pool, int]:
-    """Return, per pool, enough nodes that no run of `jobs` can ever exhaust it."""
-    counts = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
-    for job in jobs:
-        for pool in (Pool.ROLLOUT, Pool.TRAIN):
-            per_node = spec.gpu_type(pool).gpus_per_node
-            counts[pool] += -(-job.gpus(pool) // per_node)
-    # colocated runs rollouts on training nodes: it needs no rollout nodes but may
-    # need the rollout-sized count on the training side too; the sum covers both.
-    return {pool: max(1, counts[Pool.ROLLOUT] + counts[Pool.TRAIN]) for pool in counts}
-
-
-def initial_state(spec: ClusterSpec, jobs: Sequence[JobProfile]) -> ClusterState:
-    """Return an empty ClusterState for `spec`, materialising unbounded pools."""
-    unbounded = unbounded_node_counts(spec, jobs)
-    return ClusterState(spec=spec, nodes=cluster_nodes(spec, unbounded=unbounded), groups=())
 
 
 class Simulation:

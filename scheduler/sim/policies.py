@@ -49,8 +49,8 @@ from scheduler.planner.consolidation import (
     restart_of,
 )
 from scheduler.planner.objective import JobProgress
-from scheduler.sim.engine import Runtime
 from scheduler.sim.longtail import LongTailModel
+from scheduler.sim.protocols import Runtime
 
 # what a replayed fixed plan (`optimal`, the MILP's) runs inside its groups: rollmux's
 # runtime (long-tail migration at the shipped threshold), no admission of its own
