@@ -12,12 +12,9 @@ with exponential backoff by Celery, up to ROLLMUX_NOTIFY_MAX_ATTEMPTS tries.
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import logging
 import secrets
 import smtplib
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -25,7 +22,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-import certifi
 import urllib3
 from django.conf import settings
 from django.core import signing as django_signing
@@ -41,7 +37,14 @@ from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import is_admin
 from rollmux_web.audit.services import audit_record
-from rollmux_web.notifications import signing
+from rollmux_web.notifications import destinations
+from rollmux_web.notifications.destinations import (
+    check_webhook_url,
+    destination_refusal,
+    post_pinned,
+    resolve_destination,
+    webhook_request,
+)
 from rollmux_web.notifications.models import (
     Channel,
     Delivery,
@@ -51,7 +54,6 @@ from rollmux_web.notifications.models import (
 )
 
 log = logging.getLogger(__name__)
-WEBHOOK_TIMEOUT_S = 10.0
 BUDGET_THRESHOLDS = ((0.8, events.BUDGET_80), (1.0, events.BUDGET_100))
 TEST_KIND = "test"
 CONFIRM_KIND = "confirm"  # the one delivery an email address gets before it is confirmed
@@ -68,69 +70,6 @@ class PermanentDeliveryError(DeliveryError):
 
 
 # --- subscriptions ---------------------------------------------------------------------------
-
-
-def _check_webhook_url(url: str) -> None:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValidationError({"target": ["Use an http:// or https:// URL with a host."]})
-    if parsed.username or parsed.password:
-        raise ValidationError(
-            {"target": ["Put no credentials in the URL: the signature authenticates."]}
-        )
-
-
-def _not_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Return whether a webhook may not go to `address`: anything but a global unicast
-    address (loopback, private, link-local, shared, reserved, multicast, unspecified), also
-    when it hides in an IPv6 address (IPv4-mapped, 6to4, Teredo)."""
-    if isinstance(address, ipaddress.IPv6Address):
-        teredo = address.teredo
-        for inner in (address.ipv4_mapped, address.sixtofour, teredo[1] if teredo else None):
-            if inner is not None and _not_public(inner):
-                return True
-    return (
-        not address.is_global
-        or address.is_multicast
-        or address.is_reserved
-        or address.is_unspecified
-        or address.is_loopback
-        or address.is_link_local
-    )
-
-
-def _port(url: str) -> int:
-    parsed = urlparse(url)
-    return parsed.port or (443 if parsed.scheme == "https" else 80)
-
-
-def resolve_destination(url: str) -> tuple[str, str | None]:
-    """Resolve the host of `url` once: return (why the server will not post there, or "";
-    the address to connect to, None when the name does not resolve now).
-
-    Every address the name resolves to must be public unless ROLLMUX_WEBHOOK_ALLOW_PRIVATE
-    is set (else any user could make the server call its own network). The delivery then
-    connects to the address checked here, never resolving the name again: a name that
-    answers a public address to the check and 127.0.0.1 to the POST (DNS rebinding) reaches
-    only the public one.
-    """
-    host = urlparse(url).hostname or ""
-    try:
-        infos = socket.getaddrinfo(host, _port(url), type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
-        return "", None  # not resolvable now: the delivery fails (and retries) instead
-    addresses = [str(info[4][0]) for info in infos]
-    if not settings.ROLLMUX_WEBHOOK_ALLOW_PRIVATE:
-        for raw in addresses:
-            address = ipaddress.ip_address(raw.split("%", 1)[0])
-            if _not_public(address):
-                return f"{host} resolves to {address}, a non-public address", None
-    return "", addresses[0] if addresses else None
-
-
-def destination_refusal(url: str) -> str:
-    """Return why the server will not post to `url`, or "" (see resolve_destination)."""
-    return resolve_destination(url)[0]
 
 
 def subscription_create(
@@ -159,7 +98,7 @@ def subscription_create(
             errors["target"] = ["Enter a valid email address."]
     else:
         try:
-            _check_webhook_url(target)
+            check_webhook_url(target)
         except ValidationError as exc:
             errors.update(exc.message_dict)
         else:
@@ -746,54 +685,6 @@ def _send_email(sub: Subscription, payload: dict[str, Any]) -> None:
         raise DeliveryError(f"mail server: {type(exc).__name__}: {exc}"[:300]) from exc
 
 
-def webhook_request(
-    sub: Subscription, delivery: Delivery, *, now: float | None = None
-) -> tuple[bytes, dict[str, str]]:
-    """Return the body and headers of a webhook delivery, signed with the endpoint's secret."""
-    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
-    timestamp = int(time.time() if now is None else now)
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "RollMux-Webhook/1",
-        signing.EVENT_HEADER: delivery.event_kind,
-        signing.DELIVERY_HEADER: str(delivery.pk),
-        signing.TIMESTAMP_HEADER: str(timestamp),
-        signing.SIGNATURE_HEADER: signing.sign(sub.secret, timestamp, body),
-    }
-    return body, headers
-
-
-def post_pinned(url: str, address: str, body: bytes, headers: dict[str, str]) -> int:
-    """POST `body` to `url` over a connection to `address` (the one resolve_destination
-    checked), with the URL's host in the Host header and, for https, in the TLS server name
-    and the certificate check; no redirect is followed, no proxy used. Return the status."""
-    parsed = urlparse(url)
-    host = parsed.hostname or ""
-    path = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
-    timeout = urllib3.Timeout(connect=WEBHOOK_TIMEOUT_S, read=WEBHOOK_TIMEOUT_S)
-    pool: urllib3.HTTPConnectionPool
-    if parsed.scheme == "https":
-        pool = urllib3.HTTPSConnectionPool(
-            address,
-            _port(url),
-            timeout=timeout,
-            retries=False,
-            cert_reqs="CERT_REQUIRED",
-            ca_certs=certifi.where(),
-            server_hostname=host,
-            assert_hostname=host,
-        )
-    else:
-        pool = urllib3.HTTPConnectionPool(address, _port(url), timeout=timeout, retries=False)
-    try:
-        resp = pool.urlopen(
-            "POST", path, body=body, headers={**headers, "Host": parsed.netloc}, redirect=False
-        )
-        return int(resp.status)
-    finally:
-        pool.close()
-
-
 def _send_webhook(sub: Subscription, delivery: Delivery) -> int:
     refusal, address = resolve_destination(sub.target)
     if refusal:
@@ -806,7 +697,7 @@ def _send_webhook(sub: Subscription, delivery: Delivery) -> int:
     except urllib3.exceptions.NewConnectionError as exc:  # (a TimeoutError subclass)
         raise DeliveryError("could not connect") from exc
     except urllib3.exceptions.TimeoutError as exc:
-        raise DeliveryError(f"no answer within {WEBHOOK_TIMEOUT_S:g} s") from exc
+        raise DeliveryError(f"no answer within {destinations.WEBHOOK_TIMEOUT_S:g} s") from exc
     except (urllib3.exceptions.ProtocolError, urllib3.exceptions.SSLError, OSError) as exc:
         raise DeliveryError("could not connect") from exc
     except urllib3.exceptions.HTTPError as exc:

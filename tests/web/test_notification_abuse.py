@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from rollmux_web import events
-from rollmux_web.notifications import services
+from rollmux_web.notifications import destinations, services
 from rollmux_web.notifications.models import Delivery, DeliveryStatus, Subscription
 from tests.web.test_notifications import (  # noqa: F401  (fixtures)
     Inbox,
@@ -227,7 +227,7 @@ def test_webhook_targets_refuse_every_non_public_address(world: Any, target: str
 
 def test_public_addresses_pass_the_webhook_check() -> None:
     for raw in ("93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "8.8.8.8"):
-        assert not services._not_public(ipaddress.ip_address(raw)), raw
+        assert not destinations.not_public(ipaddress.ip_address(raw)), raw
 
 
 class _Resolver:
@@ -279,7 +279,7 @@ def test_a_rebinding_name_never_reaches_the_private_address(
     settings: Any,
 ) -> None:
     settings.ROLLMUX_WEBHOOK_ALLOW_PRIVATE = False
-    monkeypatch.setattr(services, "WEBHOOK_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(destinations, "WEBHOOK_TIMEOUT_S", 1.0)
     port = receiver.server.server_port
     # public to the check (a public address; the test machine has no route out, so the
     # POST fails within the 1 s timeout), loopback to any later lookup
