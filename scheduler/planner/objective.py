@@ -139,12 +139,16 @@ def members_remaining_cost(
     ski-rental wait, then co-located after its restart, when that is cheaper.
     Memoised within a consolidation pass (scheduler.planner.memo).
     """
-    if not in_scope(progress):
+
+    def compute() -> float:
         return _members_remaining_cost(
             members, price_per_hour, progress, switch_overhead_s=switch_overhead_s,
             extra_s=extra_s, colocated_factor=colocated_factor,
             lone_restart_s=lone_restart_s, lone_now=lone_now,
         )  # fmt: skip
+
+    if not in_scope(progress):
+        return compute()
     key = (
         tuple(members),
         switch_overhead_s,
@@ -153,22 +157,7 @@ def members_remaining_cost(
         lone_restart_s,
         lone_now,
     )
-    return cached(
-        "members_remaining_cost",
-        key,
-        lambda: _members_remaining_cost(
-            members,
-            price_per_hour,
-            progress,
-            switch_overhead_s=switch_overhead_s,
-            extra_s=extra_s,
-            colocated_factor=colocated_factor,
-            lone_restart_s=lone_restart_s,
-            lone_now=lone_now,
-        ),  # fmt: skip
-        progress=progress,
-        reads_progress=True,
-    )
+    return cached("members_remaining_cost", key, compute, progress=progress, reads_progress=True)
 
 
 def _members_remaining_cost(
