@@ -102,18 +102,7 @@ class QuotaSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Quota
-        fields = [
-            "id",
-            "tenant",
-            "gpu_type",
-            "max_gpus",
-            "monthly_gpu_hours",
-            "monthly_budget_usd",
-            "borrowing_limit",
-            "lending_limit",
-            "weight",
-            "usage",
-        ]
+        fields = ["id", *services.QUOTA_FIELDS, "usage"]  # the fields the service writes and audits
         read_only_fields = ["id", "usage"]
         validators: list[Any] = []  # the service reports the duplicate on gpu_type
 
