@@ -87,14 +87,16 @@ def queue_plan(
     2. consolidate: mark the survivors of departures the planner would move at their next
        iteration boundary (`consolidation.consolidation_plan`);
     3. the heads: the queued jobs in planning order (priority desc, then those back from
-       a yield (`resuming_first`), then submission time), less those waiting for a
-       capacity that has not changed since they last tried (`_heads`);
+       a yield (`resuming_first`), then the tenant's weighted share with fair share on
+       (`_fair_order`), then submission time), less those waiting for a capacity that has
+       not changed since they last tried (`_heads`);
     4. snapshot nodes and active groups with the members' progress
        (`snapshot.planner_input`), and what the pass reads once (`_run_read`);
     5. admit, per batch of jobs, in one transaction (`_batch_place`): claim the jobs still
        queued (row locks on the job rows only), decide each with the simulator's rollmux
        adapter and the live levers (`levers.place_job`), applying each decision to the
-       snapshot so the next job sees it; the writer (`plan_writer.PlanWriter`) writes the
+       snapshot so the next job sees it (a borrower only onto what other tenants lend:
+       `fairshare.lending_refusal`; a job that does not fit may mark preemptions); the writer (`plan_writer.PlanWriter`) writes the
        batch's decisions at its end, one statement per table (Placement, ExecutionGroup
        for a new group, NodeAllocations from `now`, taken after the lock and the snapshot,
        the job rows, the group runtimes that admitted them and the phases they start);
