@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from rollmux_cli import cli
+from rollmux_cli import views
 from tests.cli.test_cli import run
 
 
@@ -66,8 +66,8 @@ def test_shell_completion_scripts_know_the_commands(tmp_path: Path) -> None:
 
 
 def test_long_names_keep_their_distinguishing_end() -> None:
-    a = cli._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-1", 24)
-    b = cli._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-2", 24)
+    a = views._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-1", 24)
+    b = views._fit("agentic-qwen2.5-7b-swe-d1-with-a-very-long-suffix-2", 24)
     assert len(a) == 24 and a != b and a.endswith("-1") and "…" in a
-    assert cli._fit("short", 24) == "short"
-    assert cli._utc("2026-11-29T23:05:43.123+01:00") == "2026-11-29 22:05:43Z"
+    assert views._fit("short", 24) == "short"
+    assert views._utc("2026-11-29T23:05:43.123+01:00") == "2026-11-29 22:05:43Z"
