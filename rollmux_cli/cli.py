@@ -2,8 +2,8 @@
 
     rollmux login [--username U]              store an API token (asks for the password)
     rollmux get jobs|groups|nodes             list them (jobs: --status, --tenant, --limit)
-    rollmux describe job ID                   status, reason, placement, estimates, phases,
-                                              training metrics, cost
+    rollmux describe job ID                   status, reason, place in the queue, placement,
+                                              estimates, phases, training metrics, cost
     rollmux submit SPEC [--dry-run]           submit a YAML/JSON spec, or print the planner's
                                               answer for it without submitting (sbatch --test-only)
     rollmux submit --example                  print an example spec with every field explained

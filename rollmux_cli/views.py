@@ -184,6 +184,11 @@ def describe_text(d: dict[str, Any]) -> str:
         "Status", job["status"] + (" (cancel requested)" if job.get("cancel_requested") else "")
     )
     lines += _wrap("Reason", job.get("reason"))
+    queue = d.get("queue")  # only while queued
+    if queue:
+        lines += _wrap("Queue", f"position {queue['position']}: {queue['why']}")
+        if queue.get("waiting"):
+            lines += _wrap("Waiting", queue["waiting"])
     if job.get("error") and job["error"] != job.get("reason"):
         lines += _wrap("Error", job["error"])
     lines += _wrap("SLO", f"{job['slo_class']} ({job['slo']:g}x slowdown tolerated)")

@@ -35,6 +35,7 @@ from rollmux_web.jobs.serializers import JobSerializer, JobSubmitRequestSerializ
 from rollmux_web.jobs.services import JobRejected, quota_refusal, validate_spec
 from rollmux_web.reports.selectors.cost import cost_report
 from rollmux_web.reports.whatif_selectors import whatif_preview
+from rollmux_web.workflow import fairshare
 from rollmux_web.workflow.models import PhaseRecord, PhaseState
 
 
@@ -227,9 +228,14 @@ class JobDescribeView(GenericAPIView):
     )
     def get(self, request: Request, job_id: str) -> Response:
         job = job_get(user=request.user, job_id=_job_id(job_id))
+        queued = fairshare.position_of(job, request.user, timezone.now())
         return Response(
             {
                 "job": JobSerializer(job).data,
+                # None unless queued: its place in the planning order and why it waits
+                "queue": None
+                if queued is None
+                else {"position": queued.position, "why": queued.why, "waiting": queued.waiting},
                 "estimates": estimates(job),
                 "phases": phases_summary(job),
                 # None: no phase reported training metrics (e.g. an `emulated` job)

@@ -408,3 +408,26 @@ def test_describe_job_shows_its_reward_course_and_latest_training_metrics(
     assert "Latest: iteration 3 (attempt 3): reward_mean 0.75, reward_std 0.1, loss 0.25" in text
     code, out, _ = run(["describe", "job", str(mine.pk), "-o", "json"])
     assert json.loads(out)["training"]["latest"]["samples"] == 64.0
+
+
+def test_describe_job_of_a_queued_job_says_its_place_in_the_queue_and_why(
+    world: Any, env: dict[str, str], monkeypatch: Any
+) -> None:
+    from tests.reports.builders import make_job
+
+    first = make_job(world, name="first", status=JobStatus.QUEUED)
+    second = make_job(world, name="second", status=JobStatus.QUEUED)
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, err = run(["describe", "job", str(second.pk), "-o", "json"])
+    assert code == 0, err
+    queue = json.loads(out)["queue"]
+    assert queue["position"] == 2 and queue["why"]
+    code, out, err = run(["describe", "job", str(second.pk)])
+    assert code == 0, err
+    assert f"Queue: position 2: {queue['why']}" in " ".join(out.split())
+    code, out, _ = run(["describe", "job", str(first.pk), "-o", "json"])
+    assert json.loads(out)["queue"]["position"] == 1
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.RUNNING)
+    code, out, _ = run(["describe", "job", str(first.pk)])
+    body = " ".join(out.split())
+    assert code == 0 and "Queue:" not in body  # only a queued job has a place in the queue
