@@ -24,8 +24,10 @@ Public API (kept stable; rollmux_web imports it):
 - `quota_check(job, held, shares)`: `QuotaVerdict` (WITHIN_NOMINAL, BORROWS, OVER_LIMIT)
   with a reason; `held` is tenant -> pool -> GPUs held now.
 - `preemption_targets(job, running, shares, *, free, need, capacity, now_s, policy,
-  group_frees)`: `PreemptionPlan(decision, reason, victims, kind)`, decision FITS, WAIT,
-  PREEMPT or BLOCKED, kind reclaim / fair_share / priority; Kueue's GetTargets, pure.
+  group_frees, held)`: `PreemptionPlan(decision, reason, victims, kind)`, decision FITS,
+  WAIT, PREEMPT or BLOCKED, kind reclaim / fair_share / priority; Kueue's GetTargets, pure.
+  `held`: `running_holdings(running)` when the caller asks for many jobs on one set of
+  running jobs (a planning pass: computed once, not per waiting job).
   `PreemptionPolicy(preemptible, min_run_s, grace_s, fair_share)` says who may be
   preempted and when (`fair_share=False`: reclaim and priority only).
 - `borrowed_share(tenant, held, shares, capacity)`: the share the no-loop rule compares.
@@ -504,7 +506,8 @@ def _minus(held: Mapping[str, int], jobs: Iterable[RunningJob]) -> dict[str, int
     return out
 
 
-def _holdings(running: Iterable[RunningJob]) -> dict[str, dict[str, int]]:
+def running_holdings(running: Iterable[RunningJob]) -> dict[str, dict[str, int]]:
+    """Return tenant -> pool -> GPUs the running jobs hold."""
     held: dict[str, dict[str, int]] = {}
     for r in running:
         mine = held.setdefault(r.tenant, {})
@@ -524,6 +527,7 @@ def preemption_targets(
     now_s: float,
     policy: PreemptionPolicy | None = None,
     group_frees: Mapping[str, Mapping[str, int]] | None = None,
+    held: Mapping[str, Mapping[str, int]] | None = None,
 ) -> PreemptionPlan:
     """Return whom to evict so `job` can start (module docstring: candidates, ranking,
     grace, no-loop rule).
@@ -531,7 +535,8 @@ def preemption_targets(
     `free`: GPUs on free whole nodes per pool now; `need`: GPUs on free whole nodes the
     job needs per pool (what a new co-execution group for it takes); `capacity`: each
     pool's GPUs; `group_frees`: per co-execution group, the GPUs on whole nodes its
-    members share (freed only when all leave).
+    members share (freed only when all leave); `held`: `running_holdings(running)`, given
+    by a caller that keeps it (read only).
     """
     policy = policy or PreemptionPolicy()
     group_frees = group_frees or {}
@@ -540,7 +545,7 @@ def preemption_targets(
     short = _short(need, free)
     if not short:
         return PreemptionPlan(PreemptionDecision.FITS, "fits in the free capacity")
-    held = _holdings(running)
+    held = running_holdings(running) if held is None else held
     verdict = quota_check(job, held, share_list)
     if verdict.status is QuotaStatus.OVER_LIMIT:
         return PreemptionPlan(PreemptionDecision.BLOCKED, verdict.reason)

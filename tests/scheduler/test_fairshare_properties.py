@@ -26,6 +26,7 @@ from scheduler.fairshare import (
     preemption_targets,
     queue_order,
     quota_check,
+    running_holdings,
     shares_by_tenant,
 )
 
@@ -117,6 +118,12 @@ def test_fair_share_preemption_cannot_loop(
             plan = preemption_targets(
                 job, list(running.values()), shares, free=free, need=job.gpus,
                 capacity=capacity, now_s=NOW, policy=POLICY,
+            )  # fmt: skip
+            # the holdings a caller keeps for many jobs (a planning pass) decide alike
+            kept = running_holdings(running.values())
+            assert plan == preemption_targets(
+                job, list(running.values()), shares, free=free, need=job.gpus,
+                capacity=capacity, now_s=NOW, policy=POLICY, held=kept,
             )  # fmt: skip
             if plan.decision is PreemptionDecision.FITS:
                 # a free admission: within the tenant's borrowing limit only

@@ -61,6 +61,7 @@ from scheduler.fairshare import (
     PreemptionPolicy,
     RunningJob,
     preemption_targets,
+    running_holdings,
 )
 from scheduler.model import ClusterState
 
@@ -76,12 +77,33 @@ def policy() -> PreemptionPolicy:
     )
 
 
-def _nodes_gpus(state: ClusterState, names: set[str], *, usable: bool) -> dict[str, int]:
-    """Return the GPUs of `names` per GPU type (`usable`: leaving out drained nodes)."""
+def _nodes_gpus(
+    state: ClusterState,
+    names: set[str],
+    *,
+    usable: bool,
+    at: dict[str, list[int]] | None = None,
+) -> dict[str, int]:
+    """Return the GPUs of `names` per GPU type (`usable`: leaving out drained nodes), in
+    the state's node order. `at`: each node's position in `state.nodes` (`_positions`),
+    for a caller that asks about many sets of one state (a few names of thousands)."""
     out: dict[str, int] = defaultdict(int)
-    for node in state.nodes:
-        if node.name in names and not (usable and node.cordoned):
+    nodes = state.nodes
+    if at is None:
+        chosen = [node for node in nodes if node.name in names]
+    else:
+        chosen = [nodes[i] for i in sorted(i for n in names for i in at.get(n, ()))]
+    for node in chosen:
+        if not (usable and node.cordoned):
             out[node.gpu_type] += node.gpus
+    return dict(out)
+
+
+def _positions(state: ClusterState) -> dict[str, list[int]]:
+    """Return the positions in `state.nodes` of each node name."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for i, node in enumerate(state.nodes):
+        out[node.name].append(i)
     return dict(out)
 
 
@@ -102,6 +124,7 @@ def _running(
     free once all its members leave, and the GPUs already being freed (victims marked
     before, still running to their boundary) per GPU type."""
     members = {m.job.id: (g, m) for g in state.groups for m in g.members}
+    at = _positions(state)
     rows = {
         str(p.job_id): p
         for p in Placement.objects.filter(
@@ -134,7 +157,7 @@ def _running(
             placement = rows.get(m.job.id)
             if placement is None:
                 continue
-            frees = _nodes_gpus(state, own, usable=True)
+            frees = _nodes_gpus(state, own, usable=True, at=at)
             if placement.move_requested == MoveKind.PREEMPT:
                 for gt, g in frees.items():
                     freeing[gt] += g
@@ -159,7 +182,7 @@ def _running(
                     ends_s=now_s + left * per_iteration,
                 )
             )
-        group_frees[group.id] = _nodes_gpus(state, nodes - own_all, usable=True)
+        group_frees[group.id] = _nodes_gpus(state, nodes - own_all, usable=True, at=at)
     return running, group_frees, dict(freeing)
 
 
@@ -176,15 +199,17 @@ def _queued_since(job: Job) -> datetime:
 
 @dataclass
 class Memo:
-    """What `decide` reads once per snapshot of a planning pass (the running jobs, the free
-    and freeing GPUs, the policy), not once per waiting job: a pass that leaves hundreds
-    of jobs waiting asks for each of them."""
+    """What `decide` reads once per snapshot of a planning pass (the running jobs, what
+    their tenants hold, the free and freeing GPUs, the policy), not once per waiting job:
+    a pass that leaves hundreds of jobs waiting asks for each of them."""
 
     state: ClusterState | None = None
     running: list[RunningJob] = field(default_factory=list)
     group_frees: dict[str, dict[str, int]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)
     policy: PreemptionPolicy | None = None
+    # tenant -> GPU type -> GPUs the running jobs hold (the core's `running_holdings`)
+    held: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def load(self, state: ClusterState, pic: Picture, now_s: float) -> None:
         if self.state is state:
@@ -195,6 +220,7 @@ class Memo:
         for gt, g in freeing.items():  # victims already on their way out count as free
             free[gt] = free.get(gt, 0) + g
         self.state, self.running, self.group_frees, self.free = state, running, group_frees, free
+        self.held = running_holdings(running)
         if self.policy is None:
             self.policy = policy()
 
@@ -205,6 +231,7 @@ class Memo:
                 for gt, g in r.frees.items():
                     self.free[gt] = self.free.get(gt, 0) + g
         self.running = [r for r in self.running if r.id not in victims]
+        self.held = running_holdings(self.running)
 
 
 def decide(
@@ -226,6 +253,7 @@ def decide(
         now_s=now_s,
         policy=memo.policy,
         group_frees=memo.group_frees,
+        held=memo.held,
     )
 
 
