@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import F, Max, Sum, TextField
@@ -227,27 +227,55 @@ def picture(now: datetime, tenants: Iterable[str] = ()) -> Picture:
     return Picture(now, types, cap, shares(names, cap), held, loads, shares(idle, cap))
 
 
-def queued_job(job: Job, types: Mapping[str, str]) -> QueuedJob:
+class Queued(NamedTuple):
+    """A queued job as the queue order reads it (`QUEUED_FIELDS` of its row)."""
+
+    pk: int
+    tenant: str
+    rollout_gpus: int
+    train_gpus: int
+    priority: int
+    submitted_at: datetime
+
+
+# the Job fields of a `Queued`, for `values_list`
+QUEUED_FIELDS = ("pk", "tenant__name", "rollout_gpus", "train_gpus", "priority", "submitted_at")
+
+
+def _queued(row: Queued, types: Mapping[str, str]) -> QueuedJob:
     return QueuedJob(
-        id=str(job.pk),
-        tenant=job.tenant.name,
-        gpus=job_gpus(job.rollout_gpus, job.train_gpus, types),
-        priority=job.priority,
-        submitted_s=job.submitted_at.timestamp(),
+        id=str(row.pk),
+        tenant=row.tenant,
+        gpus=job_gpus(row.rollout_gpus, row.train_gpus, types),
+        priority=row.priority,
+        submitted_s=row.submitted_at.timestamp(),
     )
 
 
-def queue_positions(now: datetime) -> tuple[list[QueuePosition], Picture]:
+def queued_job(job: Job, types: Mapping[str, str]) -> QueuedJob:
+    row = Queued(
+        job.pk, job.tenant.name, job.rollout_gpus, job.train_gpus, job.priority, job.submitted_at
+    )
+    return _queued(row, types)
+
+
+def queue_positions(
+    now: datetime, queued: Iterable[Queued] | None = None
+) -> tuple[list[QueuePosition], Picture]:
     """Return every queued job's position and why, in the order the planner takes them
     (`scheduler.fairshare.queue_order`: priority, weighted share, submission time), and
-    the picture it was decided on."""
-    rows = list(
-        Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
-        .select_related("tenant")
-        .only("pk", "tenant__name", "rollout_gpus", "train_gpus", "priority", "submitted_at")
-    )
-    pic = picture(now, {j.tenant.name for j in rows})
-    jobs = [queued_job(j, pic.types) for j in rows]
+    the picture it was decided on. `queued`: the queued jobs (not cancelled), when the
+    caller read them already (the planning pass), else read here."""
+    if queued is None:
+        queued = (
+            Queued(*row)
+            for row in Job.objects.filter(
+                status=JobStatus.QUEUED, cancel_requested=False
+            ).values_list(*QUEUED_FIELDS)
+        )
+    rows = list(queued)
+    pic = picture(now, {j.tenant for j in rows})
+    jobs = [_queued(j, pic.types) for j in rows]
     if not settings.ROLLMUX_FAIR_SHARE:
         return _fifo(jobs, pic), pic
     return queue_order(jobs, pic.loads, pic.shares, half_life_s()), pic

@@ -167,3 +167,73 @@ def test_a_group_released_under_the_batch_is_planned_again_after_writing_the_res
     assert pc.rollout_nodes.count() == 2 and pc.train_nodes.count() == 1
     for node in pb.rollout_nodes.all() | pb.train_nodes.all():
         assert NodeAllocation.objects.filter(node=node, end__isnull=True).count() == 1
+
+
+def alike_burst(world: Any, n: int) -> list[Job]:
+    """Queue `n` jobs of five shapes in turn (each shape queued n / 5 times: alike jobs,
+    equal but for their ids and submission times), big and small so that some wait while
+    smaller ones after them still fit."""
+    big = {"rollout_gpus": 16, "t_roll_max_s": 200.0, "slo_class": world.gold}
+    shapes = [
+        big,
+        big | {"rollout_gpus": 8},  # as the one before but for its rollout GPUs
+        {"rollout_gpus": 24, "t_roll_max_s": 150.0, "slo_class": world.silver},
+        {"rollout_gpus": 8, "t_roll_max_s": 60.0, "slo_class": world.silver, "iterations": 7},
+        big | {"slo_class": world.bronze},  # as the first but for its SLO
+    ]
+    jobs = []
+    for i in range(n):
+        shape = {"iterations": 20, "t_train_max_s": 50.0, **shapes[i % len(shapes)]}
+        jobs.append(make_job(world, name=f"a{i}", **shape))
+    return jobs
+
+
+def one_by_one(jobs: list[Job]) -> tuple[dict[int, tuple[str, ...]], dict[int, str]]:
+    """Decide the jobs in turn on the plain core (no memo: every job asked, outside any
+    evaluation scope), as the pass asks it (`snapshot.held_young`): the placed jobs (their
+    group's first job and their nodes) and the waiting jobs' reasons."""
+    state, progress = snapshot.planner_input()
+    owner: dict[str, str] = {}
+    placed, waiting = {}, {}
+    for job in jobs:
+        profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, {}))
+        asked = snapshot.held_young(profile, iterations=job.iterations)
+        res = levers.place_job(asked, state, dict(progress))  # (a new mapping: no memo)
+        if res.status is PlacementStatus.RETRY:
+            waiting[job.pk] = res.reason
+            continue
+        assert res.status is PlacementStatus.FIT and res.placement is not None
+        gid = res.placement.group_id or f"new-{job.pk}"
+        owner.setdefault(gid, str(job.pk))
+        state = apply_placement(state, profile, res.placement, group_id=gid)
+        placed[job.pk] = (
+            owner[gid],
+            tuple(sorted(res.placement.rollout_nodes)),
+            tuple(sorted(res.placement.train_nodes)),
+        )
+    return placed, waiting
+
+
+def test_the_pass_decides_alike_jobs_as_the_plain_core_asked_for_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pass memoises the core's evaluations on its snapshot and answers a job alike to
+    # one that waited on the very same snapshot without asking the core again (issue 25
+    # item 3); fair share and preemption are on (the defaults). Its decisions must be the
+    # plain core's, job by job, reasons included.
+    world = make_world(rollout_nodes=9, train_nodes=5)
+    jobs = alike_burst(world, 30)
+    want_placed, want_waiting = one_by_one(jobs)
+    assert len(want_placed) >= 5 and len(want_waiting) >= 10  # some fit, many wait
+    # a smaller job fits after a bigger one waited (the memo must tell them apart)
+    first_wait = min(want_waiting)
+    assert any(pk > first_wait for pk in want_placed)
+    monkeypatch.setattr(planning, "BATCH_JOBS", 7)
+    monkeypatch.setattr(planning, "BATCH_MIN_JOBS", 7)
+    asked = []
+    real = levers.place_job
+    monkeypatch.setattr(levers, "place_job", lambda p, *a, **k: asked.append(p) or real(p, *a, **k))
+    summary = services.queue_plan()
+    assert written([j.pk for j in jobs]) == want_placed
+    assert summary.waiting == want_waiting
+    assert len(asked) < len(jobs) - 5  # alike waiting jobs were answered by the memo

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,8 @@ from rollmux_web.workflow.services.plan_writer import (
     node_ids,
     queued_since,
 )
-from scheduler.model import ClusterState, PlacementResult, PlacementStatus
+from scheduler.model import ClusterState, JobProfile, PlacementResult, PlacementStatus
+from scheduler.planner.memo import evaluation_scope
 
 if TYPE_CHECKING:
     from scheduler.planner.objective import JobProgress
@@ -118,10 +119,10 @@ def _pass(now: datetime | None) -> PlanSummary:
     _profiles_start(now)  # 1.
     consolidation.consolidation_plan()  # 2.
     key = capacity_key()
-    todo = _heads(key, summary)  # 3.
-    if not todo:
+    queue = _heads(key, summary)  # 3.
+    if not queue.todo:
         return summary
-    todo, picture = _fair_order(todo, now)  # (fair share: docs/quotas-and-cost.md)
+    todo, picture = _fair_order(queue, now)  # (fair share: docs/quotas-and-cost.md)
     try:
         view = snapshot.planner_input()  # 4.
     except snapshot.NoPoolConfigured as exc:
@@ -130,12 +131,15 @@ def _pass(now: datetime | None) -> PlanSummary:
     run = _run_read(todo, key, now)
     run.picture = picture
     claim = BATCH_JOBS
-    while todo:  # 5.-7., one transaction per batch
-        view, done = _batch_place(todo[:claim], view, run, summary)
-        todo = todo[done:]
-        # claim about what a batch gets through in BATCH_SECONDS (a job claimed and left
-        # for the next batch was read and locked for nothing)
-        claim = min(BATCH_JOBS, max(BATCH_MIN_JOBS, 2 * done))
+    # the decisions evaluate the same groups again for each job (their expected remaining
+    # cost, SLO checks): memoised for the pass, on the snapshot's progress
+    with evaluation_scope(view[1]):
+        while todo:  # 5.-7., one transaction per batch
+            view, done = _batch_place(todo[:claim], view, run, summary)
+            todo = todo[done:]
+            # claim about what a batch gets through in BATCH_SECONDS (a job claimed and
+            # left for the next batch was read and locked for nothing)
+            claim = min(BATCH_JOBS, max(BATCH_MIN_JOBS, 2 * done))
     return summary
 
 
@@ -152,22 +156,38 @@ def _profiles_start(now: datetime | None) -> None:
         atomic_with_retry(start, what="profiling runs")  # (no transaction when none waits)
 
 
-def _heads(key: str, summary: PlanSummary) -> list[int]:
-    """3. Return the ids of the queued jobs to plan, in planning order; those waiting on
-    the capacity `key` they waited on last time go to the summary, skipped."""
+@dataclass
+class _Queue:
+    """The queue as a pass reads it once (`_heads`): the jobs to plan in planning order,
+    and every queued job as the fair-share order reads it, with whether it is back from
+    a yield (`resuming_first`)."""
+
+    todo: list[int]
+    queued: list[fairshare.Queued]
+    back: dict[int, bool]
+
+
+def _heads(key: str, summary: PlanSummary) -> _Queue:
+    """3. Read the queue (once a pass): the ids of the queued jobs to plan, in planning
+    order (`queue_order`); those waiting on the capacity `key` they waited on last time go
+    to the summary, skipped."""
     rows = (
         Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
+        .annotate(back=Exists(_yielded()))
         .order_by(*queue_order())
-        .values_list("pk", "plan_wait__capacity", "reason")
+        .values_list("plan_wait__capacity", "reason", "back", *fairshare.QUEUED_FIELDS)
     )
-    todo = []
-    for pk, waited_on, reason in rows:
+    queue = _Queue([], [], {})
+    for waited_on, reason, back, *fields in rows:
+        row = fairshare.Queued(*fields)
+        queue.queued.append(row)
+        queue.back[row.pk] = back
         if waited_on == key:
-            summary.waiting[pk] = reason
+            summary.waiting[row.pk] = reason
             summary.skipped += 1
         else:
-            todo.append(pk)
-    return todo
+            queue.todo.append(row.pk)
+    return queue
 
 
 def _run_read(todo: list[int], key: str, now: datetime | None) -> _Run:
@@ -183,23 +203,20 @@ def _run_read(todo: list[int], key: str, now: datetime | None) -> _Run:
     )
 
 
-def _fair_order(todo: list[int], now: datetime | None) -> tuple[list[int], Any]:
+def _fair_order(queue: _Queue, now: datetime | None) -> tuple[list[int], Any]:
     """Return the jobs to plan in fair-share order (`fairshare.queue_positions`: the core's
     `queue_order`, priority, then the tenant's weighted share, then submission time; a job
     back from a drift re-plan's yield keeps its place first within its priority) and the
-    fair-share picture the pass decides preemptions on (None: both are off)."""
+    fair-share picture the pass decides preemptions on (None: both are off), from the
+    queue `_heads` read."""
+    todo = queue.todo
     if not (settings.ROLLMUX_FAIR_SHARE or settings.ROLLMUX_PREEMPTION):
         return todo, None
-    positions, picture = fairshare.queue_positions(now or timezone.now())
+    positions, picture = fairshare.queue_positions(now or timezone.now(), queue.queued)
     if not settings.ROLLMUX_FAIR_SHARE:
         return todo, picture
     rank = {int(p.job_id): p.position for p in positions}
-    rows = (
-        Job.objects.filter(pk__in=todo)
-        .annotate(back=Exists(_yielded()))
-        .values_list("pk", "priority", "back")
-    )
-    first = {pk: (-priority, not back) for pk, priority, back in rows}
+    first = {row.pk: (-row.priority, not queue.back[row.pk]) for row in queue.queued}
     todo = sorted(todo, key=lambda pk: (*first.get(pk, (0, True)), rank.get(pk, 1 << 30)))
     return todo, picture
 
@@ -248,6 +265,33 @@ class _Run:
     started: dict[int, measured_starts.MeasuredStarts] = field(default_factory=dict)
     picture: fairshare.Picture | None = None  # fair-share inputs (preemption), read once
     preempt_memo: preemption.Memo = field(default_factory=preemption.Memo)
+    waits: _Waits = field(default_factory=lambda: _Waits())
+
+
+@dataclass
+class _Waits:
+    """The RETRY answers of the core on one snapshot, by what the core reads of the job
+    (`_asked_key`): a queued job equal to one that could not be placed on this very
+    snapshot cannot be placed either (the core's `admit` is a pure function of the job's
+    profile, the snapshot and the configuration; its RETRY reads neither the job's id,
+    its arrival time nor the clock). A burst of alike jobs that wait is decided once per
+    snapshot, not once per job; any placement makes a new snapshot and forgets them."""
+
+    state: ClusterState | None = None
+    answers: dict[JobProfile, PlacementResult] = field(default_factory=dict)
+
+    def get(self, state: ClusterState, asked: JobProfile) -> PlacementResult | None:
+        return self.answers.get(_asked_key(asked)) if self.state is state else None
+
+    def keep(self, state: ClusterState, asked: JobProfile, result: PlacementResult) -> None:
+        if self.state is not state:
+            self.state, self.answers = state, {}
+        self.answers[_asked_key(asked)] = result
+
+
+def _asked_key(asked: JobProfile) -> JobProfile:
+    """Return the job's profile as the core decides on it: without its id and arrival."""
+    return replace(asked, id="", arrival_s=0.0)
 
 
 @dataclass
@@ -357,7 +401,11 @@ def _place_one(
     # stricter (scheduler.replan.admission_profile's order, the simulator's _resume)
     asked = snapshot.resume_profile(job, profile, writes.now)
     asked = snapshot.held_young(asked, iterations=job.iterations)
-    result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
+    result = run.waits.get(state, asked)  # (a job alike waited on this snapshot: _Waits)
+    if result is None:
+        result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
+        if result.status is PlacementStatus.RETRY:
+            run.waits.keep(state, asked, result)
     if result.status is PlacementStatus.FIT and run.picture is not None:
         refused = fairshare.lending_refusal(job, run.picture)
         if refused is not None:  # what other tenants keep of their nominal quota is not lent
