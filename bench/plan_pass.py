@@ -1,6 +1,6 @@
 """Benchmark a planning pass on PostgreSQL: a burst of queued jobs, then an idle pass.
 
-Seeds a scratch database (`bench_plan_pass_<name>` next to DATABASE_URL's, dropped at the
+Seeds a scratch database (`<name>_bench_plan_pass` next to DATABASE_URL's, dropped at the
 end) with N nodes per pool (8 GPUs each) and J queued jobs (8 rollout + 8 training GPUs,
 profiles varied deterministically so some direct-pack, some scale rollouts, some need new
 groups and the rest wait for capacity), then prints:
@@ -156,6 +156,36 @@ class _LongestTransaction:
             self._module.atomic_with_retry = self._real
 
 
+class _Profile:
+    """With --profile N: run the first pass under cProfile and print its N costliest
+    functions by own time and by cumulative time (the wall figures then include the
+    profiler's overhead)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import cProfile
+
+        self.top = args.profile
+        self.prof = cProfile.Profile() if self.top else None
+
+    def __enter__(self) -> _Profile:
+        if self.prof is not None:
+            self.prof.enable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.prof is not None:
+            self.prof.disable()
+
+    def report(self) -> None:
+        if self.prof is None:
+            return
+        import pstats
+
+        for order in ("tottime", "cumulative"):
+            print(f"profile of the first pass, by {order}:")
+            pstats.Stats(self.prof, stream=sys.stdout).sort_stats(order).print_stats(self.top)
+
+
 def _backend_cpu_s() -> float | None:
     """Return the CPU seconds this connection's PostgreSQL backend has used (its /proc stat,
     when the server runs on this machine), else None."""
@@ -202,7 +232,7 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit("set DATABASE_URL to a PostgreSQL database")
     setup_test_environment()
     old_name = connection.settings_dict["NAME"]
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"bench_plan_pass_{old_name}"
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{old_name}_bench_plan_pass"
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
     nothing = _Nothing()
     try:
@@ -224,7 +254,7 @@ def run(args: argparse.Namespace) -> None:
         load = os.getloadavg()[0]
         cpu = _cpu()
         t = time.perf_counter()
-        with _LongestTransaction() as probe, _DecisionCpu() as decisions:
+        with _LongestTransaction() as probe, _DecisionCpu() as decisions, _Profile(args) as prof:
             first = _plan()
         took = time.perf_counter() - t
         if not probe.count:  # one transaction for the whole pass
@@ -238,6 +268,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"  of which the core's decisions: {decisions.cpu:.2f} s CPU over "
               f"{decisions.calls} decisions ({decisions.cpu / max(1, decisions.calls) * 1000:.2f} "
               "ms each)")  # fmt: skip
+        prof.report()
         print(f"decisions fingerprint (job -> strategy, group, nodes): {_fingerprint()}")
         idle = []
         for _ in range(5):
@@ -270,6 +301,10 @@ def main() -> None:
         "5k = 5,000 + 5,000 nodes and 10,000 queued (issue 25: reported); "
         "--nodes / --jobs override it",
     )
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N",
+        help="profile the first pass (cProfile) and print its N costliest functions",
+    )  # fmt: skip
     args = parser.parse_args()
     nodes, jobs = SIZES[args.size]
     args.nodes = nodes if args.nodes is None else args.nodes
