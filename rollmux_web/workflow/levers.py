@@ -62,7 +62,5 @@ def place_job(
 
     config = policy or live_config()
     now = time.time() if now_s is None else now_s
-    # (the mapping itself, empty or not: the pass memoises on it, scheduler.planner.memo)
-    mine = {} if progress is None else progress
-    result, _movers = admit(profile, state, config=config, progress=mine, now=now)
+    result, _movers = admit(profile, state, config=config, progress=progress or {}, now=now)
     return result

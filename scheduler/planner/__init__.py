@@ -227,7 +227,7 @@ def place(
         best = choose_by_expected_cost(
             req,
             index.summaries,
-            {} if progress is None else progress,  # (this mapping: a pass memoises on it)
+            progress or {},
             colocated_factor=factor,
             lone_restart_s=lone_restart_s,
         )

@@ -7,14 +7,10 @@ with the candidate, its SLO probabilities), and after each move every candidate 
 again on a state that differs in two groups. Within one pass the inputs of those
 evaluations repeat: the memo keeps their results for the pass.
 
-* `evaluation_scope(progress)` opens a scope (a context manager) for a pass whose jobs'
-  progress is `progress`: the memo answers only calls that read that very mapping (which
-  must not change while the scope is open), and node prices are those of the pass's
-  states (a node's price is a function of its name and pool, which a pass does not
-  change). A nested scope for the same mapping is the outer one; one for another mapping
-  (an arrival's trial rounds) keeps its own values that read it until it ends and shares
-  the outer's others. The live planning pass opens one for its whole run
-  (services.planning): its decisions evaluate the same groups again for each queued job.
+* `evaluation_scope(progress)` opens a scope (a context manager; nested scopes reuse the
+  outer one) for a pass whose jobs' progress is `progress`: the memo answers only calls
+  that read that very mapping, and node prices are those of the pass's states (a node's
+  price is a function of its name and pool, which a pass does not change).
 * `cached(kind, key, compute)` returns the memo's value for `(kind, key)` or computes and
   keeps it. Keys are values (members, profiles, node names): equal inputs, equal
   results, since every memoised function is pure. Without a scope it just computes.
@@ -36,17 +32,11 @@ T = TypeVar("T")
 
 
 class _Scope:
-    __slots__ = ("progress", "read", "values")
+    __slots__ = ("progress", "values")
 
-    def __init__(
-        self,
-        progress: Mapping[str, Any] | None,
-        values: dict[tuple[str, Hashable], Any] | None = None,
-    ) -> None:
+    def __init__(self, progress: Mapping[str, Any] | None) -> None:
         self.progress = progress
-        self.read: dict[tuple[str, Hashable], Any] = {}  # the values that read `progress`
-        # the others (an outer scope's: they hold for any progress)
-        self.values: dict[tuple[str, Hashable], Any] = {} if values is None else values
+        self.values: dict[tuple[str, Hashable], Any] = {}
 
 
 _SCOPE: ContextVar[_Scope | None] = ContextVar("rollmux_planner_memo", default=None)
@@ -55,11 +45,10 @@ _SCOPE: ContextVar[_Scope | None] = ContextVar("rollmux_planner_memo", default=N
 @contextmanager
 def evaluation_scope(progress: Mapping[str, Any] | None = None) -> Iterator[None]:
     """Memoise the planner's evaluations until the block ends (see the module docstring)."""
-    outer = _SCOPE.get()
-    if outer is not None and outer.progress is progress:
+    if _SCOPE.get() is not None:
         yield
         return
-    token = _SCOPE.set(_Scope(progress, None if outer is None else outer.values))
+    token = _SCOPE.set(_Scope(progress))
     try:
         yield
     finally:
@@ -89,7 +78,7 @@ def cached(
     if scope is None or (reads_progress and scope.progress is not progress):
         return compute()
     full = (kind, key)
-    values = scope.read if reads_progress else scope.values
+    values = scope.values
     try:
         return values[full]  # type: ignore[no-any-return]
     except KeyError:

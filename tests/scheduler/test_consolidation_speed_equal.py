@@ -129,33 +129,3 @@ def test_the_memo_answers_only_inside_its_scope_and_for_its_progress() -> None:
         assert memo.cached("p", 1, compute, progress=progress, reads_progress=True) == 7
         assert memo.cached("p", 1, compute, progress=progress, reads_progress=True) == 7
     assert memo.cached("k", 1, compute) == 8  # the scope is gone with its values
-
-
-def test_a_nested_scope_for_another_progress_keeps_its_own_values_of_it() -> None:
-    # the live pass keeps a scope open on its snapshot's progress; an arrival's trial
-    # rounds open one on their own mapping inside it (consolidation.place_with_partners)
-    calls: list[int] = []
-
-    def compute() -> int:
-        calls.append(1)
-        return len(calls)
-
-    outer: dict[str, JobProgress] = {}
-    inner: dict[str, JobProgress] = {"j": JobProgress(0.0)}
-    with memo.evaluation_scope(outer):
-        assert memo.cached("p", 1, compute, progress=outer, reads_progress=True) == 1
-        assert memo.cached("k", 1, compute) == 2
-        with memo.evaluation_scope(inner):
-            assert memo.in_scope(inner) and not memo.in_scope(outer)
-            # its own values of its mapping; the outer's that read no progress are shared
-            assert memo.cached("p", 1, compute, progress=inner, reads_progress=True) == 3
-            assert memo.cached("p", 1, compute, progress=inner, reads_progress=True) == 3
-            assert memo.cached("k", 1, compute) == 2
-            assert memo.cached("k", 2, compute) == 4
-            with memo.evaluation_scope(inner):  # the same mapping: the same scope
-                assert memo.cached("p", 1, compute, progress=inner, reads_progress=True) == 3
-        # back in the outer scope: its values of its mapping, not the inner's
-        assert memo.in_scope(outer) and not memo.in_scope(inner)
-        assert memo.cached("p", 1, compute, progress=outer, reads_progress=True) == 1
-        assert memo.cached("p", 1, compute, progress=inner, reads_progress=True) == 5
-        assert memo.cached("k", 2, compute) == 4

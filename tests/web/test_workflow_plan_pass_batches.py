@@ -189,16 +189,16 @@ def alike_burst(world: Any, n: int) -> list[Job]:
 
 
 def one_by_one(jobs: list[Job]) -> tuple[dict[int, tuple[str, ...]], dict[int, str]]:
-    """Decide the jobs in turn on the plain core (no memo: every job asked, outside any
-    evaluation scope), as the pass asks it (`snapshot.held_young`): the placed jobs (their
-    group's first job and their nodes) and the waiting jobs' reasons."""
+    """Decide the jobs in turn on the plain core (every job asked), as the pass asks it
+    (`snapshot.held_young`): the placed jobs (their group's first job and their nodes)
+    and the waiting jobs' reasons."""
     state, progress = snapshot.planner_input()
     owner: dict[str, str] = {}
     placed, waiting = {}, {}
     for job in jobs:
         profile = converters.job_profile(job, t_sync_s=sync.t_sync_s(job, {}))
         asked = snapshot.held_young(profile, iterations=job.iterations)
-        res = levers.place_job(asked, state, dict(progress))  # (a new mapping: no memo)
+        res = levers.place_job(asked, state, progress)
         if res.status is PlacementStatus.RETRY:
             waiting[job.pk] = res.reason
             continue
@@ -217,10 +217,10 @@ def one_by_one(jobs: list[Job]) -> tuple[dict[int, tuple[str, ...]], dict[int, s
 def test_the_pass_decides_alike_jobs_as_the_plain_core_asked_for_each(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The pass memoises the core's evaluations on its snapshot and answers a job alike to
-    # one that waited on the very same snapshot without asking the core again (issue 25
-    # item 3); fair share and preemption are on (the defaults). Its decisions must be the
-    # plain core's, job by job, reasons included.
+    # The pass answers a job alike to one that waited on the very same snapshot without
+    # asking the core again (issue 25 item 3: `planning._Waits`); fair share and
+    # preemption are on (the defaults). Its decisions must be the plain core's, job by
+    # job, reasons included.
     world = make_world(rollout_nodes=9, train_nodes=5)
     jobs = alike_burst(world, 30)
     want_placed, want_waiting = one_by_one(jobs)

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import Count, Exists, Max, OrderBy, OuterRef, Sum
+from django.db.models import Count, Exists, F, Max, OrderBy, OuterRef, Sum
 from django.utils import timezone
 
 from rollmux_web import events, metrics
@@ -39,7 +39,6 @@ from rollmux_web.workflow.services.plan_writer import (
     queued_since,
 )
 from scheduler.model import ClusterState, JobProfile, PlacementResult, PlacementStatus
-from scheduler.planner.memo import evaluation_scope
 
 if TYPE_CHECKING:
     from scheduler.planner.objective import JobProgress
@@ -131,15 +130,12 @@ def _pass(now: datetime | None) -> PlanSummary:
     run = _run_read(todo, key, now)
     run.picture = picture
     claim = BATCH_JOBS
-    # the decisions evaluate the same groups again for each job (their expected remaining
-    # cost, SLO checks): memoised for the pass, on the snapshot's progress
-    with evaluation_scope(view[1]):
-        while todo:  # 5.-7., one transaction per batch
-            view, done = _batch_place(todo[:claim], view, run, summary)
-            todo = todo[done:]
-            # claim about what a batch gets through in BATCH_SECONDS (a job claimed and
-            # left for the next batch was read and locked for nothing)
-            claim = min(BATCH_JOBS, max(BATCH_MIN_JOBS, 2 * done))
+    while todo:  # 5.-7., one transaction per batch
+        view, done = _batch_place(todo[:claim], view, run, summary)
+        todo = todo[done:]
+        # claim about what a batch gets through in BATCH_SECONDS (a job claimed and left
+        # for the next batch was read and locked for nothing)
+        claim = min(BATCH_JOBS, max(BATCH_MIN_JOBS, 2 * done))
     return summary
 
 
@@ -159,34 +155,40 @@ def _profiles_start(now: datetime | None) -> None:
 @dataclass
 class _Queue:
     """The queue as a pass reads it once (`_heads`): the jobs to plan in planning order,
-    and every queued job as the fair-share order reads it, with whether it is back from
-    a yield (`resuming_first`)."""
+    and every queued job's row (`_QUEUE_FIELDS`: the capacity it waited on, its reason,
+    whether it is back from a yield (`resuming_first`), then what the fair-share order
+    reads, `fairshare.QUEUED_FIELDS`)."""
 
     todo: list[int]
-    queued: list[fairshare.Queued]
-    back: dict[int, bool]
+    rows: list[tuple[Any, ...]]
+
+    def queued(self) -> list[fairshare.Queued]:
+        return [fairshare.Queued(*row[3:]) for row in self.rows]
+
+    def back(self) -> dict[int, bool]:
+        return {row[3]: row[2] for row in self.rows}
+
+
+_QUEUE_FIELDS = ("plan_wait__capacity", "reason", "back", *fairshare.QUEUED_FIELDS)
 
 
 def _heads(key: str, summary: PlanSummary) -> _Queue:
     """3. Read the queue (once a pass): the ids of the queued jobs to plan, in planning
     order (`queue_order`); those waiting on the capacity `key` they waited on last time go
     to the summary, skipped."""
-    rows = (
+    rows = list(
         Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
         .annotate(back=Exists(_yielded()))
-        .order_by(*queue_order())
-        .values_list("plan_wait__capacity", "reason", "back", *fairshare.QUEUED_FIELDS)
+        .order_by(*queue_order(back="back"))
+        .values_list(*_QUEUE_FIELDS)
     )
-    queue = _Queue([], [], {})
-    for waited_on, reason, back, *fields in rows:
-        row = fairshare.Queued(*fields)
-        queue.queued.append(row)
-        queue.back[row.pk] = back
-        if waited_on == key:
-            summary.waiting[row.pk] = reason
+    queue = _Queue([], rows)
+    for row in rows:  # (capacity waited on, reason, back, pk, ...)
+        if row[0] == key:
+            summary.waiting[row[3]] = row[1]
             summary.skipped += 1
         else:
-            queue.todo.append(row.pk)
+            queue.todo.append(row[3])
     return queue
 
 
@@ -212,11 +214,13 @@ def _fair_order(queue: _Queue, now: datetime | None) -> tuple[list[int], Any]:
     todo = queue.todo
     if not (settings.ROLLMUX_FAIR_SHARE or settings.ROLLMUX_PREEMPTION):
         return todo, None
-    positions, picture = fairshare.queue_positions(now or timezone.now(), queue.queued)
+    rows = queue.queued()
+    positions, picture = fairshare.queue_positions(now or timezone.now(), rows)
     if not settings.ROLLMUX_FAIR_SHARE:
         return todo, picture
     rank = {int(p.job_id): p.position for p in positions}
-    first = {row.pk: (-row.priority, not queue.back[row.pk]) for row in queue.queued}
+    back = queue.back()
+    first = {row.pk: (-row.priority, not back[row.pk]) for row in rows}
     todo = sorted(todo, key=lambda pk: (*first.get(pk, (0, True)), rank.get(pk, 1 << 30)))
     return todo, picture
 
@@ -236,10 +240,12 @@ def resuming_first() -> OrderBy:
     return Exists(_yielded()).desc()
 
 
-def queue_order() -> tuple[Any, ...]:
+def queue_order(back: str | None = None) -> tuple[Any, ...]:
     """Return the planning order of queued jobs: priority desc, then a job back from a yield
-    (`resuming_first`), then submission time."""
-    return ("-priority", resuming_first(), "submitted_at", "pk")
+    (`resuming_first`; `back`: the name of the query's annotation that says it, ordered
+    on instead of computing it again), then submission time."""
+    first = resuming_first() if back is None else F(back).desc()
+    return ("-priority", first, "submitted_at", "pk")
 
 
 def _no_pool(job_ids: list[int], why: str, key: str, summary: PlanSummary) -> None:
