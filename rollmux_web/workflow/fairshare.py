@@ -242,6 +242,12 @@ class Queued(NamedTuple):
 QUEUED_FIELDS = ("pk", "tenant__name", "rollout_gpus", "train_gpus", "priority", "submitted_at")
 
 
+def queued_rows() -> list[Queued]:
+    """Return the queued jobs (not cancelled) as the queue order reads them."""
+    rows = Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
+    return [Queued(*row) for row in rows.values_list(*QUEUED_FIELDS)]
+
+
 def _queued(row: Queued, types: Mapping[str, str]) -> QueuedJob:
     return QueuedJob(
         id=str(row.pk),
@@ -266,14 +272,7 @@ def queue_positions(
     (`scheduler.fairshare.queue_order`: priority, weighted share, submission time), and
     the picture it was decided on. `queued`: the queued jobs (not cancelled), when the
     caller read them already (the planning pass), else read here."""
-    if queued is None:
-        queued = (
-            Queued(*row)
-            for row in Job.objects.filter(
-                status=JobStatus.QUEUED, cancel_requested=False
-            ).values_list(*QUEUED_FIELDS)
-        )
-    rows = list(queued)
+    rows = queued_rows() if queued is None else list(queued)
     pic = picture(now, {j.tenant for j in rows})
     jobs = [_queued(j, pic.types) for j in rows]
     if not settings.ROLLMUX_FAIR_SHARE:

@@ -154,41 +154,32 @@ def _profiles_start(now: datetime | None) -> None:
 
 @dataclass
 class _Queue:
-    """The queue as a pass reads it once (`_heads`): the jobs to plan in planning order,
-    and every queued job's row (`_QUEUE_FIELDS`: the capacity it waited on, its reason,
-    whether it is back from a yield (`resuming_first`), then what the fair-share order
-    reads, `fairshare.QUEUED_FIELDS`)."""
+    """The queue as a pass reads it (`_heads`): the jobs to plan in planning order, and
+    whether each queued job is back from a yield (`resuming_first`)."""
 
     todo: list[int]
-    rows: list[tuple[Any, ...]]
-
-    def queued(self) -> list[fairshare.Queued]:
-        return [fairshare.Queued(*row[3:]) for row in self.rows]
-
-    def back(self) -> dict[int, bool]:
-        return {row[3]: row[2] for row in self.rows}
-
-
-_QUEUE_FIELDS = ("plan_wait__capacity", "reason", "back", *fairshare.QUEUED_FIELDS)
+    back: dict[int, bool]
 
 
 def _heads(key: str, summary: PlanSummary) -> _Queue:
-    """3. Read the queue (once a pass): the ids of the queued jobs to plan, in planning
-    order (`queue_order`); those waiting on the capacity `key` they waited on last time go
-    to the summary, skipped."""
-    rows = list(
+    """3. Read the queue: the ids of the queued jobs to plan, in planning order
+    (`queue_order`); those waiting on the capacity `key` they waited on last time go to
+    the summary, skipped. (An idle pass reads only this: the fair-share order's columns,
+    a submission time to parse per job, are read by `_fair_order` when a job is to plan.)"""
+    rows = (
         Job.objects.filter(status=JobStatus.QUEUED, cancel_requested=False)
         .annotate(back=Exists(_yielded()))
         .order_by(*queue_order(back="back"))
-        .values_list(*_QUEUE_FIELDS)
+        .values_list("pk", "plan_wait__capacity", "reason", "back")
     )
-    queue = _Queue([], rows)
-    for row in rows:  # (capacity waited on, reason, back, pk, ...)
-        if row[0] == key:
-            summary.waiting[row[3]] = row[1]
+    queue = _Queue([], {})
+    for pk, waited_on, reason, back in rows:
+        queue.back[pk] = back
+        if waited_on == key:
+            summary.waiting[pk] = reason
             summary.skipped += 1
         else:
-            queue.todo.append(row[3])
+            queue.todo.append(pk)
     return queue
 
 
@@ -209,18 +200,17 @@ def _fair_order(queue: _Queue, now: datetime | None) -> tuple[list[int], Any]:
     """Return the jobs to plan in fair-share order (`fairshare.queue_positions`: the core's
     `queue_order`, priority, then the tenant's weighted share, then submission time; a job
     back from a drift re-plan's yield keeps its place first within its priority) and the
-    fair-share picture the pass decides preemptions on (None: both are off), from the
-    queue `_heads` read."""
+    fair-share picture the pass decides preemptions on (None: both are off). One read of
+    the queue's fair-share columns serves the order and the priorities."""
     todo = queue.todo
     if not (settings.ROLLMUX_FAIR_SHARE or settings.ROLLMUX_PREEMPTION):
         return todo, None
-    rows = queue.queued()
+    rows = fairshare.queued_rows()
     positions, picture = fairshare.queue_positions(now or timezone.now(), rows)
     if not settings.ROLLMUX_FAIR_SHARE:
         return todo, picture
     rank = {int(p.job_id): p.position for p in positions}
-    back = queue.back()
-    first = {row.pk: (-row.priority, not back[row.pk]) for row in rows}
+    first = {row.pk: (-row.priority, not queue.back.get(row.pk, False)) for row in rows}
     todo = sorted(todo, key=lambda pk: (*first.get(pk, (0, True)), rank.get(pk, 1 << 30)))
     return todo, picture
 
