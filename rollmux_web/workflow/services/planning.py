@@ -95,8 +95,10 @@ def queue_plan(
     5. admit, per batch of jobs, in one transaction (`_batch_place`): claim the jobs still
        queued (row locks on the job rows only), decide each with the simulator's rollmux
        adapter and the live levers (`levers.place_job`), applying each decision to the
-       snapshot so the next job sees it (a borrower only onto what other tenants lend:
-       `fairshare.lending_refusal`; a job that does not fit may mark preemptions); the writer (`plan_writer.PlanWriter`) writes the
+       snapshot so the next job sees it (a job alike to one that waited on this very
+       snapshot waits with it, the core not asked again: `_Waits`; a borrower only onto
+       what other tenants lend: `fairshare.lending_refusal`; a job that does not fit may
+       mark preemptions); the writer (`plan_writer.PlanWriter`) writes the
        batch's decisions at its end, one statement per table (Placement, ExecutionGroup
        for a new group, NodeAllocations from `now`, taken after the lock and the snapshot,
        the job rows, the group runtimes that admitted them and the phases they start);
