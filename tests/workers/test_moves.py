@@ -2,8 +2,9 @@
 
 A move is a checkpoint at an iteration boundary, the end of the job's placement (MOVED)
 and its placement elsewhere, where its first phase restores the checkpoint. The Ray
-tests run the whole thing on real PostgreSQL, Redis, a Celery worker and a local Ray;
-the inline ones the same services in one process (emulated runner on threads).
+tests run the whole thing on real PostgreSQL, Redis, a Celery worker and a local Ray (the
+drift re-plan, emulated) or the multi-node Ray (a consolidation move of an `hf-grpo` job);
+the inline ones the same services in one process (runners on threads).
 """
 
 from __future__ import annotations
