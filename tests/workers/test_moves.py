@@ -536,7 +536,7 @@ def test_inline_a_consolidated_hf_grpo_job_resumes_from_its_safetensors_checkpoi
 # --- the same on the multi-node Ray: moved to other Ray nodes, it keeps learning ----------
 
 
-RAY_HF_ITERATIONS = 10
+RAY_HF_ITERATIONS = 12
 
 
 @pytest.mark.ray
@@ -552,13 +552,16 @@ def test_a_consolidated_hf_grpo_job_moves_to_other_ray_nodes_and_keeps_learning(
     # The consolidation scenario end to end (PostgreSQL, Redis, a Celery worker, the
     # multi-node Ray: a raylet per node), its survivor a real GRPO job on the ~0.1M-parameter
     # Llama, its checkpoints in S3-compatible storage that every Ray node reaches. All run on
-    # the wall clock (time scale 1) and declare 2 s phases (the planner packs the twins at
-    # once); the emulated partners' phases pace the groups (hf-grpo's take 0.05-0.5 s).
+    # the wall clock (time scale 1) and declare 2 s phases: twins, so the survivor joins the
+    # third's group without slowing it (a shorter-phased third would run at the survivor's
+    # pace, and that cost alone refused the move); the emulated partners' phases pace the
+    # groups (hf-grpo's take 0.05-0.5 s here).
     # The move must pay for the survivor's restart, which the planner takes from its
-    # measured cold start (its four workers importing torch: ~15 s under load; unmeasured,
-    # the paper's 197 s for a 7B model, and no move pays): the short twin's second rollout
-    # waits for the survivor's first (they share the rollout node), so it leaves after that
-    # cold start is measured, with 8 of the survivor's 10 iterations still to run.
+    # measured cold start (its four workers importing torch: 15-22 s at load 5-6;
+    # unmeasured, the paper's 197 s for a 7B model, and no move pays): the short twin's
+    # second rollout waits for the survivor's first (they share the rollout node), so it
+    # leaves after that cold start is measured, with 10 of the survivor's 12 iterations
+    # (40 s of its declared phases) to run: the move pays up to a ~40 s restart.
     from workers.dispatch.storage import CheckpointStore
     from workers.runners.hf_grpo import unpack
 
@@ -567,7 +570,7 @@ def test_a_consolidated_hf_grpo_job_moves_to_other_ray_nodes_and_keeps_learning(
     prefix = f"move-{uuid.uuid4().hex[:8]}"
     settings.ROLLMUX_CHECKPOINT_URI = storage.uri(prefix)
     settings.ROLLMUX_DRIFT_REPLAN = False  # the move under test is consolidation's
-    # the cluster's switch constant (2 s) would double these 2 s phases and no pair would
+    # the cluster's switch constant (2 s) would double these phases and no pair would
     # pack; the hf-grpo job's own is measured once it has run (its warm reloads)
     settings.ROLLMUX_SWITCH_OVERHEAD_S = 0.0
     # a loose SLO: each job's clock holds its Ray workers' start-ups (a real runner's are
