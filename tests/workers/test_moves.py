@@ -553,11 +553,11 @@ def test_a_consolidated_hf_grpo_job_moves_to_other_ray_nodes_and_keeps_learning(
     # multi-node Ray: a raylet per node), its survivor a real GRPO job on the ~0.1M-parameter
     # Llama, its checkpoints in S3-compatible storage that every Ray node reaches. All run on
     # the wall clock (time scale 1) and declare 2 s phases: twins, so the survivor joins the
-    # third's group without slowing it (a shorter-phased third would run at the survivor's
-    # pace, and that cost alone refused the move); the emulated partners' phases pace the
+    # third's group without slowing it (a third of 1 s phases would run at the survivor's
+    # pace there: tried, the planner made no move); the emulated partners' phases pace the
     # groups (hf-grpo's take 0.05-0.5 s here).
     # The move must pay for the survivor's restart, which the planner takes from its
-    # measured cold start (its four workers importing torch: 15-22 s at load 5-6;
+    # measured cold start (its four workers importing torch: 15-22 s at load 5-8;
     # unmeasured, the paper's 197 s for a 7B model, and no move pays): the short twin's
     # second rollout waits for the survivor's first (they share the rollout node), so it
     # leaves after that cold start is measured, with 10 of the survivor's 12 iterations
