@@ -96,7 +96,7 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.baselines import baseline_choice
 from scheduler.planner.colocated import colocated_candidate
-from scheduler.planner.index import PlannerIndex, build_index, planner_index
+from scheduler.planner.index import PlannerIndex, build_index, group_bounds, planner_index
 from scheduler.planner.memo import cached
 from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
@@ -118,6 +118,9 @@ __all__ = [
 ]
 
 POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
+# From this many groups on, Algorithm 1's cheap bounds are checked in one vectorised pass
+# (`algorithm1.Request.bounds`) before the loop over the groups.
+_VECTOR_GROUPS = 64
 OBJECTIVES = ("marginal", "expected")
 
 
@@ -218,6 +221,8 @@ def place(
         tight_slack=adm.tight_slack,
         min_slo_probability=min_slo_probability,
         node_prices=nodes.prices,
+        # the vectorised cheap bounds pay off only over many groups
+        bounds=group_bounds(index) if len(index.summaries) >= _VECTOR_GROUPS else None,
     )
     best: Choice | None
     if policy == "solo-disagg":

@@ -579,28 +579,36 @@ class _JoinFilter:
             self._table = table
         return self._table
 
+    def _fits(self, job: JobProfile) -> np.ndarray:
+        """Return which groups pass the job's first checks (the class docstring)."""
+        t = self._columns()
+        solo = job.t_solo_max_s
+        tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
+        n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
+        return (  # type: ignore[no-any-return]
+            t["ok"]
+            & (t["n_train"] >= n_train)
+            & (np.maximum(t["t_cycle"], solo) <= tol)
+            & (t["min_train"] + job.t_train_max_s <= tol)
+            & (t["scale"] == job.time_scale)
+        )
+
     def may_move(self, source: Group, member: Member, progress: Mapping[str, JobProgress]) -> bool:
         """Return False only when `best_move` would return None for the member because
         Algorithm 1 has no placement for it outside its own group but a new group."""
         cfg = self.cfg
         if cfg.admission.colocated and member.rollout_nodes:
             return True  # the co-located placement is open to it: ask best_move
-        job = member.job
-        t = self._columns()
-        if not len(t["ok"]):
+        if not len(self._columns()["ok"]):
             return False
-        solo = job.t_solo_max_s
-        tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
-        n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
-        fits = (
-            t["ok"]
-            & (t["n_train"] >= n_train)
-            & (np.maximum(t["t_cycle"], solo) <= tol)
-            & (t["min_train"] + job.t_train_max_s <= tol)
-            & (t["scale"] == job.time_scale)
-            & (t["ids"] != source.id)
-        )
-        return bool(fits.any())
+        return bool((self._fits(member.job) & (self._columns()["ids"] != source.id)).any())
+
+    def may_join(self, member: Member, group_id: str) -> bool:
+        """Return False only when Algorithm 1 cannot place the member (a co-located job:
+        no co-located placement for it) in the group `group_id`."""
+        if not len(self._columns()["ok"]):
+            return False
+        return bool((self._fits(member.job) & (self._columns()["ids"] == group_id)).any())
 
 
 @dataclass(frozen=True)
@@ -658,10 +666,15 @@ def place_with_partners(
     current = trial
     with evaluation_scope(mine):  # the rounds re-evaluate the same groups (memo)
         while colocated_jobs:
+            # only a move into the new group counts: a job its first checks keep out of
+            # that group is not asked (`_JoinFilter`; a co-located job moves only by joining)
+            where, joinable = _members_by_id(current), _JoinFilter(current, cfg)
             found = [
                 mv
                 for job_id in sorted(colocated_jobs)
-                if (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
+                if (at := where.get(job_id)) is not None
+                and joinable.may_join(at[1], gid)
+                and (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
                 and mv.group_id == gid
             ]
             if not found:

@@ -90,6 +90,13 @@ def apply_placement(
         summaries[position] = summarise(group)
     nodes = state.nodes + tuple(added) if added else state.nodes
     newly = set(wanted)
+    bounds = index.bounds
+    if bounds is not None:
+        bounds = (
+            bounds.appended(summaries[-1])
+            if target is None
+            else bounds.replaced(position, summaries[position])
+        )
     child_index = PlannerIndex(
         nodes=nodes,
         groups=groups,
@@ -98,6 +105,7 @@ def apply_placement(
         taken=index.taken | newly,
         job_ids=index.job_ids | {job.id},
         free={p: tuple(n for n in v if n.name not in newly) for p, v in index.free.items()},
+        bounds=bounds,
     )
     return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
 
@@ -151,9 +159,11 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
         )
         groups = state.groups[:i] + (group,) + state.groups[i + 1 :]
         summaries[i] = summarise(group)
+        bounds = index.bounds.replaced(i, summaries[i]) if index.bounds is not None else None
     else:
         groups = state.groups[:i] + state.groups[i + 1 :]
         del summaries[i]
+        bounds = index.bounds.deleted(i) if index.bounds is not None else None
     nodes = index.node_index
     free = dict(index.free)
     position = nodes.position
@@ -174,6 +184,7 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
         taken=index.taken - set(released),
         job_ids=index.job_ids - {job_id},
         free=free,
+        bounds=bounds,
     )
     return replace(state, groups=groups, planner_index=child_index), released
 
@@ -193,5 +204,6 @@ def update_job(state: ClusterState, job: JobProfile) -> ClusterState:
     groups = state.groups[:i] + (group,) + state.groups[i + 1 :]
     summaries = list(index.summaries)
     summaries[i] = summarise(group)
-    child_index = replace(index, groups=groups, summaries=tuple(summaries))
+    bounds = index.bounds.replaced(i, summaries[i]) if index.bounds is not None else None
+    child_index = replace(index, groups=groups, summaries=tuple(summaries), bounds=bounds)
     return replace(state, groups=groups, planner_index=child_index)
