@@ -402,6 +402,11 @@ def check_slo(
 _SHAPE_FIELDS = tuple(f.name for f in fields(JobProfile) if f.name != "iterations")
 
 
+def profile_shape(job: JobProfile) -> tuple[object, ...]:
+    """Return every field of `job`'s profile but its iterations, as a value."""
+    return tuple([getattr(job, f) for f in _SHAPE_FIELDS])
+
+
 def members_shape(members: Sequence[Member]) -> tuple[object, ...]:
     """Return `members` as a memo key for an evaluation of their schedule: each job's
     profile without its iterations (a mover is placed with its remaining iterations,

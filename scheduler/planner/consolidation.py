@@ -93,6 +93,7 @@ from scheduler.planner import (
     planner_index,
     remove_job,
 )
+from scheduler.planner.admissible import admits_no_join
 from scheduler.planner.algorithm1 import EPS
 from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.objective import (
@@ -274,12 +275,15 @@ def partners_keep_slo(
     return True
 
 
-def _prices(state: ClusterState, placement: Placement) -> dict[str, float]:
-    price = {n.name: n.price_per_hour for n in state.nodes}
-    for name in placement.new_nodes:
-        if name not in price:
-            pool = Pool.ROLLOUT if name in placement.rollout_nodes else Pool.TRAIN
-            price[name] = make_node(state.spec, pool, name).price_per_hour
+def _prices(state: ClusterState, placement: Placement) -> Mapping[str, float]:
+    known = planner_index(state).node_index.prices  # every node of the state's, by name
+    new = [x for x in placement.new_nodes if x not in known]
+    if not new:
+        return known
+    price = dict(known)
+    for name in new:
+        pool = Pool.ROLLOUT if name in placement.rollout_nodes else Pool.TRAIN
+        price[name] = make_node(state.spec, pool, name).price_per_hour
     return price
 
 
@@ -306,10 +310,9 @@ def _place(
 
 
 def _group_of(state: ClusterState, job_id: str) -> tuple[Group, Member] | None:
-    for g in state.groups:
-        for m in g.members:
-            if m.job.id == job_id:
-                return g, m
+    for s in planner_index(state).summaries:  # the summaries hold their job ids as a set
+        if job_id in s.job_ids:
+            return s.group, next(m for m in s.group.members if m.job.id == job_id)
     return None
 
 
@@ -348,7 +351,7 @@ def _best_move(
     if remaining < 1:
         return None
     # 1. Algorithm 1's best placement for the rest of the job, without it.
-    without, _released = remove_job(state, job_id)
+    without, _released = remove_job(state, job_id, group_id=source.id)
     rest = replace(job, iterations=remaining)
     result = _place(cfg, rest, without, progress, colocated=bool(member.rollout_nodes))
     placement = result.placement
@@ -515,6 +518,7 @@ def plan_consolidation(
                 for job_id in sorted(candidates)
                 if (found := where.get(job_id)) is not None
                 and joinable.may_move(*found, progress)
+                and not joinable.admits_none(found, progress)
                 and (mv := _best_move(current, found, now=now, progress=progress, cfg=cfg))
             ]
             if not options:
@@ -603,6 +607,30 @@ class _JoinFilter:
             return False
         return bool((self._fits(member.job) & (self._columns()["ids"] != source.id)).any())
 
+    def admits_none(
+        self,
+        found: tuple[Group, Member],
+        progress: Mapping[str, JobProgress],
+        group_id: str | None = None,
+    ) -> bool:
+        """Return True only when `best_move` would return None for the member (or, with
+        `group_id`, a move anywhere but into that group) because no group it could join
+        admits it and the co-located placement is closed to it
+        (scheduler.planner.admissible: remembered across passes)."""
+        source, member = found
+        cfg = self.cfg
+        if cfg.admission.colocated and member.rollout_nodes:
+            return False  # the co-located placement is open to it
+        if not len(self._columns()["ok"]):
+            return True
+        ids = self._columns()["ids"]
+        fits = self._fits(member.job) & (ids != source.id if group_id is None else ids == group_id)
+        remaining = remaining_iterations(member.job, progress)
+        groups = np.flatnonzero(fits).tolist()
+        return remaining >= 1 and admits_no_join(
+            self.state, source, member, remaining, groups, config=cfg
+        )
+
     def may_join(self, member: Member, group_id: str) -> bool:
         """Return False only when Algorithm 1 cannot place the member (a co-located job:
         no co-located placement for it) in the group `group_id`."""
@@ -674,6 +702,7 @@ def place_with_partners(
                 for job_id in sorted(colocated_jobs)
                 if (at := where.get(job_id)) is not None
                 and joinable.may_join(at[1], gid)
+                and not joinable.admits_none(at, mine, gid)
                 and (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
                 and mv.group_id == gid
             ]

@@ -37,6 +37,7 @@ __all__ = [
     "PlannerIndex",
     "build_index",
     "group_bounds",
+    "group_position",
     "planner_index",
 ]
 
@@ -104,45 +105,51 @@ def summarise(group: Group) -> GroupSummary:
 @dataclass(frozen=True)
 class GroupBounds:
     """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
-    one array each, aligned with `PlannerIndex.summaries`: one vectorised pass answers
-    which groups may take a job at all (at 2,000 live jobs a loop over the groups per
-    decision was the planner's hot spot)."""
+    one row each (T_cycle, tolerance, the least-loaded training node's load), one column
+    per summary, aligned with `PlannerIndex.summaries`: one vectorised pass answers which
+    groups may take a job at all (at 2,000 live jobs a loop over the groups per decision
+    was the planner's hot spot)."""
 
-    t_cycle: np.ndarray
-    tolerance: np.ndarray
-    min_train_load: np.ndarray
+    rows: np.ndarray  # shape (3, groups)
+
+    @property
+    def t_cycle(self) -> np.ndarray:
+        row: np.ndarray = self.rows[0]
+        return row
+
+    @property
+    def tolerance(self) -> np.ndarray:
+        row: np.ndarray = self.rows[1]
+        return row
+
+    @property
+    def min_train_load(self) -> np.ndarray:
+        row: np.ndarray = self.rows[2]
+        return row
+
+    @staticmethod
+    def _column(s: GroupSummary) -> tuple[float, float, float]:
+        return (s.t_cycle, s.tolerance, s.min_train_load)
 
     @classmethod
     def of(cls, summaries: tuple[GroupSummary, ...]) -> GroupBounds:
         """Return the bounds of `summaries` (a pass over them)."""
-        n = len(summaries)
-        return cls(
-            np.fromiter((x.t_cycle for x in summaries), float, n),
-            np.fromiter((x.tolerance for x in summaries), float, n),
-            np.fromiter((x.min_train_load for x in summaries), float, n),
-        )
+        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 3)
+        return cls(np.ascontiguousarray(rows.T))
 
     def replaced(self, i: int, s: GroupSummary) -> GroupBounds:
-        """Return the bounds with row `i` now `s`'s."""
-        cols = (self.t_cycle.copy(), self.tolerance.copy(), self.min_train_load.copy())
-        cols[0][i], cols[1][i], cols[2][i] = s.t_cycle, s.tolerance, s.min_train_load
-        return GroupBounds(*cols)
+        """Return the bounds with column `i` now `s`'s."""
+        rows = self.rows.copy()
+        rows[:, i] = self._column(s)
+        return GroupBounds(rows)
 
     def deleted(self, i: int) -> GroupBounds:
-        """Return the bounds without row `i`."""
-        return GroupBounds(
-            np.delete(self.t_cycle, i),
-            np.delete(self.tolerance, i),
-            np.delete(self.min_train_load, i),
-        )
+        """Return the bounds without column `i`."""
+        return GroupBounds(np.delete(self.rows, i, axis=1))
 
     def appended(self, s: GroupSummary) -> GroupBounds:
-        """Return the bounds with `s`'s row last."""
-        return GroupBounds(
-            np.append(self.t_cycle, s.t_cycle),
-            np.append(self.tolerance, s.tolerance),
-            np.append(self.min_train_load, s.min_train_load),
-        )
+        """Return the bounds with `s`'s column last."""
+        return GroupBounds(np.column_stack((self.rows, self._column(s))))
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,8 @@ class PlannerIndex:
     # the summaries' cheap bounds as arrays (`group_bounds`: built on first use, then
     # carried to the child states by the transitions)
     bounds: GroupBounds | None = None
+    # each group's position in `summaries` by group id (`group_position`: built on first use)
+    positions: Mapping[str, int] | None = None
 
     def is_for(self, state: ClusterState) -> bool:
         """Return True when this index was built for `state`'s nodes and groups."""
@@ -256,6 +265,16 @@ def group_bounds(index: PlannerIndex) -> GroupBounds:
         object.__setattr__(index, "bounds", GroupBounds.of(index.summaries))
     assert index.bounds is not None
     return index.bounds
+
+
+def group_position(index: PlannerIndex, group_id: str) -> int | None:
+    """Return the position of group `group_id` in the index's summaries (None: no such
+    group); the map is built on first use and attached (like `group_bounds`)."""
+    if index.positions is None:
+        positions = {x.group.id: k for k, x in enumerate(index.summaries)}
+        object.__setattr__(index, "positions", positions)
+    assert index.positions is not None
+    return index.positions.get(group_id)
 
 
 def planner_index(state: ClusterState) -> PlannerIndex:

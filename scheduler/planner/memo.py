@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-__all__ = ["LastingMemo", "cached", "evaluation_scope", "in_scope", "lasting"]
+__all__ = ["LastingMemo", "cached", "current_lasting", "evaluation_scope", "in_scope", "lasting"]
 
 T = TypeVar("T")
 
@@ -64,6 +64,11 @@ class LastingMemo:
 
 
 _LASTING: ContextVar[LastingMemo | None] = ContextVar("rollmux_planner_lasting", default=None)
+
+
+def current_lasting() -> LastingMemo | None:
+    """Return the `LastingMemo` open in this context (`lasting`), or None."""
+    return _LASTING.get()
 
 
 @contextmanager

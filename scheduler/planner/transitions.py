@@ -14,7 +14,13 @@ from dataclasses import replace
 from scheduler.cluster import make_node
 from scheduler.model import ClusterState, Group, JobProfile, Member, Node, Placement, Pool
 from scheduler.planner.algorithm1 import EPS
-from scheduler.planner.index import PlannerIndex, index_nodes, planner_index, summarise
+from scheduler.planner.index import (
+    PlannerIndex,
+    group_position,
+    index_nodes,
+    planner_index,
+    summarise,
+)
 
 
 def apply_placement(
@@ -133,15 +139,22 @@ def _position_of(position: Mapping[str, int]) -> Callable[[Node], int]:
     return key
 
 
-def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[str, ...]]:
+def remove_job(
+    state: ClusterState, job_id: str, *, group_id: str | None = None
+) -> tuple[ClusterState, tuple[str, ...]]:
     """Return `state` without `job_id` and the nodes released (no member uses them any more).
 
-    A group left without members releases all its nodes and disappears.
+    A group left without members releases all its nodes and disappears. `group_id`, the
+    job's group when the caller knows it, spares the search for it.
     """
     index = planner_index(state)
     if job_id not in index.job_ids:
         raise KeyError(f"job {job_id!r} is in no co-execution group")
-    i = next(k for k, x in enumerate(index.summaries) if job_id in x.job_ids)
+    at = group_position(index, group_id) if group_id is not None else None
+    if at is not None and job_id in index.summaries[at].job_ids:
+        i = at
+    else:
+        i = next(k for k, x in enumerate(index.summaries) if job_id in x.job_ids)
     g = state.groups[i]
     members = tuple(m for m in g.members if m.job.id != job_id)
     used: set[str] = set()

@@ -52,7 +52,14 @@ from scheduler.replan import (
 )
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.protocols import Policy, Runtime, SimulationError
-from scheduler.sim.records import JobRecord, MoveRecord, PhaseRecord, RunResult, draw_durations
+from scheduler.sim.records import (
+    JobRecord,
+    LiveProgress,
+    MoveRecord,
+    PhaseRecord,
+    RunResult,
+    draw_durations,
+)
 
 if TYPE_CHECKING:
     from scheduler.sim.tenancy import Tenancy
@@ -396,12 +403,8 @@ class Simulation:
                 self.heap, (release, PHASE_END, self.seq, start.job_id, start.kind, group_id)
             )
 
-    def _progress(self) -> dict[str, JobProgress]:
-        return {
-            job_id: JobProgress(r.admitted_s, r.iterations_done, r.moves, r.solo_done_s)
-            for job_id, r in self.jobs.items()
-            if r.status == "running" and r.admitted_s is not None
-        }
+    def _progress(self) -> LiveProgress:
+        return LiveProgress(self.jobs)
 
     def _phase_end(self, job_id: str, kind: PhaseKind, group_id: str) -> None:
         runtime = self.runtimes[group_id]

@@ -85,6 +85,7 @@ class Plain:
     def __enter__(self) -> None:
         self.monkeypatch.setattr(planner, "_VECTOR_GROUPS", 1 << 30)
         self.monkeypatch.setattr(consolidation._JoinFilter, "may_join", lambda *a: True)
+        self.monkeypatch.setattr(consolidation._JoinFilter, "admits_none", lambda *a: False)
 
     def __exit__(self, *exc: object) -> None:
         self.monkeypatch.undo()
