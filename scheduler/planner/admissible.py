@@ -13,6 +13,14 @@ the same (immutable) group at n or fewer, and is remembered in the caller's
 `LastingMemo` (scheduler.planner.memo), keyed by the group's summary (one object per
 version of the group) and the job's profile without its iterations.
 
+A job's complete answer ("no group of the state admits it") is remembered too, with
+the departure's state it was found on (`Ledger`): the states a caller plans departures
+on follow one another (the simulator's), and a group (an immutable object) that is in
+two of them was in every state between, so at the next departure only the groups that
+are new since (a summary not seen before: the departed group's survivors, arrivals,
+moves) need asking; the job's own group must be the same and its remaining iterations
+no more. Each departure costs the groups that changed, not every group for every job.
+
 It is used only where it is exact as stated: the rollout pool is unbounded (rollout
 scaling never lacks free nodes, whose names the check does not read) and no node is
 cordoned (a join's rooms depend on the group's nodes alone). Elsewhere, or without a
@@ -21,19 +29,76 @@ lasting memo, every job is asked as before.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, Group, Member, Pool
 from scheduler.planner import admits_join, planner_index
 from scheduler.planner.algorithm1 import profile_shape
-from scheduler.planner.memo import current_lasting
+from scheduler.planner.index import GroupSummary, group_position
+from scheduler.planner.memo import LastingMemo, current_lasting
 
-__all__ = ["admits_no_join"]
+__all__ = ["Ledger", "admits_no_join"]
 
 # the remembered answers (summaries and profiles) kept at most, then forgotten
 _MAX_KNOWN = 200_000
+# the departures' states whose new groups are kept (a job's answer older than that is
+# found again from every group)
+_MAX_GENERATIONS = 256
+
+
+class Ledger:
+    """The departures' states seen (their summaries, by the state they first appear in)
+    and each job's last complete answer (module docstring)."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._last: tuple[GroupSummary, ...] | None = None
+        self._first_seen: dict[int, tuple[GroupSummary, int]] = {}
+        self.new_in: dict[int, list[GroupSummary]] = {}
+        # job id -> (its profile's shape, its group's summary, remaining, generation)
+        self.answers: dict[str, tuple[tuple[object, ...], GroupSummary, int, int]] = {}
+
+    def see(self, summaries: tuple[GroupSummary, ...]) -> int:
+        """Register a departure's state (its summaries); return its generation."""
+        if summaries is self._last:
+            return self.generation
+        self.generation += 1
+        gen, old = self.generation, self._first_seen
+        first: dict[int, tuple[GroupSummary, int]] = {}
+        new: list[GroupSummary] = []
+        for s in summaries:
+            hit = old.get(id(s))
+            if hit is not None and hit[0] is s:
+                first[id(s)] = hit
+            else:
+                first[id(s)] = (s, gen)
+                new.append(s)
+        self._first_seen, self._last = first, summaries
+        self.new_in[gen] = new
+        self.new_in.pop(gen - _MAX_GENERATIONS, None)
+        return gen
+
+    def new_since(self, generation: int) -> list[GroupSummary] | None:
+        """Return the summaries new after `generation` (None: no longer known)."""
+        if generation - 1 + _MAX_GENERATIONS <= self.generation:
+            return None
+        now = self._first_seen  # the last state's summaries: those gone since are no option
+        return [
+            s
+            for g in range(generation + 1, self.generation + 1)
+            for s in self.new_in[g]
+            if (hit := now.get(id(s))) is not None and hit[0] is s
+        ]
+
+
+def _store(keep: LastingMemo, kind: str, context: Hashable, make: Callable[[], object]) -> object:
+    where: tuple[str, Hashable] = (kind, context)
+    value = keep.values.get(where)
+    if value is None:
+        value = keep.values[where] = make()
+    return value
 
 
 def admits_no_join(
@@ -41,14 +106,17 @@ def admits_no_join(
     source: Group,
     member: Member,
     remaining: int,
-    groups: Iterable[int],
+    groups: Callable[[], Iterable[int]],
     *,
     config: PlannerConfig,
+    departure: bool = False,
 ) -> bool:
-    """Return True when no group at the positions `groups` of `state`'s summaries but
+    """Return True when no group at the positions `groups()` of `state`'s summaries but
     `source` (the member's own: a move there is no move) admits the member's job with
     `remaining` iterations (module docstring); False when one may, or when the answer
-    cannot be remembered here."""
+    cannot be remembered here. `departure`: `state` is the state a departure is planned
+    on (the caller's, not one its planned moves lead to), and `groups()` every group
+    that could admit the job: the answer is kept for the next departure's."""
     keep = current_lasting()
     spec = state.spec
     if keep is None or spec.gpu_type(Pool.ROLLOUT).nodes is not None:
@@ -56,15 +124,29 @@ def admits_no_join(
     index = planner_index(state)
     if any(index.node_index.cordoned.values()):
         return False
-    where: tuple[str, Hashable] = ("admits_no_join", (config.admission, spec))
-    known = keep.values.get(where)
-    if known is None or len(known) > _MAX_KNOWN:
-        known = keep.values[where] = {}
+    context = (config.admission, spec)
+    known = _store(keep, "admits_no_join", context, dict)
+    assert isinstance(known, dict)
+    if len(known) > _MAX_KNOWN:
+        known.clear()
     job = member.job
     shape = profile_shape(job)
+    ledger: Ledger | None = None
+    at = group_position(index, source.id)
+    mine = index.summaries[at] if at is not None else None
+    candidates: Iterable[GroupSummary] | None = None
+    if departure and mine is not None:
+        stored = _store(keep, "admits_no_join_ledger", context, Ledger)
+        assert isinstance(stored, Ledger)
+        ledger = stored
+        gen = ledger.see(index.summaries)
+        prior = ledger.answers.get(job.id)
+        if prior is not None and prior[0] == shape and prior[1] is mine and remaining <= prior[2]:
+            candidates = ledger.new_since(prior[3])  # the rest answered no already
+    if candidates is None:
+        candidates = [index.summaries[k] for k in groups()]
     rest = None
-    for k in groups:
-        s = index.summaries[k]
+    for s in candidates:
         if s.group.id == source.id:
             continue
         hit = known.get((id(s), shape))
@@ -73,6 +155,10 @@ def admits_no_join(
         if rest is None:
             rest = replace(job, iterations=remaining)
         if admits_join(rest, state, s, config=config):
+            if ledger is not None:
+                ledger.answers.pop(job.id, None)
             return False
         known[(id(s), shape)] = (s, remaining)
+    if ledger is not None and mine is not None:
+        ledger.answers[job.id] = (shape, mine, remaining, gen)
     return True

@@ -517,8 +517,8 @@ def plan_consolidation(
                 mv
                 for job_id in sorted(candidates)
                 if (found := where.get(job_id)) is not None
+                and not joinable.admits_none(found, progress, departure=current is state)
                 and joinable.may_move(*found, progress)
-                and not joinable.admits_none(found, progress)
                 and (mv := _best_move(current, found, now=now, progress=progress, cfg=cfg))
             ]
             if not options:
@@ -612,23 +612,37 @@ class _JoinFilter:
         found: tuple[Group, Member],
         progress: Mapping[str, JobProgress],
         group_id: str | None = None,
+        *,
+        departure: bool = False,
     ) -> bool:
         """Return True only when `best_move` would return None for the member (or, with
         `group_id`, a move anywhere but into that group) because no group it could join
         admits it and the co-located placement is closed to it
-        (scheduler.planner.admissible: remembered across passes)."""
+        (scheduler.planner.admissible: remembered across passes; `departure`: this is
+        the state a departure is planned on)."""
         source, member = found
         cfg = self.cfg
         if cfg.admission.colocated and member.rollout_nodes:
             return False  # the co-located placement is open to it
-        if not len(self._columns()["ok"]):
-            return True
-        ids = self._columns()["ids"]
-        fits = self._fits(member.job) & (ids != source.id if group_id is None else ids == group_id)
         remaining = remaining_iterations(member.job, progress)
-        groups = np.flatnonzero(fits).tolist()
-        return remaining >= 1 and admits_no_join(
-            self.state, source, member, remaining, groups, config=cfg
+        if remaining < 1:
+            return False
+
+        def groups() -> list[int]:
+            if not len(self._columns()["ok"]):
+                return []
+            ids = self._columns()["ids"]
+            other = ids != source.id if group_id is None else ids == group_id
+            return np.flatnonzero(self._fits(member.job) & other).tolist()
+
+        return admits_no_join(
+            self.state,
+            source,
+            member,
+            remaining,
+            groups,
+            config=cfg,
+            departure=departure and group_id is None,
         )
 
     def may_join(self, member: Member, group_id: str) -> bool:

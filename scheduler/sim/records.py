@@ -141,6 +141,7 @@ class LiveProgress(Mapping[str, JobProgress]):
     def __init__(self, jobs: Mapping[str, JobRecord]) -> None:
         self._jobs = jobs
         self._made: dict[str, JobProgress] = {}
+        self._len: int | None = None
 
     def __getitem__(self, job_id: str) -> JobProgress:
         made = self._made.get(job_id)
@@ -160,4 +161,9 @@ class LiveProgress(Mapping[str, JobProgress]):
         )
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        if self._len is None:
+            self._len = sum(1 for _ in self)
+        return self._len
+
+    def __bool__(self) -> bool:
+        return next(iter(self), None) is not None
