@@ -501,17 +501,18 @@ def plan_consolidation(
     current = state
     cfg = config or PlannerConfig()
     small = max(cfg.consolidation.small_groups, 1 if cfg.consolidation.singletons else 0)
-    candidates = {
-        m.job.id
+    first = {  # the candidates' groups and selves on `state` (later rounds: every job's)
+        m.job.id: (g, m)
         for g in state.groups
         if g.id == group_id or len(g.members) <= small
         for m in g.members
     }
+    candidates = set(first)
     # The pass's evaluations (groups' expected costs, SLO checks) repeat across its
     # candidates and its rounds: memoised for the pass (scheduler.planner.memo).
     with evaluation_scope(progress):
         while candidates:
-            where = _members_by_id(current)
+            where = first if current is state else _members_by_id(current)
             joinable = _JoinFilter(current, cfg)
             options = [
                 mv

@@ -326,6 +326,9 @@ class CorePolicy:
         # the planner's evaluations that read neither progress nor the clock, kept across
         # its decisions (scheduler.planner.memo): the run asks about the same groups again
         self.memo = LastingMemo()
+        self._lone_waits: dict[
+            str, tuple[JobProfile, ClusterSpec, PlannerConfig, float | None]
+        ] = {}
 
     @property
     def consolidates(self) -> bool:
@@ -398,8 +401,13 @@ class CorePolicy:
         factor = cfg.consolidation.lone_wait
         if not self.consolidates or not cfg.admission.colocated or factor is None:
             return None
+        hit = self._lone_waits.get(job.id)  # asked at every boundary of a lone job
+        if hit is not None and hit[0] is job and hit[1] is state.spec and hit[2] is cfg:
+            return hit[3]
         wait = lone_wait_s(job, state.spec, restart_s=restart_of(cfg)(job))
-        return None if wait is None else wait * factor
+        out = None if wait is None else wait * factor
+        self._lone_waits[job.id] = (job, state.spec, cfg, out)
+        return out
 
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
