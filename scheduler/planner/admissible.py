@@ -59,6 +59,8 @@ class Ledger:
         self.new_in: dict[int, list[GroupSummary]] = {}
         # job id -> (its profile's shape, its group's summary, remaining, generation)
         self.answers: dict[str, tuple[tuple[object, ...], GroupSummary, int, int]] = {}
+        # job id -> the group that admitted it last (asked first next time)
+        self.admitted: dict[str, GroupSummary] = {}
 
     def see(self, summaries: tuple[GroupSummary, ...]) -> int:
         """Register a departure's state (its summaries); return its generation."""
@@ -80,16 +82,21 @@ class Ledger:
         self.new_in.pop(gen - _MAX_GENERATIONS, None)
         return gen
 
+    def present(self, summary: GroupSummary) -> bool:
+        """Return True when `summary` is one of the last registered state's."""
+        hit = self._first_seen.get(id(summary))
+        return hit is not None and hit[0] is summary
+
     def new_since(self, generation: int) -> list[GroupSummary] | None:
         """Return the summaries new after `generation` (None: no longer known)."""
         if generation - 1 + _MAX_GENERATIONS <= self.generation:
             return None
-        now = self._first_seen  # the last state's summaries: those gone since are no option
+        # the last state's summaries only: those gone since are no option
         return [
             s
             for g in range(generation + 1, self.generation + 1)
             for s in self.new_in[g]
-            if (hit := now.get(id(s))) is not None and hit[0] is s
+            if self.present(s)
         ]
 
 
@@ -143,6 +150,13 @@ def admits_no_join(
         prior = ledger.answers.get(job.id)
         if prior is not None and prior[0] == shape and prior[1] is mine and remaining <= prior[2]:
             candidates = ledger.new_since(prior[3])  # the rest answered no already
+        elif (
+            (last := ledger.admitted.get(job.id)) is not None
+            and ledger.present(last)
+            # the group that admitted it last, asked first: it likely still does
+            and admits_join(replace(job, iterations=remaining), state, last, config=config)
+        ):
+            return False
     if candidates is None:
         candidates = [index.summaries[k] for k in groups()]
     rest = None
@@ -157,6 +171,7 @@ def admits_no_join(
         if admits_join(rest, state, s, config=config):
             if ledger is not None:
                 ledger.answers.pop(job.id, None)
+                ledger.admitted[job.id] = s
             return False
         known[(id(s), shape)] = (s, remaining)
     if ledger is not None and mine is not None:

@@ -95,6 +95,7 @@ from scheduler.planner import (
 )
 from scheduler.planner.admissible import admits_no_join
 from scheduler.planner.algorithm1 import EPS
+from scheduler.planner.index import group_position
 from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.objective import (
     JobProgress,
@@ -359,10 +360,9 @@ def _best_move(
         return None
     if placement.group_id == source.id or placement.strategy is Strategy.NEW_GROUP:
         return None
-    target = next(
-        (g for g in without.groups if g.id == placement.group_id),
-        Group("", (), (), ()),  # co-located: a new group of its own
-    )
+    at = group_position(planner_index(without), placement.group_id or "")
+    # co-located: a new group of its own
+    target = without.groups[at] if at is not None else Group("", (), (), ())
     restart = restart_of(cfg)(job)
     switch = state.spec.switch_overhead_s
     # 4. Every SLO over the whole run, restart included.
