@@ -14,6 +14,9 @@ Where the paper's words live:
 * `index`: the per-state index (group summaries, free nodes) that travels with the
   ClusterState, built incrementally by
 * `transitions`: `apply_placement`, `remove_job` and `update_job` (new estimates in place);
+* `memo` and `admissible`: the evaluations a consolidation pass repeats, memoised for the
+  pass and (for a caller that owns a `LastingMemo`, the simulator's policy) across passes,
+  and which groups admit a job at all, remembered across departures;
 * `scheduler.cluster`: node naming, `nodes_needed`, `empty_state`.
 
 Decisions where the paper is silent (see also the module functions):

@@ -59,6 +59,9 @@ Rules (decisions where the issue is silent, marked [I]):
    leaving frees nodes and time that another lone job may use: measured, +0.01
    paper-like and +0.02 Philly-like, docs/results.md). [I] `small_groups` adds the
    members of groups of at most that size (measured: more moves, higher cost).
+   A candidate no group admits (and not free to go co-located) is skipped without
+   `best_move`, which would answer None: remembered across departures for a caller
+   with a lasting memo (scheduler.planner.admissible; same moves, issue 25 item 4).
 """
 
 from __future__ import annotations
