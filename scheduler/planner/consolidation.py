@@ -363,9 +363,10 @@ def _best_move(
         return None
     if placement.group_id == source.id or placement.strategy is Strategy.NEW_GROUP:
         return None
-    at = group_position(planner_index(without), placement.group_id or "")
-    # co-located: a new group of its own
-    target = without.groups[at] if at is not None else Group("", (), (), ())
+    # the same group object in `state` (remove_job changed only the source); co-located: a
+    # new group of its own
+    at = group_position(planner_index(state), placement.group_id or "")
+    target = state.groups[at] if at is not None else Group("", (), (), ())
     restart = restart_of(cfg)(job)
     switch = state.spec.switch_overhead_s
     # 4. Every SLO over the whole run, restart included.
