@@ -14,6 +14,9 @@ Where the paper's words live:
 * `index`: the per-state index (group summaries, free nodes) that travels with the
   ClusterState, built incrementally by
 * `transitions`: `apply_placement`, `remove_job` and `update_job` (new estimates in place);
+* `memo` and `admissible`: the evaluations a consolidation pass repeats, memoised for the
+  pass and (for a caller that owns a `LastingMemo`, the simulator's policy) across passes,
+  and which groups admit a job at all, remembered across departures;
 * `scheduler.cluster`: node naming, `nodes_needed`, `empty_state`.
 
 Decisions where the paper is silent (see also the module functions):
@@ -71,9 +74,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from scheduler.cluster import nodes_needed
-from scheduler.config import ALGORITHM1, PlannerConfig
+from scheduler.config import ALGORITHM1, Admission, PlannerConfig
 from scheduler.model import (
     ClusterState,
     JobProfile,
@@ -91,12 +95,20 @@ from scheduler.planner.algorithm1 import (
     Choice,
     FreePool,
     Request,
+    candidates,
+    check_slo,
     choose,
     new_group_candidate,
 )
 from scheduler.planner.baselines import baseline_choice
 from scheduler.planner.colocated import colocated_candidate
-from scheduler.planner.index import PlannerIndex, build_index, planner_index
+from scheduler.planner.index import (
+    GroupSummary,
+    PlannerIndex,
+    build_index,
+    group_bounds,
+    planner_index,
+)
 from scheduler.planner.memo import cached
 from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
@@ -108,6 +120,7 @@ __all__ = [
     "OBJECTIVES",
     "POLICIES",
     "PlannerIndex",
+    "admits_join",
     "apply_placement",
     "build_index",
     "place",
@@ -118,6 +131,9 @@ __all__ = [
 ]
 
 POLICIES = ("rollmux", "solo-disagg", "random", "greedy-most-idle")
+# From this many groups on, Algorithm 1's cheap bounds are checked in one vectorised pass
+# (`algorithm1.Request.bounds`) before the loop over the groups.
+_VECTOR_GROUPS = 64
 OBJECTIVES = ("marginal", "expected")
 
 
@@ -170,7 +186,6 @@ def place(
     objective = adm.objective if objective is None else objective
     prune_saturated = adm.prune_saturated if prune_saturated is None else prune_saturated
     colocated = adm.colocated if colocated is None else colocated
-    slo_margin, min_slo_probability = adm.slo_margin, adm.min_slo_probability
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     if policy == "random" and rng is None:
@@ -189,35 +204,8 @@ def place(
         return PlacementResult(PlacementStatus.INFEASIBLE, reason)
     if job.id in index.job_ids:
         raise ValueError(f"job {job.id!r} is already placed in a co-execution group")
-    taken = index.taken
-
-    def in_use(name: str) -> bool:
-        return name in nodes.nodes or name in taken
-
-    pools = {
-        pool: FreePool(
-            spec=spec,
-            pool=pool,
-            size=len(nodes.by_pool[pool]),
-            free=index.free[pool],
-            in_use=in_use,
-            mem=job.host_mem_gb,
-        )
-        for pool in (Pool.ROLLOUT, Pool.TRAIN)
-    }
-    req = Request(
-        job=job,
-        n_roll=nodes_needed(job, spec, Pool.ROLLOUT),
-        n_train=nodes_needed(job, spec, Pool.TRAIN),
-        nodes=nodes.nodes,
-        pools=pools,
-        switch_overhead_s=spec.switch_overhead_s,
-        max_group_size=max_group_size,
-        prune_saturated=prune_saturated,
-        slo_margin=slo_margin,
-        tight_slack=adm.tight_slack,
-        min_slo_probability=min_slo_probability,
-        node_prices=nodes.prices,
+    req = _request(
+        job, state, index, max_group_size=max_group_size, prune_saturated=prune_saturated, adm=adm
     )
     best: Choice | None
     if policy == "solo-disagg":
@@ -240,8 +228,86 @@ def place(
     else:
         best = baseline_choice(req, index.summaries, policy=policy, rng=rng)
     if best is None:
-        return PlacementResult(PlacementStatus.RETRY, retry_reason(job, spec, pools, nodes))
+        return PlacementResult(PlacementStatus.RETRY, retry_reason(job, spec, req.pools, nodes))
     return _fit(job, *best, switch_overhead_s=spec.switch_overhead_s)
+
+
+def _request(
+    job: JobProfile,
+    state: ClusterState,
+    index: PlannerIndex,
+    *,
+    max_group_size: int,
+    prune_saturated: bool,
+    adm: Admission,
+) -> Request:
+    """Return what every step of a decision for `job` on `state` reads (its free pools)."""
+    spec = state.spec
+    nodes = index.node_index
+    taken = index.taken
+
+    def in_use(name: str) -> bool:
+        return name in nodes.nodes or name in taken
+
+    pools = {
+        pool: FreePool(
+            spec=spec,
+            pool=pool,
+            size=len(nodes.by_pool[pool]),
+            free=index.free[pool],
+            in_use=in_use,
+            mem=job.host_mem_gb,
+        )
+        for pool in (Pool.ROLLOUT, Pool.TRAIN)
+    }
+    return Request(
+        job=job,
+        n_roll=nodes_needed(job, spec, Pool.ROLLOUT),
+        n_train=nodes_needed(job, spec, Pool.TRAIN),
+        nodes=nodes.nodes,
+        pools=pools,
+        switch_overhead_s=spec.switch_overhead_s,
+        max_group_size=max_group_size,
+        prune_saturated=prune_saturated,
+        slo_margin=adm.slo_margin,
+        tight_slack=adm.tight_slack,
+        min_slo_probability=adm.min_slo_probability,
+        node_prices=nodes.prices,
+        # the vectorised cheap bounds pay off only over many groups
+        bounds=group_bounds(index) if len(index.summaries) >= _VECTOR_GROUPS else None,
+    )
+
+
+def admits_join(
+    job: JobProfile, state: ClusterState, summary: GroupSummary, *, config: PlannerConfig
+) -> bool:
+    """Return True when Algorithm 1 has an admissible placement of `job` in the group of
+    `summary` (one of `state`'s): a direct packing or rollout scaling candidate (line 5)
+    that passes the SLO check (line 7). Whatever the objective ranks, `place` joins no
+    group this returns False for. The job may be placed already (elsewhere)."""
+    adm = config.admission
+    req = _request(
+        job,
+        state,
+        planner_index(state),
+        max_group_size=adm.max_group_size,
+        prune_saturated=adm.prune_saturated,
+        adm=adm,
+    )
+    req = replace(req, bounds=None)  # one group: checked as it is
+    return any(
+        check_slo(
+            summary.group,
+            job,
+            c.rollout,
+            c.train,
+            switch_overhead_s=req.switch_overhead_s,
+            slo_margin=req.slo_margin,
+            tight_slack=req.tight_slack,
+        )
+        is not None
+        for c in candidates(req, (summary,))
+    )
 
 
 def _fit(

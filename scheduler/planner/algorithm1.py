@@ -29,11 +29,13 @@ the paper is silent are listed in scheduler.planner.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+import numpy as np
 
 from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
-from scheduler.planner.index import GroupSummary
+from scheduler.planner.index import GroupBounds, GroupSummary
 from scheduler.planner.memo import cached
 from scheduler.slo import DEFAULT_SLO_MARGIN, DEFAULT_TIGHT_SLACK, check_group, expected_solo_s
 from scheduler.stochastic import slo_probabilities
@@ -179,6 +181,9 @@ class Request:
     # the hourly price of every node of the state by name (PlannerIndex's); None: read
     # from `nodes`
     node_prices: Mapping[str, float] | None = None
+    # the state's summaries' cheap bounds as arrays (PlannerIndex's `group_bounds`), for
+    # `candidates` to skip the groups they rule out in one pass; None: checked one by one
+    bounds: GroupBounds | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -366,14 +371,16 @@ def check_slo(
     member's worst case too, `tight_slack`) against expected solo times.
     """
     members = group.members + (Member(job, rollout, train),)
-    # (memoised within a consolidation pass: the check reads only the members' profiles
-    # and nodes, scheduler.planner.memo)
+    # (memoised, across passes for a caller with a lasting memo: the check reads only the
+    # members' profiles but their iterations, and which of them share a node;
+    # scheduler.planner.memo)
     check = cached(
         "check_group",
-        (members, switch_overhead_s, slo_margin, tight_slack),
+        (members_shape(members), switch_overhead_s, slo_margin, tight_slack),
         lambda: check_group(
             members, switch_overhead_s=switch_overhead_s, margin=slo_margin, tight_slack=tight_slack
         ),
+        lasting=True,
     )
     if not check.ok:
         return None
@@ -390,13 +397,48 @@ def check_slo(
     return {m.job.id: t / m.job.t_solo_max_s for m, t in zip(members, check.worst_s, strict=True)}
 
 
+# Every field of a profile but its iterations: what an evaluation of a group's schedule
+# (its SLO check, its meta-iteration) may read of a member's job.
+_SHAPE_FIELDS = tuple(f.name for f in fields(JobProfile) if f.name != "iterations")
+
+
+def profile_shape(job: JobProfile) -> tuple[object, ...]:
+    """Return every field of `job`'s profile but its iterations, as a value."""
+    return tuple([getattr(job, f) for f in _SHAPE_FIELDS])
+
+
+def members_shape(members: Sequence[Member]) -> tuple[object, ...]:
+    """Return `members` as a memo key for an evaluation of their schedule: each job's
+    profile without its iterations (a mover is placed with its remaining iterations,
+    which change at every boundary), and each node as the order in which the members
+    first name it (the schedule reads which members share a node, not its name; an
+    unbounded pool names the nodes it adds after the state's size)."""
+    label: dict[str, int] = {}
+    out: list[object] = []
+    for m in members:
+        job = m.job
+        out.append(tuple(label.setdefault(x, len(label)) for x in m.rollout_nodes))
+        out.append(tuple(label.setdefault(x, len(label)) for x in m.train_nodes))
+        out.extend([getattr(job, f) for f in _SHAPE_FIELDS])
+    return tuple(out)
+
+
 def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidate]:
     """Return GENERATEPLACEMENTS over every group (lines 3-6), unranked."""
     out: list[Candidate] = []
     job = req.job
     solo, t_train = job.t_solo_max_s, job.t_train_max_s
     slo_solo = job.slo * solo
-    for order, s in enumerate(summaries):
+    orders: Iterable[int] = range(len(summaries))
+    b = req.bounds
+    if b is not None and len(b.t_cycle) == len(summaries):
+        # group_context's cheap bounds, vectorised (the same floating-point operations):
+        # only the groups they keep are looked at
+        tol_v = np.minimum(b.tolerance, slo_solo) + EPS
+        keep = (np.maximum(b.t_cycle, solo) <= tol_v) & (b.min_train_load + t_train <= tol_v)
+        orders = np.flatnonzero(keep).tolist()
+    for order in orders:
+        s = summaries[order]
         # group_context's cheap bounds first, inline: they drop most groups (the loop runs
         # over every group for every decision); group_context checks them again
         tol = min(s.tolerance, slo_solo) + EPS

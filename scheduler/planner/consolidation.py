@@ -59,6 +59,9 @@ Rules (decisions where the issue is silent, marked [I]):
    leaving frees nodes and time that another lone job may use: measured, +0.01
    paper-like and +0.02 Philly-like, docs/results.md). [I] `small_groups` adds the
    members of groups of at most that size (measured: more moves, higher cost).
+   A candidate no group admits (and not free to go co-located) is skipped without
+   `best_move`, which would answer None: remembered across departures for a caller
+   with a lasting memo (scheduler.planner.admissible; same moves, issue 25 item 4).
 """
 
 from __future__ import annotations
@@ -93,7 +96,9 @@ from scheduler.planner import (
     planner_index,
     remove_job,
 )
+from scheduler.planner.admissible import admits_no_join
 from scheduler.planner.algorithm1 import EPS
+from scheduler.planner.index import group_position
 from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.objective import (
     JobProgress,
@@ -274,12 +279,15 @@ def partners_keep_slo(
     return True
 
 
-def _prices(state: ClusterState, placement: Placement) -> dict[str, float]:
-    price = {n.name: n.price_per_hour for n in state.nodes}
-    for name in placement.new_nodes:
-        if name not in price:
-            pool = Pool.ROLLOUT if name in placement.rollout_nodes else Pool.TRAIN
-            price[name] = make_node(state.spec, pool, name).price_per_hour
+def _prices(state: ClusterState, placement: Placement) -> Mapping[str, float]:
+    known = planner_index(state).node_index.prices  # every node of the state's, by name
+    new = [x for x in placement.new_nodes if x not in known]
+    if not new:
+        return known
+    price = dict(known)
+    for name in new:
+        pool = Pool.ROLLOUT if name in placement.rollout_nodes else Pool.TRAIN
+        price[name] = make_node(state.spec, pool, name).price_per_hour
     return price
 
 
@@ -306,10 +314,9 @@ def _place(
 
 
 def _group_of(state: ClusterState, job_id: str) -> tuple[Group, Member] | None:
-    for g in state.groups:
-        for m in g.members:
-            if m.job.id == job_id:
-                return g, m
+    for s in planner_index(state).summaries:  # the summaries hold their job ids as a set
+        if job_id in s.job_ids:
+            return s.group, next(m for m in s.group.members if m.job.id == job_id)
     return None
 
 
@@ -348,7 +355,7 @@ def _best_move(
     if remaining < 1:
         return None
     # 1. Algorithm 1's best placement for the rest of the job, without it.
-    without, _released = remove_job(state, job_id)
+    without, _released = remove_job(state, job_id, group_id=source.id)
     rest = replace(job, iterations=remaining)
     result = _place(cfg, rest, without, progress, colocated=bool(member.rollout_nodes))
     placement = result.placement
@@ -356,10 +363,10 @@ def _best_move(
         return None
     if placement.group_id == source.id or placement.strategy is Strategy.NEW_GROUP:
         return None
-    target = next(
-        (g for g in without.groups if g.id == placement.group_id),
-        Group("", (), (), ()),  # co-located: a new group of its own
-    )
+    # the same group object in `state` (remove_job changed only the source); co-located: a
+    # new group of its own
+    at = group_position(planner_index(state), placement.group_id or "")
+    target = state.groups[at] if at is not None else Group("", (), (), ())
     restart = restart_of(cfg)(job)
     switch = state.spec.switch_overhead_s
     # 4. Every SLO over the whole run, restart included.
@@ -498,22 +505,24 @@ def plan_consolidation(
     current = state
     cfg = config or PlannerConfig()
     small = max(cfg.consolidation.small_groups, 1 if cfg.consolidation.singletons else 0)
-    candidates = {
-        m.job.id
+    first = {  # the candidates' groups and selves on `state` (later rounds: every job's)
+        m.job.id: (g, m)
         for g in state.groups
         if g.id == group_id or len(g.members) <= small
         for m in g.members
     }
+    candidates = set(first)
     # The pass's evaluations (groups' expected costs, SLO checks) repeat across its
     # candidates and its rounds: memoised for the pass (scheduler.planner.memo).
     with evaluation_scope(progress):
         while candidates:
-            where = _members_by_id(current)
+            where = first if current is state else _members_by_id(current)
             joinable = _JoinFilter(current, cfg)
             options = [
                 mv
                 for job_id in sorted(candidates)
                 if (found := where.get(job_id)) is not None
+                and not joinable.admits_none(found, progress, departure=current is state)
                 and joinable.may_move(*found, progress)
                 and (mv := _best_move(current, found, now=now, progress=progress, cfg=cfg))
             ]
@@ -579,28 +588,74 @@ class _JoinFilter:
             self._table = table
         return self._table
 
+    def _fits(self, job: JobProfile) -> np.ndarray:
+        """Return which groups pass the job's first checks (the class docstring)."""
+        t = self._columns()
+        solo = job.t_solo_max_s
+        tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
+        n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
+        return (  # type: ignore[no-any-return]
+            t["ok"]
+            & (t["n_train"] >= n_train)
+            & (np.maximum(t["t_cycle"], solo) <= tol)
+            & (t["min_train"] + job.t_train_max_s <= tol)
+            & (t["scale"] == job.time_scale)
+        )
+
     def may_move(self, source: Group, member: Member, progress: Mapping[str, JobProgress]) -> bool:
         """Return False only when `best_move` would return None for the member because
         Algorithm 1 has no placement for it outside its own group but a new group."""
         cfg = self.cfg
         if cfg.admission.colocated and member.rollout_nodes:
             return True  # the co-located placement is open to it: ask best_move
-        job = member.job
-        t = self._columns()
-        if not len(t["ok"]):
+        if not len(self._columns()["ok"]):
             return False
-        solo = job.t_solo_max_s
-        tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
-        n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
-        fits = (
-            t["ok"]
-            & (t["n_train"] >= n_train)
-            & (np.maximum(t["t_cycle"], solo) <= tol)
-            & (t["min_train"] + job.t_train_max_s <= tol)
-            & (t["scale"] == job.time_scale)
-            & (t["ids"] != source.id)
+        return bool((self._fits(member.job) & (self._columns()["ids"] != source.id)).any())
+
+    def admits_none(
+        self,
+        found: tuple[Group, Member],
+        progress: Mapping[str, JobProgress],
+        group_id: str | None = None,
+        *,
+        departure: bool = False,
+    ) -> bool:
+        """Return True only when `best_move` would return None for the member (or, with
+        `group_id`, a move anywhere but into that group) because no group it could join
+        admits it and the co-located placement is closed to it
+        (scheduler.planner.admissible: remembered across passes; `departure`: this is
+        the state a departure is planned on)."""
+        source, member = found
+        cfg = self.cfg
+        if cfg.admission.colocated and member.rollout_nodes:
+            return False  # the co-located placement is open to it
+        remaining = remaining_iterations(member.job, progress)
+        if remaining < 1:
+            return False
+
+        def groups() -> list[int]:
+            if not len(self._columns()["ok"]):
+                return []
+            ids = self._columns()["ids"]
+            other = ids != source.id if group_id is None else ids == group_id
+            return np.flatnonzero(self._fits(member.job) & other).tolist()
+
+        return admits_no_join(
+            self.state,
+            source,
+            member,
+            remaining,
+            groups,
+            config=cfg,
+            departure=departure and group_id is None,
         )
-        return bool(fits.any())
+
+    def may_join(self, member: Member, group_id: str) -> bool:
+        """Return False only when Algorithm 1 cannot place the member (a co-located job:
+        no co-located placement for it) in the group `group_id`."""
+        if not len(self._columns()["ok"]):
+            return False
+        return bool((self._fits(member.job) & (self._columns()["ids"] == group_id)).any())
 
 
 @dataclass(frozen=True)
@@ -658,10 +713,16 @@ def place_with_partners(
     current = trial
     with evaluation_scope(mine):  # the rounds re-evaluate the same groups (memo)
         while colocated_jobs:
+            # only a move into the new group counts: a job its first checks keep out of
+            # that group is not asked (`_JoinFilter`; a co-located job moves only by joining)
+            where, joinable = _members_by_id(current), _JoinFilter(current, cfg)
             found = [
                 mv
                 for job_id in sorted(colocated_jobs)
-                if (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
+                if (at := where.get(job_id)) is not None
+                and joinable.may_join(at[1], gid)
+                and not joinable.admits_none(at, mine, gid)
+                and (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
                 and mv.group_id == gid
             ]
             if not found:

@@ -26,9 +26,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from scheduler.model import ClusterState, Group, Node, Pool
 
-__all__ = ["GroupSummary", "NodeIndex", "PlannerIndex", "build_index", "planner_index"]
+__all__ = [
+    "GroupBounds",
+    "GroupSummary",
+    "NodeIndex",
+    "PlannerIndex",
+    "build_index",
+    "group_bounds",
+    "group_position",
+    "planner_index",
+]
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,56 @@ def summarise(group: Group) -> GroupSummary:
 
 
 @dataclass(frozen=True)
+class GroupBounds:
+    """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
+    one row each (T_cycle, tolerance, the least-loaded training node's load), one column
+    per summary, aligned with `PlannerIndex.summaries`: one vectorised pass answers which
+    groups may take a job at all (at 2,000 live jobs a loop over the groups per decision
+    was the planner's hot spot)."""
+
+    rows: np.ndarray  # shape (3, groups)
+
+    @property
+    def t_cycle(self) -> np.ndarray:
+        row: np.ndarray = self.rows[0]
+        return row
+
+    @property
+    def tolerance(self) -> np.ndarray:
+        row: np.ndarray = self.rows[1]
+        return row
+
+    @property
+    def min_train_load(self) -> np.ndarray:
+        row: np.ndarray = self.rows[2]
+        return row
+
+    @staticmethod
+    def _column(s: GroupSummary) -> tuple[float, float, float]:
+        return (s.t_cycle, s.tolerance, s.min_train_load)
+
+    @classmethod
+    def of(cls, summaries: tuple[GroupSummary, ...]) -> GroupBounds:
+        """Return the bounds of `summaries` (a pass over them)."""
+        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 3)
+        return cls(np.ascontiguousarray(rows.T))
+
+    def replaced(self, i: int, s: GroupSummary) -> GroupBounds:
+        """Return the bounds with column `i` now `s`'s."""
+        rows = self.rows.copy()
+        rows[:, i] = self._column(s)
+        return GroupBounds(rows)
+
+    def deleted(self, i: int) -> GroupBounds:
+        """Return the bounds without column `i`."""
+        return GroupBounds(np.delete(self.rows, i, axis=1))
+
+    def appended(self, s: GroupSummary) -> GroupBounds:
+        """Return the bounds with `s`'s column last."""
+        return GroupBounds(np.column_stack((self.rows, self._column(s))))
+
+
+@dataclass(frozen=True)
 class NodeIndex:
     """The state's nodes by name and by pool, and the largest host memory per pool."""
 
@@ -141,6 +202,11 @@ class PlannerIndex:
     taken: frozenset[str]  # nodes some group holds
     job_ids: frozenset[str]  # jobs placed in some group
     free: Mapping[Pool, tuple[Node, ...]]  # no group holds them, not cordoned; state order
+    # the summaries' cheap bounds as arrays (`group_bounds`: built on first use, then
+    # carried to the child states by the transitions)
+    bounds: GroupBounds | None = None
+    # each group's position in `summaries` by group id (`group_position`: built on first use)
+    positions: Mapping[str, int] | None = None
 
     def is_for(self, state: ClusterState) -> bool:
         """Return True when this index was built for `state`'s nodes and groups."""
@@ -190,6 +256,25 @@ def _summaries(groups: tuple[Group, ...], old: PlannerIndex | None) -> tuple[Gro
         hit = known.get(id(g))
         out.append(hit if hit is not None and hit.group is g else summarise(g))
     return tuple(out)
+
+
+def group_bounds(index: PlannerIndex) -> GroupBounds:
+    """Return the index's `GroupBounds`, built and attached on first use (like
+    `planner_index`'s one write: a pure function of the index's own summaries)."""
+    if index.bounds is None:
+        object.__setattr__(index, "bounds", GroupBounds.of(index.summaries))
+    assert index.bounds is not None
+    return index.bounds
+
+
+def group_position(index: PlannerIndex, group_id: str) -> int | None:
+    """Return the position of group `group_id` in the index's summaries (None: no such
+    group); the map is built on first use and attached (like `group_bounds`)."""
+    if index.positions is None:
+        positions = {x.group.id: k for k, x in enumerate(index.summaries)}
+        object.__setattr__(index, "positions", positions)
+    assert index.positions is not None
+    return index.positions.get(group_id)
 
 
 def planner_index(state: ClusterState) -> PlannerIndex:

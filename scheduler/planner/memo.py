@@ -17,6 +17,16 @@ evaluations repeat: the memo keeps their results for the pass.
 
 The scope lives in a `contextvars.ContextVar`: it is per thread (and per task), so two
 threads planning at once share nothing, and it is gone when the pass returns.
+
+Evaluations that read neither the jobs' progress nor the clock (a group's SLO check, its
+steady meta-iteration at expected durations: functions of the members' profiles and
+nodes alone) repeat across passes too: consolidation asks about the same lone jobs and
+the same groups at every departure (issue 25 item 4). A caller that plans again and again
+(the simulator's policy) may own a `LastingMemo` and open `lasting(memo)` around its
+calls; `cached(..., lasting=True)` then keeps such a value across passes, under a key
+that holds everything the value reads. The memo is the caller's (no module-level cache),
+bounded (`LastingMemo.limit` entries: then it starts again), and per thread like the
+scope.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-__all__ = ["cached", "evaluation_scope", "in_scope"]
+__all__ = ["LastingMemo", "cached", "current_lasting", "evaluation_scope", "in_scope", "lasting"]
 
 T = TypeVar("T")
 
@@ -40,6 +50,35 @@ class _Scope:
 
 
 _SCOPE: ContextVar[_Scope | None] = ContextVar("rollmux_planner_memo", default=None)
+
+
+class LastingMemo:
+    """A caller's memo of the evaluations that read neither progress nor the clock, kept
+    across passes (module docstring); at most `limit` entries, then emptied."""
+
+    __slots__ = ("limit", "values")
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self.values: dict[tuple[str, Hashable], Any] = {}
+
+
+_LASTING: ContextVar[LastingMemo | None] = ContextVar("rollmux_planner_lasting", default=None)
+
+
+def current_lasting() -> LastingMemo | None:
+    """Return the `LastingMemo` open in this context (`lasting`), or None."""
+    return _LASTING.get()
+
+
+@contextmanager
+def lasting(memo: LastingMemo | None) -> Iterator[None]:
+    """Keep the lasting evaluations in `memo` until the block ends (None: not kept)."""
+    token = _LASTING.set(memo)
+    try:
+        yield
+    finally:
+        _LASTING.reset(token)
 
 
 @contextmanager
@@ -68,16 +107,30 @@ def cached(
     *,
     progress: Mapping[str, Any] | None = None,
     reads_progress: bool = False,
+    lasting: bool = False,
 ) -> T:
     """Return `compute()`, memoised in the open scope under `(kind, key)`.
 
     With `reads_progress` the value depends on the jobs' progress: it is memoised only
-    when the scope was opened for this very `progress`.
+    when the scope was opened for this very `progress`. With `lasting` the value reads
+    neither progress nor the clock and `key` holds everything it reads: it is kept in
+    the caller's `LastingMemo` when one is open (`lasting`), else in the scope.
     """
+    full = (kind, key)
+    keep = _LASTING.get() if lasting else None
+    if keep is not None:
+        values = keep.values
+        try:
+            return values[full]  # type: ignore[no-any-return]
+        except KeyError:
+            value = compute()
+            if len(values) >= keep.limit:
+                values.clear()
+            values[full] = value
+            return value
     scope = _SCOPE.get()
     if scope is None or (reads_progress and scope.progress is not progress):
         return compute()
-    full = (kind, key)
     values = scope.values
     try:
         return values[full]  # type: ignore[no-any-return]

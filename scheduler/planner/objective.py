@@ -107,10 +107,32 @@ def expected_meta_s(
         if not members[0].rollout_nodes:
             return colocated_expected_s(job, colocated_factor)
         return expected_solo_s(job)
-    times = steady_iteration_times(
-        [_expected(m, _cache) for m in members], switch_overhead_s=switch_overhead_s
+    # a function of what the recursion reads of each member at its expected phases (kept
+    # across passes for a caller with a lasting memo, scheduler.planner.memo)
+    # (each node as the order in which the members first name it: the recursion reads
+    # which members share a node, not its name)
+    label: dict[str, int] = {}
+    key = tuple(
+        (
+            tuple(label.setdefault(x, len(label)) for x in m.rollout_nodes),
+            tuple(label.setdefault(x, len(label)) for x in m.train_nodes),
+            expected_roll_s(m.job),
+            expected_train_s(m.job),
+            m.job.t_sync_s,
+            m.job.switch_s,
+        )
+        for m in members
     )
-    return max(times)
+    return cached(
+        "expected_meta_s",
+        (key, switch_overhead_s),
+        lambda: max(
+            steady_iteration_times(
+                [_expected(m, _cache) for m in members], switch_overhead_s=switch_overhead_s
+            )
+        ),
+        lasting=True,
+    )
 
 
 def remaining_iterations(job: JobProfile, progress: Mapping[str, JobProgress]) -> int:

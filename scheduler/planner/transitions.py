@@ -14,7 +14,13 @@ from dataclasses import replace
 from scheduler.cluster import make_node
 from scheduler.model import ClusterState, Group, JobProfile, Member, Node, Placement, Pool
 from scheduler.planner.algorithm1 import EPS
-from scheduler.planner.index import PlannerIndex, index_nodes, planner_index, summarise
+from scheduler.planner.index import (
+    PlannerIndex,
+    group_position,
+    index_nodes,
+    planner_index,
+    summarise,
+)
 
 
 def apply_placement(
@@ -90,6 +96,13 @@ def apply_placement(
         summaries[position] = summarise(group)
     nodes = state.nodes + tuple(added) if added else state.nodes
     newly = set(wanted)
+    bounds = index.bounds
+    if bounds is not None:
+        bounds = (
+            bounds.appended(summaries[-1])
+            if target is None
+            else bounds.replaced(position, summaries[position])
+        )
     child_index = PlannerIndex(
         nodes=nodes,
         groups=groups,
@@ -98,6 +111,7 @@ def apply_placement(
         taken=index.taken | newly,
         job_ids=index.job_ids | {job.id},
         free={p: tuple(n for n in v if n.name not in newly) for p, v in index.free.items()},
+        bounds=bounds,
     )
     return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
 
@@ -125,15 +139,22 @@ def _position_of(position: Mapping[str, int]) -> Callable[[Node], int]:
     return key
 
 
-def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[str, ...]]:
+def remove_job(
+    state: ClusterState, job_id: str, *, group_id: str | None = None
+) -> tuple[ClusterState, tuple[str, ...]]:
     """Return `state` without `job_id` and the nodes released (no member uses them any more).
 
-    A group left without members releases all its nodes and disappears.
+    A group left without members releases all its nodes and disappears. `group_id`, the
+    job's group when the caller knows it, spares the search for it.
     """
     index = planner_index(state)
     if job_id not in index.job_ids:
         raise KeyError(f"job {job_id!r} is in no co-execution group")
-    i = next(k for k, x in enumerate(index.summaries) if job_id in x.job_ids)
+    at = group_position(index, group_id) if group_id is not None else None
+    if at is not None and job_id in index.summaries[at].job_ids:
+        i = at
+    else:
+        i = next(k for k, x in enumerate(index.summaries) if job_id in x.job_ids)
     g = state.groups[i]
     members = tuple(m for m in g.members if m.job.id != job_id)
     used: set[str] = set()
@@ -151,9 +172,11 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
         )
         groups = state.groups[:i] + (group,) + state.groups[i + 1 :]
         summaries[i] = summarise(group)
+        bounds = index.bounds.replaced(i, summaries[i]) if index.bounds is not None else None
     else:
         groups = state.groups[:i] + state.groups[i + 1 :]
         del summaries[i]
+        bounds = index.bounds.deleted(i) if index.bounds is not None else None
     nodes = index.node_index
     free = dict(index.free)
     position = nodes.position
@@ -174,6 +197,7 @@ def remove_job(state: ClusterState, job_id: str) -> tuple[ClusterState, tuple[st
         taken=index.taken - set(released),
         job_ids=index.job_ids - {job_id},
         free=free,
+        bounds=bounds,
     )
     return replace(state, groups=groups, planner_index=child_index), released
 
@@ -193,5 +217,6 @@ def update_job(state: ClusterState, job: JobProfile) -> ClusterState:
     groups = state.groups[:i] + (group,) + state.groups[i + 1 :]
     summaries = list(index.summaries)
     summaries[i] = summarise(group)
-    child_index = replace(index, groups=groups, summaries=tuple(summaries))
+    bounds = index.bounds.replaced(i, summaries[i]) if index.bounds is not None else None
+    child_index = replace(index, groups=groups, summaries=tuple(summaries), bounds=bounds)
     return replace(state, groups=groups, planner_index=child_index)

@@ -52,7 +52,14 @@ from scheduler.replan import (
 )
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.protocols import Policy, Runtime, SimulationError
-from scheduler.sim.records import JobRecord, MoveRecord, PhaseRecord, RunResult, draw_durations
+from scheduler.sim.records import (
+    JobRecord,
+    LiveProgress,
+    MoveRecord,
+    PhaseRecord,
+    RunResult,
+    draw_durations,
+)
 
 if TYPE_CHECKING:
     from scheduler.sim.tenancy import Tenancy
@@ -164,6 +171,7 @@ class Simulation:
         self.tail_saved_s = 0.0  # node-seconds long-tail migration handed to the next rollout
         self._groups_seen: tuple[Group, ...] | None = None
         self._group_by_id: dict[str, Group] = {}
+        self._shares: dict[tuple[str, str, tuple[str, ...]], bool] = {}
         # a job alone in a disaggregated group -> since when (or its last re-plan)
         self.alone_since: dict[str, float] = {}
 
@@ -293,6 +301,7 @@ class Simulation:
         if self._groups_seen is not self.state.groups:
             self._groups_seen = self.state.groups
             self._group_by_id = {g.id: g for g in self.state.groups}
+            self._shares = {}
         return self._group_by_id.get(group_id)
 
     def _note_alone(self, group_id: str) -> None:
@@ -320,10 +329,15 @@ class Simulation:
         group = self._group(group_id)
         if group is None:
             return False
-        mine = set(nodes)
-        return any(
-            m.job.id != job_id and not mine.isdisjoint(m.rollout_nodes) for m in group.members
-        )
+        key = (group_id, job_id, nodes)
+        hit = self._shares.get(key)  # the answer for the groups of now (`_group`)
+        if hit is None:
+            mine = set(nodes)
+            hit = any(
+                m.job.id != job_id and not mine.isdisjoint(m.rollout_nodes) for m in group.members
+            )
+            self._shares[key] = hit
+        return hit
 
     def _start_ready(self, group_id: str) -> None:
         runtime = self.runtimes[group_id]
@@ -396,12 +410,8 @@ class Simulation:
                 self.heap, (release, PHASE_END, self.seq, start.job_id, start.kind, group_id)
             )
 
-    def _progress(self) -> dict[str, JobProgress]:
-        return {
-            job_id: JobProgress(r.admitted_s, r.iterations_done, r.moves, r.solo_done_s)
-            for job_id, r in self.jobs.items()
-            if r.status == "running" and r.admitted_s is not None
-        }
+    def _progress(self) -> LiveProgress:
+        return LiveProgress(self.jobs)
 
     def _phase_end(self, job_id: str, kind: PhaseKind, group_id: str) -> None:
         runtime = self.runtimes[group_id]

@@ -48,6 +48,7 @@ from scheduler.planner.consolidation import (
     plan_consolidation,
     restart_of,
 )
+from scheduler.planner.memo import LastingMemo, lasting
 from scheduler.planner.objective import JobProgress
 from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.protocols import Runtime
@@ -322,6 +323,12 @@ class CorePolicy:
         self._movers: list[str] = []
         # random and greedy-most-idle draw from this; seeded so runs reproduce.
         self.rng = random.Random(seed)
+        # the planner's evaluations that read neither progress nor the clock, kept across
+        # its decisions (scheduler.planner.memo): the run asks about the same groups again
+        self.memo = LastingMemo()
+        self._lone_waits: dict[
+            str, tuple[JobProfile, ClusterSpec, PlannerConfig, float | None]
+        ] = {}
 
     @property
     def consolidates(self) -> bool:
@@ -342,15 +349,16 @@ class CorePolicy:
     ) -> PlacementResult:
         """Place an arrival with the core's `admit` (the live planner's call); it may also
         name co-located jobs to move into the newcomer's new group (`arrival_movers`)."""
-        result, movers = admit(
-            job,
-            state,
-            config=self.config,
-            progress=progress or {},
-            now=now,
-            policy=self.name,
-            rng=self.rng,
-        )
+        with lasting(self.memo):
+            result, movers = admit(
+                job,
+                state,
+                config=self.config,
+                progress=progress or {},
+                now=now,
+                policy=self.name,
+                rng=self.rng,
+            )
         self._movers = list(movers)
         return result
 
@@ -393,8 +401,13 @@ class CorePolicy:
         factor = cfg.consolidation.lone_wait
         if not self.consolidates or not cfg.admission.colocated or factor is None:
             return None
+        hit = self._lone_waits.get(job.id)  # asked at every boundary of a lone job
+        if hit is not None and hit[0] is job and hit[1] is state.spec and hit[2] is cfg:
+            return hit[3]
         wait = lone_wait_s(job, state.spec, restart_s=restart_of(cfg)(job))
-        return None if wait is None else wait * factor
+        out = None if wait is None else wait * factor
+        self._lone_waits[job.id] = (job, state.spec, cfg, out)
+        return out
 
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
@@ -405,7 +418,10 @@ class CorePolicy:
         every = self.config.consolidation.every_departure
         if not every and not any(g.id == group_id for g in state.groups):
             return ()  # the group left with its last member: nobody survived it
-        moves = plan_consolidation(state, group_id, now=now, progress=progress, config=self.config)
+        with lasting(self.memo):
+            moves = plan_consolidation(
+                state, group_id, now=now, progress=progress, config=self.config
+            )
         return [m.job_id for m in moves]
 
     def move(
@@ -424,7 +440,8 @@ class CorePolicy:
         """
         if not self.consolidates:
             return None
-        found = best_move(state, job_id, now=now, progress=progress, config=self.config)
+        with lasting(self.memo):
+            found = best_move(state, job_id, now=now, progress=progress, config=self.config)
         if found is None:
             return None
         if found.placement.group_id is None and new_group_id is None:
@@ -443,9 +460,10 @@ class CorePolicy:
         """Return True when every member of the group a re-planned job moves into (`result`,
         on the state `without` it) keeps its SLO over its whole run, the mover's restart
         included where it shares a node (consolidation's rule 4, `destination_keeps_slo`)."""
-        return destination_keeps_slo(
-            without, result, restart_s, now=now, progress=progress, config=self.config
-        )
+        with lasting(self.memo):
+            return destination_keeps_slo(
+                without, result, restart_s, now=now, progress=progress, config=self.config
+            )
 
 
 # --- a fixed plan (used by `optimal`) ----------------------------------------------

@@ -1,10 +1,14 @@
 """Consolidation's speed-ups change no decision (issue 25 item 4).
 
 `plan_consolidation` skips the candidates no other group could take (a vectorised pass
-over the groups' summaries) and memoises the planner's evaluations for the pass
-(scheduler.planner.memo). Here every departure of simulated runs is planned twice: by
-`plan_consolidation` and by the plain rule it implements (ask `best_move` about every
-candidate on the state the previous moves leave, take the best), and the two must be
+over the groups' summaries) and memoises the planner's evaluations for the pass and,
+for a caller with a lasting memo, across passes (scheduler.planner.memo); Algorithm 1
+checks its cheap bounds over many groups in one vectorised pass
+(`algorithm1.Request.bounds`); an arrival asks only the co-located jobs that could join
+its new group (`place_with_partners`). Here every departure and every arrival of
+simulated runs is planned twice: the fast way (lasting memo open, vectorised bounds from
+the first group on) and the plain way (no memo, the bounds one group at a time, every
+candidate asked: the rule as the module docstring states it), and the two must be
 equal move for move, savings to the last bit.
 """
 
@@ -12,15 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import scheduler.planner as planner
 from scheduler.config import PlannerConfig
-from scheduler.model import ClusterState
-from scheduler.planner import memo
+from scheduler.model import ClusterState, JobProfile, PlacementResult
+from scheduler.planner import consolidation, memo
 from scheduler.planner.consolidation import (
     Move,
+    admit,
     apply_move,
     best_move,
     plan_consolidation,
@@ -29,7 +36,9 @@ from scheduler.planner.objective import JobProgress
 from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.policies import CorePolicy, make_policy
-from scheduler.trace import default_cluster
+from scheduler.trace import default_cluster, load_cluster
+
+UNBOUNDED = Path(__file__).resolve().parents[2] / "scheduler/sim/scenarios/cluster-unbounded.json"
 
 
 def reference(
@@ -67,24 +76,64 @@ def reference(
     return moves
 
 
-class Checked(CorePolicy):
-    """rollmux, whose every departure is also planned by `reference` and compared."""
+class Plain:
+    """The plain way for the block: no vectorised bounds, every co-located job asked."""
 
-    def __init__(self, inner: CorePolicy) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+
+    def __enter__(self) -> None:
+        self.monkeypatch.setattr(planner, "_VECTOR_GROUPS", 1 << 30)
+        self.monkeypatch.setattr(consolidation._JoinFilter, "may_join", lambda *a: True)
+        self.monkeypatch.setattr(consolidation._JoinFilter, "admits_none", lambda *a: False)
+
+    def __exit__(self, *exc: object) -> None:
+        self.monkeypatch.undo()
+        # the fast way: the vectorised bounds from the first group on
+        self.monkeypatch.setattr(planner, "_VECTOR_GROUPS", 0)
+
+
+class Checked(CorePolicy):
+    """rollmux, whose every departure and arrival is also planned the plain way and
+    compared (the module docstring)."""
+
+    def __init__(self, inner: CorePolicy, plain: Plain) -> None:
         self.__dict__.update(inner.__dict__)
+        self.plain = plain
         self.departures = 0
         self.moves = 0
+        self.partners = 0
 
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
     ) -> Sequence[str]:
         assert self.consolidates
-        fast = plan_consolidation(state, group_id, now=now, progress=progress, config=self.config)
-        plain = reference(state, group_id, now=now, progress=progress, config=self.config)
+        with memo.lasting(self.memo):
+            fast = plan_consolidation(
+                state, group_id, now=now, progress=progress, config=self.config
+            )
+        with self.plain:
+            plain = reference(state, group_id, now=now, progress=progress, config=self.config)
         assert fast == plain
         self.departures += 1
         self.moves += len(fast)
         return [m.job_id for m in fast]
+
+    def place(
+        self,
+        job: JobProfile,
+        state: ClusterState,
+        progress: Mapping[str, JobProgress] | None = None,
+        now: float = 0.0,
+    ) -> PlacementResult:
+        fast = super().place(job, state, progress, now)
+        with self.plain:
+            plain = admit(
+                job, state, config=self.config, progress=progress or {}, now=now, rng=self.rng
+            )
+        assert (fast, tuple(self._movers)) == plain
+        self.partners += len(self._movers)
+        return fast
 
 
 @pytest.mark.parametrize(
@@ -101,11 +150,34 @@ class Checked(CorePolicy):
     ],
     ids=["paper", "philly"],
 )
-def test_plan_consolidation_equals_the_plain_rule_on_every_departure(jobs: Any) -> None:
-    policy = Checked(make_policy("rollmux", seed=0))
+def test_plan_consolidation_equals_the_plain_rule_on_every_departure(
+    jobs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = Plain(monkeypatch)
+    monkeypatch.setattr(planner, "_VECTOR_GROUPS", 0)
+    policy = Checked(make_policy("rollmux", seed=0), plain)
     simulate(jobs, default_cluster(), policy, seed=0)
     assert policy.departures == len(jobs)
     assert policy.moves >= 3  # moves were made (and compared), not only empty plans
+    assert policy.memo.values  # the lasting memo answered (and was compared)
+
+
+def test_arrivals_and_departures_at_size_equal_the_plain_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many jobs within hours on the unbounded cluster (the at-size benchmark's shape,
+    smaller): many groups, co-located jobs an arrival pairs with, moves on departures."""
+    jobs = [
+        replace(j, iterations=min(j.iterations, 30))
+        for j in generate_paper(3, jobs=90, window_h=6.0)
+    ]
+    plain = Plain(monkeypatch)
+    monkeypatch.setattr(planner, "_VECTOR_GROUPS", 0)
+    policy = Checked(make_policy("rollmux", seed=0), plain)
+    simulate(jobs, load_cluster(UNBOUNDED), policy, seed=0)
+    assert policy.departures == len(jobs)
+    assert policy.moves >= 3
+    assert policy.partners >= 3  # arrivals moved co-located jobs in (and were compared)
 
 
 def test_the_memo_answers_only_inside_its_scope_and_for_its_progress() -> None:

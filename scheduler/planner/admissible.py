@@ -1,0 +1,179 @@
+"""Which groups admit a job at all, remembered across consolidation passes (issue 25 item 4).
+
+Consolidation asks `best_move` about every job alone in a group at every departure, and
+at 2,000 live jobs most of those are co-located jobs that no group admits: Algorithm 1
+finds no direct packing or rollout scaling candidate that passes its SLO check (line
+7), so whatever the expected-cost objective ranks, the answer is a new group, which is
+no move. That answer does not read the clock nor anyone's progress but the job's own
+remaining iterations, and only monotonically: the SLO check reads a group's members'
+profiles and nodes, the job's profile, and its remaining iterations only through the
+join allowance (`JOIN_ALLOWANCE_META_ITERATIONS` spread over them), which grows as they
+shrink. So "group G admits no join of job j at n remaining iterations" stays true for
+the same (immutable) group at n or fewer, and is remembered in the caller's
+`LastingMemo` (scheduler.planner.memo), keyed by the group's summary (one object per
+version of the group) and the job's profile without its iterations.
+
+A job's complete answer ("no group of the state admits it") is remembered too, with
+the departure's state it was found on (`Ledger`): the states a caller plans departures
+on follow one another (the simulator's), and a group (an immutable object) that is in
+two of them was in every state between, so at the next departure only the groups that
+are new since (a summary not seen before: the departed group's survivors, arrivals,
+moves) need asking; the job's own group must be the same and its remaining iterations
+no more. Each departure costs the groups that changed, not every group for every job.
+
+It is used only where it is exact as stated: the rollout pool is unbounded (rollout
+scaling never lacks free nodes, whose names the check does not read) and no node is
+cordoned (a join's rooms depend on the group's nodes alone). Elsewhere, or without a
+lasting memo, every job is asked as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
+
+from scheduler.config import PlannerConfig
+from scheduler.model import ClusterState, Group, Member, Pool
+from scheduler.planner import admits_join, planner_index
+from scheduler.planner.algorithm1 import profile_shape
+from scheduler.planner.index import GroupSummary, group_position
+from scheduler.planner.memo import LastingMemo, current_lasting
+
+__all__ = ["Ledger", "admits_no_join"]
+
+# the remembered answers (summaries and profiles) kept at most, then forgotten
+_MAX_KNOWN = 200_000
+# the departures' states whose new groups are kept (a job's answer older than that is
+# found again from every group)
+_MAX_GENERATIONS = 256
+
+
+class Ledger:
+    """The departures' states seen (their summaries, by the state they first appear in)
+    and each job's last complete answer (module docstring)."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._last: tuple[GroupSummary, ...] | None = None
+        self._first_seen: dict[int, tuple[GroupSummary, int]] = {}
+        self.new_in: dict[int, list[GroupSummary]] = {}
+        # job id -> (its profile's shape, its group's summary, remaining, generation)
+        self.answers: dict[str, tuple[tuple[object, ...], GroupSummary, int, int]] = {}
+        # job id -> the group that admitted it last (asked first next time)
+        self.admitted: dict[str, GroupSummary] = {}
+
+    def see(self, summaries: tuple[GroupSummary, ...]) -> int:
+        """Register a departure's state (its summaries); return its generation."""
+        if summaries is self._last:
+            return self.generation
+        self.generation += 1
+        gen, old = self.generation, self._first_seen
+        first: dict[int, tuple[GroupSummary, int]] = {}
+        new: list[GroupSummary] = []
+        for s in summaries:
+            hit = old.get(id(s))
+            if hit is not None and hit[0] is s:
+                first[id(s)] = hit
+            else:
+                first[id(s)] = (s, gen)
+                new.append(s)
+        self._first_seen, self._last = first, summaries
+        self.new_in[gen] = new
+        self.new_in.pop(gen - _MAX_GENERATIONS, None)
+        return gen
+
+    def present(self, summary: GroupSummary) -> bool:
+        """Return True when `summary` is one of the last registered state's."""
+        hit = self._first_seen.get(id(summary))
+        return hit is not None and hit[0] is summary
+
+    def new_since(self, generation: int) -> list[GroupSummary] | None:
+        """Return the summaries new after `generation` (None: no longer known)."""
+        if generation - 1 + _MAX_GENERATIONS <= self.generation:
+            return None
+        # the last state's summaries only: those gone since are no option
+        return [
+            s
+            for g in range(generation + 1, self.generation + 1)
+            for s in self.new_in[g]
+            if self.present(s)
+        ]
+
+
+def _store(keep: LastingMemo, kind: str, context: Hashable, make: Callable[[], object]) -> object:
+    where: tuple[str, Hashable] = (kind, context)
+    value = keep.values.get(where)
+    if value is None:
+        value = keep.values[where] = make()
+    return value
+
+
+def admits_no_join(
+    state: ClusterState,
+    source: Group,
+    member: Member,
+    remaining: int,
+    groups: Callable[[], Iterable[int]],
+    *,
+    config: PlannerConfig,
+    departure: bool = False,
+) -> bool:
+    """Return True when no group at the positions `groups()` of `state`'s summaries but
+    `source` (the member's own: a move there is no move) admits the member's job with
+    `remaining` iterations (module docstring); False when one may, or when the answer
+    cannot be remembered here. `departure`: `state` is the state a departure is planned
+    on (the caller's, not one its planned moves lead to), and `groups()` every group
+    that could admit the job: the answer is kept for the next departure's."""
+    keep = current_lasting()
+    spec = state.spec
+    if keep is None or spec.gpu_type(Pool.ROLLOUT).nodes is not None:
+        return False
+    index = planner_index(state)
+    if any(index.node_index.cordoned.values()):
+        return False
+    context = (config.admission, spec)
+    known = _store(keep, "admits_no_join", context, dict)
+    assert isinstance(known, dict)
+    if len(known) > _MAX_KNOWN:
+        known.clear()
+    job = member.job
+    shape = profile_shape(job)
+    ledger: Ledger | None = None
+    at = group_position(index, source.id)
+    mine = index.summaries[at] if at is not None else None
+    candidates: Iterable[GroupSummary] | None = None
+    if departure and mine is not None:
+        stored = _store(keep, "admits_no_join_ledger", context, Ledger)
+        assert isinstance(stored, Ledger)
+        ledger = stored
+        gen = ledger.see(index.summaries)
+        prior = ledger.answers.get(job.id)
+        if prior is not None and prior[0] == shape and prior[1] is mine and remaining <= prior[2]:
+            candidates = ledger.new_since(prior[3])  # the rest answered no already
+        elif (
+            (last := ledger.admitted.get(job.id)) is not None
+            and ledger.present(last)
+            # the group that admitted it last, asked first: it likely still does
+            and admits_join(replace(job, iterations=remaining), state, last, config=config)
+        ):
+            return False
+    if candidates is None:
+        candidates = [index.summaries[k] for k in groups()]
+    rest = None
+    for s in candidates:
+        if s.group.id == source.id:
+            continue
+        hit = known.get((id(s), shape))
+        if hit is not None and hit[0] is s and remaining <= hit[1]:
+            continue  # known: no join at hit[1] iterations, so none at fewer
+        if rest is None:
+            rest = replace(job, iterations=remaining)
+        if admits_join(rest, state, s, config=config):
+            if ledger is not None:
+                ledger.answers.pop(job.id, None)
+                ledger.admitted[job.id] = s
+            return False
+        known[(id(s), shape)] = (s, remaining)
+    if ledger is not None and mine is not None:
+        ledger.answers[job.id] = (shape, mine, remaining, gen)
+    return True
