@@ -22,7 +22,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -125,51 +125,113 @@ def holdings(types: Mapping[str, str]) -> dict[str, dict[str, int]]:
     return {t: dict(p) for t, p in held.items()}
 
 
+# Closed hours' decayed sums, per process (issue 25: ten half-lives at a fleet's size are
+# ~3.4 million phase records, seconds to group on every read of /quotas/ or /metrics): a
+# phase's end is stamped when its report comes in, so an hour more than CLOSED_AFTER past
+# holds no new phase. Per hour, per tenant and GPU type: the sum of its samples' GPU-seconds
+# x 2^((end - hour start) / half-life), decayed to `now` as one term. The key holds the
+# half-life and the nodes' (name, GPU type, GPUs): a change of either reads them again.
+CLOSED_AFTER = timedelta(hours=1)
+_closed_hours: dict[tuple[float, int], dict[datetime, dict[tuple[str, str], float]]] = {}
+
+
+def clear_usage_cache() -> None:
+    _closed_hours.clear()
+
+
+def _hour_sums(
+    since: datetime, until: datetime | None, node: Mapping[str, tuple[str, int]]
+) -> dict[datetime, list[tuple[str, str, float, float]]]:
+    """Return per hour the samples (tenant, GPU type, end s, GPU-seconds) of the phases that
+    ended in [since, until) (until None: open), summed per tenant, node list and hour they
+    ended in: a pass reads a few rows per job and hour, not every phase (each hour's busy
+    time is decayed from the last end in it: 0.4% of a 7-day half-life at most)."""
+    ended = PhaseRecord.objects.filter(started_at__isnull=False, finished_at__gte=since)
+    if until is not None:
+        ended = ended.filter(finished_at__lt=until)
+    rows = (
+        ended.annotate(nodes_txt=Cast("node_names", TextField()), hour=TruncHour("finished_at"))
+        .values("job__tenant__name", "nodes_txt", "hour")
+        .annotate(busy=Sum(F("finished_at") - F("started_at")), last=Max("finished_at"))
+        .values_list("job__tenant__name", "nodes_txt", "hour", "busy", "last")
+    )
+    out: dict[datetime, list[tuple[str, str, float, float]]] = defaultdict(list)
+    for tenant, names_txt, hour, busy, last in rows:
+        if busy is None or last is None:
+            continue
+        names = json.loads(names_txt) if isinstance(names_txt, str) else names_txt
+        for name in names or ():
+            if name in node:
+                gt, gpus = node[name]
+                out[hour].append(
+                    (tenant, gt, last.timestamp(), gpus * max(busy.total_seconds(), 0.0))
+                )
+    return out
+
+
 def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict[str, float]]:
     """Return tenant -> GPU type -> busy GPU-seconds of its phases, decayed to `now`.
 
     A phase is busy on each node it ran on for its whole length (a running one up to now),
     GPUs x time per node's GPU type: the busy time the cost report charges
-    (reports.selectors.cost_engine). Decayed by the core (`decayed_usage`) by when it ended.
+    (reports.selectors.cost_engine). Decayed by the core (`decayed_usage`) by when it ended;
+    the hours past CLOSED_AFTER as one term each, summed once per process (above).
     """
     h = half_life or half_life_s()
+    now = now.astimezone(UTC)  # (hours are UTC hours, as the database truncates them)
     since = now - timedelta(seconds=HALF_LIVES_READ * h)
-    node = {
-        name: (gt, gpus)
-        for name, gt, gpus in Node.objects.values_list("name", "gpu_type__name", "gpus")
-    }
-    samples: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    nodes = sorted(Node.objects.values_list("name", "gpu_type__name", "gpus"))
+    node = {name: (gt, gpus) for name, gt, gpus in nodes}
     now_s = now.timestamp()
-
-    def add(tenant: str, names_txt: Any, end_s: float, busy_s: float) -> None:
-        names = json.loads(names_txt) if isinstance(names_txt, str) else names_txt
-        for name in names or ():
-            if name in node:
-                gt, gpus = node[name]
-                samples[(tenant, gt)].append((end_s, gpus * busy_s))
-
-    # ended phases summed per tenant, node list and hour they ended in (a pass reads a few
-    # rows per job and hour, not every phase of ten half-lives); each hour's busy time is
-    # decayed from the last end in it (0.4% of a 7-day half-life at most)
-    ended = (
-        PhaseRecord.objects.filter(started_at__isnull=False, finished_at__gte=since)
-        .annotate(nodes_txt=Cast("node_names", TextField()), hour=TruncHour("finished_at"))
-        .values("job__tenant__name", "nodes_txt", "hour")
-        .annotate(busy=Sum(F("finished_at") - F("started_at")), last=Max("finished_at"))
-        .values_list("job__tenant__name", "nodes_txt", "busy", "last")
-    )
-    for tenant, names_txt, busy, last in ended:
-        if busy is not None and last is not None:
-            add(tenant, names_txt, min(last.timestamp(), now_s), max(busy.total_seconds(), 0.0))
+    one_hour = timedelta(hours=1)
+    # the whole hours inside the window that are closed: summed once, kept
+    first = since.replace(minute=0, second=0, microsecond=0)
+    first = first if first == since else first + one_hour
+    last = (now - CLOSED_AFTER).replace(minute=0, second=0, microsecond=0)  # (its start)
+    closed = _closed_hours.setdefault((h, hash(tuple(nodes))), {})
+    for hour in [hr for hr in closed if hr < first]:
+        del closed[hour]  # out of the window now
+    wanted = [first + i * one_hour for i in range(max(0, int((last - first) / one_hour)))]
+    missing = [hr for hr in wanted if hr not in closed]
+    if missing:
+        got = _hour_sums(missing[0], missing[-1] + one_hour, node)
+        for hour in missing:
+            sums: dict[tuple[str, str], float] = defaultdict(float)
+            t = hour.timestamp()
+            for tenant, gt, end_s, gpu_s in got.get(hour, ()):
+                sums[(tenant, gt)] += gpu_s * 2.0 ** ((end_s - t) / h)
+            closed[hour] = dict(sums)
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    cached: dict[tuple[str, str], float] = defaultdict(float)
+    for hour in wanted:
+        age = (now_s - hour.timestamp()) / h
+        for key, value in closed[hour].items():
+            cached[key] += value * 0.5**age
+    # the rest raw: the window's first (partial) hour and the open hours
+    edges = [(since, wanted[0] if wanted else None)]
+    if wanted:
+        edges.append((wanted[-1] + one_hour, None))
+    for lo, hi in edges:
+        if hi is not None and hi <= lo:
+            continue
+        for rows in _hour_sums(lo, hi, node).values():
+            for tenant, gt, end_s, gpu_s in rows:
+                samples[(tenant, gt)].append((min(end_s, now_s), gpu_s))
     running = PhaseRecord.objects.filter(
         started_at__isnull=False, finished_at__isnull=True
     ).values_list("job__tenant__name", "node_names", "started_at")
     for tenant, names, started in running:
-        if started is not None:
-            add(tenant, names, now_s, max(0.0, now_s - started.timestamp()))
+        if started is None:
+            continue
+        busy = max(0.0, now_s - started.timestamp())
+        for name in names or ():
+            if name in node:
+                gt, gpus = node[name]
+                samples[(tenant, gt)].append((now_s, gpus * busy))
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    for (tenant, gt), got in samples.items():
-        out[tenant][gt] = decayed_usage(got, now_s, h)
+    for key in set(samples) | set(cached):
+        tenant, gt = key
+        out[tenant][gt] = cached.get(key, 0.0) + decayed_usage(samples.get(key, ()), now_s, h)
     return dict(out)
 
 
