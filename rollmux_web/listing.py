@@ -17,20 +17,23 @@ class DeferredJoinPaginator(Paginator):
     every skipped row in full (each with its tenant, submitter and class); now only the
     skipped ids are walked (the ordering's index) and the page's rows are fetched, with
     their joins and prefetches, by id. The same rows in the same order: the ids come from
-    the same ordered queryset. Anything but a plain model queryset is paged as before.
+    the same ordered queryset. Anything but a plain model queryset, and a page within the
+    first `deep_from` rows (one query is cheaper there than two), is paged as before.
     """
+
+    deep_from = 1000
 
     def page(self, number: Any) -> Page[Any]:
         qs = self.object_list
-        if not (
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        if bottom < self.deep_from or not (
             isinstance(qs, QuerySet)
             and qs._iterable_class is ModelIterable  # model instances, not values()
             and not qs.query.distinct
             and qs.ordered
         ):
             return super().page(number)
-        number = self.validate_number(number)
-        bottom = (number - 1) * self.per_page
         top = bottom + self.per_page
         if top + self.orphans >= self.count:
             top = self.count
