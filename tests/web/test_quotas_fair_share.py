@@ -340,7 +340,9 @@ def test_a_borrower_gets_only_what_other_tenants_lend(world, speech_lends, admit
         assert "0 are not kept by other tenants" in borrower.reason
 
 
-def test_decayed_usage_with_the_closed_hours_kept_is_every_phase_decayed(world, settings):
+def test_decayed_usage_with_the_closed_hours_kept_is_every_phase_decayed(
+    world, settings, monkeypatch
+):
     # the closed hours are summed once and kept (issue 25, /quotas/ and /metrics at a
     # fleet's size); the figure is still every phase's GPU-seconds decayed from the last end
     # of its tenant, node list and hour: reads at later times, the kept hours reused, equal
@@ -374,11 +376,17 @@ def test_decayed_usage_with_the_closed_hours_kept_is_every_phase_decayed(world, 
         return {gt: fairshare.decayed_usage(s, now.timestamp(), h) for gt, s in samples.items()}
 
     now = timezone.now()
-    for later in (0, 1, 1800, 3 * 3600 + 5, 8 * 3600):  # the window moves on, hours drop out
-        at = now + timedelta(seconds=later)
-        got = fairshare.usage_gpu_s(at)["vision"]
-        want = plain(at)
-        assert set(got) == set(want) == {"H800", "H20"}
-        for gt in want:
-            assert got[gt] == pytest.approx(want[gt], rel=1e-12), (later, gt)
-    assert fairshare._closed_hours  # (kept)
+    # a first read keeps every closed hour; later reads the few closed since, or the whole
+    # window again when more than FILL_HOURS are missing
+    for fill in (fairshare.FILL_HOURS, 4):
+        monkeypatch.setattr(fairshare, "FILL_HOURS", fill)
+        fairshare.clear_usage_cache()
+        for later in (0, 1, 1800, 3 * 3600 + 5, 8 * 3600):  # the window moves, hours drop out
+            at = now + timedelta(seconds=later)
+            got = fairshare.usage_gpu_s(at)["vision"]
+            want = plain(at)
+            assert set(got) == set(want) == {"H800", "H20"}
+            for gt in want:
+                assert got[gt] == pytest.approx(want[gt], rel=1e-12), (fill, later, gt)
+        kept = next(iter(fairshare._closed_hours.values()))
+        assert len(kept) >= min(fill * 5, 20)  # (kept: a window of 30 hours, 28 closed)
