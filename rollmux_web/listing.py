@@ -6,6 +6,41 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
+from django.db.models import QuerySet
+from django.db.models.query import ModelIterable
+
+
+class DeferredJoinPaginator(Paginator):
+    """A Paginator whose page of a queryset is found on its ids first, then fetched.
+
+    A deep page (`OFFSET` 51,000 of a fleet's 102,000 jobs) made PostgreSQL read and join
+    every skipped row in full (each with its tenant, submitter and class); now only the
+    skipped ids are walked (the ordering's index) and the page's rows are fetched, with
+    their joins and prefetches, by id. The same rows in the same order: the ids come from
+    the same ordered queryset. Anything but a plain model queryset, and a page within the
+    first `deep_from` rows (one query is cheaper there than two), is paged as before.
+    """
+
+    deep_from = 1000
+
+    def page(self, number: Any) -> Page[Any]:
+        qs = self.object_list
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        if bottom < self.deep_from or not (
+            isinstance(qs, QuerySet)
+            and qs._iterable_class is ModelIterable  # model instances, not values()
+            and not qs.query.distinct
+            and qs.ordered
+        ):
+            return super().page(number)
+        top = bottom + self.per_page
+        if top + self.orphans >= self.count:
+            top = self.count
+        ids = list(qs.values_list("pk", flat=True)[bottom:top])
+        rows = {obj.pk: obj for obj in qs.filter(pk__in=ids)}
+        page = [rows[i] for i in ids if i in rows]
+        return self._get_page(page, number, self)  # type: ignore[attr-defined]
 
 
 def choice(params: Any, name: str, allowed: Sequence[str], default: str, errors: list[str]) -> str:
@@ -20,12 +55,15 @@ def choice(params: Any, name: str, allowed: Sequence[str], default: str, errors:
     return default
 
 
-def page_of(items: Any, per_page: int, params: Any, errors: list[str]) -> Page[Any]:
-    """Return the requested page (?page=N); a bad or out-of-range N is noted and page 1 shown."""
-    paginator = Paginator(items, per_page)
-    raw = params.get("page") or "1"
+def page_of(
+    items: Any, per_page: int, params: Any, errors: list[str], *, name: str = "page"
+) -> Page[Any]:
+    """Return the requested page (?page=N, or the parameter `name` where a page has two
+    paged tables); a bad or out-of-range N is noted and page 1 shown."""
+    paginator = DeferredJoinPaginator(items, per_page)
+    raw = params.get(name) or "1"
     try:
         return paginator.page(raw)
     except (PageNotAnInteger, EmptyPage):
-        errors.append(f"page: {raw!r} is not a page (1 to {paginator.num_pages}).")
+        errors.append(f"{name}: {raw!r} is not a page (1 to {paginator.num_pages}).")
         return paginator.page(1)

@@ -71,6 +71,15 @@ def _fresh_rate_limits() -> None:
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_fair_share_usage() -> None:
+    """Start each test without the closed hours' usage sums a previous test's phases left
+    (workflow.fairshare keeps them per process: in production those hours never change)."""
+    from rollmux_web.workflow import fairshare
+
+    fairshare.clear_usage_cache()
+
+
 @pytest.fixture
 def world(db: Any) -> Any:
     from tests.factories import make_world

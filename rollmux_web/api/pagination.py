@@ -12,6 +12,8 @@ from typing import Any
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 
+from rollmux_web.listing import DeferredJoinPaginator
+
 MAX_PAGE_SIZE = 500
 
 
@@ -27,6 +29,7 @@ def _int_param(request: Any, name: str, *, low: int, high: int | None) -> int | 
 
 
 class Pagination(PageNumberPagination):
+    django_paginator_class = DeferredJoinPaginator  # a deep page walks ids, not rows
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = MAX_PAGE_SIZE

@@ -302,11 +302,15 @@ def slo_report(request: HttpRequest) -> HttpResponse:
     if start is not None:
         report = selectors.slo_report(user=request.user, start=start, end=end)
         ctx["report"] = report
-        # a fleet's month lists ~14,500 jobs: the per-job table shows a page of them (the
-        # attainment, violations and the chart are all of them)
+        # a fleet's month lists ~14,500 jobs: the per-job table and the violations show a
+        # page of them each (?page=, ?vpage=; the attainment, the violations' count and
+        # the chart are all of them)
         ctx["query"] = f"start={start:%Y-%m-%d}&end={end:%Y-%m-%d}"
         ctx["page_errors"] = []
         ctx["jobs_page"] = page_of(report.jobs, SLO_JOBS_PER_PAGE, request.GET, ctx["page_errors"])
+        ctx["violations_page"] = page_of(
+            report.violations, SLO_JOBS_PER_PAGE, request.GET, ctx["page_errors"], name="vpage"
+        )
         ctx["chart"] = svg.bar_chart_svg(
             "SLO attainment per tenant and class (finished jobs)",
             [

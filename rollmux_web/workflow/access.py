@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404
 
 from rollmux_web.accounts.access import JobRef, tenant_visible, visible_tenant_ids
@@ -34,7 +34,10 @@ def groups_for_user(*, user: Any) -> QuerySet[ExecutionGroup]:
     groups = ExecutionGroup.objects.all()
     if tenant_ids is None:
         return groups
-    return groups.filter(placements__job__tenant_id__in=tenant_ids).distinct()
+    # (EXISTS, not a join made distinct: a page of them is then found on its ids first,
+    # listing.DeferredJoinPaginator)
+    mine = Placement.objects.filter(group_id=OuterRef("pk"), job__tenant_id__in=tenant_ids)
+    return groups.filter(Exists(mine))
 
 
 def group_get_for_user(*, user: Any, group_id: int) -> ExecutionGroup:

@@ -22,11 +22,13 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db.models import F, Max, Sum, TextField
+from django.db import connection
+from django.db.models import F, FloatField, Func, Max, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
 
 from rollmux_web.inventory.models import Cluster, Node, NodeState
@@ -125,51 +127,147 @@ def holdings(types: Mapping[str, str]) -> dict[str, dict[str, int]]:
     return {t: dict(p) for t, p in held.items()}
 
 
+# Closed hours' decayed sums, per process (issue 25: ten half-lives at a fleet's size are
+# ~3.4 million phase records, seconds to group on every read of /quotas/ or /metrics): a
+# phase's end is stamped when its report comes in, so an hour more than CLOSED_AFTER past
+# holds no new phase. Per hour, per tenant and GPU type: the sum of its samples' GPU-seconds
+# x 2^((end - hour start) / half-life), decayed to `now` as one term. The key holds the
+# half-life and the nodes' (name, GPU type, GPUs): a change of either reads them again.
+CLOSED_AFTER = timedelta(hours=1)
+FILL_HOURS = 24  # more closed hours missing than this: the whole window in one query
+_closed_hours: dict[tuple[float, int], dict[int, dict[tuple[str, str], float]]] = {}
+
+
+def clear_usage_cache() -> None:
+    _closed_hours.clear()
+
+
+@lru_cache(maxsize=65536)
+def _names(raw: str) -> tuple[str, ...]:
+    """A phase's node list from its JSON text (a fleet has few distinct lists per group)."""
+    return tuple(json.loads(raw))
+
+
+def _hour_sums(
+    since: datetime, until: datetime | None, node: Mapping[str, tuple[str, int]]
+) -> dict[int, list[tuple[str, str, float, float]]]:
+    """Return per hour (its start, epoch s) the samples (tenant, GPU type, end s,
+    GPU-seconds) of the phases that ended in [since, until) (until None: open), summed per
+    tenant, node list and hour they ended in: a pass reads a few rows per job and hour, not
+    every phase (each hour's busy time is decayed from the last end in it: 0.4% of a
+    7-day half-life at most). A row's hour is that of its last end (not read back: parsing
+    ~1.4 million truncated timestamps cost more than the query)."""
+    ended = PhaseRecord.objects.filter(started_at__isnull=False, finished_at__gte=since)
+    if until is not None:
+        ended = ended.filter(finished_at__lt=until)
+    rows = (
+        ended.annotate(nodes_txt=Cast("node_names", TextField()), hour=TruncHour("finished_at"))
+        .values("job__tenant__name", "nodes_txt", "hour")
+        .annotate(busy=Sum(F("finished_at") - F("started_at")), last=Max("finished_at"))
+    )
+    if connection.vendor == "postgresql":
+        # as float seconds from the database (a fleet's window is ~1.4 million rows: an
+        # interval and a timestamp parsed each cost more than the query): the exact
+        # seconds rounded once, as timedelta.total_seconds() and datetime.timestamp() do
+        epoch = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+        rows = rows.annotate(
+            busy_s=Func(Sum(F("finished_at") - F("started_at")), template=epoch,
+                        output_field=FloatField()),
+            end_s=Func(Max("finished_at"), template=epoch, output_field=FloatField()),
+        )  # fmt: skip
+        values: Iterable[tuple[str, Any, Any, Any]] = rows.values_list(
+            "job__tenant__name", "nodes_txt", "busy_s", "end_s"
+        )
+    else:
+        values = (
+            (tenant, txt, None if b is None else b.total_seconds(), None if e is None else e.timestamp())
+            for tenant, txt, b, e in rows.values_list("job__tenant__name", "nodes_txt", "busy", "last")
+        )  # fmt: skip
+    out: dict[int, list[tuple[str, str, float, float]]] = defaultdict(list)
+    for tenant, names_txt, busy_s, end_s in values:
+        if busy_s is None or end_s is None:
+            continue
+        names = _names(names_txt) if isinstance(names_txt, str) else names_txt
+        got = out[int(end_s // 3600) * 3600]
+        for name in names or ():
+            if name in node:
+                gt, gpus = node[name]
+                got.append((tenant, gt, end_s, gpus * max(busy_s, 0.0)))
+    return out
+
+
 def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict[str, float]]:
     """Return tenant -> GPU type -> busy GPU-seconds of its phases, decayed to `now`.
 
     A phase is busy on each node it ran on for its whole length (a running one up to now),
     GPUs x time per node's GPU type: the busy time the cost report charges
-    (reports.selectors.cost_engine). Decayed by the core (`decayed_usage`) by when it ended.
+    (reports.selectors.cost_engine). Decayed by the core (`decayed_usage`) by when it ended;
+    the hours past CLOSED_AFTER as one term each, summed once per process (above).
     """
     h = half_life or half_life_s()
+    now = now.astimezone(UTC)  # (hours are UTC hours, as the database truncates them)
     since = now - timedelta(seconds=HALF_LIVES_READ * h)
-    node = {
-        name: (gt, gpus)
-        for name, gt, gpus in Node.objects.values_list("name", "gpu_type__name", "gpus")
-    }
-    samples: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    nodes = sorted(Node.objects.values_list("name", "gpu_type__name", "gpus"))
+    node = {name: (gt, gpus) for name, gt, gpus in nodes}
     now_s = now.timestamp()
-
-    def add(tenant: str, names_txt: Any, end_s: float, busy_s: float) -> None:
-        names = json.loads(names_txt) if isinstance(names_txt, str) else names_txt
-        for name in names or ():
-            if name in node:
-                gt, gpus = node[name]
-                samples[(tenant, gt)].append((end_s, gpus * busy_s))
-
-    # ended phases summed per tenant, node list and hour they ended in (a pass reads a few
-    # rows per job and hour, not every phase of ten half-lives); each hour's busy time is
-    # decayed from the last end in it (0.4% of a 7-day half-life at most)
-    ended = (
-        PhaseRecord.objects.filter(started_at__isnull=False, finished_at__gte=since)
-        .annotate(nodes_txt=Cast("node_names", TextField()), hour=TruncHour("finished_at"))
-        .values("job__tenant__name", "nodes_txt", "hour")
-        .annotate(busy=Sum(F("finished_at") - F("started_at")), last=Max("finished_at"))
-        .values_list("job__tenant__name", "nodes_txt", "busy", "last")
-    )
-    for tenant, names_txt, busy, last in ended:
-        if busy is not None and last is not None:
-            add(tenant, names_txt, min(last.timestamp(), now_s), max(busy.total_seconds(), 0.0))
+    one_hour = timedelta(hours=1)
+    # the whole hours inside the window that are closed: summed once, kept
+    first = since.replace(minute=0, second=0, microsecond=0)
+    first = first if first == since else first + one_hour
+    last = (now - CLOSED_AFTER).replace(minute=0, second=0, microsecond=0)  # (its start)
+    closed = _closed_hours.setdefault((h, hash(tuple(nodes))), {})
+    for hour_s in [hr for hr in closed if hr < first.timestamp()]:
+        del closed[hour_s]  # out of the window now
+    wanted = [first + i * one_hour for i in range(max(0, int((last - first) / one_hour)))]
+    missing = [hr for hr in wanted if int(hr.timestamp()) not in closed]
+    wanted_s = {int(hr.timestamp()) for hr in wanted}
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    if len(missing) > FILL_HOURS:
+        # a process's first read: the whole window in one query (what every read cost
+        # before the hours were kept), its closed hours kept, the rest used as it is
+        window = _hour_sums(since, None, node)
+        got, rest = window, [rows for t, rows in window.items() if t not in wanted_s]
+        fill = missing
+    else:
+        # a few hours closed since the last read: those hours, then the edges raw
+        fill = missing
+        got = _hour_sums(fill[0], fill[-1] + one_hour, node) if fill else {}
+        rest = []
+        edges = [(since, wanted[0] if wanted else None)]
+        if wanted:
+            edges.append((wanted[-1] + one_hour, None))
+        for lo, hi in edges:
+            if hi is None or hi > lo:
+                rest.extend(_hour_sums(lo, hi, node).values())
+    for hour in fill:
+        t = int(hour.timestamp())
+        sums: dict[tuple[str, str], float] = defaultdict(float)
+        for tenant, gt, end_s, gpu_s in got.get(t, ()):
+            sums[(tenant, gt)] += gpu_s * 2.0 ** ((end_s - t) / h)
+        closed[t] = dict(sums)
+    cached: dict[tuple[str, str], float] = defaultdict(float)
+    for t in sorted(wanted_s):
+        age = (now_s - t) / h
+        for key, value in closed[t].items():
+            cached[key] += value * 0.5**age
+    for rows in rest:
+        for tenant, gt, end_s, gpu_s in rows:
+            samples[(tenant, gt)].append((min(end_s, now_s), gpu_s))
     running = PhaseRecord.objects.filter(
         started_at__isnull=False, finished_at__isnull=True
     ).values_list("job__tenant__name", "node_names", "started_at")
     for tenant, names, started in running:
-        if started is not None:
-            add(tenant, names, now_s, max(0.0, now_s - started.timestamp()))
+        if started is None:
+            continue
+        busy = max(0.0, now_s - started.timestamp())
+        for name in names or ():
+            if name in node:
+                gt, gpus = node[name]
+                samples[(tenant, gt)].append((now_s, gpus * busy))
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    for (tenant, gt), got in samples.items():
-        out[tenant][gt] = decayed_usage(got, now_s, h)
+    for key in set(samples) | set(cached):
+        tenant, gt = key
+        out[tenant][gt] = cached.get(key, 0.0) + decayed_usage(samples.get(key, ()), now_s, h)
     return dict(out)
 
 

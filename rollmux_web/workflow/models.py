@@ -420,6 +420,10 @@ class JobSloSummary(models.Model):
     span_start = models.DateTimeField(null=True, blank=True)
     span_end = models.DateTimeField(null=True, blank=True)
     ran_days = models.JSONField(default=list)
+    # the first and last of `ran_days` (as ArchivedJob's): the SLO report finds the jobs
+    # that ran in its range on these, not among the range's phase records
+    first_day = models.DateField(null=True, db_index=True)
+    last_day = models.DateField(null=True, db_index=True)
 
     def __str__(self) -> str:
         return f"job {self.job_id}: {self.iterations_measured} iterations"

@@ -321,3 +321,29 @@ def test_the_submit_form_shows_the_planners_preview(
     text = page.inner_text("#whatif")
     assert "starts a new co-execution group" in text and "$57.04/h" in text
     snapshot(page, "submit-preview")
+
+
+def test_the_slo_reports_violations_page_through_and_count_them_all(
+    world: Any, page: Any, live_server: Any, monkeypatch: Any
+) -> None:
+    # issue 25: a fleet's month has thousands of violations; the table shows a page, the
+    # card counts them all, and the page's links move through them
+    from rollmux_web.quotas.models import SloClass
+    from rollmux_web.reports import views
+
+    three_job_group(world)
+    SloClass.objects.update(slowdown=1.0)  # waits in the group: all three violate
+    monkeypatch.setattr(views, "SLO_JOBS_PER_PAGE", 2)
+    browser_login(page, live_server, "finance")
+    page.goto(f"{live_server.url}/reports/slo/?start=2026-03-10&end=2026-03-10")
+    rows = page.locator("table.violations tbody tr")
+    expect(rows).to_have_count(2)
+    first = set(rows.all_inner_texts())
+    assert "3 of 3" not in page.inner_text("#slo-violations-pages")
+    assert "Violations 1–2 of 3" in page.inner_text("#slo-violations-pages")
+    page.locator("#slo-violations-pages a", has_text="Next").click()
+    expect(rows).to_have_count(1)
+    assert "Violations 3–3 of 3" in page.inner_text("#slo-violations-pages")
+    assert not first & set(rows.all_inner_texts())
+    assert page.locator(".card .big").nth(2).inner_text() == "3"  # the count: all of them
+    snapshot(page, "slo-violations-page-2")

@@ -40,6 +40,25 @@ def test_a_job_is_in_the_report_only_when_one_phase_ran_in_the_range(world: Any)
 
     assert [j.job_name for j in report.jobs] == ["inside"]
 
+    # once their phases are rolled up and summarised, the jobs are found on the days they
+    # ran (JobSloSummary), not on their phases: the same jobs, on the day and around it
+    from rollmux_web.jobs.models import Job
+    from rollmux_web.workflow.models import JobSloSummary
+    from rollmux_web.workflow.services import rollup_days
+
+    Job.objects.filter(pk__in=[around.pk, inside.pk]).update(finished_at=after + 30 * M)
+    rows = {
+        d: [j.job_name for j in slo_report(user=world.alice, start=d, end=d).jobs]
+        for d in (DAY - timedelta(days=1), DAY, DAY + timedelta(days=1))
+    }
+    rollup_days.advance(T0 + 10 * 24 * 60 * M, max_days=100)
+    assert rollup_days.summarise_jobs() == 0  # (advance summarised them)
+    assert JobSloSummary.objects.filter(job_id__in=[around.pk, inside.pk]).count() == 2
+    assert rows[DAY] == ["inside"]
+    for d, names in rows.items():
+        got = [j.job_name for j in slo_report(user=world.alice, start=d, end=d).jobs]
+        assert sorted(got) == sorted(names), d
+
 
 def test_iteration_sums_count_complete_iterations_and_leave_out_profiling(world: Any) -> None:
     job = make_job(world, name="sums", status=JobStatus.COMPLETED)

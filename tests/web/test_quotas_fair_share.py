@@ -338,3 +338,55 @@ def test_a_borrower_gets_only_what_other_tenants_lend(world, speech_lends, admit
             "would borrow 16 H800 GPUs beyond its tenant's nominal quota of 16" in borrower.reason
         )
         assert "0 are not kept by other tenants" in borrower.reason
+
+
+def test_decayed_usage_with_the_closed_hours_kept_is_every_phase_decayed(
+    world, settings, monkeypatch
+):
+    # the closed hours are summed once and kept (issue 25, /quotas/ and /metrics at a
+    # fleet's size); the figure is still every phase's GPU-seconds decayed from the last end
+    # of its tenant, node list and hour: reads at later times, the kept hours reused, equal
+    # the plain sum over the rows
+    settings.ROLLMUX_FAIR_SHARE_HALF_LIFE_S = 3 * 3600.0  # a window of 30 hours
+    job = make_job(world, status=JobStatus.COMPLETED)
+    placement = Placement.objects.create(
+        job=job, group=ExecutionGroup.objects.create(), strategy="new_group"
+    )
+    for i, ago in enumerate((60, 1500, 4000, 7300, 20000, 50000, 100000, 107990, 120000)):
+        nodes = ["h800-0"] if i % 2 else ["h800-0", "h20-0"]
+        _phase(job, placement, ended_ago_s=ago, length_s=600 + 37 * i, nodes=nodes)
+    running = PhaseRecord.objects.filter(job=job).order_by("-finished_at").first()
+    PhaseRecord.objects.filter(pk=running.pk).update(finished_at=None, state="running")
+    node = {
+        name: (gt, gpus)
+        for name, gt, gpus in fairshare.Node.objects.values_list("name", "gpu_type__name", "gpus")
+    }
+
+    def plain(now):
+        h = settings.ROLLMUX_FAIR_SHARE_HALF_LIFE_S
+        since = now - timedelta(seconds=fairshare.HALF_LIVES_READ * h)
+        samples = {}
+        for rows in fairshare._hour_sums(since, None, node).values():
+            for _tenant, gt, end_s, gpu_s in rows:
+                samples.setdefault(gt, []).append((min(end_s, now.timestamp()), gpu_s))
+        for name in running.node_names:
+            gt, gpus = node[name]
+            busy = now.timestamp() - running.started_at.timestamp()
+            samples.setdefault(gt, []).append((now.timestamp(), gpus * busy))
+        return {gt: fairshare.decayed_usage(s, now.timestamp(), h) for gt, s in samples.items()}
+
+    now = timezone.now()
+    # a first read keeps every closed hour; later reads the few closed since, or the whole
+    # window again when more than FILL_HOURS are missing
+    for fill in (fairshare.FILL_HOURS, 4):
+        monkeypatch.setattr(fairshare, "FILL_HOURS", fill)
+        fairshare.clear_usage_cache()
+        for later in (0, 1, 1800, 3 * 3600 + 5, 8 * 3600):  # the window moves, hours drop out
+            at = now + timedelta(seconds=later)
+            got = fairshare.usage_gpu_s(at)["vision"]
+            want = plain(at)
+            assert set(got) == set(want) == {"H800", "H20"}
+            for gt in want:
+                assert got[gt] == pytest.approx(want[gt], rel=1e-12), (fill, later, gt)
+        kept = next(iter(fairshare._closed_hours.values()))
+        assert len(kept) >= min(fill * 5, 20)  # (kept: a window of 30 hours, 28 closed)

@@ -208,10 +208,17 @@ def rollup_spans(
     # day rolled up after `mark` was read is still read raw)
     after = Q(job__archive__isnull=False)
     qs = qs.filter(after if mark is None else Q(seg_start__lt=mark) | after)
-    rows = qs.values_list(
-        "group_id", "job_id", "node_names", "seg_start", "seg_end", "busy_us", "counterfactual",
+    # (the segment's ends as epoch microseconds and its node list as text, parsed once per
+    # distinct list: a month's ~56,000 rows at a fleet's size spent more in the driver's
+    # datetime and JSON parsing than in the query)
+    ann, native = us_fields(a_us="seg_start", b_us="seg_end")
+    a_col, b_col = ("a_us", "b_us") if native else ("seg_start", "seg_end")
+    rows = qs.annotate(nodes_txt=NODES_TXT, **ann).values_list(
+        "group_id", "job_id", "nodes_txt", a_col, b_col, "busy_us", "counterfactual",
         "solo_scale",
     )  # fmt: skip
-    for gid, jid, names, a, b, busy, once, scale in rows.iterator(chunk_size=5000):
-        for s, f in synthetic_spans(busy, us(a), us(b)):
-            yield PhaseSpan(gid, jid, tuple(names), s, f, once, scale)
+    for gid, jid, raw, a, b, busy, once, scale in rows.iterator(chunk_size=5000):
+        names = nodes(raw)
+        a_us, b_us = (a, b) if native else (us(a), us(b))
+        for s, f in synthetic_spans(busy, a_us, b_us):
+            yield PhaseSpan(gid, jid, names, s, f, once, scale)

@@ -162,6 +162,8 @@ def summarise_jobs(*, limit: int = SUMMARY_BATCH) -> int:
                 span_start=None if s.span_start_us is None else from_us(s.span_start_us),
                 span_end=None if s.span_end_us is None else from_us(s.span_end_us),
                 ran_days=[[a.isoformat(), b.isoformat()] for a, b in s.ran_days],
+                first_day=s.ran_days[0][0] if s.ran_days else None,
+                last_day=s.ran_days[-1][1] if s.ran_days else None,
             )
         )
     JobSloSummary.objects.bulk_create(rows, ignore_conflicts=True)
