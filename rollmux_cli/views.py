@@ -187,8 +187,8 @@ def describe_text(d: dict[str, Any]) -> str:
     queue = d.get("queue")  # only while queued
     if queue:
         lines += _wrap("Queue", f"position {queue['position']}: {queue['why']}")
-        if queue.get("waiting"):
-            lines += _wrap("Waiting", queue["waiting"])
+        if queue.get("waiting") and queue["waiting"] != job.get("reason"):
+            lines += _wrap("Waiting", queue["waiting"])  # (the reason says it already)
     if job.get("error") and job["error"] != job.get("reason"):
         lines += _wrap("Error", job["error"])
     lines += _wrap("SLO", f"{job['slo_class']} ({job['slo']:g}x slowdown tolerated)")
