@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -189,11 +189,19 @@ def _hour_sums(
             continue
         names = _names(names_txt) if isinstance(names_txt, str) else names_txt
         got = out[int(end_s // 3600) * 3600]
-        for name in names or ():
-            if name in node:
-                gt, gpus = node[name]
-                got.append((tenant, gt, end_s, gpus * max(busy_s, 0.0)))
+        for gt, gpu_s in _busy_gpu_s(names, node, max(busy_s, 0.0)):
+            got.append((tenant, gt, end_s, gpu_s))
     return out
+
+
+def _busy_gpu_s(
+    names: Iterable[str] | None, node: Mapping[str, tuple[str, int]], busy_s: float
+) -> Iterator[tuple[str, float]]:
+    """Yield (GPU type, GPU-seconds) of a phase busy `busy_s` on each known node of `names`."""
+    for name in names or ():
+        if name in node:
+            gt, gpus = node[name]
+            yield gt, gpus * busy_s
 
 
 def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict[str, float]]:
@@ -227,11 +235,9 @@ def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict
         # before the hours were kept), its closed hours kept, the rest used as it is
         window = _hour_sums(since, None, node)
         got, rest = window, [rows for t, rows in window.items() if t not in wanted_s]
-        fill = missing
     else:
         # a few hours closed since the last read: those hours, then the edges raw
-        fill = missing
-        got = _hour_sums(fill[0], fill[-1] + one_hour, node) if fill else {}
+        got = _hour_sums(missing[0], missing[-1] + one_hour, node) if missing else {}
         rest = []
         edges = [(since, wanted[0] if wanted else None)]
         if wanted:
@@ -239,7 +245,7 @@ def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict
         for lo, hi in edges:
             if hi is None or hi > lo:
                 rest.extend(_hour_sums(lo, hi, node).values())
-    for hour in fill:
+    for hour in missing:
         t = int(hour.timestamp())
         sums: dict[tuple[str, str], float] = defaultdict(float)
         for tenant, gt, end_s, gpu_s in got.get(t, ()):
@@ -260,10 +266,8 @@ def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict
         if started is None:
             continue
         busy = max(0.0, now_s - started.timestamp())
-        for name in names or ():
-            if name in node:
-                gt, gpus = node[name]
-                samples[(tenant, gt)].append((now_s, gpus * busy))
+        for gt, gpu_s in _busy_gpu_s(names, node, busy):
+            samples[(tenant, gt)].append((now_s, gpu_s))
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for key in set(samples) | set(cached):
         tenant, gt = key
