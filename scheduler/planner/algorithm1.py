@@ -36,8 +36,14 @@ import numpy as np
 from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
 from scheduler.planner.index import GroupBounds, GroupSummary
-from scheduler.planner.memo import cached
-from scheduler.slo import DEFAULT_SLO_MARGIN, DEFAULT_TIGHT_SLACK, check_group, expected_solo_s
+from scheduler.planner.memo import cached, keeping
+from scheduler.slo import (
+    DEFAULT_SLO_MARGIN,
+    DEFAULT_TIGHT_SLACK,
+    GroupSloCheck,
+    check_group,
+    expected_solo_s,
+)
 from scheduler.stochastic import slo_probabilities
 
 # Floating-point slack of every time and memory comparison of the planner.
@@ -371,16 +377,24 @@ def check_slo(
     member's worst case too, `tight_slack`) against expected solo times.
     """
     members = group.members + (Member(job, rollout, train),)
+
     # (memoised, across passes for a caller with a lasting memo: the check reads only the
     # members' profiles but their iterations, and which of them share a node;
     # scheduler.planner.memo)
-    check = cached(
-        "check_group",
-        (members_shape(members), switch_overhead_s, slo_margin, tight_slack),
-        lambda: check_group(
+    def compute() -> GroupSloCheck:
+        return check_group(
             members, switch_overhead_s=switch_overhead_s, margin=slo_margin, tight_slack=tight_slack
-        ),
-        lasting=True,
+        )
+
+    check = (
+        cached(
+            "check_group",
+            (members_shape(members), switch_overhead_s, slo_margin, tight_slack),
+            compute,
+            lasting=True,
+        )
+        if keeping()
+        else compute()
     )
     if not check.ok:
         return None

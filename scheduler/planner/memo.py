@@ -36,7 +36,15 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-__all__ = ["LastingMemo", "cached", "current_lasting", "evaluation_scope", "in_scope", "lasting"]
+__all__ = [
+    "LastingMemo",
+    "cached",
+    "current_lasting",
+    "evaluation_scope",
+    "in_scope",
+    "keeping",
+    "lasting",
+]
 
 T = TypeVar("T")
 
@@ -92,6 +100,14 @@ def evaluation_scope(progress: Mapping[str, Any] | None = None) -> Iterator[None
         yield
     finally:
         _SCOPE.reset(token)
+
+
+def keeping() -> bool:
+    """Return True when `cached(..., lasting=True)` keeps what it computes here (a scope or
+    a lasting memo is open): a caller whose key costs something to build (a group's
+    members' profiles) builds it only then, and otherwise just computes (the live
+    planner's pass opens neither)."""
+    return _LASTING.get() is not None or _SCOPE.get() is not None
 
 
 def in_scope(progress: Mapping[str, Any] | None) -> bool:

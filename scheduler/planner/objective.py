@@ -38,7 +38,7 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
-from scheduler.planner.memo import cached, in_scope
+from scheduler.planner.memo import cached, in_scope, keeping
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s
@@ -107,6 +107,16 @@ def expected_meta_s(
         if not members[0].rollout_nodes:
             return colocated_expected_s(job, colocated_factor)
         return expected_solo_s(job)
+
+    def compute() -> float:
+        return max(
+            steady_iteration_times(
+                [_expected(m, _cache) for m in members], switch_overhead_s=switch_overhead_s
+            )
+        )
+
+    if not keeping():
+        return compute()
     # a function of what the recursion reads of each member at its expected phases (kept
     # across passes for a caller with a lasting memo, scheduler.planner.memo)
     # (each node as the order in which the members first name it: the recursion reads
@@ -123,16 +133,7 @@ def expected_meta_s(
         )
         for m in members
     )
-    return cached(
-        "expected_meta_s",
-        (key, switch_overhead_s),
-        lambda: max(
-            steady_iteration_times(
-                [_expected(m, _cache) for m in members], switch_overhead_s=switch_overhead_s
-            )
-        ),
-        lasting=True,
-    )
+    return cached("expected_meta_s", (key, switch_overhead_s), compute, lasting=True)
 
 
 def remaining_iterations(job: JobProfile, progress: Mapping[str, JobProgress]) -> int:
