@@ -152,6 +152,7 @@ def members_remaining_cost(
     colocated_factor: float = 1.0,
     lone_restart_s: Callable[[JobProfile], float] | None = None,
     lone_now: bool = False,
+    joining: str | None = None,
 ) -> float:
     """Return the expected dollars the nodes of `members` cost until each is released.
 
@@ -167,7 +168,7 @@ def members_remaining_cost(
         return _members_remaining_cost(
             members, price_per_hour, progress, switch_overhead_s=switch_overhead_s,
             extra_s=extra_s, colocated_factor=colocated_factor,
-            lone_restart_s=lone_restart_s, lone_now=lone_now,
+            lone_restart_s=lone_restart_s, lone_now=lone_now, joining=joining,
         )  # fmt: skip
 
     if not in_scope(progress):
@@ -179,6 +180,7 @@ def members_remaining_cost(
         colocated_factor,
         lone_restart_s,
         lone_now,
+        joining,
     )
     return cached("members_remaining_cost", key, compute, progress=progress, reads_progress=True)
 
@@ -193,9 +195,17 @@ def _members_remaining_cost(
     colocated_factor: float = 1.0,
     lone_restart_s: Callable[[JobProfile], float] | None = None,
     lone_now: bool = False,
+    joining: str | None = None,
 ) -> float:
     left = sorted(
-        ((remaining_iterations(m.job, progress), i, m) for i, m in enumerate(members)),
+        (
+            (
+                m.job.iterations if m.job.id == joining else remaining_iterations(m.job, progress),
+                i,
+                m,
+            )
+            for i, m in enumerate(members)
+        ),
         key=lambda e: (e[0], e[1]),
     )
     extra = extra_s or {}
@@ -358,6 +368,7 @@ def choose_by_expected_cost(
             switch_overhead_s=switch,
             colocated_factor=factor,
             lone_restart_s=lone_restart_s,
+            joining=job.id,
         )
         value = after - before[group.id]
         if value >= best_value - EPS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -256,3 +257,40 @@ def test_under_drift_re_planning_a_move_must_also_fit_a_run_that_shrinks() -> No
     # a 150 s restart fits even the shrunk run's slack
     cheap = hedged.with_(restart_s=lambda j: 150.0)
     assert best_move(state, "t", now=50 * e, progress=done, config=cheap) is not None
+
+
+def test_a_re_placed_job_is_valued_on_the_run_it_carries_whatever_its_progress_says() -> None:
+    """A job re-placed (a consolidation move, a resume) carries its remaining run in its
+    profile's iterations; the expected-cost ranking must not subtract its iterations done
+    a second time (it did: a mover 90% in looked ten times shorter to a group it joined)."""
+    rules = PlannerConfig().with_(colocated=False)  # joins against new groups only
+    rng = random.Random(1)
+    compared = 0
+    for _ in range(150):
+        state = empty_state(SPEC)
+        for i in range(rng.randint(1, 4)):
+            a = job(
+                f"a{i}",
+                rng.choice((50, 100, 200, 300)),
+                rng.choice((50, 100, 200, 300)),
+                iterations=rng.choice((20, 100, 400)),
+                slo=rng.choice((1.5, 2.0, 3.0)),
+            )
+            res = place(a, state, config=rules)
+            assert res.placement is not None
+            state = apply_placement(state, a, res.placement, group_id=f"g{i}")
+        total = rng.choice((100, 400))
+        done = int(total * rng.choice((0.5, 0.9)))
+        w = job(
+            "w",
+            rng.choice((50, 100, 200, 300)),
+            rng.choice((50, 100, 200, 300)),
+            iterations=total,
+            slo=rng.choice((1.5, 2.0, 3.0)),
+        )
+        rest = replace(w, iterations=total - done)
+        moved = place(rest, state, config=rules, progress={"w": JobProgress(0.0, done)})
+        fresh = place(rest, state, config=rules, progress={})
+        assert (moved.status, moved.placement) == (fresh.status, fresh.placement)
+        compared += moved.placement is not None and moved.placement.group_id is not None
+    assert compared > 50  # most of the cases were a join, where the ranking reads progress
