@@ -38,11 +38,11 @@ DEMO_JOBS = [  # name, runner, model, t_roll (min, max), t_train (min, max), ite
     ("cluster-emu-b", "emulated", "Qwen2.5-7B", (200, 260), (90, 110), 40),
     ("cluster-toy-rl", "toy-rl", "toy", (120, 160), (60, 80), 60),
 ]
-# A real RL job on the wall clock (time scale 1): `hf-grpo` trains a ~0.1M-parameter Llama
-# by GRPO (its reward curve rises); its sub-second phases (seconds, declared as measured
-# here) run in a co-execution group of its own (seed_demo.REAL_JOBS says why).
+# A real RL job on the wall clock (time scale 1): `hf-grpo` trains a ~1M-parameter Llama
+# by GRPO (its reward curve rises), its phases declared as measured here (seconds); it runs
+# in a co-execution group of its own (seed_demo.REAL_JOBS says why).
 REAL_JOBS = [
-    ("cluster-hf-grpo", "hf-grpo", "llama-0.1M", (0.1, 0.4), (0.1, 0.4), 300),
+    ("cluster-hf-grpo", "hf-grpo", "llama-1M", (0.5, 2), (1, 3), 100),
 ]
 
 
