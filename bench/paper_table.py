@@ -66,8 +66,8 @@ ABLATION: dict[str, PlannerConfig] = {
     "+ objective + consolidation": PUBLISHED.with_(
         objective="expected", consolidation__enabled=True
     ),
-    "+ objective + consolidation + co-located": replace(
-        PUBLISHED, objective="expected", consolidation__enabled=True, colocated=True
+    "+ objective + consolidation + co-located": PUBLISHED.with_(
+        objective="expected", consolidation__enabled=True, colocated=True
     ),
     "all before 1 Dec 13:00 (the levers above)": BEFORE,
     "+ every departure": BEFORE.with_(every_departure=True),
