@@ -619,6 +619,14 @@ def main() -> None:
         while n := rollup_days.summarise_jobs():
             summaries += n  # (the beat task does 500 a run)
         took = time.perf_counter() - t
+        from rollmux_web.reports import cost_days
+
+        t = time.perf_counter()
+        kept = cost_days.keep_days(now, max_days=100_000)
+        print(
+            f"kept {len(kept)} days' cost amounts in {time.perf_counter() - t:.1f} s",
+            flush=True,
+        )
         print(
             f"rolled up {len(days)} days in {took:.1f} s "
             f"({took / max(len(days), 1):.2f} s a day); {PhaseRollup.objects.count():,} "

@@ -23,6 +23,17 @@ RANGE_PARAMS = [
         "end", OpenApiTypes.DATE, description="last day, inclusive (YYYY-MM-DD); default: today"
     ),
 ]
+COST_PAGE_SIZE, COST_MAX_PAGE_SIZE = 500, 5000
+PAGE_PARAMS = [
+    OpenApiParameter(
+        "page", OpenApiTypes.INT, description="the page of jobs (`by_job`, `lines`); default 1"
+    ),
+    OpenApiParameter(
+        "page_size",
+        OpenApiTypes.INT,
+        description=f"jobs a page (1 to {COST_MAX_PAGE_SIZE}); default {COST_PAGE_SIZE}",
+    ),
+]
 MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
 ROUNDING = (
     "Rounding: a row of `total`, `by_tenant` or `by_gpu_type` is its exact sum rounded "
@@ -37,6 +48,12 @@ ROUNDING = (
     "run and total from its billed lines (`cost` = `profile_cost` + `run_cost`); a row of "
     "`total`, `by_tenant`, `by_gpu_type` or `by_stage` carries `profile_cost`, the part of "
     "its cost its profiling runs make."
+)
+PAGING = (
+    " Paging: `by_job` and `lines` hold one page of the range's jobs (`page`, `page_size`; "
+    "`jobs_count` and `pages` say how many) and that page's lines; everything else is the "
+    "whole range's. The cents of a line do not depend on the page; the lines of all pages "
+    "add up to `total`."
 )
 
 
@@ -100,8 +117,12 @@ class CostReportSerializer(serializers.Serializer):  # type: ignore[misc,unused-
     by_tenant = CostTotalsSerializer(many=True)
     by_gpu_type = CostTotalsSerializer(many=True)
     by_stage = CostTotalsSerializer(many=True, help_text="profiling runs, then production runs")
-    by_job = JobCostSerializer(many=True)
-    lines = CostLineSerializer(many=True)
+    by_job = JobCostSerializer(many=True, help_text="the page's jobs (`page`, `page_size`)")
+    lines = CostLineSerializer(many=True, help_text="the billing lines of the page's jobs")
+    jobs_count = serializers.IntegerField(help_text="jobs in the range (all pages)")
+    page = serializers.IntegerField()
+    pages = serializers.IntegerField()
+    page_size = serializers.IntegerField()
     burn_down = BurnDownSerializer(many=True)
 
 
@@ -160,14 +181,33 @@ class CostReportApi(APIView):  # type: ignore[misc,unused-ignore]
     """Cost per tenant, job and GPU type over a date range (money as strings, USD)."""
 
     @extend_schema(
-        parameters=RANGE_PARAMS,
+        parameters=[*RANGE_PARAMS, *PAGE_PARAMS],
         responses={200: CostReportSerializer, 400: BAD_RANGE},
-        description=ROUNDING,
+        description=ROUNDING + PAGING,
     )
     def get(self, request: Request) -> Response:
         start, end = _range(request)
+        page = _int_param(request, "page", 1, 1, None)
+        size = _int_param(request, "page_size", COST_PAGE_SIZE, 1, COST_MAX_PAGE_SIZE)
         report = selectors.cost_report(user=request.user, start=start, end=end)
-        return Response(exports.cost_report_json(report))
+        pages = max(1, -(-len(report.by_job) // size))
+        if page > pages:
+            raise serializers.ValidationError({"page": [f"{page} is not a page (1 to {pages})."]})
+        return Response(exports.cost_report_json(report, page=page, page_size=size))
+
+
+def _int_param(request: Request, name: str, default: int, lo: int, hi: int | None) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = lo - 1
+    if value < lo or (hi is not None and value > hi):
+        upto = "" if hi is None else f" to {hi}"
+        raise serializers.ValidationError({name: [f"{raw!r} is not a whole number {lo}{upto}."]})
+    return value
 
 
 class ParquetRenderer(BaseRenderer):  # type: ignore[misc,unused-ignore]

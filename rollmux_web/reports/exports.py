@@ -130,8 +130,25 @@ def _money(v: Decimal) -> str:
     return f"{v:.2f}"
 
 
-def cost_report_json(report: CostReport) -> dict[str, Any]:
-    """Return the report as JSON-ready data (money as strings with two decimals)."""
+def cost_report_json(
+    report: CostReport, *, page: int = 1, page_size: int | None = None
+) -> dict[str, Any]:
+    """Return the report as JSON-ready data (money as strings with two decimals); with
+    `page_size`, `by_job` and `lines` hold that page of jobs and their lines only (the
+    totals, tenants, GPU types and stages stay the whole range's)."""
+    jobs = report.by_job
+    lines = report.lines
+    paging: dict[str, Any] = {}
+    if page_size is not None:
+        jobs = jobs[(page - 1) * page_size : page * page_size]
+        on_page = {j.job_id for j in jobs}
+        lines = [ln for ln in lines if ln.job_id in on_page]
+        paging = {
+            "jobs_count": len(report.by_job),
+            "page": page,
+            "pages": max(1, -(-len(report.by_job) // page_size)),
+            "page_size": page_size,
+        }
 
     def tot(t: CostTotals) -> dict[str, Any]:
         return {
@@ -169,7 +186,7 @@ def cost_report_json(report: CostReport) -> dict[str, Any]:
                 "gpu_hours": f"{j.gpu_hours:.4f}",
                 "cost": _money(j.cost),
             }
-            for j in report.by_job
+            for j in jobs
         ],
         "lines": [
             {
@@ -190,8 +207,9 @@ def cost_report_json(report: CostReport) -> dict[str, Any]:
                 "saving_vs_solo_disagg": _money(ln.saving_vs_solo),
                 "saving_vs_colocated": _money(ln.saving_vs_colocated),
             }
-            for ln in report.lines
+            for ln in lines
         ],
+        **paging,
         "burn_down": [
             {
                 "tenant": b.tenant,

@@ -1,6 +1,9 @@
-"""What-if simulator runs (the only state the reports app owns)."""
+"""What-if simulator runs, and the closed days' cost amounts the cost report sums."""
 
 from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -57,3 +60,81 @@ def queue_scope_label(tenants: str) -> str:
         f"the current queue: {names}'s queued and running jobs only "
         "(other tenants' jobs are not simulated)"
     )
+
+
+class ExactDecimalField(models.Field):  # type: ignore[type-arg]
+    """A Decimal kept exactly as computed: PostgreSQL `numeric` with no precision or scale
+    (its sums are exact too); text elsewhere (SQLite's decimals are floats)."""
+
+    def db_type(self, connection: Any) -> str:
+        return "numeric" if connection.vendor == "postgresql" else "text"
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Decimal | None:
+        return None if value is None else Decimal(value)
+
+    def to_python(self, value: Any) -> Decimal | None:
+        return None if value is None else Decimal(value)
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
+        if value is None:
+            return None
+        return Decimal(value) if connection.vendor == "postgresql" else str(Decimal(value))
+
+
+class CostDay(models.Model):
+    """A closed UTC day whose cost amounts are kept (`CostDayLine`, `CostDayGroup`): the
+    days kept run without a gap from the first to the last (reports.cost_days)."""
+
+    day = models.DateField(primary_key=True)
+    lines = models.PositiveIntegerField(default=0)
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"cost of {self.day} kept ({self.lines} lines)"
+
+
+class CostDayGroup(models.Model):
+    """A group's allocated cost on a kept day, and whether its idle split that day is one
+    a range's report cannot sum over days (`dirty`, or `tail` on one day of the range and
+    `uneven` on one: the report computes that group over its whole range from the rows)."""
+
+    day = models.DateField()
+    group_id = models.BigIntegerField()
+    alloc_cost = ExactDecimalField()
+    dirty = models.BooleanField(default=False)
+    # idle time while no member was present / members of different weights (a range
+    # holding a tail day and an uneven day is dirty too: cost_engine._additivity)
+    tail = models.BooleanField(default=False)
+    uneven = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "group_id"])]
+
+    def __str__(self) -> str:
+        return f"group {self.group_id} on {self.day}"
+
+
+class CostDayLine(models.Model):
+    """The cost engine's exact amounts of one job on one GPU type in one group and stage
+    over one kept day (cost_engine.group_amounts): a report over whole kept days sums
+    them (exact numerics) instead of running the engine over the days' rows."""
+
+    day = models.DateField()
+    group_id = models.BigIntegerField()
+    job_id = models.BigIntegerField()
+    tenant_id = models.BigIntegerField()
+    gpu_type_id = models.BigIntegerField()
+    stage = models.CharField(max_length=16)
+    has_parts = models.BooleanField(default=True)
+    busy_gpu_hours = ExactDecimalField()
+    idle_gpu_hours = ExactDecimalField()
+    busy_cost = ExactDecimalField()
+    idle_cost = ExactDecimalField()
+    solo_disagg_cost = ExactDecimalField()
+    colocated_cost = ExactDecimalField()
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "tenant_id"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} in group {self.group_id} on {self.day}"

@@ -13,7 +13,9 @@ from typing import Any
 
 from celery import shared_task
 from django.db import connection
+from django.utils import timezone
 
+from rollmux_web.reports import cost_days
 from rollmux_web.reports.models import WhatIfRun
 from rollmux_web.reports.whatif_runs import (
     TraceInvalid,
@@ -178,3 +180,14 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, int | float | str | bool) or value is None:
         return value
     return str(value)
+
+
+@shared_task(name="reports.keep_cost_days", ignore_result=True)  # type: ignore[untyped-decorator]
+def keep_cost_days() -> dict[str, int]:
+    """Keep the cost amounts of the days the rollup watermark closed (reports.cost_days),
+    a few a run, and drop those past the rollup retention."""
+    now = timezone.now()
+    return {
+        "days_kept": len(cost_days.keep_days(now)),
+        "days_purged": cost_days.purge_days(now),
+    }

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from rollmux_web.reports.selectors import cost_report
+from rollmux_web.reports.selectors.cost_figures import EXACT
 from tests.reports.builders import allocate, make_group, make_job, phase, place, profiled_job
 
 T0 = datetime(2026, 3, 10, tzinfo=UTC)
@@ -36,7 +37,9 @@ def test_the_profiling_run_is_its_own_line_and_the_job_total_adds_both(world: An
     # profiling run: 8 H20 GPUs x $1.85 x 12 min = $2.96 (5 min busy), 8 H800 x $5.28 x 12 min
     # = $8.448 (4 min busy); its groups are the profile group only
     p20, p800 = lines[("profile", "H20")], lines[("profile", "H800")]
-    assert p20.exact.cost == Decimal("2.96") and p20.exact.busy_cost == Decimal("1.85") * 8 / 12
+    # (in the cost arithmetic's precision: cost_figures.EXACT)
+    assert p20.exact.cost == Decimal("2.96")
+    assert p20.exact.busy_cost == EXACT.divide(Decimal("1.85") * 8, 12)
     assert p800.exact.cost == Decimal("8.448")
     assert p20.gpu_hours == p800.gpu_hours == Decimal("1.6000")
     assert p20.group_ids == p800.group_ids == [prof.pk]

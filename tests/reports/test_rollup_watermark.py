@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from rollmux_web.reports import cost_days
 from rollmux_web.workflow.models import (
     JobSloSummary,
     PhaseRecord,
@@ -32,10 +33,13 @@ MARKS = [date(2026, 1, 6), date(2026, 1, 7), date(2026, 1, 9), date(2026, 2, 5),
 
 
 def _advance_to(mark: date) -> None:
+    """Move the rollup watermark to `mark`, keeping the closed days' cost amounts as the
+    beat does (reports.cost_days): the reports compared then read the kept days."""
     while True:
         current = RollupWatermark.objects.filter(pk=1).values_list("day", flat=True).first()
         if current is not None and current >= mark:
             assert current == mark
+            cost_days.keep_days(NOW, max_days=10_000)
             return
         assert rollup_days.advance(NOW, max_days=1), "the watermark did not move"
 

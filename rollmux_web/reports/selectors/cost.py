@@ -25,7 +25,7 @@ from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.quotas.models import Quota
 from rollmux_web.reports.selectors._time import day_range, month_days, now_or
-from rollmux_web.reports.selectors.cost_engine import STAGES, cost_lines
+from rollmux_web.reports.selectors.cost_engine import STAGES
 from rollmux_web.reports.selectors.cost_figures import (
     STAGE_LABELS,
     CostLine,
@@ -34,9 +34,11 @@ from rollmux_web.reports.selectors.cost_figures import (
     add_rows,
     bill_lines,
     cents,
+    exact_arithmetic,
     job_costs,
     sum_lines,
 )
+from rollmux_web.reports.selectors.cost_stored import cost_lines
 
 
 @dataclass
@@ -101,6 +103,7 @@ def _stage_totals(lines: Sequence[CostLine]) -> list[CostTotals]:
     return [sum_lines(grouped[s], key=s, label=STAGE_LABELS[s].capitalize() + "s") for s in STAGES]
 
 
+@exact_arithmetic
 def cost_report(
     *,
     user: Any,
@@ -158,6 +161,7 @@ def cost_report(
     return report
 
 
+@exact_arithmetic
 def burn_down(
     *,
     user: Any,

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import NamedTuple
 
 from rollmux_web.inventory.selectors import PriceBook
 from rollmux_web.reports.intervals import clip
@@ -45,11 +46,10 @@ from rollmux_web.reports.selectors.cost_figures import (
     CostFigures,
     CostLine,
     cents,
+    exact_arithmetic,
     hq,
 )
 from rollmux_web.reports.selectors.cost_rows import (
-    STAGE_PROFILE,
-    STAGE_RUN,
     STAGES,
     AllocRow,
     CostInputs,
@@ -75,6 +75,13 @@ __all__ = [
     "fetch_cost_inputs",
     "gc_paused",
 ]
+
+# Every amount of a group that adds up over days is a multiple of 1 / KEPT_DENOMINATOR $
+# (or GPU-hour): microseconds x GPUs x a price of four decimals / (10^6 x 3600 x 10^4),
+# split evenly by at most 16 members (any n dividing lcm(1..16)); reports.cost_days keeps
+# the numerators, exact integers that sum exactly.
+KEPT_SPLITS = 720_720  # lcm(1, ..., 16)
+KEPT_DENOMINATOR = 36 * 10**12 * KEPT_SPLITS
 
 # --------------------------------------------------------------------------- accumulate
 
@@ -198,7 +205,7 @@ def _busy_time(
     train_flat = None if train_type is None else flat.get(train_type)
     node_info, busy_us, bucket_busy_us = m.node_info, m.busy, m.bucket_busy
     cf_roll_us, cf_train_us = m.cf_roll, m.cf_train
-    profile_groups = inputs.profile_groups
+    stage_of = inputs.stage
     segments, seg_phases = m.segments, m.seg_phases
     pieces: Sequence[tuple[int, tuple[int, int]]] = ()
     for gid, jid, phase_nodes, s, f, once, scale in inputs.phases:
@@ -233,7 +240,7 @@ def _busy_time(
         # counterfactuals for the same work: alone, the job holds both its pools for
         # the duration of every one of its phases (trace-format.md, "Baselines")
         if with_cf and once:
-            stage = STAGE_PROFILE if gid in profile_groups else STAGE_RUN
+            stage = stage_of(gid)
             if scale != 1.0:
                 _scaled_counterfactuals(inputs, prices, m, (jid, stage), (pa, pb), scale)
                 continue
@@ -402,6 +409,46 @@ class _Shares:
     bucket_job: dict[tuple[int, int, str], Decimal] = field(
         default_factory=lambda: defaultdict(Decimal)
     )  # (bucket, job, busy|idle) -> exact cost
+    # CostResult.dirty_groups, tail_groups, uneven_groups (`_additivity`)
+    dirty: set[int] = field(default_factory=set)
+    tail: set[int] = field(default_factory=set)
+    uneven: set[int] = field(default_factory=set)
+
+
+def _additivity(
+    out: _Shares,
+    gid: int,
+    cands: list[MemberRow],
+    weights: dict[int, int],
+    segs: list[tuple[int, int, frozenset[int]]] | None,
+    *,
+    shrunk: bool,
+) -> None:
+    """Note whether a node's idle split over this window is the sum of its splits over
+    the window's parts (reports.cost_days): each moment's idle time goes evenly to the
+    members present then; idle time while none is present (`tail`) goes by membership
+    weights, the same split over every part only while every member weighs the same
+    (not `uneven`). Dirty: no member weighs (that idle time goes elsewhere), a job pinned
+    twice (counted once in a segment, twice by weight), overlapping phases scaled down
+    over the window, a tail split unevenly, or an even split by more members than the
+    kept amounts' denominator divides by (KEPT_SPLITS)."""
+    tail = segs is not None and not all(present for _a, _b, present in segs)
+    uneven = len(weights) != len(cands) or len(set(weights.values())) > 1
+    if tail:
+        out.tail.add(gid)
+    if uneven:
+        out.uneven.add(gid)
+    # (an even split by n is kept exactly only while n divides KEPT_SPLITS)
+    sizes = {len(cands)} | {len(present) for _a, _b, present in segs or ()}
+    odd = any(n and KEPT_SPLITS % n for n in sizes)
+    if (
+        shrunk
+        or odd
+        or not weights
+        or len({mb.job_id for mb in cands}) != len(cands)
+        or (tail and uneven)
+    ):
+        out.dirty.add(gid)
 
 
 def _share_nodes(
@@ -441,11 +488,15 @@ def _share_nodes(
             )
         idle_cost = total_alloc - min(busy_sum, total_alloc)
         idle_sec = alloc_sec - min(busy_sec_sum, alloc_sec)
+        cands = _candidates(by_group.get(gid, []), inputs.pinned.get(nid, set()))
         weights = _idle_weights(by_group.get(gid, []), inputs.pinned.get(nid, set()), spans)
+        segs = m.segments.get((gid, nid))
+        _additivity(
+            out, gid, cands, weights, segs, shrunk=shrink is not None or shrink_s is not None
+        )
         if not weights and jobs_busy:
             weights = {j: 1 for j in jobs_busy}
         wsum = sum(weights.values())
-        segs = m.segments.get((gid, nid))
         if segs is not None:
             # members came or went: each moment's idle time to the members present then
             phases = m.seg_phases.get((gid, nid), [])
@@ -525,6 +576,7 @@ def _lines(
     return lines
 
 
+@exact_arithmetic
 def accumulate(
     inputs: CostInputs,
     window: CostWindow,
@@ -555,8 +607,74 @@ def accumulate(
     return CostResult(
         lines=_lines(inputs, money, shares, tenant_ids),
         group_costs={gid: cents(exact) for gid, exact in money.group.items()},
+        group_exact=dict(money.group),
         per_bucket_tenant=dict(per_bucket),
+        dirty_groups=shares.dirty,
+        tail_groups=shares.tail,
+        uneven_groups=shares.uneven,
     )
+
+
+class DayAmount(NamedTuple):
+    """A (group, job, GPU type)'s exact amounts over a window (`group_amounts`)."""
+
+    group_id: int
+    job_id: int
+    tenant_id: int
+    gpu_type_id: int
+    stage: str
+    has_parts: bool  # the line lists the group (it has a busy or idle part in it)
+    figures: CostFigures
+
+
+@exact_arithmetic
+def group_amounts(
+    inputs: CostInputs, window: CostWindow, prices: PriceBook
+) -> tuple[list[DayAmount], dict[int, Decimal], _Shares]:
+    """The engine's exact amounts over `window` per group, job, GPU type and stage (its
+    lines before they are summed over groups), each group's allocated cost, and the groups
+    whose idle split may not add up over days (`_Shares.dirty`, `tail`, `uneven`): what a closed
+    day keeps (reports.cost_days). The same steps as `accumulate`, keyed by group."""
+    inputs.by_group = True
+    m = _Micros()
+    _allocated_time(inputs, window, prices, m)
+    _membership_segments(inputs, m)
+    _busy_time(inputs, window, prices, m, with_cf=True)
+    money = _price(inputs, m, prices)
+    shares = _share_nodes(inputs, m, money, prices, ())
+    keys: set[tuple[int, int, str]] = set()  # (job, type, "stage#group")
+    parts: dict[tuple[int, int, str], dict[str, Decimal]] = defaultdict(dict)
+    for gid, gparts in shares.parts.items():
+        stage = inputs.stage(gid)
+        for (jid, tid, kind), v in gparts.items():
+            parts[(jid, tid, stage)][kind] = v
+    keys.update(parts, money.cf_solo, money.cf_coloc)
+    out = []
+    for jid, tid, key in sorted(keys):
+        job = inputs.jobs.get(jid)
+        if job is None:
+            continue
+        stage, _, group = key.partition("#")
+        got = parts.get((jid, tid, key), {})
+        out.append(
+            DayAmount(
+                group_id=int(group),
+                job_id=jid,
+                tenant_id=job.tenant_id,
+                gpu_type_id=tid,
+                stage=stage,
+                has_parts=bool(got) or (jid, tid, key) in parts,
+                figures=CostFigures(
+                    busy_gpu_hours=shares.hours.get((jid, tid, key, "busy"), ZERO),
+                    idle_gpu_hours=shares.hours.get((jid, tid, key, "idle"), ZERO),
+                    busy_cost=got.get("busy", ZERO),
+                    idle_cost=got.get("idle", ZERO),
+                    solo_disagg_cost=money.cf_solo.get((jid, tid, key), ZERO),
+                    colocated_cost=money.cf_coloc.get((jid, tid, key), ZERO),
+                ),
+            )
+        )
+    return out, dict(money.group), shares
 
 
 @gc_paused()
@@ -569,8 +687,12 @@ def cost_lines(
     prices: PriceBook,
     buckets: Sequence[datetime] = (),
     counterfactuals: bool | None = None,
+    only_groups: set[int] | None = None,
+    skip_groups: set[int] | None = None,
 ) -> CostResult:
-    """Compute cost lines over [t0, t1); also per (bucket, tenant) costs when buckets are given."""
+    """Compute cost lines over [t0, t1) from the rows (allocations, placements, phase records
+    and rollups); also per (bucket, tenant) costs when buckets are given. The report reads
+    closed days' stored amounts first (`cost_stored.cost_lines`), this for the rest."""
     hi_dt = min(t1, now)
     if hi_dt <= t0:
         return CostResult()
@@ -579,7 +701,14 @@ def cost_lines(
     window = CostWindow(
         lo=us(t0), hi=us(hi_dt), now_us=us(now), buckets_us=[us(b) for b in buckets]
     )
-    inputs = fetch_cost_inputs(tenant_ids=tenant_ids, t0=t0, hi_dt=hi_dt, now_us=window.now_us)
+    inputs = fetch_cost_inputs(
+        tenant_ids=tenant_ids,
+        t0=t0,
+        hi_dt=hi_dt,
+        now_us=window.now_us,
+        only_groups=only_groups,
+        skip_groups=skip_groups,
+    )
     if inputs is None:
         return CostResult()
     return accumulate(inputs, window, prices, tenant_ids=tenant_ids, with_cf=with_cf)

@@ -44,17 +44,28 @@ def _pool_types() -> tuple[int | None, int | None]:
 
 
 def fetch_cost_inputs(
-    *, tenant_ids: set[int] | None, t0: datetime, hi_dt: datetime, now_us: int
+    *,
+    tenant_ids: set[int] | None,
+    t0: datetime,
+    hi_dt: datetime,
+    now_us: int,
+    only_groups: set[int] | None = None,
+    skip_groups: set[int] | None = None,
 ) -> CostInputs | None:
     """Read the rows of [t0, hi_dt): None when no group was allocated in it.
 
     1. groups in scope: allocated in the range and (for a researcher) with a visible
     member; 2. their members with their jobs, and the nodes they are pinned to; the
     phases come as a lazy iterator (tens of thousands of rows, read in chunks).
+    `only_groups` / `skip_groups` narrow the groups (the stored closed days' caller).
     """
     alloc_qs = NodeAllocation.objects.filter(start__lt=hi_dt).filter(
         Q(end__gt=t0) | Q(end__isnull=True)
     )
+    if only_groups is not None:
+        alloc_qs = alloc_qs.filter(in_ids("group_id", only_groups))
+    if skip_groups:
+        alloc_qs = alloc_qs.exclude(group_id__in=skip_groups)
     if tenant_ids is not None:
         alloc_qs = alloc_qs.filter(group__placements__job__tenant_id__in=tenant_ids).distinct()
     ann, native = us_fields(a_us="start", b_us="end")

@@ -79,9 +79,13 @@ class CostInputs:
     train_type: int | None
     phases: Iterable[PhaseSpan]
     profile_groups: frozenset[int] = frozenset()  # groups of a profiling run (stage profile)
+    # key the hours and counterfactuals by group as well (`stage` gives "run#<group>"): the
+    # closed days' stored amounts (reports.cost_days) are kept per group
+    by_group: bool = False
 
     def stage(self, group_id: int) -> str:
-        return STAGE_PROFILE if group_id in self.profile_groups else STAGE_RUN
+        stage = STAGE_PROFILE if group_id in self.profile_groups else STAGE_RUN
+        return f"{stage}#{group_id}" if self.by_group else stage
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,16 @@ class CostWindow:
 class CostResult:
     lines: list[CostLine] = field(default_factory=list)  # exact figures, sorted
     group_costs: dict[int, Decimal] = field(default_factory=dict)  # in cents
+    group_exact: dict[int, Decimal] = field(default_factory=dict)  # the same, exact
     # (bucket, tenant, "busy" | "idle") -> exact cost (rounded as the rows are: per column)
     per_bucket_tenant: dict[tuple[int, int, str], Decimal] = field(default_factory=dict)
+    # groups whose figures over a range are not the sum of their days' (cost_engine
+    # `_share_nodes`: an idle split by membership weights, overlapping phases scaled down)
+    dirty_groups: set[int] = field(default_factory=set)
+    # groups with idle time while no member was present (split by membership weights),
+    # and groups whose members' weights differ: dirty over a range holding both
+    tail_groups: set[int] = field(default_factory=set)
+    uneven_groups: set[int] = field(default_factory=set)
 
 
 @contextmanager

@@ -1,0 +1,164 @@
+"""Keep each closed day's cost amounts once (issue 25: the month's cost report under 1 s).
+
+Behind the rollup watermark (workflow.services.rollup_days) a day's phase time no longer
+changes. For each such day, oldest first and without a gap, the cost engine is run once
+over [day, day + 1), keyed by group (`cost_engine.group_amounts`), and its exact amounts
+are kept: per (group, job, GPU type, stage) the busy and idle cost and GPU-hours and the
+two counterfactuals (`CostDayLine`, as exact integer numerators over
+`cost_engine.KEPT_DENOMINATOR`), per group its allocated cost and whether its idle
+split is additive over days (`CostDayGroup.dirty`). The report over whole kept days sums
+the lines in SQL (`selectors.cost_stored`) and runs the engine only for the days after
+the last kept one and for the dirty groups over the whole range.
+
+Why a range's figures are the sum of its days' (the engine's rules,
+docs/quotas-and-cost.md "Cost"): a node's allocated cost, each member's busy cost and
+GPU-hours, and the counterfactuals are sums over time of microseconds x price, cut at
+midnight like any other cut. The idle time of each moment goes evenly to the members
+present at that moment: a sum over moments, so additive too, as long as some member is
+present at every moment. What is not: idle time while no member is present goes by each
+member's membership time over the whole range, and overlapping phase records are scaled
+down to the allocation over the whole range; a group with a node in either case on a day
+is dirty that day, and a range containing that day computes it from the rows (and a
+tail split by equal weights on one day and by unequal ones on another, `tail` and
+`uneven`). An amount that adds up is a multiple of 1 / KEPT_DENOMINATOR (microseconds x
+GPUs x a four-decimal price / 3.6e13, split by n <= 16 members): kept as that integer
+numerator, days sum exactly in SQL, and the range's amount is the exact sum divided once,
+as close to the true amount as the engine's own figure, which is exact to 28 digits
+(tests/reports/test_cost_days.py and the rollup-watermark tests).
+
+- Idempotent: a day is kept once (its `CostDay` row, written in the day's transaction,
+  which holds the rollup watermark's row lock).
+- A price recorded later with an effective time before a kept day is not applied to it
+  (as for rolled-up and archived days: docs/operations.md "Retention and archives").
+- Kept days go with their rollups (ROLLMUX_ROLLUP_RETENTION_MONTHS).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Min
+
+from rollmux_web.inventory.selectors import price_book
+from rollmux_web.reports.models import CostDay, CostDayGroup, CostDayLine
+from rollmux_web.reports.selectors._time import us
+from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR, group_amounts
+from rollmux_web.reports.selectors.cost_fetch import fetch_cost_inputs
+from rollmux_web.reports.selectors.cost_figures import FIGURE_COLUMNS
+from rollmux_web.reports.selectors.cost_rows import CostWindow
+from rollmux_web.workflow.models import NodeAllocation, RollupWatermark, rolled_up_to
+from rollmux_web.workflow.services.retention import rollup_cutoff
+
+log = logging.getLogger(__name__)
+DAYS_PER_RUN = 7
+NEAR = Decimal("0.001")  # how far from an integer a numerator may be (its 28 digits: ~1e-5)
+
+
+def numerator(amount: Decimal) -> int | None:
+    """`amount` x KEPT_DENOMINATOR as the exact integer it is (the engine's 28 digits are
+    far closer to it than 1/2), or None when it is not one."""
+    scaled = amount * KEPT_DENOMINATOR
+    n = int(scaled.to_integral_value())
+    return n if abs(scaled - n) < NEAR else None
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _next_day() -> date | None:
+    """The day to keep next: after the last kept one, else the first allocated day."""
+    last = CostDay.objects.order_by("-day").values_list("day", flat=True).first()
+    if last is not None:
+        return last + timedelta(days=1)
+    first = NodeAllocation.objects.aggregate(t=Min("start"))["t"]
+    return None if first is None else first.astimezone(UTC).date()
+
+
+def keep_day(day: date, *, now: datetime) -> int | None:
+    """Keep `day`'s amounts if it is the next day to keep and before the rollup
+    watermark: the number of lines kept, None otherwise."""
+    lo, hi = _midnight(day), _midnight(day + timedelta(days=1))
+    with transaction.atomic():
+        # the watermark's row lock: one writer at a time, and the watermark cannot move
+        # back under us (archiving takes it too)
+        RollupWatermark.objects.select_for_update().filter(pk=1).first()
+        mark = rolled_up_to()
+        if mark is None or hi > mark or _next_day() != day:
+            return None
+        inputs = fetch_cost_inputs(tenant_ids=None, t0=lo, hi_dt=hi, now_us=us(now))
+        window = CostWindow(lo=us(lo), hi=us(hi), now_us=us(now))
+        lines, alloc, flags = (
+            ([], {}, None) if inputs is None else group_amounts(inputs, window, price_book())
+        )
+        dirty = set() if flags is None else flags.dirty
+        allocated = {gid: numerator(cost) for gid, cost in alloc.items()}
+        dirty |= {gid for gid, n in allocated.items() if n is None}
+        rows = []
+        for a in lines:
+            if a.group_id in dirty:
+                continue  # a range with this day computes the group from the rows
+            kept = {c: numerator(getattr(a.figures, c)) for c in FIGURE_COLUMNS}
+            if None in kept.values():
+                dirty.add(a.group_id)  # (not a multiple of 1 / KEPT_DENOMINATOR: keep none)
+                continue
+            rows.append(
+                CostDayLine(
+                    day=day,
+                    group_id=a.group_id,
+                    job_id=a.job_id,
+                    tenant_id=a.tenant_id,
+                    gpu_type_id=a.gpu_type_id,
+                    stage=a.stage,
+                    has_parts=a.has_parts,
+                    **kept,
+                )
+            )
+        rows = [r for r in rows if r.group_id not in dirty]
+        CostDayLine.objects.bulk_create(rows, batch_size=2000)
+        CostDayGroup.objects.bulk_create(
+            (
+                CostDayGroup(
+                    day=day,
+                    group_id=gid,
+                    alloc_cost=allocated[gid] or 0,
+                    dirty=gid in dirty,
+                    tail=flags is not None and gid in flags.tail,
+                    uneven=flags is not None and gid in flags.uneven,
+                )
+                for gid in alloc
+            ),
+            batch_size=2000,
+        )
+        CostDay.objects.create(day=day, lines=len(rows), computed_at=now)
+    log.info("kept the cost of %s: %d lines, %d dirty groups", day, len(rows), len(dirty))
+    return len(rows)
+
+
+def keep_days(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
+    """Keep at most `max_days` days before the rollup watermark (the beat task's body;
+    also what fills the days rolled up before this existed)."""
+    done: list[date] = []
+    for _ in range(max_days):
+        day = _next_day()
+        if day is None or keep_day(day, now=now) is None:
+            break
+        done.append(day)
+    return done
+
+
+def purge_days(now: datetime) -> int:
+    """Delete the kept days older than the rollup retention (their rollups go then too)."""
+    if not settings.ROLLMUX_ROLLUP_RETENTION_MONTHS:
+        return 0
+    cutoff = rollup_cutoff(now)
+    CostDayLine.objects.filter(day__lt=cutoff).delete()
+    CostDayGroup.objects.filter(day__lt=cutoff).delete()
+    return int(CostDay.objects.filter(day__lt=cutoff).delete()[0])
+
+
+__all__ = ["keep_day", "keep_days", "purge_days"]
