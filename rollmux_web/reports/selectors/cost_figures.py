@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
-from functools import wraps
+from functools import cached_property, wraps
 from typing import Any, TypeVar
 
 CENT = Decimal("0.01")
@@ -71,11 +71,12 @@ FIGURE_COLUMNS = tuple(f.name for f in fields(CostFigures))
 # exact amount is a rational whose denominator divides ~1e30 (microseconds, four-decimal
 # prices, shares by membership): at 28 digits a sum of thousands of them drifts by ~1e-25
 # and could land a total that is exactly on a half-cent below it; at 60 digits the drift
-# is ~1e-50, and `cents` / `hq` first snap to 40 decimals, which puts an amount exactly
-# on a half-cent there and moves no other across one (kept days and whole-range runs
-# then round alike: reports.cost_days).
+# is ~1e-50, and `cents` / `hq` first move an amount 1e-45 away from zero, which carries
+# one that is a half-cent short of a tie by that drift onto its side and moves no other
+# across one (any other is >= 1e-30 from a tie): kept days and whole-range runs round
+# alike (reports.cost_days).
 EXACT = Context(prec=60)
-SNAP = Decimal("1e-40")
+NUDGE = Decimal("1e-45")
 T = TypeVar("T")
 
 
@@ -92,16 +93,14 @@ def exact_arithmetic(fn: Callable[..., T]) -> Callable[..., T]:
 
 def hq(hours: Decimal) -> Decimal:
     """Round GPU-hours once, half-up, to the four decimals shown."""
-    return hours.quantize(SNAP, context=EXACT).quantize(
-        HOURS_Q, rounding=ROUND_HALF_UP, context=EXACT
-    )
+    nudged = EXACT.add(hours, NUDGE) if hours >= 0 else EXACT.subtract(hours, NUDGE)
+    return nudged.quantize(HOURS_Q, rounding=ROUND_HALF_UP, context=EXACT)
 
 
 def cents(amount: Decimal) -> Decimal:
     """Round money once, half-up, to the cent."""
-    return amount.quantize(SNAP, context=EXACT).quantize(
-        CENT, rounding=ROUND_HALF_UP, context=EXACT
-    )
+    nudged = EXACT.add(amount, NUDGE) if amount >= 0 else EXACT.subtract(amount, NUDGE)
+    return nudged.quantize(CENT, rounding=ROUND_HALF_UP, context=EXACT)
 
 
 def apportion(total: Decimal, parts: Sequence[Decimal]) -> list[Decimal]:
@@ -132,8 +131,8 @@ class Rounded(CostFigures):
 
     exact: CostFigures = field(default_factory=CostFigures)
 
-    @property
-    def gpu_hours(self) -> Decimal:
+    @cached_property
+    def gpu_hours(self) -> Decimal:  # type: ignore[override]
         return hq(self.exact.gpu_hours)
 
 
