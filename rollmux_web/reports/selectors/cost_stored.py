@@ -26,7 +26,7 @@ from django.db.models import Max, Min, Q, Sum
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
 from rollmux_web.reports.models import CostDay, CostDayGroup, CostDayLine
-from rollmux_web.reports.selectors._sql import in_ids
+from rollmux_web.reports.selectors._sql import in_ids, us_fields
 from rollmux_web.reports.selectors._time import us
 from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR
 from rollmux_web.reports.selectors.cost_engine import cost_lines as engine_lines
@@ -158,15 +158,18 @@ def _jobs(ids: set[int]) -> dict[int, tuple[str, int, str, int | None]]:
     """job -> (name, tenant id, tenant, closed_us) as the engine's rows have them."""
     out: dict[int, tuple[str, int, str, int | None]] = {}
     unended: list[int] = []
-    for jid, name, tid, tenant, status, finished in Job.objects.filter(
-        in_ids("id", ids)
-    ).values_list("id", "name", "tenant_id", "tenant__name", "status", "finished_at"):
+    ann, native = us_fields(f_us="finished_at")
+    for jid, name, tid, tenant, status, finished in (
+        Job.objects.filter(in_ids("id", ids))
+        .annotate(**ann)
+        .values_list("id", "name", "tenant_id", "tenant__name", "status", *(ann or ["finished_at"]))
+    ):
         closed = None
         if status in TERMINAL_STATUSES:
             if finished is None:
                 unended.append(jid)
             else:
-                closed = us(finished)
+                closed = finished if native else us(finished)
         out[jid] = (name, tid, tenant, closed)
     if unended:  # (a job marked finished with no end time: its last placement's end)
         for jid, left in (
