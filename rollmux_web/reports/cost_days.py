@@ -70,13 +70,17 @@ def _midnight(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
-def _next_day() -> date | None:
-    """The day to keep next: after the last kept one, else the first allocated day."""
+def _next_day(now: datetime) -> date | None:
+    """The day to keep next: after the last kept one, else the first allocated day (not
+    before the rollup retention's cutoff: older rollups may be gone)."""
     last = CostDay.objects.order_by("-day").values_list("day", flat=True).first()
     if last is not None:
         return last + timedelta(days=1)
     first = NodeAllocation.objects.aggregate(t=Min("start"))["t"]
-    return None if first is None else first.astimezone(UTC).date()
+    if first is None:
+        return None
+    day = first.astimezone(UTC).date()
+    return max(day, rollup_cutoff(now)) if settings.ROLLMUX_ROLLUP_RETENTION_MONTHS else day
 
 
 def keep_day(day: date, *, now: datetime) -> int | None:
@@ -88,7 +92,7 @@ def keep_day(day: date, *, now: datetime) -> int | None:
         # back under us (archiving takes it too)
         RollupWatermark.objects.select_for_update().filter(pk=1).first()
         mark = rolled_up_to()
-        if mark is None or hi > mark or _next_day() != day:
+        if mark is None or hi > mark or _next_day(now) != day:
             return None
         inputs = fetch_cost_inputs(tenant_ids=None, t0=lo, hi_dt=hi, now_us=us(now))
         window = CostWindow(lo=us(lo), hi=us(hi), now_us=us(now))
@@ -144,7 +148,7 @@ def keep_days(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
     also what fills the days rolled up before this existed)."""
     done: list[date] = []
     for _ in range(max_days):
-        day = _next_day()
+        day = _next_day(now)
         if day is None or keep_day(day, now=now) is None:
             break
         done.append(day)

@@ -203,3 +203,17 @@ def test_the_api_pages_the_jobs_and_keeps_the_totals(world: Any, client_as: Any)
     bad = client_as("finance").get(url + "&page=99")
     assert bad.status_code == 400 and "page" in bad.content.decode()
     assert client_as("finance").get(url + "&page_size=0").status_code == 400
+
+
+@pytest.mark.django_db
+def test_kept_days_go_with_their_rollups(world: Any, settings: Any) -> None:
+    build_world(world)
+    _keep_to(MARK)
+    assert CostDay.objects.count() == 3
+    settings.ROLLMUX_ROLLUP_RETENTION_MONTHS = 1
+    # a month and a few days later: the kept days of January's first week are past it
+    assert cost_days.purge_days(datetime(2026, 3, 5, tzinfo=UTC)) == 3
+    assert not CostDayLine.objects.exists() and not CostDayGroup.objects.exists()
+    settings.ROLLMUX_ROLLUP_RETENTION_MONTHS = 0  # (0: kept forever, as the rollups)
+    _keep_to(date(2026, 1, 9))
+    assert cost_days.purge_days(datetime(2027, 1, 1, tzinfo=UTC)) == 0
