@@ -56,6 +56,7 @@ __all__ = [
     "check_group",
     "expected_profile",
     "expected_solo_s",
+    "worst_case_times",
 ]
 
 DEFAULT_SLO_MARGIN = _CONFIG_SLO_MARGIN  # one default: scheduler.config
@@ -108,6 +109,12 @@ class GroupSloCheck:
     def ok(self) -> bool:
         """Return True when every member keeps its SLO."""
         return all(self.held)
+
+
+def worst_case_times(members: Sequence[Member], *, switch_overhead_s: float) -> list[float]:
+    """Return each member's worst-case iteration time in the group (every phase at its
+    maximum): what `check_group` checks first, and takes as `worst_s`."""
+    return _floored(members, switch_overhead_s)
 
 
 def _floored(members: Sequence[Member], switch_overhead_s: float) -> list[float]:

@@ -40,6 +40,7 @@ from scheduler.planner.memo import cached, keeping
 from scheduler.slo import (
     DEFAULT_SLO_MARGIN,
     DEFAULT_TIGHT_SLACK,
+    SLO_EPS,
     GroupSloCheck,
     check_group,
     expected_solo_s,
@@ -368,13 +369,16 @@ def check_slo(
     switch_overhead_s: float,
     slo_margin: float | None = DEFAULT_SLO_MARGIN,
     tight_slack: float = DEFAULT_TIGHT_SLACK,
+    worst_s: Sequence[float] | None = None,
 ) -> dict[str, float] | None:
     """Return every member's predicted slowdown in G + job, or None if an SLO breaks (line 7).
 
     The slowdowns are worst-case (every phase at its maximum); the SLOs are checked by
     scheduler.slo.check_group: on worst-case durations against worst-case solo times,
     and on expected durations (the others' with the margin; a tight-SLO
-    member's worst case too, `tight_slack`) against expected solo times.
+    member's worst case too, `tight_slack`) against expected solo times. `worst_s`: the
+    worst-case iteration times of G + job when the caller has them already
+    (`worst_case_holds`).
     """
     members = group.members + (Member(job, rollout, train),)
 
@@ -383,7 +387,11 @@ def check_slo(
     # scheduler.planner.memo)
     def compute() -> GroupSloCheck:
         return check_group(
-            members, switch_overhead_s=switch_overhead_s, margin=slo_margin, tight_slack=tight_slack
+            members,
+            switch_overhead_s=switch_overhead_s,
+            margin=slo_margin,
+            tight_slack=tight_slack,
+            worst_s=worst_s,
         )
 
     check = (
@@ -409,6 +417,23 @@ def check_slo(
         if e_new * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n > job.slo * expected_solo_s(job) + EPS:
             return None
     return {m.job.id: t / m.job.t_solo_max_s for m, t in zip(members, check.worst_s, strict=True)}
+
+
+def worst_case_holds(members: Sequence[Member], worst_s: Sequence[float]) -> bool:
+    """Return True when the worst-case half of `check_slo` holds for G + job (`members`,
+    the joiner last; `worst_s`: scheduler.slo.worst_case_times of them): every member's
+    worst-case iteration time within its SLO window, the joiner's with its join
+    allowance. A necessary condition of `check_slo`, at one meta-iteration's
+    recursion: the cheap half to fail, checked before a candidate's other evaluations."""
+    for m, t in zip(members, worst_s, strict=True):
+        if not t <= m.job.slo * m.job.t_solo_max_s + SLO_EPS:
+            return False
+    job = members[-1].job
+    n = job.iterations
+    return (
+        not worst_s[-1] * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n
+        > job.slo * job.t_solo_max_s + EPS
+    )
 
 
 # Every field of a profile but its iterations: what an evaluation of a group's schedule

@@ -35,6 +35,7 @@ from scheduler.planner.algorithm1 import (
     candidates,
     check_slo,
     new_group_candidate,
+    worst_case_holds,
 )
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
@@ -42,6 +43,7 @@ from scheduler.planner.memo import cached, in_scope, keeping
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s
+from scheduler.slo import worst_case_times
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,17 @@ def choose_by_expected_cost(
             break
         assert c.summary is not None
         group = c.summary.group
+        joined = group.members + (Member(job, c.rollout, c.train),)
+        worst: list[float] | None = None
+        if not keeping():
+            # the worst-case half of the SLO check first: one recursion, and most joins
+            # that pass the cheap bounds fail it (an inadmissible candidate then costs no
+            # expected-cost evaluation); with a memo open the whole check is kept
+            # (check_slo's key) and the order below is the cheaper one
+            worst = worst_case_times(joined, switch_overhead_s=switch)
+            if not worst_case_holds(joined, worst):
+                continue
+        slow: dict[str, float] | None = None
         if best is None:
             # nothing admissible yet (no new group either): any admissible candidate wins,
             # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
@@ -347,11 +360,10 @@ def choose_by_expected_cost(
                 switch_overhead_s=switch,
                 slo_margin=req.slo_margin,
                 tight_slack=req.tight_slack,
+                worst_s=worst,
             )
             if slow is None:
                 continue
-        else:
-            slow = None
         if group.id not in before:
             before[group.id] = members_remaining_cost(
                 group.members,
@@ -362,7 +374,7 @@ def choose_by_expected_cost(
                 lone_restart_s=lone_restart_s,
             )
         after = members_remaining_cost(
-            group.members + (Member(job, c.rollout, c.train),),
+            joined,
             price,
             progress,
             switch_overhead_s=switch,
@@ -382,6 +394,7 @@ def choose_by_expected_cost(
                 switch_overhead_s=switch,
                 slo_margin=req.slo_margin,
                 tight_slack=req.tight_slack,
+                worst_s=worst,
             )
         if slow is not None:
             best, best_value = (c, slow), value

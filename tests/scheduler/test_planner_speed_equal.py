@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.cluster import empty_state
+from scheduler.config import ALGORITHM1
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -26,7 +27,7 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.planner import apply_placement, place
+from scheduler.planner import _request, apply_placement, place
 from scheduler.planner import objective as objective_module
 from scheduler.planner.algorithm1 import (
     EPS,
@@ -36,15 +37,17 @@ from scheduler.planner.algorithm1 import (
     candidates,
     check_slo,
     new_group_candidate,
+    worst_case_holds,
 )
 from scheduler.planner.consolidation import restart_seconds
-from scheduler.planner.index import GroupSummary, index_nodes
+from scheduler.planner.index import GroupSummary, index_nodes, planner_index
 from scheduler.planner.objective import (
     JobProgress,
     expected_solo_s,
     members_remaining_cost,
 )
 from scheduler.planner.reasons import infeasible_reason
+from scheduler.slo import worst_case_times
 from tests.scheduler.builders import job
 
 SPEC = ClusterSpec(
@@ -236,3 +239,54 @@ def test_a_member_at_expected_durations_is_the_replaced_profile() -> None:
         assert objective_module._expected(m) == want
         assert objective_module._expected(m, cache) == want
         assert objective_module._expected(m, cache) is cache[id(m)]  # made once
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_worst_case_half_of_the_slo_check_refuses_only_what_the_check_refuses(
+    seed: int,
+) -> None:
+    # choose_by_expected_cost drops a candidate on `worst_case_holds` before its costs:
+    # that must refuse exactly the joins whose whole check fails on the worst case, and
+    # the check given those worst-case times must answer as it does alone
+    rng = random.Random(seed)
+    # room left on both pools: the new jobs have groups to join and nodes to scale onto
+    big = replace(
+        SPEC, rollout=replace(SPEC.rollout, nodes=60), train=replace(SPEC.train, nodes=60)
+    )
+    state: ClusterState = empty_state(big)
+    for i, j in enumerate(random_jobs(rng, 15)):
+        res = place(j, state, objective="expected", prune_saturated=False)
+        if res.status is PlacementStatus.FIT and res.placement is not None:
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    index = planner_index(state)
+    refused = held = admitted = 0  # (admitted: by the whole check)
+    for j in random_jobs(random.Random(seed + 100), 30):
+        j = replace(j, id=f"new-{j.id}")
+        req = _request(
+            j, state, index, max_group_size=4, prune_saturated=False, adm=ALGORITHM1.admission
+        )
+        for c in candidates(req, index.summaries):
+            assert c.summary is not None
+            members = c.summary.group.members + (Member(j, c.rollout, c.train),)
+            worst = worst_case_times(members, switch_overhead_s=req.switch_overhead_s)
+            group, switch, margin = c.summary.group, req.switch_overhead_s, req.slo_margin
+            whole = check_slo(
+                group, j, c.rollout, c.train, switch_overhead_s=switch, slo_margin=margin
+            )
+            given = check_slo(
+                group,
+                j,
+                c.rollout,
+                c.train,
+                switch_overhead_s=switch,
+                slo_margin=margin,
+                worst_s=worst,
+            )
+            assert given == whole
+            admitted += whole is not None
+            if worst_case_holds(members, worst):
+                held += 1
+            else:
+                refused += 1
+                assert whole is None
+    assert refused and held > admitted > 0  # every side was exercised
