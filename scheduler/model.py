@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -320,8 +320,14 @@ def profile_to_dict(job: JobProfile) -> dict[str, Any]:
 
     Unlike `scheduler.trace.job_to_dict`, which writes only the trace format's fields,
     this keeps everything (priority, time_scale, ...), for a faithful round trip.
+    `dataclasses.asdict` would give the same dict (every field is a scalar or a tuple of
+    floats); read field by field, it costs a tenth (a planning pass writes the runtime
+    of every group it touches, each member's profile).
     """
-    return asdict(job)
+    return {name: getattr(job, name) for name in _PROFILE_FIELDS}
+
+
+_PROFILE_FIELDS = tuple(JobProfile.__dataclass_fields__)
 
 
 def profile_from_dict(d: Mapping[str, Any]) -> JobProfile:

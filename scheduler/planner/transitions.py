@@ -110,10 +110,35 @@ def apply_placement(
         summaries=tuple(summaries),
         taken=index.taken | newly,
         job_ids=index.job_ids | {job.id},
-        free={p: tuple(n for n in v if n.name not in newly) for p, v in index.free.items()},
+        free=_free_without(index, newly),
         bounds=bounds,
     )
     return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
+
+
+def _free_without(index: PlannerIndex, names: set[str]) -> dict[Pool, tuple[Node, ...]]:
+    """Return the index's free pools less the nodes named in `names` (a placement's).
+
+    A free pool is in state order (`PlannerIndex.free`), so each free node taken is found
+    by bisection on its position and cut out, rather than the pools (thousands of nodes)
+    filtered for every placement; a name that is not free (a group's node, a minted one)
+    leaves them as they are. With names not unique in the state (positions ambiguous) the
+    pools are filtered."""
+    nodes = index.node_index
+    if len(nodes.nodes) != len(index.nodes):
+        return {p: tuple(n for n in v if n.name not in names) for p, v in index.free.items()}
+    free = dict(index.free)
+    position = nodes.position
+    key = _position_of(position)
+    for x in names:
+        n = nodes.nodes.get(x)
+        if n is None or n.cordoned or x in index.taken:
+            continue  # not in a free pool
+        pool_nodes = free[n.pool]
+        at = bisect.bisect_left(pool_nodes, position[x], key=key)
+        if at < len(pool_nodes) and pool_nodes[at].name == x:
+            free[n.pool] = pool_nodes[:at] + pool_nodes[at + 1 :]
+    return free
 
 
 def check_residency(group: Group, nodes: dict[str, Node]) -> None:

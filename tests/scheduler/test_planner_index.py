@@ -57,3 +57,27 @@ def test_threads_placing_on_one_state_get_the_same_answer() -> None:
     assert expected.status is PlacementStatus.FIT
     assert all(r == expected for r in results)
     assert planner_index(bare).is_for(bare)
+
+
+def test_placements_and_removals_carry_the_free_pools_a_fresh_index_finds() -> None:
+    # apply_placement cuts the nodes it takes out of the free pools by their position (no
+    # filter of every free node): placements after removals, on a pool with cordoned
+    # nodes and on an unbounded one (minted names), leave the pools a fresh index builds
+    for spec in (cluster_spec(14, 12), cluster_spec(None, 12)):
+        state = empty_state(spec)
+        state = replace(
+            state,
+            nodes=tuple(replace(n, cordoned=i % 5 == 2) for i, n in enumerate(state.nodes)),
+        )
+        placed = []
+        for i in range(14):
+            if i % 4 == 3:
+                state, _ = remove_job(state, placed.pop(len(placed) // 2))
+            j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+            res = place(j, state)
+            if res.placement is None:
+                continue
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+            placed.append(j.id)
+            assert planner_index(state).free == build_index(state).free
+        assert len(placed) > 4

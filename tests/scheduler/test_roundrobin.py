@@ -308,3 +308,19 @@ def test_karp_maximum_cycle_mean_of_a_small_max_plus_matrix() -> None:
     # Cycles: 0->0 mean 1; 1->2->1 mean (4 + 2) / 2 = 3.
     a = [[1.0, neg, neg], [neg, neg, 2.0], [neg, 4.0, neg]]
     assert max_cycle_mean(a) == pytest.approx(3.0)
+
+
+def test_a_profile_is_written_as_dataclasses_asdict_writes_it_and_read_back() -> None:
+    # profile_to_dict reads the fields one by one (asdict cost a planning pass's writer
+    # 50 us a member): the same dict, every field set, and the same profile back
+    from dataclasses import asdict, replace
+
+    from scheduler.model import profile_from_dict, profile_to_dict
+
+    job = replace(
+        builders.job("p", 100, 60, slo=1.4, mem=300, iterations=7, roll_min=80, train_min=50),
+        tenant="vision", model="Qwen2.5-7B", priority=3, time_scale=10.0, t_sync_s=4.5,
+        observed_solo_s=150.0, trend_shape=(1.2, 1.0, 0.8), switch_s=3.0, restart_s=40.0,
+    )  # fmt: skip
+    assert profile_to_dict(job) == asdict(job)
+    assert profile_from_dict(json.loads(json.dumps(profile_to_dict(job)))) == job
