@@ -44,6 +44,7 @@ from scheduler.slo import (
     GroupSloCheck,
     check_group,
     expected_solo_s,
+    worst_case_times,
 )
 from scheduler.stochastic import slo_probabilities
 
@@ -434,6 +435,42 @@ def worst_case_holds(members: Sequence[Member], worst_s: Sequence[float]) -> boo
         not worst_s[-1] * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n
         > job.slo * job.t_solo_max_s + EPS
     )
+
+
+# Entries a group's summary keeps of its joiners' worst-case times (`joined_worst_case`).
+JOINED_WORST_LIMIT = 256
+
+
+def joined_worst_case(
+    c: Candidate, members: Sequence[Member], *, switch_overhead_s: float
+) -> tuple[float, ...]:
+    """Return the worst-case iteration times of G + job (`members`: the group of the
+    candidate `c`, its joiner last; scheduler.slo.worst_case_times), kept on the group's
+    summary (`GroupSummary.joined_worst`) under what they read of the joiner: its
+    worst-case phases, sync and switch overhead, its nodes of the group by name and the
+    places of its new (free) nodes, which are no other member's. A summary lives as
+    long as its group is unchanged, over the decisions of a pass: alike joiners of one
+    group (a burst of alike jobs, a job waiting pass after pass) are computed once."""
+    s = c.summary
+    assert s is not None
+    job = members[-1].job
+    new = c.new_nodes
+    key = (
+        job.t_roll_max_s,
+        job.t_train_max_s,
+        job.t_sync_s,
+        job.switch_s,
+        switch_overhead_s,
+        tuple(None if x in new else x for x in c.rollout) if new else c.rollout,
+        tuple(None if x in new else x for x in c.train) if new else c.train,
+    )
+    kept = s.joined_worst
+    worst = kept.get(key)
+    if worst is None:
+        worst = tuple(worst_case_times(members, switch_overhead_s=switch_overhead_s))
+        if len(kept) < JOINED_WORST_LIMIT:
+            kept[key] = worst
+    return worst
 
 
 # Every field of a profile but its iterations: what an evaluation of a group's schedule

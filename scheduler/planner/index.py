@@ -24,7 +24,7 @@ one of them is kept. There is no module-level cache.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -63,6 +63,13 @@ class GroupSummary:
     # every decision's `least_loaded` filters, sorted once per summary
     train_by_load: tuple[str, ...]
     rollout_by_load: tuple[str, ...]
+    # the worst-case iteration times of the group with a joiner, by what they read of the
+    # joiner and of its nodes (`algorithm1.worst_case_key`): decisions on later states
+    # that keep this group ask again about alike joiners. Filled by the planner (a pure
+    # function of the summary's group and the key), bounded, not compared.
+    joined_worst: dict[tuple[object, ...], tuple[float, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def summarise(group: Group) -> GroupSummary:

@@ -34,6 +34,7 @@ from scheduler.planner.algorithm1 import (
     Request,
     candidates,
     check_slo,
+    joined_worst_case,
     new_group_candidate,
     worst_case_holds,
 )
@@ -43,7 +44,6 @@ from scheduler.planner.memo import cached, in_scope, keeping
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s
-from scheduler.slo import worst_case_times
 
 
 @dataclass(frozen=True)
@@ -338,13 +338,13 @@ def choose_by_expected_cost(
         assert c.summary is not None
         group = c.summary.group
         joined = group.members + (Member(job, c.rollout, c.train),)
-        worst: list[float] | None = None
+        worst: tuple[float, ...] | None = None
         if not keeping():
             # the worst-case half of the SLO check first: one recursion, and most joins
             # that pass the cheap bounds fail it (an inadmissible candidate then costs no
             # expected-cost evaluation); with a memo open the whole check is kept
             # (check_slo's key) and the order below is the cheaper one
-            worst = worst_case_times(joined, switch_overhead_s=switch)
+            worst = joined_worst_case(c, joined, switch_overhead_s=switch)
             if not worst_case_holds(joined, worst):
                 continue
         slow: dict[str, float] | None = None

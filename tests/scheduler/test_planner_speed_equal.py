@@ -36,6 +36,7 @@ from scheduler.planner.algorithm1 import (
     Request,
     candidates,
     check_slo,
+    joined_worst_case,
     new_group_candidate,
     worst_case_holds,
 )
@@ -247,7 +248,8 @@ def test_the_worst_case_half_of_the_slo_check_refuses_only_what_the_check_refuse
 ) -> None:
     # choose_by_expected_cost drops a candidate on `worst_case_holds` before its costs:
     # that must refuse exactly the joins whose whole check fails on the worst case, and
-    # the check given those worst-case times must answer as it does alone
+    # the check given those worst-case times (`joined_worst_case`, kept per group summary)
+    # must answer as it does alone
     rng = random.Random(seed)
     # room left on both pools: the new jobs have groups to join and nodes to scale onto
     big = replace(
@@ -283,6 +285,17 @@ def test_the_worst_case_half_of_the_slo_check_refuses_only_what_the_check_refuse
                 worst_s=worst,
             )
             assert given == whole
+            # kept on the group's summary: an alike joiner (its id, SLO and iterations are
+            # not read) on another rollout node of the pool gets the same times
+            assert joined_worst_case(c, members, switch_overhead_s=switch) == tuple(worst)
+            alike = replace(j, id="alike", slo=j.slo + 0.3, iterations=j.iterations + 9)
+            other = tuple(f"{x}-x" if x in c.new_nodes else x for x in c.rollout)
+            moved = replace(c, rollout=other, new_nodes=tuple(f"{x}-x" for x in c.new_nodes))
+            twin = c.summary.group.members + (Member(alike, other, c.train),)
+            kept = len(c.summary.joined_worst)
+            assert joined_worst_case(moved, twin, switch_overhead_s=switch) == tuple(worst)
+            assert len(c.summary.joined_worst) == kept  # (the same entry answered)
+            assert tuple(worst_case_times(twin, switch_overhead_s=switch)) == tuple(worst)
             admitted += whole is not None
             if worst_case_holds(members, worst):
                 held += 1

@@ -35,6 +35,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db.models import Max
@@ -117,6 +118,38 @@ def _need(job: Job, state: ClusterState) -> dict[str, int]:
     return dict(out)
 
 
+class _Open(NamedTuple):
+    """What `_running` reads of an open placement and its job (one row, no model objects:
+    a pass that leaves jobs waiting reads every running job's once per snapshot)."""
+
+    job_id: int
+    pk: int
+    move_requested: str
+    created_at: datetime
+    iterations: int
+    iterations_done: int
+    rollout_gpus: int
+    train_gpus: int
+    priority: int
+    tenant: str
+    slo_class: str
+
+
+_OPEN_COLUMNS = (
+    "job_id",
+    "pk",
+    "move_requested",
+    "created_at",
+    "job__iterations",
+    "job__iterations_done",
+    "job__rollout_gpus",
+    "job__train_gpus",
+    "job__priority",
+    "job__tenant__name",
+    "job__slo_class__name",
+)
+
+
 def _running(
     state: ClusterState, pic: Picture, now_s: float
 ) -> tuple[list[RunningJob], dict[str, dict[str, int]], dict[str, int]]:
@@ -126,12 +159,12 @@ def _running(
     members = {m.job.id: (g, m) for g in state.groups for m in g.members}
     at = _positions(state)
     rows = {
-        str(p.job_id): p
-        for p in Placement.objects.filter(
+        str(row[0]): _Open(*row)
+        for row in Placement.objects.filter(
             ended_at__isnull=True, job_id__in=[int(i) for i in members]
         )
         .exclude(strategy=Strategy.PROFILE)
-        .select_related("job__tenant", "job__slo_class")
+        .values_list(*_OPEN_COLUMNS)
     }
     last_train = dict(
         PhaseRecord.objects.filter(placement_id__in=[p.pk for p in rows.values()], kind="train")
@@ -162,8 +195,7 @@ def _running(
                 for gt, g in frees.items():
                     freeing[gt] += g
                 continue
-            job = placement.job
-            left = max(0, job.iterations - job.iterations_done)
+            left = max(0, placement.iterations - placement.iterations_done)
             per_iteration = (m.job.t_roll_max_s + m.job.t_train_max_s + m.job.t_sync_s) / max(
                 m.job.time_scale, 1e-9
             )
@@ -171,12 +203,12 @@ def _running(
             running.append(
                 RunningJob(
                     id=m.job.id,
-                    tenant=job.tenant.name,
-                    gpus=job_gpus(job.rollout_gpus, job.train_gpus, pic.types),
+                    tenant=placement.tenant,
+                    gpus=job_gpus(placement.rollout_gpus, placement.train_gpus, pic.types),
                     frees=frees,
                     started_s=placement.created_at.timestamp(),
-                    priority=job.priority,
-                    slo_class=job.slo_class.name,
+                    priority=placement.priority,
+                    slo_class=placement.slo_class,
                     group=group.id,
                     since_checkpoint_s=max(0.0, now_s - checkpoint.timestamp()),
                     ends_s=now_s + left * per_iteration,
