@@ -89,6 +89,10 @@ class FreePool:
         self.minted_price: dict[str, float] = {}  # names minted for an unbounded pool
         self._taken_price: dict[str, float] = {}  # every name `take` returned
         self._minted: list[str] = []
+        # `take`'s answer per count: a function of the count alone (the fitting nodes'
+        # prefix, then the minted names' prefix, both only ever extended), and every
+        # joinable group of a decision asks for the same few counts
+        self._takes: dict[int, tuple[str, ...] | None] = {}
 
     def _fitting(self, count: int) -> list[Node]:
         """Return the first `count` free nodes with room (fewer when there are not so many)."""
@@ -116,6 +120,14 @@ class FreePool:
 
     def take(self, count: int) -> list[str] | None:
         """Return the names of the first `count` free nodes that fit, minting if unbounded."""
+        if count in self._takes:
+            kept = self._takes[count]
+            return None if kept is None else list(kept)
+        names = self._take(count)
+        self._takes[count] = None if names is None else tuple(names)
+        return names
+
+    def _take(self, count: int) -> list[str] | None:
         nodes = self._fitting(count)
         for n in nodes:
             self._taken_price[n.name] = n.price_per_hour
@@ -194,7 +206,7 @@ class Request:
     bounds: GroupBounds | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class GroupContext:
     """A group that passed lines 3-4 and the cheap bounds, with the job's training nodes."""
 

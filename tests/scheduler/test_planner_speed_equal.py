@@ -202,6 +202,12 @@ def test_the_lazy_free_pool_offers_the_nodes_the_whole_list_did(seed: int) -> No
                 assert pool.cost(names) == sum(n.price_per_hour for n in want[:count])
         assert pool.fit == want
         assert pool.price == {n.name: n.price_per_hour for n in want}
+        for count in counts:  # asked again (each count's answer is kept): the same, unshared
+            names = pool.take(count)
+            assert names == ([n.name for n in want[:count]] if len(want) >= count else None)
+            if names is not None:
+                names.append("mutated")
+                assert pool.take(count) == [n.name for n in want[:count]]
 
 
 def test_the_residency_count_by_bisection_is_the_count_of_big_enough_nodes() -> None:
