@@ -524,6 +524,13 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
         # only the groups they keep are looked at
         tol_v = np.minimum(b.tolerance, slo_solo) + EPS
         keep = (np.maximum(b.t_cycle, solo) <= tol_v) & (b.min_train_load + t_train <= tol_v)
+        free = req.pools[Pool.ROLLOUT]
+        if not free.unbounded and free.take(req.n_roll) is None:
+            # no rollout scaling onto new nodes only (the pool has too few): every candidate
+            # keeps a group rollout node, so its bound is at least the least-loaded one's
+            # load plus the job's rollout (a group past that yields none; a waiting job's
+            # decision on a full pool skips them all here)
+            keep &= b.min_rollout_load + job.rollout_pool_max_s <= tol_v
         orders = np.flatnonzero(keep).tolist()
     for order in orders:
         s = summaries[order]

@@ -112,12 +112,12 @@ def summarise(group: Group) -> GroupSummary:
 @dataclass(frozen=True)
 class GroupBounds:
     """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
-    one row each (T_cycle, tolerance, the least-loaded training node's load), one column
-    per summary, aligned with `PlannerIndex.summaries`: one vectorised pass answers which
+    one row each (T_cycle, tolerance, the least-loaded training node's load, the
+    least-loaded rollout node's: infinite without one), one column per summary, aligned with `PlannerIndex.summaries`: one vectorised pass answers which
     groups may take a job at all (at 2,000 live jobs a loop over the groups per decision
     was the planner's hot spot)."""
 
-    rows: np.ndarray  # shape (3, groups)
+    rows: np.ndarray  # shape (4, groups)
 
     @property
     def t_cycle(self) -> np.ndarray:
@@ -134,14 +134,20 @@ class GroupBounds:
         row: np.ndarray = self.rows[2]
         return row
 
+    @property
+    def min_rollout_load(self) -> np.ndarray:
+        row: np.ndarray = self.rows[3]
+        return row
+
     @staticmethod
-    def _column(s: GroupSummary) -> tuple[float, float, float]:
-        return (s.t_cycle, s.tolerance, s.min_train_load)
+    def _column(s: GroupSummary) -> tuple[float, float, float, float]:
+        least = s.load[s.rollout_by_load[0]] if s.rollout_by_load else float("inf")
+        return (s.t_cycle, s.tolerance, s.min_train_load, least)
 
     @classmethod
     def of(cls, summaries: tuple[GroupSummary, ...]) -> GroupBounds:
         """Return the bounds of `summaries` (a pass over them)."""
-        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 3)
+        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 4)
         return cls(np.ascontiguousarray(rows.T))
 
     def replaced(self, i: int, s: GroupSummary) -> GroupBounds:

@@ -41,7 +41,7 @@ from scheduler.planner.algorithm1 import (
     worst_case_holds,
 )
 from scheduler.planner.consolidation import restart_seconds
-from scheduler.planner.index import GroupSummary, index_nodes, planner_index
+from scheduler.planner.index import GroupBounds, GroupSummary, index_nodes, planner_index
 from scheduler.planner.objective import (
     JobProgress,
     expected_solo_s,
@@ -309,3 +309,41 @@ def test_the_worst_case_half_of_the_slo_check_refuses_only_what_the_check_refuse
                 refused += 1
                 assert whole is None
     assert refused and held > admitted > 0  # every side was exercised
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_vectorised_bounds_keep_every_candidate_on_a_full_rollout_pool(seed: int) -> None:
+    # on a bounded rollout pool too small for the job's rollout, `candidates` drops the
+    # groups whose least-loaded rollout node already breaks the bound: the candidates
+    # are those of the one-by-one loop (no vectorised bounds)
+    rng = random.Random(seed)
+    spec = replace(
+        SPEC, rollout=replace(SPEC.rollout, nodes=24), train=replace(SPEC.train, nodes=40)
+    )
+    state: ClusterState = empty_state(spec)
+    for i, j in enumerate(random_jobs(rng, 40)):
+        res = place(j, state, objective="expected", prune_saturated=False)
+        if res.status is PlacementStatus.FIT and res.placement is not None:
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    index = planner_index(state)
+    full = 0
+    for j in random_jobs(random.Random(seed + 50), 40):
+        j = replace(j, id=f"new-{j.id}")
+        plain = _request(
+            j, state, index, max_group_size=4, prune_saturated=False, adm=ALGORITHM1.admission
+        )
+        plain = replace(plain, bounds=None)
+        fast = replace(plain, bounds=GroupBounds.of(index.summaries), pools=_pools(plain))
+        assert candidates(fast, index.summaries) == candidates(plain, index.summaries)
+        full += plain.pools[Pool.ROLLOUT].take(plain.n_roll) is None
+    assert full  # the rollout pool ran out for some: the rollout bound was applied
+
+
+def _pools(req: Request) -> dict[Pool, FreePool]:
+    """Fresh free pools like `req`'s (a FreePool keeps what it was asked)."""
+    return {
+        p: FreePool(
+            spec=f.spec, pool=p, size=f.size, free=f._free, in_use=f.in_use, mem=req.job.host_mem_gb
+        )
+        for p, f in req.pools.items()
+    }
