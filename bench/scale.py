@@ -634,6 +634,11 @@ def main() -> None:
             f"{rollup_days.last_closed_day(now)}",
             flush=True,
         )
+        from rollmux_web.workflow.services import fair_share_hours
+
+        t = time.perf_counter()
+        kept = fair_share_hours.keep(now)  # (the retention beat's: fair share's closed hours)
+        print(f"kept {kept:,} fair-share hours in {time.perf_counter() - t:.1f} s", flush=True)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT (SELECT COUNT(*) FROM jobs_job), (SELECT COUNT(*) FROM inventory_node), "
@@ -643,6 +648,25 @@ def main() -> None:
         jobs_n, nodes_n, phases_n, size = cur.fetchone()
     print(f"{jobs_n:,} jobs, {nodes_n:,} nodes, ~{phases_n:,} phase records, {size}")
 
+    if not args.only or "fair share" in args.only:
+        # a fresh process's (web worker's, controller's) first fair-share read: the stored
+        # closed hours (FairShareHour) when the beat kept them, else the whole window
+        from rollmux_web.workflow import fairshare
+        from rollmux_web.workflow.models import FairShareHour
+
+        fairshare.clear_usage_cache()
+        with transaction.atomic():
+            before = rows_read()
+            t = time.perf_counter()
+            fairshare.usage_gpu_s(datetime.now(UTC))
+            took = time.perf_counter() - t
+            read = rows_read() - before
+        print(
+            f"fair share, first read in a fresh process: {took * 1000:.0f} ms, {read:,} rows "
+            f"read ({FairShareHour.objects.count():,} hours stored); load "
+            f"{os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     clients: dict[str, Client] = {}
     for who in ("admin", "alice", "finance"):
         clients[who] = Client()

@@ -17,8 +17,11 @@ there as submission treats it: its nominal quota is the pool's whole capacity.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import sys
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +37,7 @@ from django.db.models.functions import Cast, TruncHour
 from rollmux_web.inventory.models import Cluster, Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.quotas.models import Quota
-from rollmux_web.workflow.models import PhaseRecord, Placement, Strategy
+from rollmux_web.workflow.models import FairShareHour, PhaseRecord, Placement, Strategy
 from scheduler.fairshare import (
     DEFAULT_PENALTY_HALF_LIFE_S,
     QueuedJob,
@@ -131,11 +134,66 @@ def holdings(types: Mapping[str, str]) -> dict[str, dict[str, int]]:
 # ~3.4 million phase records, seconds to group on every read of /quotas/ or /metrics): a
 # phase's end is stamped when its report comes in, so an hour more than CLOSED_AFTER past
 # holds no new phase. Per hour, per tenant and GPU type: the sum of its samples' GPU-seconds
-# x 2^((end - hour start) / half-life), decayed to `now` as one term. The key holds the
-# half-life and the nodes' (name, GPU type, GPUs): a change of either reads them again.
+# x 2^((end - hour start) / half-life), decayed to `now` as one term. The key (`usage_key`)
+# names the half-life and the nodes' (name, GPU type, GPUs): a change of either reads them
+# again. The retention beat keeps them in the database too (`FairShareHour`,
+# services.fair_share_hours), so a fresh process reads those, not the raw window.
 CLOSED_AFTER = timedelta(hours=1)
 FILL_HOURS = 24  # more closed hours missing than this: the whole window in one query
-_closed_hours: dict[tuple[float, int], dict[int, dict[tuple[str, str], float]]] = {}
+_closed_hours: dict[str, dict[int, dict[tuple[str, str], float]]] = {}
+
+
+def usage_key(h: float, nodes: list[tuple[str, str, int]]) -> str:
+    """The key of closed hours' sums: the half-life and the nodes they were summed with."""
+    return hashlib.sha256(repr((float(h), nodes)).encode()).hexdigest()
+
+
+def _nodes() -> list[tuple[str, str, int]]:
+    return sorted(Node.objects.values_list("name", "gpu_type__name", "gpus"))
+
+
+def closed_hours(
+    half_life: float | None = None,
+) -> tuple[str, dict[int, dict[tuple[str, str], float]]]:
+    """Return the current key and this process's kept closed hours under it (hour start,
+    epoch s -> (tenant, GPU type) -> sum), as the last `usage_gpu_s` left them."""
+    key = usage_key(half_life or half_life_s(), _nodes())
+    return key, _closed_hours.get(key, {})
+
+
+def _read_kept(key: str, closed: dict[int, Any], hours: list[datetime]) -> None:
+    """Fill `closed` with the stored sums (`FairShareHour`) of those of `hours` stored
+    under `key` (the floats as they were summed, as float64 bytes)."""
+    wanted = {int(hr.timestamp()) for hr in hours}
+    rows = FairShareHour.objects.filter(key=key, hour__gte=hours[0], hour__lte=hours[-1])
+    for hour, tenants, sums in rows.values_list("hour", "tenants", "sums"):
+        t = int(hour.timestamp())
+        if t in wanted:
+            closed[t] = dict(zip(_pairs(tenants), unpack_sums(sums), strict=True))
+
+
+@lru_cache(maxsize=1024)
+def _pairs(raw: str) -> tuple[tuple[str, str], ...]:
+    """A stored hour's (tenant, GPU type) pairs from their JSON text (most hours share one)."""
+    return tuple((tenant, gt) for tenant, gt in json.loads(raw))
+
+
+def pack_sums(sums: Mapping[tuple[str, str], float]) -> tuple[str, bytes]:
+    """An hour's sums as `FairShareHour` stores them: (pairs as JSON text, float64 bytes)."""
+    keys = sorted(sums)
+    values = array("d", [sums[k] for k in keys])
+    if sys.byteorder != "little":
+        values.byteswap()
+    return json.dumps([list(k) for k in keys]), values.tobytes()
+
+
+def unpack_sums(raw: bytes | memoryview) -> array[float]:
+    """The float64s `pack_sums` stored, in order."""
+    out = array("d")
+    out.frombytes(bytes(raw))
+    if sys.byteorder != "little":
+        out.byteswap()
+    return out
 
 
 def clear_usage_cache() -> None:
@@ -215,7 +273,7 @@ def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict
     h = half_life or half_life_s()
     now = now.astimezone(UTC)  # (hours are UTC hours, as the database truncates them)
     since = now - timedelta(seconds=HALF_LIVES_READ * h)
-    nodes = sorted(Node.objects.values_list("name", "gpu_type__name", "gpus"))
+    nodes = _nodes()
     node = {name: (gt, gpus) for name, gt, gpus in nodes}
     now_s = now.timestamp()
     one_hour = timedelta(hours=1)
@@ -223,11 +281,15 @@ def usage_gpu_s(now: datetime, half_life: float | None = None) -> dict[str, dict
     first = since.replace(minute=0, second=0, microsecond=0)
     first = first if first == since else first + one_hour
     last = (now - CLOSED_AFTER).replace(minute=0, second=0, microsecond=0)  # (its start)
-    closed = _closed_hours.setdefault((h, hash(tuple(nodes))), {})
+    kept_key = usage_key(h, nodes)
+    closed = _closed_hours.setdefault(kept_key, {})
     for hour_s in [hr for hr in closed if hr < first.timestamp()]:
         del closed[hour_s]  # out of the window now
     wanted = [first + i * one_hour for i in range(max(0, int((last - first) / one_hour)))]
     missing = [hr for hr in wanted if int(hr.timestamp()) not in closed]
+    if missing:  # (a fresh process: those the beat stored)
+        _read_kept(kept_key, closed, missing)
+        missing = [hr for hr in missing if int(hr.timestamp()) not in closed]
     wanted_s = {int(hr.timestamp()) for hr in wanted}
     samples: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     if len(missing) > FILL_HOURS:

@@ -433,3 +433,31 @@ def rolled_up_to() -> datetime | None:
     """The watermark as a UTC midnight (None: no day is rolled up)."""
     day = RollupWatermark.objects.filter(pk=1).values_list("day", flat=True).first()
     return None if day is None else datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+class FairShareHour(models.Model):
+    """One closed hour's fair-share usage, kept so that a fresh process reads the usage
+    window's closed hours, not its ~3.4 million phase records (issue 25; workflow.fairshare).
+
+    Per tenant and GPU type: the sum of the hour's samples' GPU-seconds x 2^((end - hour
+    start) / half-life), as `fairshare.usage_gpu_s` keeps it in memory (decayed to a read's
+    time as one term). `key` names the half-life and the nodes' (name, GPU type, GPUs) it
+    was summed with (`fairshare.usage_key`): another key's rows are not read. Written by
+    the retention beat (services.fair_share_hours)."""
+
+    key = models.CharField(max_length=64)
+    hour = models.DateTimeField()  # the hour's start (UTC)
+    # the (tenant, GPU type) pairs as JSON text ([[tenant, type], ...]: an hour's list is
+    # most hours' list, parsed once) and their sums as float64s, little-endian, in that
+    # order (the exact floats, read back without parsing decimal text: a window is ~1,700
+    # hours of ~40 sums at a fleet's size)
+    tenants = models.TextField(default="[]")
+    sums = models.BinaryField(default=b"")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["key", "hour"], name="fair_share_hour_key_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 ({len(self.sums) // 8} sums)"

@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from rollmux_web.workflow.services import retention, rollup_days
+from rollmux_web.workflow.services import fair_share_hours, retention, rollup_days
 
 log = logging.getLogger(__name__)
 BATCHES_PER_SWEEP = 5
@@ -25,7 +25,7 @@ def archive_jobs(job_ids: list[int]) -> dict[str, Any]:
 @shared_task(ignore_result=True)  # type: ignore[untyped-decorator]
 def retention_sweep() -> dict[str, int]:
     """Roll up a few closed days (the rollup watermark), queue a few archive batches; purge
-    rollups and audit entries past their retention."""
+    rollups and audit entries past their retention; keep fair share's closed hours."""
     now = timezone.now()
     batches = retention.eligible_batches(now, max_batches=BATCHES_PER_SWEEP)
     for ids in batches:
@@ -35,4 +35,5 @@ def retention_sweep() -> dict[str, int]:
         "batches": len(batches),
         "rollups_purged": retention.purge_rollups(now),
         "audit_purged": retention.purge_audit(now),
+        "fair_share_hours_kept": fair_share_hours.keep(now),
     }
