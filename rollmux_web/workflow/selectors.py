@@ -18,7 +18,7 @@ from django.http import Http404
 
 from rollmux_web.accounts.access import member_hidden, visible_tenant_ids
 from rollmux_web.accounts.selectors import visible_tenants
-from rollmux_web.inventory.models import PoolKind
+from rollmux_web.inventory.models import Node, PoolKind
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of as time_scale_of  # (re-exported)
 from rollmux_web.workflow import converters, snapshot
@@ -77,18 +77,29 @@ def _placements_prefetch() -> Prefetch[Any]:
     return Prefetch(
         "placements",
         queryset=Placement.objects.select_related("job", "job__tenant", "job__slo_class")
-        .prefetch_related("rollout_nodes", "train_nodes")
+        .prefetch_related(
+            # (a member's nodes are read by name only: group_data, converters.member)
+            Prefetch("rollout_nodes", queryset=Node.objects.only("id", "name")),
+            Prefetch("train_nodes", queryset=Node.objects.only("id", "name")),
+        )
         .order_by("created_at", "pk"),
     )
+
+
+# what group_data and converters.core_group read of a group's allocations and their nodes
+ALLOCATION_FIELDS = (
+    "id", "group_id", "node_id", "start", "end", "node__name", "node__gpus", "node__state",
+    "node__cluster__kind", "node__gpu_type__name",
+)  # fmt: skip
 
 
 def _allocations_prefetch() -> Prefetch[Any]:
     # every allocation, not only the open ones: a released group lists the nodes it had
     return Prefetch(
         "allocations",
-        queryset=NodeAllocation.objects.select_related(
-            "node", "node__cluster", "node__gpu_type"
-        ).order_by("node__name", "start", "pk"),
+        queryset=NodeAllocation.objects.select_related("node", "node__cluster", "node__gpu_type")
+        .only(*ALLOCATION_FIELDS)
+        .order_by("node__name", "start", "pk"),
         to_attr="all_allocations",
     )
 
