@@ -165,7 +165,12 @@ def slo_summary(
         out.had_sync = any("sync" in p for p in done)
         out.span_start_us = min(p["rollout"][0] for p in done)
         out.span_end_us = max(p["train"][1] for p in done)
-    days = sorted((from_us(s).date(), from_us(f).date()) for s, f in ran)
+    # (each phase's UTC days, as day numbers: a job's ~100 phases span a few distinct ones)
+    first = EPOCH.date()
+    days = [
+        (first + timedelta(days=a), first + timedelta(days=b))
+        for a, b in sorted({(s // DAY_US, f // DAY_US) for s, f in ran})
+    ]
     merged: list[tuple[date, date]] = []
     for a, b in days:
         if merged and a <= merged[-1][1] + timedelta(days=1):

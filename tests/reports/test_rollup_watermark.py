@@ -133,3 +133,69 @@ def test_a_job_with_a_phase_that_never_ended_gets_no_summary_and_blocks_no_other
     done = set(JobSloSummary.objects.values_list("job_id", flat=True))
     assert done == {j.pk for n, j in jobs.items() if n != "b1"}
     assert rollup_days.summarise_jobs(limit=1) == 0
+
+
+@pytest.mark.django_db
+def test_summaries_walk_past_waiting_jobs_and_equal_the_phases_own_sums(world: Any) -> None:
+    from rollmux_web.workflow.models import PhaseState, Placement, Strategy
+    from rollmux_web.workflow.rollups import slo_summary, to_us
+
+    jobs = build_world(world)
+    # the three jobs that finished first wait (a phase never reported its end): a batch of
+    # one walks past them chunk by chunk (its candidates are read two at a time)
+    first = sorted(jobs.values(), key=lambda j: (j.finished_at, j.pk))[:3]
+    for job in first:
+        PhaseRecord.objects.filter(pk=PhaseRecord.objects.filter(job=job).first().pk).update(
+            finished_at=None
+        )
+    _advance_to(date(2026, 4, 1))
+    JobSloSummary.objects.all().delete()
+    assert rollup_days.summarise_jobs(limit=1) == 1
+    later = set(jobs.values()) - set(first)
+    assert set(JobSloSummary.objects.values_list("job_id", flat=True)) == {
+        min(later, key=lambda j: (j.finished_at, j.pk)).pk
+    }
+    while rollup_days.summarise_jobs(limit=2):
+        pass
+    kept = {s.job_id: s for s in JobSloSummary.objects.all()}
+    assert set(kept) == {j.pk for j in later}
+    # each summary is its phases' own (datetimes converted in Python, not in the database)
+    for job in later:
+        profile = set(
+            Placement.objects.filter(job=job, strategy=Strategy.PROFILE).values_list(
+                "pk", flat=True
+            )
+        )
+        rows = list(
+            PhaseRecord.objects.filter(job=job, started_at__isnull=False).values_list(
+                "placement_id", "iteration", "kind", "state", "started_at", "finished_at"
+            )
+        )
+        want = slo_summary(
+            (
+                (pl, it, kind, to_us(a), to_us(b))
+                for pl, it, kind, state, a, b in rows
+                if state == PhaseState.SUCCEEDED and pl not in profile
+            ),
+            ((to_us(a), to_us(b)) for *_, a, b in rows),
+        )
+        got = kept[job.pk]
+        assert (got.iterations_measured, got.solo_us, got.had_sync) == (
+            want.iterations,
+            want.solo_us,
+            want.had_sync,
+        )
+        assert got.span_start is None or to_us(got.span_start) == want.span_start_us
+        assert got.span_end is None or to_us(got.span_end) == want.span_end_us
+        # the days it ran: each phase's UTC (start day, end day), overlapping or adjacent
+        # spans merged
+        merged: list[list[Any]] = []
+        for a, b in sorted((s.date(), f.date()) for *_, s, f in rows):
+            if merged and a <= merged[-1][1] + timedelta(days=1):
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        assert [tuple(d) for d in got.ran_days] == [
+            (a.isoformat(), b.isoformat()) for a, b in merged
+        ]
+        assert want.ran_days == [tuple(m) for m in merged]

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Exists, Min, OuterRef, Q
+from django.db import connection, transaction
+from django.db.models import BigIntegerField, F, Func, Min, Q
 
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
 from rollmux_web.workflow.models import (
@@ -109,6 +110,40 @@ def advance(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
     return done
 
 
+def _due(mark: datetime, limit: int) -> list[int]:
+    """Return the first `limit` finished jobs, by (finished_at, id), that ended before the
+    watermark `mark` with every phase ended before it too, not summarised nor archived.
+
+    Candidates are walked in that order a chunk at a time and their late phases looked up
+    for the chunk only: as one query with NOT EXISTS, PostgreSQL checked every candidate's
+    phases (~80,000 jobs' at a fleet's size) before sorting and keeping 500 (10-20 s)."""
+    base = Job.objects.filter(
+        status__in=TERMINAL_STATUSES,
+        finished_at__lt=mark,
+        slo_summary__isnull=True,
+        archive__isnull=True,
+    ).order_by("finished_at", "id")
+    out: list[int] = []
+    after: tuple[Any, int] | None = None
+    while len(out) < limit:
+        qs = base
+        if after is not None:
+            qs = qs.filter(Q(finished_at__gt=after[0]) | Q(finished_at=after[0], id__gt=after[1]))
+        chunk = list(qs.values_list("id", "finished_at")[: 2 * limit])
+        if not chunk:
+            break
+        ids = [jid for jid, _ in chunk]
+        # (a job with a phase that never ended, or ended after the watermark, waits)
+        late = set(
+            PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False)
+            .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=mark))
+            .values_list("job_id", flat=True)
+        )
+        out.extend(jid for jid in ids if jid not in late)
+        after = (chunk[-1][1], chunk[-1][0])
+    return out[:limit]
+
+
 def summarise_jobs(*, limit: int = SUMMARY_BATCH) -> int:
     """Keep the SLO inputs (`JobSloSummary`) of at most `limit` finished jobs whose phases
     all ended before the watermark (not archived: ArchivedJob keeps theirs). Safe to run
@@ -116,42 +151,44 @@ def summarise_jobs(*, limit: int = SUMMARY_BATCH) -> int:
     mark = rolled_up_to()
     if mark is None:
         return 0
-    # (a job with a phase that never ended, or ended after the watermark, waits: excluded
-    # in SQL, so such jobs never fill a batch)
-    late = PhaseRecord.objects.filter(job_id=OuterRef("pk"), started_at__isnull=False).filter(
-        Q(finished_at__isnull=True) | Q(finished_at__gte=mark)
-    )
-    ids = list(
-        Job.objects.filter(
-            status__in=TERMINAL_STATUSES,
-            finished_at__lt=mark,
-            slo_summary__isnull=True,
-            archive__isnull=True,
-        )
-        .filter(~Exists(late))
-        .order_by("finished_at", "id")
-        .values_list("id", flat=True)[:limit]
-    )
+    ids = _due(mark, limit)
     profile_pl = set(
         Placement.objects.filter(job_id__in=ids, strategy=Strategy.PROFILE).values_list(
             "id", flat=True
         )
     )
     by_job: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
-    for row in PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False).values_list(
-        "job_id", "placement_id", "iteration", "kind", "state", "started_at", "finished_at"
-    ):
+    # (times as epoch microseconds from the database: a batch is ~50,000 phase records,
+    # whose timestamps took longer to parse than the query; `to_us` elsewhere)
+    epoch_us = "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint"
+    times = {
+        "s_us": Func(F("started_at"), template=epoch_us, output_field=BigIntegerField()),
+        "f_us": Func(F("finished_at"), template=epoch_us, output_field=BigIntegerField()),
+    }
+    exact = connection.vendor == "postgresql"
+    phases = PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False)
+    cols = ("job_id", "placement_id", "iteration", "kind", "state")
+    if exact:
+        rows_us: Iterable[tuple[Any, ...]] = phases.annotate(**times).values_list(
+            *cols, "s_us", "f_us"
+        )
+    else:
+        rows_us = (
+            (*row, to_us(a), None if b is None else to_us(b))
+            for *row, a, b in phases.values_list(*cols, "started_at", "finished_at")
+        )
+    for row in rows_us:
         by_job[row[0]].append(row[1:])
     rows = []
     for jid in ids:
         mine = by_job.get(jid, [])
         s = slo_summary(
             (
-                (pl, it, kind, to_us(a), to_us(b))
+                (pl, it, kind, a, b)
                 for pl, it, kind, state, a, b in mine
                 if state == PhaseState.SUCCEEDED and b is not None and pl not in profile_pl
             ),
-            ((to_us(a), to_us(b)) for *_, a, b in mine),
+            ((a, b) for *_, a, b in mine),
         )
         rows.append(
             JobSloSummary(
