@@ -216,6 +216,16 @@ DATABASES = {
         "OPTIONS": {"timeout": 30},
     }
 }
+# PostgreSQL compiles a query whose estimated cost passes jit_above_cost (100,000) with
+# LLVM: at a fleet's size the pages' id-array queries (the SLO report's jobs, the jobs
+# that ran) pass it and spent 0.1-0.2 s each compiling, more than running (issue 25,
+# docs/benchmarks.md). Off for RollMux's connections unless ROLLMUX_DB_JIT is set (or
+# DATABASE_URL's `options` names jit itself).
+ROLLMUX_DB_JIT = env_bool("ROLLMUX_DB_JIT", False)
+if DATABASES["default"]["ENGINE"].endswith("postgresql") and not ROLLMUX_DB_JIT:
+    _db_options = DATABASES["default"].setdefault("OPTIONS", {})
+    if "jit" not in str(_db_options.get("options", "")):
+        _db_options["options"] = f"{_db_options.get('options', '')} -c jit=off".strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # django-axes first: it refuses a locked-out username or address before the password is
