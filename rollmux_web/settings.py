@@ -222,8 +222,8 @@ DATABASES = {
 # docs/benchmarks.md). Off for RollMux's connections unless ROLLMUX_DB_JIT is set (or
 # DATABASE_URL's `options` names jit itself).
 ROLLMUX_DB_JIT = env_bool("ROLLMUX_DB_JIT", False)
-if DATABASES["default"]["ENGINE"].endswith("postgresql") and not ROLLMUX_DB_JIT:
-    _db_options = DATABASES["default"].setdefault("OPTIONS", {})
+if str(DATABASES["default"]["ENGINE"]).endswith("postgresql") and not ROLLMUX_DB_JIT:
+    _db_options: dict[str, object] = DATABASES["default"].setdefault("OPTIONS", {})  # type: ignore[assignment]
     if "jit" not in str(_db_options.get("options", "")):
         _db_options["options"] = f"{_db_options.get('options', '')} -c jit=off".strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
