@@ -12,13 +12,13 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import connection
 from django.db.models import Avg, Count, F, Max, Min, Prefetch, QuerySet, Window
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.http import Http404
 from django.utils import timezone
 
 from rollmux_web.accounts.access import OTHER_TENANT_JOB, tenant_visible, visible_tenant_ids
 from rollmux_web.accounts.selectors import visible_tenants
+from rollmux_web.epoch_sql import epoch_s
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
 from rollmux_web.jobs.curve import CurvePoint
 from rollmux_web.jobs.models import Job, JobStatus
@@ -211,7 +211,7 @@ def jobs_measured(jobs: list[Job]) -> dict[int, dict[str, DurationStats]]:
         # the duration as one float from the database (an API page of 50 jobs has ~5,000
         # phases: two timestamps parsed each cost more than the rest of the page); the
         # interval's exact seconds rounded once, as timedelta.total_seconds() rounds them
-        seconds_sql = RawSQL("EXTRACT(EPOCH FROM finished_at - started_at)::float8", ())
+        seconds_sql = epoch_s(F("finished_at") - F("started_at"))
         for job_id, kind, seconds in succeeded.annotate(secs=seconds_sql).values_list(
             "job_id", "kind", "secs"
         ):

@@ -31,9 +31,10 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import F, FloatField, Func, Max, Sum, TextField
+from django.db.models import F, Max, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
 
+from rollmux_web.epoch_sql import epoch_s
 from rollmux_web.inventory.models import Cluster, Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.quotas.models import Quota
@@ -227,12 +228,10 @@ def _hour_sums(
         # as float seconds from the database (a fleet's window is ~1.4 million rows: an
         # interval and a timestamp parsed each cost more than the query): the exact
         # seconds rounded once, as timedelta.total_seconds() and datetime.timestamp() do
-        epoch = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
         rows = rows.annotate(
-            busy_s=Func(Sum(F("finished_at") - F("started_at")), template=epoch,
-                        output_field=FloatField()),
-            end_s=Func(Max("finished_at"), template=epoch, output_field=FloatField()),
-        )  # fmt: skip
+            busy_s=epoch_s(Sum(F("finished_at") - F("started_at"))),
+            end_s=epoch_s(Max("finished_at")),
+        )
         values: Iterable[tuple[str, Any, Any, Any]] = rows.values_list(
             "job__tenant__name", "nodes_txt", "busy_s", "end_s"
         )

@@ -1,8 +1,8 @@
 """PostgreSQL helpers of the report selectors: epoch columns, id arrays, node lists.
 
 Parsing tens of thousands of timestamps into aware datetimes dominates a large report,
-so on PostgreSQL the database hands out epoch time. Other databases fall back to
-datetimes, converted by `_time.us` / `epoch`.
+so on PostgreSQL the database hands out epoch time (rollmux_web.epoch_sql). Other
+databases fall back to datetimes, converted by `_time.us` / `epoch`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import BigIntegerField, F, Func, Lookup, Q, TextField
-from django.db.models.expressions import RawSQL
+from django.db.models import F, Func, Lookup, Q, TextField
 from django.db.models.functions import Cast
 
+from rollmux_web.epoch_sql import epoch_s, epoch_us
 from rollmux_web.reports.selectors._time import EPOCH_DT, exact_seconds
 
 NODES_TXT = Cast("node_names", TextField())  # parsed once per distinct list, not per row
@@ -31,11 +31,7 @@ def epoch_fields(*, exact: bool) -> tuple[dict[str, Any], tuple[str, str]]:
     if connection.vendor != "postgresql":
         return {}, ("started_at", "finished_at")
 
-    def expr(col: str) -> RawSQL:
-        if exact:
-            return RawSQL(f"(EXTRACT(EPOCH FROM {col}) * 1000000)::bigint", ())
-        return RawSQL(f"EXTRACT(EPOCH FROM {col})::float8", ())
-
+    expr = epoch_us if exact else epoch_s
     return (
         {"s_ep": expr("started_at"), "f_ep": expr("finished_at")},
         ("s_ep", "f_ep"),
@@ -78,11 +74,7 @@ def us_fields(**columns: str) -> tuple[dict[str, Func], bool]:
     """
     if connection.vendor != "postgresql":
         return {}, False
-    template = "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint"
-    return {
-        alias: Func(F(column), template=template, output_field=BigIntegerField())
-        for alias, column in columns.items()
-    }, True
+    return {alias: epoch_us(column) for alias, column in columns.items()}, True
 
 
 def epoch(value: Any, *, exact: bool) -> Any:

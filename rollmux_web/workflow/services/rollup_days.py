@@ -27,8 +27,9 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, F, Func, Min, Q
+from django.db.models import Min, Q
 
+from rollmux_web.epoch_sql import epoch_us
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
 from rollmux_web.workflow.models import (
     JobSloSummary,
@@ -160,11 +161,7 @@ def summarise_jobs(*, limit: int = SUMMARY_BATCH) -> int:
     by_job: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     # (times as epoch microseconds from the database: a batch is ~50,000 phase records,
     # whose timestamps took longer to parse than the query; `to_us` elsewhere)
-    epoch_us = "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint"
-    times = {
-        "s_us": Func(F("started_at"), template=epoch_us, output_field=BigIntegerField()),
-        "f_us": Func(F("finished_at"), template=epoch_us, output_field=BigIntegerField()),
-    }
+    times = {"s_us": epoch_us("started_at"), "f_us": epoch_us("finished_at")}
     exact = connection.vendor == "postgresql"
     phases = PhaseRecord.objects.filter(job_id__in=ids, started_at__isnull=False)
     cols = ("job_id", "placement_id", "iteration", "kind", "state")
