@@ -90,7 +90,10 @@ def phase_nodes(member: Member, kind: PhaseKind) -> tuple[str, ...]:
     return member.rollout_nodes
 
 
-@dataclass(frozen=True)
+# _FAST_INIT: the three records below are made at every phase event; their __init__
+# writes the fields at once (a frozen dataclass's own calls object.__setattr__ once a
+# field: that was the simulator's dearest line). Frozen, equal and hashed as before.
+@dataclass(frozen=True, init=False)
 class PhaseStart:
     """A phase `start_ready` started: run it now on exactly `nodes`."""
 
@@ -103,8 +106,24 @@ class PhaseStart:
     meta_iteration: int = 0  # the group's round this phase belongs to
     first_on_pool: bool = False  # the job's first phase on this pool since admission
 
+    def __init__(
+        self,
+        job_id: str,
+        kind: PhaseKind,
+        iteration: int,
+        nodes: tuple[str, ...],
+        switch: bool,
+        cold: bool,
+        meta_iteration: int = 0,
+        first_on_pool: bool = False,
+    ) -> None:
+        self.__dict__.update(  # _FAST_INIT
+            job_id=job_id, kind=kind, iteration=iteration, nodes=nodes, switch=switch,
+            cold=cold, meta_iteration=meta_iteration, first_on_pool=first_on_pool,
+        )  # fmt: skip
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class PendingPhase:
     """A phase of a member that is running, or ready and waiting for its turn and nodes."""
 
@@ -114,8 +133,21 @@ class PendingPhase:
     nodes: tuple[str, ...]
     meta_iteration: int = 0
 
+    def __init__(
+        self,
+        job_id: str,
+        kind: PhaseKind,
+        iteration: int,
+        nodes: tuple[str, ...],
+        meta_iteration: int = 0,
+    ) -> None:
+        self.__dict__.update(  # _FAST_INIT
+            job_id=job_id, kind=kind, iteration=iteration, nodes=nodes,
+            meta_iteration=meta_iteration,
+        )  # fmt: skip
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class FinishResult:
     """What `finish` did: the nodes it freed and the job's next step."""
 
@@ -127,6 +159,22 @@ class FinishResult:
     removed: bool = False  # the job had been removed; nothing was enqueued
     next_kind: PhaseKind | None = None  # the phase now queued for it
     next_iteration: int | None = None
+
+    def __init__(
+        self,
+        job_id: str,
+        kind: PhaseKind,
+        iteration: int,
+        freed_nodes: tuple[str, ...],
+        done: bool = False,
+        removed: bool = False,
+        next_kind: PhaseKind | None = None,
+        next_iteration: int | None = None,
+    ) -> None:
+        self.__dict__.update(  # _FAST_INIT
+            job_id=job_id, kind=kind, iteration=iteration, freed_nodes=freed_nodes, done=done,
+            removed=removed, next_kind=next_kind, next_iteration=next_iteration,
+        )  # fmt: skip
 
 
 class Departure(Enum):
@@ -293,9 +341,7 @@ class GroupRuntime:
                 phase = head.kind
                 if phase is not kind and (phase is not PhaseKind.SYNC or kind is PhaseKind.TRAIN):
                     break  # the head's phase on this pool is not ready yet
-                busy = self._busy
-                nodes = phase_nodes(head.member, kind)
-                if any(x in busy for x in nodes):
+                if not self._busy.keys().isdisjoint(phase_nodes(head.member, kind)):
                     break
                 started.append(self._start(head))
         return started

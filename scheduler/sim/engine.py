@@ -340,38 +340,44 @@ class Simulation:
         return hit
 
     def _start_ready(self, group_id: str) -> None:
-        runtime = self.runtimes[group_id]
+        starts = self.runtimes[group_id].start_ready()
+        if not starts:
+            return
+        # (locals: this runs at every phase event)
         long_tail = self.policy.long_tail
-        for start in runtime.start_ready():
-            record = self.jobs[start.job_id]
+        jobs, node_pool, free_at, busy_s = self.jobs, self.node_pool, self.node_free_at, self.busy_s
+        allocated, heap, now = self.allocated_since, self.heap, self.now
+        switch_s = self.spec.switch_overhead_s
+        restart_due, tail_end = self.restart_due, self.tail_end
+        for start in starts:
+            job_id, kind, nodes = start.job_id, start.kind, start.nodes
+            record = jobs[job_id]
             index = start.iteration
-            start_s = self.now
+            start_s = now
             drawn = 0.0
-            if start.kind is PhaseKind.SYNC:
+            if kind is PhaseKind.SYNC:
                 duration = record.profile.t_sync_s  # weight sync: not drawn
-            else:
-                draws = record.roll if start.kind is PhaseKind.ROLLOUT else record.train
-                duration = draws[index]
-                if start.kind is PhaseKind.ROLLOUT:
-                    # on the training type (co-located) a rollout takes f x its time
-                    duration *= self.rollout_factor[self.node_pool[start.nodes[0]]]
+            elif kind is PhaseKind.ROLLOUT:
+                # on the training type (co-located) a rollout takes f x its time
+                duration = record.roll[index] * self.rollout_factor[node_pool[nodes[0]]]
                 drawn = duration
+            else:
+                duration = drawn = record.train[index]
             if start.switch:
-                duration += self.spec.switch_overhead_s
-            restart = self.restart_due.pop(start.job_id, 0.0) if self.restart_due else 0.0
+                duration += switch_s
+            restart = restart_due.pop(job_id, 0.0) if restart_due else 0.0
             duration += restart
-            if start.kind is PhaseKind.TRAIN and self.tail_end:
+            if kind is PhaseKind.TRAIN and tail_end:
                 # long-tail migration: the rollout's nodes were released before its
                 # slowest response finished; its training starts when that one does
-                tail_end = self.tail_end.pop(start.job_id, self.now)
-                start_s = max(self.now, tail_end)
+                start_s = max(now, tail_end.pop(job_id, now))
             end = start_s + duration
             release = end  # when the phase's nodes are free for another phase
             if (
                 long_tail is not None
-                and start.kind is PhaseKind.ROLLOUT
-                and self.node_pool[start.nodes[0]] is Pool.ROLLOUT
-                and self._shares_rollout_nodes(group_id, start.job_id, start.nodes)
+                and kind is PhaseKind.ROLLOUT
+                and node_pool[nodes[0]] is Pool.ROLLOUT
+                and self._shares_rollout_nodes(group_id, job_id, nodes)
             ):
                 if record.tail_fractions is None:
                     record.tail_fractions = long_tail.tail_start_fractions(
@@ -379,36 +385,24 @@ class Simulation:
                     )
                 tail_start = end - drawn + record.tail_fractions[index] * drawn
                 release = long_tail.release_s(start_s, tail_start, end)
-                self.tail_end[start.job_id] = end
+                tail_end[job_id] = end
                 self.tail_saved_s += end - release
-            for node in start.nodes:
-                if self.node_free_at.get(node, 0.0) > self.now + EPS:
+            held = release - start_s
+            for node in nodes:
+                if free_at.get(node, 0.0) > now + EPS:
                     raise SimulationError(
-                        f"node {node} asked to start {start.job_id}/{start.kind} at "
-                        f"{self.now:.3f}s while busy until {self.node_free_at[node]:.3f}s"
+                        f"node {node} asked to start {job_id}/{kind} at "
+                        f"{now:.3f}s while busy until {free_at[node]:.3f}s"
                     )
-                if node not in self.allocated_since:
+                if node not in allocated:
                     raise SimulationError(f"node {node} runs a phase but is not allocated")
-                self.node_free_at[node] = release
-                self.busy_s[node] = self.busy_s.get(node, 0.0) + (release - start_s)
+                free_at[node] = release
+                busy_s[node] = busy_s.get(node, 0.0) + held
             if self.record_phases:
-                self.phases.append(
-                    PhaseRecord(
-                        start.job_id,
-                        start.kind,
-                        index,
-                        tuple(start.nodes),
-                        start_s,
-                        end,
-                        start.switch,
-                        restart,
-                        release,
-                    )
-                )
+                phase = (job_id, kind, index, tuple(nodes), start_s, end, start.switch)
+                self.phases.append(PhaseRecord(*phase, restart, release))
             self.seq += 1
-            heapq.heappush(
-                self.heap, (release, PHASE_END, self.seq, start.job_id, start.kind, group_id)
-            )
+            heapq.heappush(heap, (release, PHASE_END, self.seq, job_id, kind, group_id))
 
     def _progress(self) -> LiveProgress:
         return LiveProgress(self.jobs)
