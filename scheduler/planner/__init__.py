@@ -150,6 +150,7 @@ def place(
     prune_saturated: bool | None = None,
     colocated: bool | None = None,
     lone_restart_s: Callable[[JobProfile], float] | None = None,
+    with_slo_probability: bool = True,
 ) -> PlacementResult:
     """Place `job` on `state` with `policy`; see the module docstring for the rules.
 
@@ -170,7 +171,9 @@ def place(
     checks SLOs on worst-case solo times alone (the paper's check). A FIT carries the
     probability that each member of the resulting group meets its SLO
     (scheduler.stochastic); `min_slo_probability` makes `rollmux` refuse a placement
-    that gives a member less.
+    that gives a member less. `with_slo_probability=False` leaves a FIT's
+    `slo_probability` empty, for a caller that reads none (consolidation's `best_move`
+    weighs placements it may never make: computing them was ~15% of its time).
 
     `lone_restart_s` (a job's restart time; objective "expected") values a member that
     the others' departures will leave alone in its group as consolidation treats it:
@@ -229,7 +232,7 @@ def place(
         best = baseline_choice(req, index.summaries, policy=policy, rng=rng)
     if best is None:
         return PlacementResult(PlacementStatus.RETRY, retry_reason(job, spec, req.pools, nodes))
-    return _fit(job, *best, switch_overhead_s=spec.switch_overhead_s)
+    return _fit(job, *best, switch_overhead_s=spec.switch_overhead_s, chances=with_slo_probability)
 
 
 def _request(
@@ -311,11 +314,20 @@ def admits_join(
 
 
 def _fit(
-    job: JobProfile, cand: Candidate, slowdown: dict[str, float], *, switch_overhead_s: float
+    job: JobProfile,
+    cand: Candidate,
+    slowdown: dict[str, float],
+    *,
+    switch_overhead_s: float,
+    chances: bool = True,
 ) -> PlacementResult:
-    """Return the FIT result of a chosen candidate, with its reason in words."""
+    """Return the FIT result of a chosen candidate, with its reason in words (and, with
+    `chances`, its members' SLO probabilities)."""
     group = cand.summary.group if cand.summary else None
-    if group is None:
+    chance: dict[str, float]
+    if not chances:
+        chance = {}
+    elif group is None:
         chance = {job.id: 1.0}  # alone: its iteration is its solo iteration
     else:
         members = group.members + (Member(job, cand.rollout, cand.train),)

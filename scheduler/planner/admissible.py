@@ -25,19 +25,28 @@ It is used only where it is exact as stated: the rollout pool is unbounded (roll
 scaling never lacks free nodes, whose names the check does not read) and no node is
 cordoned (a join's rooms depend on the group's nodes alone). Elsewhere, or without a
 lasting memo, every job is asked as before.
+
+`JoinFilter` is the consolidation round's cheap side of it: which candidates pass
+Algorithm 1's first bounds for some other group at all (one vectorised pass over the
+groups), and the remembered answer above per candidate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import replace
 
+import numpy as np
+
+from scheduler.cluster import nodes_needed
 from scheduler.config import PlannerConfig
-from scheduler.model import ClusterState, Group, Member, Pool
+from scheduler.model import ClusterState, Group, JobProfile, Member, Pool
 from scheduler.planner import admits_join, planner_index
-from scheduler.planner.algorithm1 import profile_shape
+from scheduler.planner.algorithm1 import EPS, profile_shape
 from scheduler.planner.index import GroupSummary, group_position
 from scheduler.planner.memo import LastingMemo, current_lasting
+from scheduler.planner.objective import JobProgress, remaining_iterations
 
 __all__ = ["Ledger", "admits_no_join"]
 
@@ -177,3 +186,119 @@ def admits_no_join(
     if ledger is not None and mine is not None:
         ledger.answers[job.id] = (shape, mine, remaining, gen)
     return True
+
+
+class JoinFilter:
+    """Which candidates of a consolidation round Algorithm 1 could place anywhere but
+    where they are (or in a new group, which is no move).
+
+    A job that may not go co-located (`best_move` allows that only to a job with
+    rollout nodes) moves only into another group, and Algorithm 1 generates a
+    candidate in a group only when its first checks pass (`algorithm1.candidates`'s
+    inline bounds and `group_context`'s step 1 and clock rule: members, size, training
+    nodes, rollout nodes, saturation, T_cycle and the least-loaded training node within
+    the SLO window). Those read only the group's summary and the job's profile, so one
+    vectorised pass over the state's groups answers for every candidate; a job no other
+    group passes them for gets no move from `best_move`, which is not asked.
+    """
+
+    def __init__(self, state: ClusterState, cfg: PlannerConfig) -> None:
+        self.state = state
+        self.cfg = cfg
+        self._table: dict[str, np.ndarray] | None = None
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        if self._table is None:
+            summaries = planner_index(self.state).summaries
+            prune = self.cfg.admission.prune_saturated
+            cols: dict[str, list[float]] = {
+                k: [] for k in ("t_cycle", "tolerance", "min_train", "n_train", "scale")
+            }
+            ok: list[bool] = []
+            ids: list[str] = []
+            for x in summaries:
+                ids.append(x.group.id)
+                ok.append(
+                    0 < x.size < self.cfg.admission.max_group_size
+                    and bool(x.group.rollout_nodes)
+                    and not (prune and x.t_load >= x.t_cycle)
+                )
+                cols["t_cycle"].append(x.t_cycle)
+                cols["tolerance"].append(x.tolerance)
+                cols["min_train"].append(x.min_train_load)
+                cols["n_train"].append(x.n_train)
+                cols["scale"].append(math.nan if x.time_scale is None else x.time_scale)
+            table = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+            table["ok"] = np.asarray(ok, dtype=bool)
+            table["ids"] = np.asarray(ids, dtype=object)
+            self._table = table
+        return self._table
+
+    def _fits(self, job: JobProfile) -> np.ndarray:
+        """Return which groups pass the job's first checks (the class docstring)."""
+        t = self._columns()
+        solo = job.t_solo_max_s
+        tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
+        n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
+        return (  # type: ignore[no-any-return]
+            t["ok"]
+            & (t["n_train"] >= n_train)
+            & (np.maximum(t["t_cycle"], solo) <= tol)
+            & (t["min_train"] + job.t_train_max_s <= tol)
+            & (t["scale"] == job.time_scale)
+        )
+
+    def may_move(self, source: Group, member: Member, progress: Mapping[str, JobProgress]) -> bool:
+        """Return False only when `best_move` would return None for the member because
+        Algorithm 1 has no placement for it outside its own group but a new group."""
+        cfg = self.cfg
+        if cfg.admission.colocated and member.rollout_nodes:
+            return True  # the co-located placement is open to it: ask best_move
+        if not len(self._columns()["ok"]):
+            return False
+        return bool((self._fits(member.job) & (self._columns()["ids"] != source.id)).any())
+
+    def admits_none(
+        self,
+        found: tuple[Group, Member],
+        progress: Mapping[str, JobProgress],
+        group_id: str | None = None,
+        *,
+        departure: bool = False,
+    ) -> bool:
+        """Return True only when `best_move` would return None for the member (or, with
+        `group_id`, a move anywhere but into that group) because no group it could join
+        admits it and the co-located placement is closed to it
+        (scheduler.planner.admissible: remembered across passes; `departure`: this is
+        the state a departure is planned on)."""
+        source, member = found
+        cfg = self.cfg
+        if cfg.admission.colocated and member.rollout_nodes:
+            return False  # the co-located placement is open to it
+        remaining = remaining_iterations(member.job, progress)
+        if remaining < 1:
+            return False
+
+        def groups() -> list[int]:
+            if not len(self._columns()["ok"]):
+                return []
+            ids = self._columns()["ids"]
+            other = ids != source.id if group_id is None else ids == group_id
+            return np.flatnonzero(self._fits(member.job) & other).tolist()
+
+        return admits_no_join(
+            self.state,
+            source,
+            member,
+            remaining,
+            groups,
+            config=cfg,
+            departure=departure and group_id is None,
+        )
+
+    def may_join(self, member: Member, group_id: str) -> bool:
+        """Return False only when Algorithm 1 cannot place the member (a co-located job:
+        no co-located placement for it) in the group `group_id`."""
+        if not len(self._columns()["ok"]):
+            return False
+        return bool((self._fits(member.job) & (self._columns()["ids"] == group_id)).any())

@@ -72,8 +72,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from scheduler.cluster import make_node, nodes_needed
 from scheduler.config import PlannerConfig
 from scheduler.costs import SECONDS_PER_HOUR
@@ -96,8 +94,7 @@ from scheduler.planner import (
     planner_index,
     remove_job,
 )
-from scheduler.planner.admissible import admits_no_join
-from scheduler.planner.algorithm1 import EPS
+from scheduler.planner.admissible import JoinFilter
 from scheduler.planner.index import group_position
 from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.objective import (
@@ -298,6 +295,7 @@ def _place(
     progress: Mapping[str, JobProgress],
     *,
     colocated: bool,
+    with_slo_probability: bool = True,
 ) -> PlacementResult:
     """Place `job` by Algorithm 1 with the configured admission options."""
     return place(
@@ -310,6 +308,7 @@ def _place(
         lone_restart_s=restart_of(cfg)
         if cfg.admission.lone_tail and cfg.admission.colocated
         else None,
+        with_slo_probability=with_slo_probability,
     )
 
 
@@ -357,7 +356,15 @@ def _best_move(
     # 1. Algorithm 1's best placement for the rest of the job, without it.
     without, _released = remove_job(state, job_id, group_id=source.id)
     rest = replace(job, iterations=remaining)
-    result = _place(cfg, rest, without, progress, colocated=bool(member.rollout_nodes))
+    # (a Move carries no SLO probabilities: the placement's are not computed)
+    result = _place(
+        cfg,
+        rest,
+        without,
+        progress,
+        colocated=bool(member.rollout_nodes),
+        with_slo_probability=False,
+    )
     placement = result.placement
     if result.status is not PlacementStatus.FIT or placement is None:
         return None
@@ -517,7 +524,7 @@ def plan_consolidation(
     with evaluation_scope(progress):
         while candidates:
             where = first if current is state else _members_by_id(current)
-            joinable = _JoinFilter(current, cfg)
+            joinable = JoinFilter(current, cfg)
             options = [
                 mv
                 for job_id in sorted(candidates)
@@ -540,122 +547,6 @@ def plan_consolidation(
 def _members_by_id(state: ClusterState) -> dict[str, tuple[Group, Member]]:
     """Return every placed job's group and member by job id (one pass)."""
     return {m.job.id: (g, m) for g in state.groups for m in g.members}
-
-
-class _JoinFilter:
-    """Which candidates of a consolidation round Algorithm 1 could place anywhere but
-    where they are (or in a new group, which is no move).
-
-    A job that may not go co-located (`best_move` allows that only to a job with
-    rollout nodes) moves only into another group, and Algorithm 1 generates a
-    candidate in a group only when its first checks pass (`algorithm1.candidates`'s
-    inline bounds and `group_context`'s step 1 and clock rule: members, size, training
-    nodes, rollout nodes, saturation, T_cycle and the least-loaded training node within
-    the SLO window). Those read only the group's summary and the job's profile, so one
-    vectorised pass over the state's groups answers for every candidate; a job no other
-    group passes them for gets no move from `best_move`, which is not asked.
-    """
-
-    def __init__(self, state: ClusterState, cfg: PlannerConfig) -> None:
-        self.state = state
-        self.cfg = cfg
-        self._table: dict[str, np.ndarray] | None = None
-
-    def _columns(self) -> dict[str, np.ndarray]:
-        if self._table is None:
-            summaries = planner_index(self.state).summaries
-            prune = self.cfg.admission.prune_saturated
-            cols: dict[str, list[float]] = {
-                k: [] for k in ("t_cycle", "tolerance", "min_train", "n_train", "scale")
-            }
-            ok: list[bool] = []
-            ids: list[str] = []
-            for x in summaries:
-                ids.append(x.group.id)
-                ok.append(
-                    0 < x.size < self.cfg.admission.max_group_size
-                    and bool(x.group.rollout_nodes)
-                    and not (prune and x.t_load >= x.t_cycle)
-                )
-                cols["t_cycle"].append(x.t_cycle)
-                cols["tolerance"].append(x.tolerance)
-                cols["min_train"].append(x.min_train_load)
-                cols["n_train"].append(x.n_train)
-                cols["scale"].append(math.nan if x.time_scale is None else x.time_scale)
-            table = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
-            table["ok"] = np.asarray(ok, dtype=bool)
-            table["ids"] = np.asarray(ids, dtype=object)
-            self._table = table
-        return self._table
-
-    def _fits(self, job: JobProfile) -> np.ndarray:
-        """Return which groups pass the job's first checks (the class docstring)."""
-        t = self._columns()
-        solo = job.t_solo_max_s
-        tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
-        n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
-        return (  # type: ignore[no-any-return]
-            t["ok"]
-            & (t["n_train"] >= n_train)
-            & (np.maximum(t["t_cycle"], solo) <= tol)
-            & (t["min_train"] + job.t_train_max_s <= tol)
-            & (t["scale"] == job.time_scale)
-        )
-
-    def may_move(self, source: Group, member: Member, progress: Mapping[str, JobProgress]) -> bool:
-        """Return False only when `best_move` would return None for the member because
-        Algorithm 1 has no placement for it outside its own group but a new group."""
-        cfg = self.cfg
-        if cfg.admission.colocated and member.rollout_nodes:
-            return True  # the co-located placement is open to it: ask best_move
-        if not len(self._columns()["ok"]):
-            return False
-        return bool((self._fits(member.job) & (self._columns()["ids"] != source.id)).any())
-
-    def admits_none(
-        self,
-        found: tuple[Group, Member],
-        progress: Mapping[str, JobProgress],
-        group_id: str | None = None,
-        *,
-        departure: bool = False,
-    ) -> bool:
-        """Return True only when `best_move` would return None for the member (or, with
-        `group_id`, a move anywhere but into that group) because no group it could join
-        admits it and the co-located placement is closed to it
-        (scheduler.planner.admissible: remembered across passes; `departure`: this is
-        the state a departure is planned on)."""
-        source, member = found
-        cfg = self.cfg
-        if cfg.admission.colocated and member.rollout_nodes:
-            return False  # the co-located placement is open to it
-        remaining = remaining_iterations(member.job, progress)
-        if remaining < 1:
-            return False
-
-        def groups() -> list[int]:
-            if not len(self._columns()["ok"]):
-                return []
-            ids = self._columns()["ids"]
-            other = ids != source.id if group_id is None else ids == group_id
-            return np.flatnonzero(self._fits(member.job) & other).tolist()
-
-        return admits_no_join(
-            self.state,
-            source,
-            member,
-            remaining,
-            groups,
-            config=cfg,
-            departure=departure and group_id is None,
-        )
-
-    def may_join(self, member: Member, group_id: str) -> bool:
-        """Return False only when Algorithm 1 cannot place the member (a co-located job:
-        no co-located placement for it) in the group `group_id`."""
-        if not len(self._columns()["ok"]):
-            return False
-        return bool((self._fits(member.job) & (self._columns()["ids"] == group_id)).any())
 
 
 @dataclass(frozen=True)
@@ -715,7 +606,7 @@ def place_with_partners(
         while colocated_jobs:
             # only a move into the new group counts: a job its first checks keep out of
             # that group is not asked (`_JoinFilter`; a co-located job moves only by joining)
-            where, joinable = _members_by_id(current), _JoinFilter(current, cfg)
+            where, joinable = _members_by_id(current), JoinFilter(current, cfg)
             found = [
                 mv
                 for job_id in sorted(colocated_jobs)

@@ -24,7 +24,7 @@ import pytest
 import scheduler.planner as planner
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, JobProfile, PlacementResult
-from scheduler.planner import consolidation, memo
+from scheduler.planner import admissible, memo
 from scheduler.planner.consolidation import (
     Move,
     admit,
@@ -84,8 +84,8 @@ class Plain:
 
     def __enter__(self) -> None:
         self.monkeypatch.setattr(planner, "_VECTOR_GROUPS", 1 << 30)
-        self.monkeypatch.setattr(consolidation._JoinFilter, "may_join", lambda *a: True)
-        self.monkeypatch.setattr(consolidation._JoinFilter, "admits_none", lambda *a: False)
+        self.monkeypatch.setattr(admissible.JoinFilter, "may_join", lambda *a: True)
+        self.monkeypatch.setattr(admissible.JoinFilter, "admits_none", lambda *a: False)
 
     def __exit__(self, *exc: object) -> None:
         self.monkeypatch.undo()
