@@ -119,37 +119,23 @@ def expected_meta_s(
 
     if not keeping():
         return compute()
-
-    def by_profiles() -> float:
-        # a function of what the recursion reads of each member at its expected phases
-        # (kept across passes for a caller with a lasting memo, scheduler.planner.memo)
-        # (each node as the order in which the members first name it: the recursion
-        # reads which members share a node, not its name)
-        label: dict[str, int] = {}
-        key = tuple(
-            (
-                tuple(label.setdefault(x, len(label)) for x in m.rollout_nodes),
-                tuple(label.setdefault(x, len(label)) for x in m.train_nodes),
-                expected_roll_s(m.job),
-                expected_train_s(m.job),
-                m.job.t_sync_s,
-                m.job.switch_s,
-            )
-            for m in members
+    # a function of what the recursion reads of each member at its expected phases (kept
+    # across passes for a caller with a lasting memo, scheduler.planner.memo)
+    # (each node as the order in which the members first name it: the recursion reads
+    # which members share a node, not its name)
+    label: dict[str, int] = {}
+    key = tuple(
+        (
+            tuple(label.setdefault(x, len(label)) for x in m.rollout_nodes),
+            tuple(label.setdefault(x, len(label)) for x in m.train_nodes),
+            expected_roll_s(m.job),
+            expected_train_s(m.job),
+            m.job.t_sync_s,
+            m.job.switch_s,
         )
-        return cached("expected_meta_s", (key, switch_overhead_s), compute, lasting=True)
-
-    # The same member objects come back (a group's members, from one pass to the next):
-    # looked up by identity first, which costs a tenth of building the key above (that
-    # was 8% of a departure at size). The entry holds the members, so their ids stay
-    # theirs while it lives; the check below is the identity the key stands for.
-    ids = (tuple(map(id, members)), switch_overhead_s)
-    held, value = cached(
-        "expected_meta_s:members", ids, lambda: (tuple(members), by_profiles()), lasting=True
+        for m in members
     )
-    if all(a is b for a, b in zip(held, members, strict=True)):
-        return value
-    return by_profiles()
+    return cached("expected_meta_s", (key, switch_overhead_s), compute, lasting=True)
 
 
 def remaining_iterations(job: JobProfile, progress: Mapping[str, JobProgress]) -> int:
