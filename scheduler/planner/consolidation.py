@@ -613,7 +613,7 @@ def place_with_partners(
     with evaluation_scope(mine):  # the rounds re-evaluate the same groups (memo)
         while colocated_jobs:
             # only a move into the new group counts: a job its first checks keep out of
-            # that group is not asked (`_JoinFilter`; a co-located job moves only by joining)
+            # that group is not asked (`JoinFilter`; a co-located job moves only by joining)
             where, joinable = _members_by_id(current), JoinFilter(current, cfg)
             found = [
                 mv
