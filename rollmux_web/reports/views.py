@@ -27,6 +27,7 @@ from rollmux_web.reports import (
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm, month_shortcuts
 from rollmux_web.reports.models import WhatIfRun, queue_scope_label
 from rollmux_web.reports.selectors.archived import archived_notes
+from rollmux_web.reports.selectors.cost_engine import gc_paused
 from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
 
 
@@ -203,6 +204,7 @@ COST_JOBS_PER_PAGE = 200
 
 @login_required
 @require_GET
+@gc_paused()  # a month at a fleet's size holds ~30,000 lines: no collector scans while it renders
 def cost_report(request: HttpRequest) -> HttpResponse:
     form, start, end = _range(request)
     ctx: dict[str, Any] = {"form": form, "report": None, "shortcuts": _shortcuts()}

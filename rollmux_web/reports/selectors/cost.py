@@ -25,7 +25,7 @@ from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.quotas.models import Quota
 from rollmux_web.reports.selectors._time import day_range, month_days, now_or
-from rollmux_web.reports.selectors.cost_engine import STAGES
+from rollmux_web.reports.selectors.cost_engine import STAGES, gc_paused
 from rollmux_web.reports.selectors.cost_figures import (
     STAGE_LABELS,
     CostLine,
@@ -103,6 +103,7 @@ def _stage_totals(lines: Sequence[CostLine]) -> list[CostTotals]:
     return [sum_lines(grouped[s], key=s, label=STAGE_LABELS[s].capitalize() + "s") for s in STAGES]
 
 
+@gc_paused()  # the lines' billing, rows and per-job sums too, not only their computing
 @exact_arithmetic
 def cost_report(
     *,
