@@ -264,6 +264,7 @@ class SloReportApi(APIView):  # type: ignore[misc,unused-ignore]
     """SLO attainment per tenant and class, and each job's measured slowdown."""
 
     @extend_schema(parameters=RANGE_PARAMS, responses={200: SloReportSerializer, 400: BAD_RANGE})
+    @gc_paused()  # as the page
     def get(self, request: Request) -> Response:
         start, end = _range(request)
         report = selectors.slo_report(user=request.user, start=start, end=end)

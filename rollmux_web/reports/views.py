@@ -33,6 +33,7 @@ from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
 
 @login_required
 @require_GET
+@gc_paused()  # at a fleet's size its groups' meta-iterations and the last day's costs
 def overview(request: HtmxHttpRequest) -> HttpResponse:
     data = selectors.cluster_overview(user=request.user)
     template = "reports/overview.html#live" if request.htmx else "reports/overview.html"
@@ -298,6 +299,7 @@ SLO_JOBS_PER_PAGE = 200
 
 @login_required
 @require_GET
+@gc_paused()  # a month at a fleet's size holds ~15,000 jobs' rows: as the cost report
 def slo_report(request: HttpRequest) -> HttpResponse:
     form, start, end = _range(request)
     ctx: dict[str, Any] = {"form": form, "report": None, "shortcuts": _shortcuts()}
