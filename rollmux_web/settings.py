@@ -385,7 +385,7 @@ CELERY_TASK_ROUTES = {
     "rollmux_web.notifications.tasks.*": {"queue": ROLLMUX_NOTIFY_QUEUE},
     # retention batches (Parquet writes, rollups) are background work: off the controller
     "rollmux_web.workflow.tasks.*": {"queue": ROLLMUX_SIM_QUEUE},
-    "reports.keep_cost_days": {"queue": ROLLMUX_SIM_QUEUE},
+    "rollmux_web.reports.tasks.keep_cost_days": {"queue": ROLLMUX_SIM_QUEUE},
 }
 CELERY_BEAT_SCHEDULE = {
     "plan-safety-net": {"task": "workers.tasks.plan", "schedule": 30.0},
@@ -398,7 +398,7 @@ CELERY_BEAT_SCHEDULE = {
     "retention": {"task": "rollmux_web.workflow.tasks.retention_sweep", "schedule": 600.0},
     # each closed day's cost amounts, kept once behind the rollup watermark (the cost report
     # sums them: reports.cost_days)
-    "cost-days": {"task": "reports.keep_cost_days", "schedule": 600.0},
+    "cost-days": {"task": "rollmux_web.reports.tasks.keep_cost_days", "schedule": 600.0},
 }
 # reconnect to Redis within a second after an outage (kombu's default backs off to 30 s)
 CELERY_WORKER_CONSUMER = "workers.consumer:QuickReconnectConsumer"

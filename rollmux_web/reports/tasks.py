@@ -182,7 +182,7 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-@shared_task(name="reports.keep_cost_days", ignore_result=True)  # type: ignore[untyped-decorator]
+@shared_task(name="rollmux_web.reports.tasks.keep_cost_days", ignore_result=True)  # type: ignore[untyped-decorator]
 def keep_cost_days() -> dict[str, int]:
     """Keep the cost amounts of the days the rollup watermark closed (reports.cost_days),
     a few a run, and drop those past the rollup retention."""
