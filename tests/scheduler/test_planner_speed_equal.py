@@ -124,6 +124,16 @@ def random_jobs(rng: random.Random, n: int) -> list[JobProfile]:
     return out
 
 
+def packed(spec: ClusterSpec, jobs: list[JobProfile]) -> ClusterState:
+    """Place `jobs` one by one (expected cost, no saturation prune); those that fit stay."""
+    state: ClusterState = empty_state(spec)
+    for i, j in enumerate(jobs):
+        res = place(j, state, objective="expected", prune_saturated=False)
+        if res.status is PlacementStatus.FIT and res.placement is not None:
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    return state
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("lone", [None, restart_seconds])
 def test_the_expected_cost_choice_is_the_reference_choice(
@@ -261,11 +271,7 @@ def test_the_worst_case_half_of_the_slo_check_refuses_only_what_the_check_refuse
     big = replace(
         SPEC, rollout=replace(SPEC.rollout, nodes=60), train=replace(SPEC.train, nodes=60)
     )
-    state: ClusterState = empty_state(big)
-    for i, j in enumerate(random_jobs(rng, 15)):
-        res = place(j, state, objective="expected", prune_saturated=False)
-        if res.status is PlacementStatus.FIT and res.placement is not None:
-            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    state = packed(big, random_jobs(rng, 15))
     index = planner_index(state)
     refused = held = admitted = 0  # (admitted: by the whole check)
     for j in random_jobs(random.Random(seed + 100), 30):
@@ -320,11 +326,7 @@ def test_the_vectorised_bounds_keep_every_candidate_on_a_full_rollout_pool(seed:
     spec = replace(
         SPEC, rollout=replace(SPEC.rollout, nodes=24), train=replace(SPEC.train, nodes=40)
     )
-    state: ClusterState = empty_state(spec)
-    for i, j in enumerate(random_jobs(rng, 40)):
-        res = place(j, state, objective="expected", prune_saturated=False)
-        if res.status is PlacementStatus.FIT and res.placement is not None:
-            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    state = packed(spec, random_jobs(rng, 40))
     index = planner_index(state)
     full = 0
     for j in random_jobs(random.Random(seed + 50), 40):
