@@ -48,7 +48,7 @@ from scheduler.planner.index import GroupSummary, group_position
 from scheduler.planner.memo import LastingMemo, current_lasting
 from scheduler.planner.objective import JobProgress, remaining_iterations
 
-__all__ = ["Ledger", "admits_no_join"]
+__all__ = ["JoinFilter", "Ledger", "admits_no_join", "answers_local"]
 
 # the remembered answers (summaries and profiles) kept at most, then forgotten
 _MAX_KNOWN = 200_000
@@ -109,6 +109,16 @@ class Ledger:
         ]
 
 
+def answers_local(state: ClusterState) -> bool:
+    """Return True when whether (and where) a group admits a job reads only that group:
+    the rollout pool is unbounded (rollout scaling never lacks free nodes, whose names
+    the SLO check does not read) and no node is cordoned (a join's rooms depend on the
+    group's nodes alone). Only then is an answer remembered (module docstring)."""
+    if state.spec.gpu_type(Pool.ROLLOUT).nodes is not None:
+        return False
+    return not any(planner_index(state).node_index.cordoned.values())
+
+
 def _store(keep: LastingMemo, kind: str, context: Hashable, make: Callable[[], object]) -> object:
     where: tuple[str, Hashable] = (kind, context)
     value = keep.values.get(where)
@@ -134,12 +144,10 @@ def admits_no_join(
     on (the caller's, not one its planned moves lead to), and `groups()` every group
     that could admit the job: the answer is kept for the next departure's."""
     keep = current_lasting()
+    if keep is None or not answers_local(state):
+        return False
     spec = state.spec
-    if keep is None or spec.gpu_type(Pool.ROLLOUT).nodes is not None:
-        return False
     index = planner_index(state)
-    if any(index.node_index.cordoned.values()):
-        return False
     context = (config.admission, spec)
     known = _store(keep, "admits_no_join", context, dict)
     assert isinstance(known, dict)
@@ -295,6 +303,13 @@ class JoinFilter:
             config=cfg,
             departure=departure and group_id is None,
         )
+
+    def passes_any(self, member: Member, group_ids: Iterable[str]) -> bool:
+        """Return True when one of the groups `group_ids` of the state passes the member's
+        first checks (those Algorithm 1 asks before it considers a group at all)."""
+        index = planner_index(self.state)
+        at = [k for g in group_ids if (k := group_position(index, g)) is not None]
+        return bool(at) and bool(self._fits(member.job)[at].any())
 
     def may_join(self, member: Member, group_id: str) -> bool:
         """Return False only when Algorithm 1 cannot place the member (a co-located job:

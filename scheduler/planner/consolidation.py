@@ -62,6 +62,14 @@ Rules (decisions where the issue is silent, marked [I]):
    A candidate no group admits (and not free to go co-located) is skipped without
    `best_move`, which would answer None: remembered across departures for a caller
    with a lasting memo (scheduler.planner.admissible; same moves, issue 25 item 4).
+8. Rounds. Within a pass `now` and everyone's progress are fixed, so a candidate's
+   answer in a round after the first is its answer in the round before when the move
+   between them changed neither its group nor its answer's destination, its answer
+   takes no node from the free pool, and neither group the move changed passes the
+   candidate's first checks now (Algorithm 1 would not consider them); the candidate
+   is not asked again. Only where a group's admission reads that group alone
+   (`admissible.answers_local`: unbounded rollout pool, nothing cordoned); the same
+   moves (tests/scheduler/test_consolidation_speed_equal.py).
 """
 
 from __future__ import annotations
@@ -94,7 +102,7 @@ from scheduler.planner import (
     planner_index,
     remove_job,
 )
-from scheduler.planner.admissible import JoinFilter
+from scheduler.planner.admissible import JoinFilter, answers_local
 from scheduler.planner.index import group_position
 from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.objective import (
@@ -523,6 +531,25 @@ def plan_consolidation(
     # destination groups (the others are the same objects), so only theirs are looked up
     # again (rebuilding it over every job at every round was 6% of a departure at size)
     where = dict(first)
+    # A candidate's answer in a round after the first: the same as in the round before
+    # when the move between them left its group and its answer's destination alone and
+    # neither group the move changed is an option for it now (rule 8).
+    local = answers_local(state)
+    answers: dict[str, Move | None] = {}
+    changed: tuple[str, ...] = ()
+
+    def answer(found: tuple[Group, Member]) -> Move | None:
+        job_id = found[1].job.id
+        if local and job_id in answers:
+            prior = answers[job_id]
+            same = prior is None or (
+                prior.placement.group_id not in changed and not prior.placement.new_nodes
+            )
+            if same and found[0].id not in changed and not joinable.passes_any(found[1], changed):
+                return prior
+        mv = answers[job_id] = _best_move(current, found, now=now, progress=progress, cfg=cfg)
+        return mv
+
     # The pass's evaluations (groups' expected costs, SLO checks) repeat across its
     # candidates and its rounds: memoised for the pass (scheduler.planner.memo).
     with evaluation_scope(progress):
@@ -534,7 +561,7 @@ def plan_consolidation(
                 if (found := where.get(job_id)) is not None
                 and not joinable.admits_none(found, progress, departure=current is state)
                 and joinable.may_move(*found, progress)
-                and (mv := _best_move(current, found, now=now, progress=progress, cfg=cfg))
+                and (mv := answer(found))
             ]
             if not options:
                 break
@@ -544,8 +571,9 @@ def plan_consolidation(
             moves.append(best)
             current = apply_move(current, best)
             candidates.discard(best.job_id)
-            for changed in (best.from_group, best.group_id):
-                at = group_position(planner_index(current), changed)
+            changed = (best.from_group, best.group_id)
+            for gid in changed:
+                at = group_position(planner_index(current), gid)
                 if at is not None:
                     g = current.groups[at]
                     where.update((m.job.id, (g, m)) for m in g.members if m.job.id in candidates)
