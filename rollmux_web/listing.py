@@ -67,3 +67,40 @@ def page_of(
     except (PageNotAnInteger, EmptyPage):
         errors.append(f"{name}: {raw!r} is not a page (1 to {paginator.num_pages}).")
         return paginator.page(1)
+
+
+def requested_page(params: Any, *, name: str = "page") -> int:
+    """Return the page number asked for (?page=N), 1 when it is not a whole number >= 1
+    (page_counted then names the error)."""
+    try:
+        number = int(params.get(name) or "1")
+    except ValueError:
+        return 1
+    return number if number >= 1 else 1
+
+
+def page_counted(
+    items: Sequence[Any],
+    count: int,
+    number: int,
+    per_page: int,
+    params: Any,
+    errors: list[str],
+    *,
+    name: str = "page",
+) -> Page[Any] | None:
+    """Return the page `number` of `count` items whose objects on it the caller fetched
+    already (`items`), as page_of would page all of them; None (the error noted, as
+    page_of notes it) when the page asked for (params[name]) is not one: the caller
+    shows page 1."""
+    paginator = Paginator(range(count), per_page)
+    raw = params.get(name) or "1"
+    try:
+        page = paginator.page(raw)
+    except (PageNotAnInteger, EmptyPage):
+        errors.append(f"{name}: {raw!r} is not a page (1 to {paginator.num_pages}).")
+        return None
+    if page.number != number:
+        return None
+    page.object_list = items
+    return page

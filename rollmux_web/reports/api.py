@@ -191,8 +191,10 @@ class CostReportApi(APIView):  # type: ignore[misc,unused-ignore]
         start, end = _range(request)
         page = _int_param(request, "page", 1, 1, None)
         size = _int_param(request, "page_size", COST_PAGE_SIZE, 1, COST_MAX_PAGE_SIZE)
-        report = selectors.cost_report(user=request.user, start=start, end=end)
-        pages = max(1, -(-len(report.by_job) // size))
+        report = selectors.cost_report_page(
+            user=request.user, start=start, end=end, page=page, page_size=size
+        )
+        pages = max(1, -(-(report.jobs_count or 0) // size))
         if page > pages:
             raise serializers.ValidationError({"page": [f"{page} is not a page (1 to {pages})."]})
         return Response(exports.cost_report_json(report, page=page, page_size=size))

@@ -135,18 +135,22 @@ def cost_report_json(
 ) -> dict[str, Any]:
     """Return the report as JSON-ready data (money as strings with two decimals); with
     `page_size`, `by_job` and `lines` hold that page of jobs and their lines only (the
-    totals, tenants, GPU types and stages stay the whole range's)."""
+    totals, tenants, GPU types and stages stay the whole range's; a report of one page,
+    `selectors.cost_report_page`, holds them already)."""
     jobs = report.by_job
     lines = report.lines
     paging: dict[str, Any] = {}
     if page_size is not None:
-        jobs = jobs[(page - 1) * page_size : page * page_size]
-        on_page = {j.job_id for j in jobs}
-        lines = [ln for ln in lines if ln.job_id in on_page]
+        count = report.jobs_count
+        if count is None:  # (the whole report: its page here)
+            count = len(report.by_job)
+            jobs = jobs[(page - 1) * page_size : page * page_size]
+            on_page = {j.job_id for j in jobs}
+            lines = [ln for ln in lines if ln.job_id in on_page]
         paging = {
-            "jobs_count": len(report.by_job),
+            "jobs_count": count,
             "page": page,
-            "pages": max(1, -(-len(report.by_job) // page_size)),
+            "pages": max(1, -(-count // page_size)),
             "page_size": page_size,
         }
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from rollmux_web.htmx import HtmxHttpRequest, render_partial
-from rollmux_web.listing import choice, page_of
+from rollmux_web.listing import choice, page_counted, page_of, requested_page
 from rollmux_web.quotas.models import SloClass
 from rollmux_web.reports import (
     exports,
@@ -210,16 +210,28 @@ def cost_report(request: HttpRequest) -> HttpResponse:
     form, start, end = _range(request)
     ctx: dict[str, Any] = {"form": form, "report": None, "shortcuts": _shortcuts()}
     if start is not None:
-        report = selectors.cost_report(user=request.user, start=start, end=end)
+        # a month of a fleet lists ~14,500 jobs: the two per-job tables show a page of jobs
+        # (the totals, charts and exports are the whole range's); a page that is not one
+        # is named and page 1 shown
+        errors: list[str] = []
+        number = requested_page(request.GET)
+        report = selectors.cost_report_page(
+            user=request.user, start=start, end=end, page=number, page_size=COST_JOBS_PER_PAGE
+        )
+        count = report.jobs_count or 0
+        jobs_page = page_counted(
+            report.by_job, count, number, COST_JOBS_PER_PAGE, request.GET, errors
+        )
+        if jobs_page is None:
+            if number != 1:
+                report = selectors.cost_report_page(
+                    user=request.user, start=start, end=end, page=1, page_size=COST_JOBS_PER_PAGE
+                )
+            jobs_page = page_counted(report.by_job, count, 1, COST_JOBS_PER_PAGE, {}, [])
         ctx["report"] = report
         ctx["query"] = f"start={start:%Y-%m-%d}&end={end:%Y-%m-%d}"
-        # a month of a fleet lists ~14,500 jobs: the two per-job tables show a page of jobs
-        # (the totals, charts and exports are the whole range's)
-        errors: list[str] = []
-        jobs_page = page_of(report.by_job, COST_JOBS_PER_PAGE, request.GET, errors)
-        on_page = {j.job_id for j in jobs_page}
         ctx["jobs_page"] = jobs_page
-        ctx["page_lines"] = [ln for ln in report.lines if ln.job_id in on_page]
+        ctx["page_lines"] = report.lines
         ctx["page_errors"] = errors
         ctx["tenant_chart"] = svg.bar_chart_svg(
             "Cost per tenant",

@@ -13,7 +13,13 @@ from `rollmux_web.inventory.selectors.PriceBook`.
 """
 
 from rollmux_web.reports.selectors._time import MAX_RANGE_DAYS, ReportInputError, day_range
-from rollmux_web.reports.selectors.cost import BurnDown, CostReport, burn_down, cost_report
+from rollmux_web.reports.selectors.cost import (
+    BurnDown,
+    CostReport,
+    burn_down,
+    cost_report,
+    cost_report_page,
+)
 from rollmux_web.reports.selectors.cost_figures import (
     CostFigures,
     CostLine,
@@ -75,6 +81,7 @@ __all__ = [
     "burn_down",
     "cluster_overview",
     "cost_report",
+    "cost_report_page",
     "day_range",
     "group_list_members",
     "group_rows",

@@ -20,6 +20,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db import connection
+
 from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.selectors import PriceBook, price_book
@@ -38,7 +40,9 @@ from rollmux_web.reports.selectors.cost_figures import (
     job_costs,
     sum_lines,
 )
-from rollmux_web.reports.selectors.cost_stored import cost_lines
+from rollmux_web.reports.selectors.cost_paged import paged_lines
+from rollmux_web.reports.selectors.cost_rows import CostResult
+from rollmux_web.reports.selectors.cost_stored import cost_lines, kept_buckets, stored_plan
 
 
 @dataclass
@@ -78,13 +82,19 @@ class CostReport:
     # and whether it is still running (then the burn-down is month to date)
     burn_down_month: date | None = None
     burn_down_to_date: bool = False
+    # a page of jobs (cost_report_page): `by_job` and `lines` hold that page's only, these
+    # say how many jobs the range has and whether any of its lines is a profiling run's
+    jobs_count: int | None = None
+    any_profiling: bool | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.lines
+        return not self.lines if self.jobs_count is None else not self.jobs_count
 
     @property
     def has_profiling(self) -> bool:
+        if self.any_profiling is not None:
+            return self.any_profiling
         return any(ln.is_profile for ln in self.lines)
 
 
@@ -157,6 +167,80 @@ def cost_report(
             now=now_,
             prices=prices,
             per_bucket=result.per_bucket_tenant if shared else None,
+            spent={t.key: t.cost for t in report.by_tenant} if shared else None,
+        )
+    return report
+
+
+@gc_paused()
+@exact_arithmetic
+def cost_report_page(
+    *,
+    user: Any,
+    start: date,
+    end: date,
+    page: int,
+    page_size: int,
+    now: datetime | None = None,
+    with_burn_down: bool = True,
+) -> CostReport:
+    """Return the cost report for [start, end] with one page of its jobs (`page` from 1,
+    `page_size` jobs in the lines' order): `by_job` and `lines` hold that page's jobs and
+    their billing lines, `jobs_count` the range's number of jobs; every other figure is
+    the whole range's, and each is cost_report's (the same cents whichever page), but
+    `group_costs`, left empty (nothing on a page of the report reads it).
+
+    Over kept days (PostgreSQL) the lines are billed and summed in SQL and only the
+    page's are built (cost_paged); otherwise the whole report is built and sliced.
+    """
+    t0, t1 = day_range(start, end)
+    now_ = now_or(now)
+    tenant_ids = visible_tenant_ids(user)
+    prices = price_book()
+    month_start, _next_month, days = month_days(min(end, now_.date()))
+    shared = with_burn_down and start == month_start and min(t1, now_) == min(days[-1], now_)
+    plan = (
+        stored_plan(
+            tenant_ids=tenant_ids, t0=t0, t1=t1, now=now_, prices=prices,
+            buckets=days if shared else (), counterfactuals=True,
+        )
+        if connection.vendor == "postgresql"
+        else None
+    )  # fmt: skip
+    if plan is None or isinstance(plan, CostResult):
+        # (the engine's alone: its lines are all built anyway)
+        full = cost_report(user=user, start=start, end=end, now=now, with_burn_down=with_burn_down)
+        jobs = full.by_job[(page - 1) * page_size : page * page_size]
+        on_page = {j.job_id for j in jobs}
+        full.jobs_count = len(full.by_job)
+        full.any_profiling = full.has_profiling
+        full.by_job = jobs
+        full.lines = [ln for ln in full.lines if ln.job_id in on_page]
+        return full
+    got = paged_lines(plan, page=page, page_size=page_size)
+    report = CostReport(
+        start=start,
+        end=end,
+        t0=t0,
+        t1=t1,
+        lines=got.lines,
+        total=add_rows(got.by_tenant, key="total", label="Total"),
+        by_tenant=got.by_tenant,
+        by_gpu_type=got.by_gpu_type,
+        by_stage=got.by_stage,
+        by_job=job_costs(got.lines),
+        jobs_count=got.jobs_count,
+        any_profiling=got.any_profiling,
+    )
+    if with_burn_down:
+        report.burn_down_month = month_start
+        report.burn_down_to_date = now_ < days[-1]
+        report.burn_down = burn_down(
+            user=user,
+            month_of=min(end, now_.date()),
+            now=now_,
+            prices=prices,
+            per_bucket=kept_buckets(plan, days) if shared else None,
             spent={t.key: t.cost for t in report.by_tenant} if shared else None,
         )
     return report

@@ -206,6 +206,13 @@ def sum_lines(lines: Sequence[CostLine], *, key: str, label: str) -> CostTotals:
     """
     exact = _exact_sum(lines)
     profile = sum((ln.exact.cost for ln in lines if ln.is_profile), Decimal(0))
+    return row_of(exact, profile, key=key, label=label)
+
+
+@exact_arithmetic
+def row_of(exact: CostFigures, profile: Decimal, *, key: str, label: str) -> CostTotals:
+    """Return the row of exact column sums `exact` (its profiling runs' exact cost
+    `profile`), each rounded once, as sum_lines rounds them."""
     return CostTotals(
         key=key,
         label=label,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -62,7 +63,7 @@ def _midnight(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=UTC)
 
 
-def _where(
+def kept_where(
     lo: date, hi: date, tenant_ids: set[int] | None, skip: set[int]
 ) -> tuple[str, list[Any]]:
     sql = "day >= %s AND day < %s"
@@ -84,7 +85,7 @@ def _kept_sums(
 ) -> Iterable[tuple[Key, list[Decimal], list[int]]]:
     """Per (job, GPU type, stage): the kept days' exact sums and the groups it lists."""
     if connection.vendor == "postgresql":
-        where, params = _where(lo, hi, tenant_ids, skip)
+        where, params = kept_where(lo, hi, tenant_ids, skip)
         with connection.cursor() as cur:
             cur.execute(
                 f"SELECT job_id, gpu_type_id, stage, {_SUMS}, "  # noqa: S608 (no user input)
@@ -120,7 +121,7 @@ def _kept_buckets(
     out: dict[tuple[int, int, str], Decimal] = defaultdict(Decimal)
     rows: Iterable[tuple[Any, ...]]
     if connection.vendor == "postgresql":
-        where, params = _where(lo, hi, tenant_ids, skip)
+        where, params = kept_where(lo, hi, tenant_ids, skip)
         with connection.cursor() as cur:
             cur.execute(
                 "SELECT day, tenant_id, SUM(busy_cost), SUM(idle_cost) "  # noqa: S608
@@ -184,9 +185,21 @@ def _jobs(ids: set[int]) -> dict[int, tuple[str, int, str, int | None]]:
     return out
 
 
-@gc_paused()
-@exact_arithmetic
-def cost_lines(
+@dataclass
+class StoredPlan:
+    """How a range is served from the kept days: the kept days [lo_day, hi_day) summed in
+    SQL for every group but `dirty`, plus the engine's `parts` (the days not kept yet,
+    the dirty groups over the whole range)."""
+
+    parts: list[CostResult]
+    lo_day: date
+    hi_day: date
+    tenant_ids: set[int] | None
+    dirty: set[int]
+    with_cf: bool
+
+
+def stored_plan(
     *,
     tenant_ids: set[int] | None,
     t0: datetime,
@@ -195,9 +208,9 @@ def cost_lines(
     prices: Any,
     buckets: Sequence[datetime] = (),
     counterfactuals: bool | None = None,
-) -> CostResult:
-    """The engine's `cost_lines` (same arguments, same result), from the kept days where
-    the range allows."""
+) -> StoredPlan | CostResult:
+    """Return how `cost_lines` serves the range from the kept days, or the engine's own
+    result when the range cannot be (see the module's docstring)."""
     hi_dt = min(t1, now)
     kept = kept_days() if t0.astimezone(UTC).time() == time.min else None
     first = None if kept is None else _midnight(kept[0])
@@ -237,19 +250,48 @@ def cost_lines(
         parts.append(rest)
     if dirty:  # the dirty groups over the whole range
         parts.append(engine_lines(t0=t0, t1=hi_dt, only_groups=dirty, **run))  # type: ignore[arg-type]
-    return _merge(parts, lo_day, hi_day, tenant_ids, dirty, buckets, with_cf=with_cf)
+    return StoredPlan(parts, lo_day, hi_day, tenant_ids, dirty, with_cf)
 
 
-def _merge(
-    parts: list[CostResult],
-    lo_day: date,
-    hi_day: date,
-    tenant_ids: set[int] | None,
-    dirty: set[int],
-    buckets: Sequence[datetime],
+@gc_paused()
+@exact_arithmetic
+def cost_lines(
     *,
-    with_cf: bool,
+    tenant_ids: set[int] | None,
+    t0: datetime,
+    t1: datetime,
+    now: datetime,
+    prices: Any,
+    buckets: Sequence[datetime] = (),
+    counterfactuals: bool | None = None,
 ) -> CostResult:
+    """The engine's `cost_lines` (same arguments, same result), from the kept days where
+    the range allows."""
+    plan = stored_plan(
+        tenant_ids=tenant_ids, t0=t0, t1=t1, now=now, prices=prices,
+        buckets=buckets, counterfactuals=counterfactuals,
+    )  # fmt: skip
+    if isinstance(plan, CostResult):
+        return plan
+    return _merge(plan, buckets)
+
+
+def kept_buckets(plan: StoredPlan, buckets: Sequence[datetime]) -> dict[Key, Decimal]:
+    """(bucket, tenant, busy|idle) -> exact cost: the kept days' plus the engine parts'."""
+    per_bucket = (
+        _kept_buckets(plan.lo_day, plan.hi_day, plan.tenant_ids, plan.dirty, buckets)
+        if buckets
+        else {}
+    )
+    for res in plan.parts:
+        for k, v in res.per_bucket_tenant.items():
+            per_bucket[k] = per_bucket.get(k, ZERO) + v
+    return dict(per_bucket)
+
+
+def _merge(plan: StoredPlan, buckets: Sequence[datetime]) -> CostResult:
+    parts, lo_day, hi_day = plan.parts, plan.lo_day, plan.hi_day
+    tenant_ids, dirty, with_cf = plan.tenant_ids, plan.dirty, plan.with_cf
     exact: dict[Key, list[Decimal]] = {}
     groups: dict[Key, set[int]] = defaultdict(set)
     meta: dict[int, tuple[str, int, str, int | None]] = {}
@@ -301,15 +343,12 @@ def _merge(
     if tenant_ids is not None:  # (the groups of the visible jobs' lines)
         seen = {g for ln in lines for g in ln.group_ids}
         group_exact = {g: c for g, c in group_exact.items() if g in seen}
-    per_bucket = _kept_buckets(lo_day, hi_day, tenant_ids, dirty, buckets) if buckets else {}
     for res in parts:
         for gid, c in res.group_exact.items():
             group_exact[gid] = group_exact.get(gid, ZERO) + c
-        for k, v in res.per_bucket_tenant.items():
-            per_bucket[k] = per_bucket.get(k, ZERO) + v
     return CostResult(
         lines=lines,
         group_costs={gid: cents(c) for gid, c in group_exact.items()},
         group_exact=group_exact,
-        per_bucket_tenant=dict(per_bucket),
+        per_bucket_tenant=kept_buckets(plan, buckets),
     )
