@@ -267,14 +267,19 @@ def burn_down(
     now_ = now_or(now)
     month_start, _next_month, days = month_days(month_of)
     if per_bucket is None:
-        per_bucket = cost_lines(
+        # (cost_lines' per_bucket_tenant, without building its lines: a month at a
+        # fleet's size has ~29,000, which only the buckets' sums need here)
+        plan = stored_plan(
             tenant_ids=visible_tenant_ids(user),
             t0=days[0],
             t1=days[-1],
             now=now_,
             prices=prices or price_book(),
             buckets=days,
-        ).per_bucket_tenant
+        )
+        per_bucket = (
+            plan.per_bucket_tenant if isinstance(plan, CostResult) else kept_buckets(plan, days)
+        )
     budgets: dict[int, Decimal] = defaultdict(Decimal)
     has_budget: set[int] = set()
     for tid, b in Quota.objects.filter(monthly_budget_usd__isnull=False).values_list(
