@@ -220,8 +220,10 @@ def _job_rows(
     spans: dict[str, Any] = as_us if exact else {k: F(c) for k, c in span_cols.items()}
     extra: dict[str, Any] = dict(spans)
     if connection.vendor == "postgresql":
+        # (unordered: they are sorted below; Placement's default order made PostgreSQL
+        # sort each job's placements, ~14,500 sorts a month at a fleet's size)
         extra["group_ids"] = ArraySubquery(
-            Placement.objects.filter(job_id=OuterRef("pk")).values("group_id")
+            Placement.objects.filter(job_id=OuterRef("pk")).order_by().values("group_id")
         )
     cols = [*JOB_FIELDS, *kept_cols, *spans, *(["group_ids"] if "group_ids" in extra else [])]
     if has_source:
