@@ -53,8 +53,10 @@ WORK_MEM = "32MB"
 #    are added in Python) and the engine's end times for their jobs (cost_stored._merge
 #    takes a job's from its engine lines first);
 # 2. each tenant's running busy and idle numerators in billing order (billing_order:
-#    finished jobs by their end, then live ones; job, profiling run first, GPU type) and
-#    the jobs' rank in the page's order (tenant, job name, job id);
+#    finished jobs by their end, then live ones; job, profiling run first, GPU type),
+#    over narrow rows, and the page's jobs (in the lines' order: tenant, job name, job
+#    id), joined to the lines and running sums by hash (materialized: the lines' row
+#    estimate can be far off, and a nested loop over every line was seconds);
 # 3. out: the page's lines, the rows' sums (and line counts), the number of jobs.
 # (COLLATE "C": Python's order of strings, by code point)
 _SQL = """
