@@ -327,6 +327,7 @@ def slo_report(request: HttpRequest) -> HttpResponse:
         ctx["violations_page"] = page_of(
             report.violations, SLO_JOBS_PER_PAGE, request.GET, ctx["page_errors"], name="vpage"
         )
+        selectors.with_groups([*ctx["jobs_page"], *ctx["violations_page"]])
         ctx["chart"] = svg.bar_chart_svg(
             "SLO attainment per tenant and class (finished jobs)",
             [

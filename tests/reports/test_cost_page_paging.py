@@ -86,10 +86,12 @@ def test_the_slo_reports_violations_show_a_page_and_count_them_all(
     from tests.reports.builders import make_group, make_job, phase, place
 
     t0 = datetime(2026, 3, 10, tzinfo=UTC)
+    group_of: dict[str, int] = {}
     for i, name in enumerate(("a", "b", "c")):
         # an iteration of 30 min of phases over 70 min: slowdown 2.33, over any SLO of 1
         start = t0 + i * 120 * M
         g = make_group(created=start, released=start + 90 * M)
+        group_of[name] = g.pk
         pl = place(g, make_job(world, name=name), rollout=[], train=[], joined=start)
         phase(pl, iteration=0, kind="rollout", nodes=[], start=start, minutes=20)
         phase(pl, iteration=0, kind="train", nodes=[], start=start + 60 * M, minutes=10)
@@ -115,6 +117,14 @@ def test_the_slo_reports_violations_show_a_page_and_count_them_all(
     assert len(violations(first)) == 2 and len(violations(second)) == 1
     assert sorted(violations(first) + violations(second)) == ["a", "b", "c"]
     assert count(first) == count(second) == "3"  # the count is all of them
+    # each row shown links its job's co-execution group (read for the rows of the page)
+    for html in (first, second):
+        body = re.search(r'<table class="violations">.*?</table>', html, re.S)
+        assert body
+        for name in violations(html):
+            assert f'href="/groups/{group_of[name]}/"' in body.group(0)
+    api = client.get("/api/v1/reports/slo/?start=2026-03-10&end=2026-03-10").json()
+    assert {j["job"]: j["groups"] for j in api["jobs"]} == {n: [g] for n, g in group_of.items()}
     assert "slo-violations-pages" in first and "vpage=2" in first
     # the per-job table's links keep the violations' page, and back
     assert "page=2&amp;vpage=2" in second or "page=1&amp;vpage=1" in second

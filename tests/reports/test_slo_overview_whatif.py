@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rollmux_web.jobs.models import JobStatus
-from rollmux_web.reports.selectors import cluster_overview, slo_report
+from rollmux_web.reports.selectors import cluster_overview, slo_report, with_groups
 from tests.reports.builders import allocate, make_group, make_job, phase, place
 
 T0 = datetime(2026, 3, 10, tzinfo=UTC)
@@ -49,6 +49,9 @@ def test_slowdown_is_measured_against_solo_time_and_profile(world: Any) -> None:
     assert jobs["relaxed"].slowdown_vs_solo == pytest.approx(1.25)
     assert jobs["relaxed"].slowdown_vs_profile == pytest.approx(1.0)
     assert jobs["relaxed"].met and not jobs["strict"].met
+    # a job's groups are read for the rows shown (`with_groups`: a page's, or the API's)
+    assert [v.group_ids for v in report.violations] == [[]]
+    with_groups(report.violations)
     assert [(v.job_name, v.group_ids) for v in report.violations] == [("strict", [g.pk])]
     by_class = {a.slo_class: a for a in report.attainment}
     assert by_class["silver"].attainment == 1.0 and by_class["gold"].attainment == 0.0

@@ -46,6 +46,7 @@ from rollmux_web.reports.selectors.slo import (
     SloReport,
     slo_report,
     slo_report_json,
+    with_groups,
 )
 from rollmux_web.reports.selectors.timeline_queries import (
     group_timeline,
@@ -94,6 +95,7 @@ __all__ = [
     "job_window",
     "slo_report",
     "slo_report_json",
+    "with_groups",
     "trace_events",
     "visible_group_ids",
 ]

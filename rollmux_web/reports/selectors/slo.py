@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import cache
 from typing import Any, NamedTuple
 
-from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection
 from django.db.models import Exists, F, Min, OuterRef, Q
 
@@ -28,7 +29,7 @@ from rollmux_web.workflow.models import (
 from rollmux_web.workflow.rollups import ran_in
 
 
-@dataclass
+@dataclass(slots=True)
 class JobSlo:
     job_id: int
     job_name: str
@@ -40,10 +41,24 @@ class JobSlo:
     mean_iteration_s: float
     solo_iteration_s: float
     profile_iteration_s: float
-    group_ids: list[int]
     slo_now: float | None = None  # the class's value today, when it changed since admission
-    solo_source: str = ""  # how the solo time was obtained, in words
+    had_sync: bool = False  # its measured iterations counted a weight sync
     profile_source: str = "declared"  # where the profile's phase times came from
+    # its co-execution groups, sorted: filled by `with_groups` for the rows shown (a
+    # fleet's month is ~14,800 jobs; a page shows 200 of them)
+    group_ids: list[int] = field(default_factory=list)
+
+    @property
+    def solo_source(self) -> str:
+        """How the solo time was obtained, in words."""
+        n = self.iterations_measured
+        if not n:
+            return f"none: {self.status} before completing an iteration"
+        return (
+            f"measured: the mean of its {n} completed iteration{'s' if n != 1 else ''}' own"
+            f" phases (rollout + training{' + weight sync' if self.had_sync else ''}) as they"
+            " ran, waits excluded"
+        )
 
     @property
     def applicable(self) -> bool:
@@ -151,7 +166,7 @@ def ran_in_range(start: date, end: date, tenant_ids: set[int] | None) -> set[int
     )
     if tenant_ids is not None:
         others = others.filter(tenant_id__in=tenant_ids)
-    return found | set(others.values_list("pk", flat=True))
+    return found | set(others.order_by().values_list("pk", flat=True))
 
 
 def admitted_slos(classes: dict[int, tuple[int, float]]) -> dict[int, float]:
@@ -202,11 +217,12 @@ SOURCE_FIELD = "duration_source"  # added by the jobs app's profiling work
 
 def _job_rows(
     ids: set[int],
-) -> tuple[dict[int, tuple[Any, ...]], dict[int, Kept], dict[int, list[int]], dict[int, str]]:
+) -> tuple[dict[int, tuple[Any, ...]], dict[int, Kept], dict[int, str]]:
     """Return the jobs' rows (JOB_FIELDS), their kept SLO inputs (an archive's over a
-    summary's), their groups (sorted) and where their profiles came from, in one query on
-    PostgreSQL (a month at a fleet's size is ~14,500 jobs: their spans come as epoch
-    microseconds, not parsed datetimes, and their groups as an array)."""
+    summary's) and where their profiles came from, in one query (a month at a fleet's
+    size is ~14,800 jobs: their spans come as epoch microseconds on PostgreSQL, not parsed
+    datetimes; unordered, as the report sorts them; their groups are read for the rows
+    shown only, `with_groups`)."""
     has_source = any(f.name == SOURCE_FIELD for f in Job._meta.get_fields())
     kept_cols = [f"{rel}__{f}" for rel in ("slo_summary", "archive") for f in KEPT_FIELDS]
     span_cols = {
@@ -218,22 +234,15 @@ def _job_rows(
     as_us, exact = us_fields(**span_cols)
     # (elsewhere than PostgreSQL: the datetimes, converted here)
     spans: dict[str, Any] = as_us if exact else {k: F(c) for k, c in span_cols.items()}
-    extra: dict[str, Any] = dict(spans)
-    if connection.vendor == "postgresql":
-        # (unordered: they are sorted below; Placement's default order made PostgreSQL
-        # sort each job's placements, ~14,500 sorts a month at a fleet's size)
-        extra["group_ids"] = ArraySubquery(
-            Placement.objects.filter(job_id=OuterRef("pk")).order_by().values("group_id")
-        )
-    cols = [*JOB_FIELDS, *kept_cols, *spans, *(["group_ids"] if "group_ids" in extra else [])]
+    cols = [*JOB_FIELDS, *kept_cols, *spans]
     if has_source:
         cols.append(SOURCE_FIELD)
     jobs: dict[int, tuple[Any, ...]] = {}
     kept: dict[int, Kept] = {}
-    groups: dict[int, list[int]] = {}
     sources: dict[int, str] = {}
     n = len(JOB_FIELDS)
-    for row in Job.objects.filter(in_ids("id", ids)).annotate(**extra).values_list(*cols):
+    rows = Job.objects.filter(in_ids("id", ids)).annotate(**spans).order_by().values_list(*cols)
+    for row in rows:
         jid = row[0]
         jobs[jid] = row[:n]
         s_it, s_solo, s_sync, a_it, a_solo, a_sync, s0, s1, a0, a1 = row[n : n + 10]
@@ -241,18 +250,24 @@ def _job_rows(
             kept[jid] = Kept(a_it, a_solo, a_sync, _span_us(a0, a1, exact))
         elif s_it is not None:
             kept[jid] = Kept(s_it, s_solo, s_sync, _span_us(s0, s1, exact))
-        if "group_ids" in extra:
-            groups[jid] = sorted(set(row[n + 10] or ()))
         if has_source:
             sources[jid] = row[-1]
-    if "group_ids" not in extra:
-        found: dict[int, set[int]] = defaultdict(set)
-        for jid, gid in Placement.objects.filter(in_ids("job_id", set(jobs))).values_list(
-            "job_id", "group_id"
-        ):
-            found[jid].add(gid)
-        groups = {jid: sorted(g) for jid, g in found.items()}
-    return jobs, kept, groups, sources
+    return jobs, kept, sources
+
+
+def with_groups(jobs: Iterable[JobSlo]) -> None:
+    """Fill the jobs' `group_ids` (each sorted), in one query: for the rows a page shows,
+    or every job of a report the API returns."""
+    by_id = {j.job_id: j for j in jobs}
+    found: dict[int, set[int]] = defaultdict(set)
+    for jid, gid in (
+        Placement.objects.filter(in_ids("job_id", set(by_id)))
+        .order_by()
+        .values_list("job_id", "group_id")
+    ):
+        found[jid].add(gid)
+    for jid, job in by_id.items():
+        job.group_ids = sorted(found.get(jid, ()))
 
 
 def _span_us(start: Any, end: Any, exact: bool) -> int | None:
@@ -284,11 +299,14 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
             finished_at__gte=t0,
             finished_at__lt=t1,
             **({} if tenant_ids is None else {"tenant_id__in": tenant_ids}),
-        ).values_list("pk", flat=True)
+        )
+        .order_by()
+        .values_list("pk", flat=True)
     )
-    jobs, archived, groups, sources = _job_rows(ids)
+    jobs, archived, sources = _job_rows(ids)
     sums = iteration_sums([j for j in jobs if j not in archived])
     out: list[JobSlo] = []
+    scale_of = cache(time_scale_of)  # (a few runners and scales; it reads the settings)
     admitted = admitted_slos({jid: (j[5], j[4]) for jid, j in jobs.items()})
     for jid, (
         _,
@@ -327,9 +345,7 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
                     solo_iteration_s=0.0,
                     profile_iteration_s=0.0,
                     slo_now=slo_now if slo_now != slo else None,
-                    solo_source=f"none: {status} before completing an iteration",
                     profile_source=sources.get(jid, "declared"),
-                    group_ids=groups.get(jid, []),
                 )
             )
             continue
@@ -348,23 +364,18 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
                 mean_iteration_s=mean_iter,
                 solo_iteration_s=solo,
                 slo_now=slo_now if slo_now != slo else None,
-                solo_source=(
-                    f"measured: the mean of its {n_iters} completed iteration"
-                    f"{'s' if n_iters != 1 else ''}' own phases (rollout + training"
-                    f"{' + weight sync' if had_sync else ''}) as they ran,"
-                    " waits excluded"
-                ),
+                had_sync=had_sync,
                 profile_source=sources.get(jid, "declared"),
                 # emulated runs are sped up: compare with the profile at the same speed
                 profile_iteration_s=(
-                    (rmax + tmax) / time_scale_of(runner, scale)
+                    (rmax + tmax) / scale_of(runner, scale)
                     if rmax is not None and tmax is not None
                     else 0.0
                 ),
-                group_ids=groups.get(jid, []),
             )
         )
-    out.sort(key=lambda j: (j.tenant, j.slo_class, -j.slowdown_vs_solo))
+    # (ties: the newest job first; the rows come unordered from the database)
+    out.sort(key=lambda j: (j.tenant, j.slo_class, -j.slowdown_vs_solo, -j.job_id))
     return SloReport(start=start, end=end, jobs=out, attainment=_attainment(out))
 
 
@@ -494,6 +505,9 @@ def _attainment(jobs: list[JobSlo]) -> list[SloAttainment]:
 
 
 def slo_report_json(report: SloReport) -> dict[str, Any]:
+    """Return the report as the API's JSON: every job with its groups."""
+    with_groups(report.jobs)
+
     def att(a: SloAttainment) -> dict[str, Any]:
         return {
             "tenant": a.tenant,
