@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -199,20 +199,26 @@ class InventoryCollector(Collector):
             )
             for name in names or ()
         }
-        allocated_ids = set(
-            NodeAllocation.objects.filter(end__isnull=True).values_list("node_id", flat=True)
-        )
         pools = {c.pk: c for c in Cluster.objects.select_related("gpu_type")}
+        # (summed in the database, and only the allocated nodes read: a fleet has 10,000)
         capacity: dict[int, int] = defaultdict(int)
+        capacity.update(
+            Node.objects.exclude(state=NodeState.DOWN)
+            .order_by()
+            .values("cluster_id")
+            .annotate(gpus_up=Sum("gpus"))
+            .values_list("cluster_id", "gpus_up")
+        )
         allocated: dict[int, int] = defaultdict(int)
         busy: dict[int, int] = defaultdict(int)
-        for node in Node.objects.values("pk", "name", "cluster_id", "gpus", "state"):
-            if node["state"] != NodeState.DOWN:
-                capacity[node["cluster_id"]] += node["gpus"]
-            if node["pk"] in allocated_ids:
-                allocated[node["cluster_id"]] += node["gpus"]
-                if node["name"] in busy_names:
-                    busy[node["cluster_id"]] += node["gpus"]
+        for cluster_id, gpus, name in (
+            NodeAllocation.objects.filter(end__isnull=True)
+            .order_by()
+            .values_list("node__cluster_id", "node__gpus", "node__name")
+        ):
+            allocated[cluster_id] += gpus
+            if name in busy_names:
+                busy[cluster_id] += gpus
         labels = ["pool", "kind", "gpu_type"]
         families = {
             "cap": GaugeMetricFamily(
