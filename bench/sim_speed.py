@@ -69,7 +69,7 @@ def fingerprint(run: RunResult) -> str:
         put(m.at_s, m.job_id, m.from_group, m.to_group, m.saving_usd, m.restart_s)
     for node in sorted(run.busy_s):
         put(node, run.busy_s[node])
-    for a in run.allocations:
+    for a in sorted(run.allocations):  # released together, they are listed in set order
         put(*a)
     put(sorted(run.admissions.items()), sorted((str(p), n) for p, n in run.peak_nodes.items()))
     put(run.start_s, run.end_s, run.tail_saved_s)
