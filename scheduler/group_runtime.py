@@ -229,7 +229,7 @@ class PhaseEndDecision:
     runtime: GroupRuntime
 
 
-@dataclass
+@dataclass(slots=True)
 class _MemberState:
     member: Member
     idx: int  # admission index: position in the round-robin order
@@ -243,9 +243,17 @@ class _MemberState:
     started: bool = False  # has any phase started since admission
     started_pools: set[str] = field(default_factory=set)  # pools it has run on
     job_id: str = field(init=False)
+    # Read at every phase event and fixed by the (immutable) member: the nodes of each of
+    # its phases (`phase_nodes`, by kind), and whether a sync follows its trainings.
+    nodes: dict[PhaseKind, tuple[str, ...]] = field(init=False)
+    syncs: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.job_id = self.member.job.id
+        member = self.member
+        self.job_id = member.job.id
+        self.nodes = {kind: phase_nodes(member, kind) for kind in PhaseKind}
+        # (co-located: the weights stay on the node, no sync phase: see phase_nodes)
+        self.syncs = member.job.t_sync_s > 0 and bool(member.rollout_nodes)
 
     def key(self, kind: PhaseKind) -> tuple[int, int] | None:
         """Return the pool-order key of this member's next phase of `kind` to start."""
@@ -274,6 +282,11 @@ class GroupRuntime:
         self._last: dict[str, str] = {}  # node -> job that ran on it last
         self._seq = 0
         self._round: int | None = None  # newest meta-iteration a rollout started in
+        # Each pool's head (`_pool_head`), kept between phase events: a pool's order
+        # changes only when a phase starts on it or a member joins or leaves (finishing a
+        # phase moves no member's key and no member in or out of a pool's order), so it is
+        # found again only then instead of at every event. No key: not known.
+        self._heads: dict[PhaseKind, _MemberState | None] = {}
 
     # -- commands -----------------------------------------------------------
 
@@ -320,28 +333,34 @@ class GroupRuntime:
             next_round={PhaseKind.ROLLOUT: r0, PhaseKind.TRAIN: r0},
         )
         self._seq += 1
+        self._heads.clear()
 
     def remove(self, job_id: str) -> None:
         """Drop `job_id` and its queued phase; a phase it is running may still finish."""
         if self._members.pop(job_id, None) is None and job_id not in self._running:
             raise KeyError(f"job {job_id!r} is not in group {self.group_id!r}")
+        self._heads.clear()
 
     def start_ready(self) -> list[PhaseStart]:
         """Start and return every phase that can start now, in round-robin order."""
         started: list[PhaseStart] = []
+        busy, heads = self._busy, self._heads
         # Starting a phase only moves the head of its own pool, so the pools are
         # served one after the other, each until its head cannot start.
         # A member's turn on the rollout pool is its weight sync (when it has one due)
         # then its rollout: both are the head's phases of that pool.
         for kind in (PhaseKind.ROLLOUT, PhaseKind.TRAIN):
             while True:
-                head = self._pool_head(kind)
+                if kind in heads:
+                    head = heads[kind]
+                else:
+                    head = heads[kind] = self._pool_head(kind)
                 if head is None or head.running:
                     break  # nothing left, or the head's phase is running: the pool waits
                 phase = head.kind
                 if phase is not kind and (phase is not PhaseKind.SYNC or kind is PhaseKind.TRAIN):
                     break  # the head's phase on this pool is not ready yet
-                if not self._busy.keys().isdisjoint(phase_nodes(head.member, kind)):
+                if not busy.keys().isdisjoint(head.nodes[kind]):
                     break
                 started.append(self._start(head))
         return started
@@ -366,9 +385,9 @@ class GroupRuntime:
         elif s.iteration + 1 >= s.iterations:
             # No sync after the last training: no rollout will read those weights.
             del self._members[job_id]
+            self._heads.clear()
             return FinishResult(job_id, kind, run.iteration, run.nodes, done=True)
-        elif s.member.job.t_sync_s > 0 and s.member.rollout_nodes:
-            # (co-located: the weights stay on the node, no sync phase: see phase_nodes)
+        elif s.syncs:
             s.kind = PhaseKind.SYNC  # the sync belongs to the iteration it follows
         else:
             s.kind = PhaseKind.ROLLOUT
@@ -496,7 +515,7 @@ class GroupRuntime:
                 continue
             on_train = s.kind is PhaseKind.TRAIN
             r = s.next_round[PhaseKind.TRAIN if on_train else PhaseKind.ROLLOUT]
-            q = PendingPhase(s.job_id, s.kind, s.iteration, phase_nodes(s.member, s.kind), r)
+            q = PendingPhase(s.job_id, s.kind, s.iteration, s.nodes[s.kind], r)
             out.append(((r, 1 if on_train else 0, s.idx), q))
         return tuple(q for _, q in sorted(out, key=lambda e: e[0]))
 
@@ -579,8 +598,9 @@ class GroupRuntime:
     def _pool_head(self, kind: PhaseKind) -> _MemberState | None:
         """Return the member whose next `kind` phase is first in the pool order.
 
-        Same order as `_MemberState.key`, inlined: this runs on every phase event.
-        Members iterate in admission order, so the first of equal rounds wins.
+        Same order as `_MemberState.key`, inlined: this runs whenever a pool's order
+        changes (`_heads`). Members iterate in admission order, so the first of equal
+        rounds wins.
         """
         is_roll = kind is PhaseKind.ROLLOUT
         best = 0
@@ -599,7 +619,7 @@ class GroupRuntime:
         kind = s.kind
         is_roll = kind is PhaseKind.ROLLOUT
         is_sync = kind is PhaseKind.SYNC
-        nodes = phase_nodes(s.member, kind)
+        nodes = s.nodes[kind]
         job_id = s.job_id
         # A sync belongs to the meta-iteration of the training it follows and does not
         # take the member's rollout turn (its rollout starts right after it).
@@ -618,6 +638,7 @@ class GroupRuntime:
         s.started = True
         s.started_pools.add(pool)
         s.running = True
+        self._heads.pop(PhaseKind.TRAIN if kind is PhaseKind.TRAIN else PhaseKind.ROLLOUT, None)
         if not is_sync:
             s.next_round[kind] = rnd + 1
         if is_roll and (self._round is None or rnd > self._round):
