@@ -237,23 +237,36 @@ class _MemberState:
     iteration: int  # iteration of the current (queued or running) phase
     kind: PhaseKind  # kind of the current phase
     running: bool
-    # meta-iteration of the next phase to START per pool, keyed by the pool's main kind
-    # (ROLLOUT for the rollout pool, whose turn is a sync then a rollout; TRAIN)
-    next_round: dict[PhaseKind, int]
+    # meta-iteration of the next phase to START on each pool: its turn on the rollout
+    # pool (a sync then a rollout) and its training (`next_round`)
+    roll_round: int
+    train_round: int
     started: bool = False  # has any phase started since admission
     started_pools: set[str] = field(default_factory=set)  # pools it has run on
     job_id: str = field(init=False)
-    # Read at every phase event and fixed by the (immutable) member: the nodes of each of
-    # its phases (`phase_nodes`, by kind), and whether a sync follows its trainings.
-    nodes: dict[PhaseKind, tuple[str, ...]] = field(init=False)
+    # Read at every phase event and fixed by the (immutable) member: the nodes of its turn
+    # on each pool (`phase_nodes`: its rollouts and syncs, its trainings), and whether a
+    # sync follows its trainings. Plain fields, no dict: a member's state is read at every
+    # phase event of its group, and at 2,000 jobs each object read is a likely cache miss.
+    roll_nodes: tuple[str, ...] = field(init=False)
+    train_nodes: tuple[str, ...] = field(init=False)
     syncs: bool = field(init=False)
 
     def __post_init__(self) -> None:
         member = self.member
         self.job_id = member.job.id
-        self.nodes = {kind: phase_nodes(member, kind) for kind in PhaseKind}
+        self.roll_nodes = phase_nodes(member, PhaseKind.ROLLOUT)
+        self.train_nodes = phase_nodes(member, PhaseKind.TRAIN)
         # (co-located: the weights stay on the node, no sync phase: see phase_nodes)
         self.syncs = member.job.t_sync_s > 0 and bool(member.rollout_nodes)
+
+    def next_round(self, kind: PhaseKind) -> int:
+        """Return the meta-iteration of its next phase to start on `kind`'s pool."""
+        return self.train_round if kind is PhaseKind.TRAIN else self.roll_round
+
+    def nodes(self, kind: PhaseKind) -> tuple[str, ...]:
+        """Return the nodes its phases of `kind` run on (`phase_nodes`)."""
+        return self.train_nodes if kind is PhaseKind.TRAIN else self.roll_nodes
 
     def key(self, kind: PhaseKind) -> tuple[int, int] | None:
         """Return the pool-order key of this member's next phase of `kind` to start."""
@@ -263,7 +276,7 @@ class _MemberState:
         exists = (
             (not self.running or more) if self.kind is kind else (kind is PhaseKind.TRAIN or more)
         )
-        return (self.next_round[kind], self.idx) if exists else None
+        return (self.next_round(kind), self.idx) if exists else None
 
 
 class GroupRuntime:
@@ -272,6 +285,12 @@ class GroupRuntime:
     The caller owns time: it calls `start_ready()` to learn which phases to launch,
     and `finish(job, kind)` when one completes (the paper's runtime hook).
     """
+
+    # slotted: every phase event reads several of these
+    __slots__ = (
+        "group_id", "switch_overhead_s", "_members", "_running", "_busy", "_last", "_seq",
+        "_round", "_heads",
+    )  # fmt: skip
 
     def __init__(self, group_id: str, *, switch_overhead_s: float) -> None:
         self.group_id = group_id
@@ -330,7 +349,8 @@ class GroupRuntime:
             iteration=start_iteration,
             kind=PhaseKind.ROLLOUT,
             running=False,
-            next_round={PhaseKind.ROLLOUT: r0, PhaseKind.TRAIN: r0},
+            roll_round=r0,
+            train_round=r0,
         )
         self._seq += 1
         self._heads.clear()
@@ -360,7 +380,7 @@ class GroupRuntime:
                 phase = head.kind
                 if phase is not kind and (phase is not PhaseKind.SYNC or kind is PhaseKind.TRAIN):
                     break  # the head's phase on this pool is not ready yet
-                if not busy.keys().isdisjoint(head.nodes[kind]):
+                if not busy.keys().isdisjoint(head.nodes(kind)):
                     break
                 started.append(self._start(head))
         return started
@@ -483,8 +503,7 @@ class GroupRuntime:
         """Return an independent copy (members are immutable and shared)."""
         rt = GroupRuntime(self.group_id, switch_overhead_s=self.switch_overhead_s)
         rt._members = {
-            k: replace(s, next_round=dict(s.next_round), started_pools=set(s.started_pools))
-            for k, s in self._members.items()
+            k: replace(s, started_pools=set(s.started_pools)) for k, s in self._members.items()
         }
         rt._running = dict(self._running)
         rt._busy = dict(self._busy)
@@ -514,8 +533,8 @@ class GroupRuntime:
             if s.running:
                 continue
             on_train = s.kind is PhaseKind.TRAIN
-            r = s.next_round[PhaseKind.TRAIN if on_train else PhaseKind.ROLLOUT]
-            q = PendingPhase(s.job_id, s.kind, s.iteration, s.nodes[s.kind], r)
+            r = s.train_round if on_train else s.roll_round
+            q = PendingPhase(s.job_id, s.kind, s.iteration, s.nodes(s.kind), r)
             out.append(((r, 1 if on_train else 0, s.idx), q))
         return tuple(q for _, q in sorted(out, key=lambda e: e[0]))
 
@@ -541,7 +560,10 @@ class GroupRuntime:
                     "iteration": s.iteration,
                     "kind": s.kind.value,
                     "running": s.running,
-                    "next_round": {k.value: v for k, v in s.next_round.items()},
+                    "next_round": {
+                        PhaseKind.ROLLOUT.value: s.roll_round,
+                        PhaseKind.TRAIN.value: s.train_round,
+                    },
                     "started": s.started,
                     "started_pools": sorted(s.started_pools),
                 }
@@ -574,7 +596,8 @@ class GroupRuntime:
                 iteration=int(e["iteration"]),
                 kind=PhaseKind(e["kind"]),
                 running=bool(e["running"]),
-                next_round={PhaseKind(k): int(v) for k, v in e["next_round"].items()},
+                roll_round=int(e["next_round"][PhaseKind.ROLLOUT.value]),
+                train_round=int(e["next_round"][PhaseKind.TRAIN.value]),
                 started=bool(e["started"]),
                 started_pools={str(x) for x in e.get("started_pools", ())},
             )
@@ -610,7 +633,7 @@ class GroupRuntime:
                 (s.kind is kind and s.running) or (s.kind is not kind and is_roll)
             ):
                 continue  # no phase of this kind left to start
-            r = s.next_round[kind]
+            r = s.roll_round if is_roll else s.train_round
             if head is None or r < best:
                 best, head = r, s
         return head
@@ -618,12 +641,19 @@ class GroupRuntime:
     def _start(self, s: _MemberState) -> PhaseStart:
         kind = s.kind
         is_roll = kind is PhaseKind.ROLLOUT
-        is_sync = kind is PhaseKind.SYNC
-        nodes = s.nodes[kind]
+        is_train = kind is PhaseKind.TRAIN
+        nodes = s.train_nodes if is_train else s.roll_nodes
         job_id = s.job_id
         # A sync belongs to the meta-iteration of the training it follows and does not
         # take the member's rollout turn (its rollout starts right after it).
-        rnd = s.next_round[PhaseKind.TRAIN] - 1 if is_sync else s.next_round[kind]
+        if is_train:
+            rnd = s.train_round
+            s.train_round = rnd + 1
+        elif is_roll:
+            rnd = s.roll_round
+            s.roll_round = rnd + 1
+        else:
+            rnd = s.train_round - 1
         last, busy = self._last, self._busy
         switch = False
         for x in nodes:
@@ -633,14 +663,12 @@ class GroupRuntime:
             last[x] = job_id
             busy[x] = job_id
         cold = not s.started
-        pool = "train" if kind is PhaseKind.TRAIN else "rollout"  # Pool values, as in to_dict
+        pool = "train" if is_train else "rollout"  # Pool values, as in to_dict
         first_on_pool = pool not in s.started_pools
         s.started = True
         s.started_pools.add(pool)
         s.running = True
-        self._heads.pop(PhaseKind.TRAIN if kind is PhaseKind.TRAIN else PhaseKind.ROLLOUT, None)
-        if not is_sync:
-            s.next_round[kind] = rnd + 1
+        self._heads.pop(PhaseKind.TRAIN if is_train else PhaseKind.ROLLOUT, None)
         if is_roll and (self._round is None or rnd > self._round):
             self._round = rnd
         self._running[job_id] = PendingPhase(job_id, kind, s.iteration, nodes, rnd)
