@@ -1,6 +1,6 @@
 """Time the simulator on a generated paper-like trace under every policy.
 
-    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper] [--at-size [--size-jobs 2100]]
+    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper] [--at-size [--size-jobs 2100] [--fingerprint]]
 
 Prints the wall time per policy (one process, one core), the phase events per
 second, and the total against the 20 s target; rollmux runs with its default levers
@@ -13,11 +13,14 @@ item 4): 2,100 paper-like jobs arriving within an hour, each running at least 48
 solo (its iterations raised to that), on the unbounded cluster, rollmux with its shipped
 levers; it prints the wall and CPU time (target: under 60 s), the consolidation's share,
 and the decision latency's p50/p99 (target p99 under 50 ms). `--size-jobs` scales it.
+`--fingerprint` also prints a hash of the run's outcome (`fingerprint`): a change that
+only makes the simulator faster must leave it as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import sys
@@ -33,6 +36,7 @@ from scheduler.sim.gen import generate, generate_paper  # noqa: E402
 from scheduler.sim.milp import run_burst_optimum, trace_lower_bound  # noqa: E402
 from scheduler.sim.optimal import run_optimal  # noqa: E402
 from scheduler.sim.policies import make_policy  # noqa: E402
+from scheduler.sim.records import RunResult  # noqa: E402
 from scheduler.slo import expected_solo_s  # noqa: E402
 from scheduler.trace import default_cluster, load_cluster  # noqa: E402
 
@@ -43,7 +47,36 @@ AT_SIZE_P99_MS = 50.0
 UNBOUNDED = REPO / "scheduler" / "sim" / "scenarios" / "cluster-unbounded.json"
 
 
-def at_size(jobs_n: int, seed: int) -> int:
+def fingerprint(run: RunResult) -> str:
+    """Return a hash of what a run decided and observed: every job's status, admission,
+    end, group, strategy, predicted slowdown, iterations, moves and restarts, every move
+    record, every node's busy seconds and allocation intervals, the admissions, the run's
+    span. Floats enter as their repr, so a change in the last bit shows."""
+    h = hashlib.sha256()
+
+    def put(*fields: object) -> None:
+        h.update(repr(fields).encode())
+        h.update(b"\n")
+
+    for job_id in sorted(run.jobs):
+        r = run.jobs[job_id]
+        put(
+            job_id, r.status, r.admitted_s, r.finished_s, r.group_id, r.strategy,
+            r.predicted_slowdown, r.iterations_done, r.moves, r.restart_s, r.replans,
+            r.retries, r.solo_done_s, r.first_boundary_s,
+        )  # fmt: skip
+    for m in run.moves:
+        put(m.at_s, m.job_id, m.from_group, m.to_group, m.saving_usd, m.restart_s)
+    for node in sorted(run.busy_s):
+        put(node, run.busy_s[node])
+    for a in sorted(run.allocations):  # released together, they are listed in set order
+        put(*a)
+    put(sorted(run.admissions.items()), sorted((str(p), n) for p, n in run.peak_nodes.items()))
+    put(run.start_s, run.end_s, run.tail_saved_s)
+    return h.hexdigest()[:16]
+
+
+def at_size(jobs_n: int, seed: int, *, show_fingerprint: bool = False) -> int:
     """Time rollmux on `jobs_n` paper-like jobs arriving within an hour, each at least
     48 hours long, on the unbounded cluster (the module docstring)."""
     spec = load_cluster(UNBOUNDED)
@@ -87,6 +120,8 @@ def at_size(jobs_n: int, seed: int) -> int:
         f"p99 {p99:.1f} ms (target p99 < {AT_SIZE_P99_MS:.0f} ms); 1-min load average "
         f"{os.getloadavg()[0]:.1f} at the end"
     )
+    if show_fingerprint:
+        print(f"  fingerprint {fingerprint(run)}")
     return 0
 
 
@@ -96,9 +131,12 @@ def main() -> int:
     parser.add_argument("--kind", default="paper", choices=["paper", "philly"])
     parser.add_argument("--at-size", action="store_true", help="time the 2,100-job case only")
     parser.add_argument("--size-jobs", type=int, default=2100)
+    parser.add_argument(
+        "--fingerprint", action="store_true", help="with --at-size: print the run's hash"
+    )
     args = parser.parse_args()
     if args.at_size:
-        return at_size(args.size_jobs, args.seed)
+        return at_size(args.size_jobs, args.seed, show_fingerprint=args.fingerprint)
     spec = default_cluster()
     jobs = generate(args.kind, args.seed)
     phases = 2 * sum(j.iterations for j in jobs)

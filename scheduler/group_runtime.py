@@ -229,7 +229,7 @@ class PhaseEndDecision:
     runtime: GroupRuntime
 
 
-@dataclass
+@dataclass(slots=True)
 class _MemberState:
     member: Member
     idx: int  # admission index: position in the round-robin order
@@ -237,15 +237,36 @@ class _MemberState:
     iteration: int  # iteration of the current (queued or running) phase
     kind: PhaseKind  # kind of the current phase
     running: bool
-    # meta-iteration of the next phase to START per pool, keyed by the pool's main kind
-    # (ROLLOUT for the rollout pool, whose turn is a sync then a rollout; TRAIN)
-    next_round: dict[PhaseKind, int]
+    # meta-iteration of the next phase to START on each pool: its turn on the rollout
+    # pool (a sync then a rollout) and its training (`next_round`)
+    roll_round: int
+    train_round: int
     started: bool = False  # has any phase started since admission
     started_pools: set[str] = field(default_factory=set)  # pools it has run on
     job_id: str = field(init=False)
+    # Read at every phase event and fixed by the (immutable) member: the nodes of its turn
+    # on each pool (`phase_nodes`: its rollouts and syncs, its trainings), and whether a
+    # sync follows its trainings. Plain fields, no dict: a member's state is read at every
+    # phase event of its group, and at 2,000 jobs each object read is a likely cache miss.
+    roll_nodes: tuple[str, ...] = field(init=False)
+    train_nodes: tuple[str, ...] = field(init=False)
+    syncs: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.job_id = self.member.job.id
+        member = self.member
+        self.job_id = member.job.id
+        self.roll_nodes = phase_nodes(member, PhaseKind.ROLLOUT)
+        self.train_nodes = phase_nodes(member, PhaseKind.TRAIN)
+        # (co-located: the weights stay on the node, no sync phase: see phase_nodes)
+        self.syncs = member.job.t_sync_s > 0 and bool(member.rollout_nodes)
+
+    def next_round(self, kind: PhaseKind) -> int:
+        """Return the meta-iteration of its next phase to start on `kind`'s pool."""
+        return self.train_round if kind is PhaseKind.TRAIN else self.roll_round
+
+    def nodes(self, kind: PhaseKind) -> tuple[str, ...]:
+        """Return the nodes its phases of `kind` run on (`phase_nodes`)."""
+        return self.train_nodes if kind is PhaseKind.TRAIN else self.roll_nodes
 
     def key(self, kind: PhaseKind) -> tuple[int, int] | None:
         """Return the pool-order key of this member's next phase of `kind` to start."""
@@ -255,7 +276,7 @@ class _MemberState:
         exists = (
             (not self.running or more) if self.kind is kind else (kind is PhaseKind.TRAIN or more)
         )
-        return (self.next_round[kind], self.idx) if exists else None
+        return (self.next_round(kind), self.idx) if exists else None
 
 
 class GroupRuntime:
@@ -264,6 +285,12 @@ class GroupRuntime:
     The caller owns time: it calls `start_ready()` to learn which phases to launch,
     and `finish(job, kind)` when one completes (the paper's runtime hook).
     """
+
+    # slotted: every phase event reads several of these
+    __slots__ = (
+        "group_id", "switch_overhead_s", "_members", "_running", "_busy", "_last", "_seq",
+        "_round", "_heads",
+    )  # fmt: skip
 
     def __init__(self, group_id: str, *, switch_overhead_s: float) -> None:
         self.group_id = group_id
@@ -274,6 +301,11 @@ class GroupRuntime:
         self._last: dict[str, str] = {}  # node -> job that ran on it last
         self._seq = 0
         self._round: int | None = None  # newest meta-iteration a rollout started in
+        # Each pool's head (`_pool_head`), kept between phase events: a pool's order
+        # changes only when a phase starts on it or a member joins or leaves (finishing a
+        # phase moves no member's key and no member in or out of a pool's order), so it is
+        # found again only then instead of at every event. No key: not known.
+        self._heads: dict[PhaseKind, _MemberState | None] = {}
 
     # -- commands -----------------------------------------------------------
 
@@ -317,31 +349,38 @@ class GroupRuntime:
             iteration=start_iteration,
             kind=PhaseKind.ROLLOUT,
             running=False,
-            next_round={PhaseKind.ROLLOUT: r0, PhaseKind.TRAIN: r0},
+            roll_round=r0,
+            train_round=r0,
         )
         self._seq += 1
+        self._heads.clear()
 
     def remove(self, job_id: str) -> None:
         """Drop `job_id` and its queued phase; a phase it is running may still finish."""
         if self._members.pop(job_id, None) is None and job_id not in self._running:
             raise KeyError(f"job {job_id!r} is not in group {self.group_id!r}")
+        self._heads.clear()
 
     def start_ready(self) -> list[PhaseStart]:
         """Start and return every phase that can start now, in round-robin order."""
         started: list[PhaseStart] = []
+        busy, heads = self._busy, self._heads
         # Starting a phase only moves the head of its own pool, so the pools are
         # served one after the other, each until its head cannot start.
         # A member's turn on the rollout pool is its weight sync (when it has one due)
         # then its rollout: both are the head's phases of that pool.
         for kind in (PhaseKind.ROLLOUT, PhaseKind.TRAIN):
             while True:
-                head = self._pool_head(kind)
+                if kind in heads:
+                    head = heads[kind]
+                else:
+                    head = heads[kind] = self._pool_head(kind)
                 if head is None or head.running:
                     break  # nothing left, or the head's phase is running: the pool waits
                 phase = head.kind
                 if phase is not kind and (phase is not PhaseKind.SYNC or kind is PhaseKind.TRAIN):
                     break  # the head's phase on this pool is not ready yet
-                if not self._busy.keys().isdisjoint(phase_nodes(head.member, kind)):
+                if not busy.keys().isdisjoint(head.nodes(kind)):
                     break
                 started.append(self._start(head))
         return started
@@ -366,9 +405,9 @@ class GroupRuntime:
         elif s.iteration + 1 >= s.iterations:
             # No sync after the last training: no rollout will read those weights.
             del self._members[job_id]
+            self._heads.clear()
             return FinishResult(job_id, kind, run.iteration, run.nodes, done=True)
-        elif s.member.job.t_sync_s > 0 and s.member.rollout_nodes:
-            # (co-located: the weights stay on the node, no sync phase: see phase_nodes)
+        elif s.syncs:
             s.kind = PhaseKind.SYNC  # the sync belongs to the iteration it follows
         else:
             s.kind = PhaseKind.ROLLOUT
@@ -464,8 +503,7 @@ class GroupRuntime:
         """Return an independent copy (members are immutable and shared)."""
         rt = GroupRuntime(self.group_id, switch_overhead_s=self.switch_overhead_s)
         rt._members = {
-            k: replace(s, next_round=dict(s.next_round), started_pools=set(s.started_pools))
-            for k, s in self._members.items()
+            k: replace(s, started_pools=set(s.started_pools)) for k, s in self._members.items()
         }
         rt._running = dict(self._running)
         rt._busy = dict(self._busy)
@@ -495,8 +533,8 @@ class GroupRuntime:
             if s.running:
                 continue
             on_train = s.kind is PhaseKind.TRAIN
-            r = s.next_round[PhaseKind.TRAIN if on_train else PhaseKind.ROLLOUT]
-            q = PendingPhase(s.job_id, s.kind, s.iteration, phase_nodes(s.member, s.kind), r)
+            r = s.train_round if on_train else s.roll_round
+            q = PendingPhase(s.job_id, s.kind, s.iteration, s.nodes(s.kind), r)
             out.append(((r, 1 if on_train else 0, s.idx), q))
         return tuple(q for _, q in sorted(out, key=lambda e: e[0]))
 
@@ -522,7 +560,10 @@ class GroupRuntime:
                     "iteration": s.iteration,
                     "kind": s.kind.value,
                     "running": s.running,
-                    "next_round": {k.value: v for k, v in s.next_round.items()},
+                    "next_round": {
+                        PhaseKind.ROLLOUT.value: s.roll_round,
+                        PhaseKind.TRAIN.value: s.train_round,
+                    },
                     "started": s.started,
                     "started_pools": sorted(s.started_pools),
                 }
@@ -555,7 +596,8 @@ class GroupRuntime:
                 iteration=int(e["iteration"]),
                 kind=PhaseKind(e["kind"]),
                 running=bool(e["running"]),
-                next_round={PhaseKind(k): int(v) for k, v in e["next_round"].items()},
+                roll_round=int(e["next_round"][PhaseKind.ROLLOUT.value]),
+                train_round=int(e["next_round"][PhaseKind.TRAIN.value]),
                 started=bool(e["started"]),
                 started_pools={str(x) for x in e.get("started_pools", ())},
             )
@@ -579,8 +621,9 @@ class GroupRuntime:
     def _pool_head(self, kind: PhaseKind) -> _MemberState | None:
         """Return the member whose next `kind` phase is first in the pool order.
 
-        Same order as `_MemberState.key`, inlined: this runs on every phase event.
-        Members iterate in admission order, so the first of equal rounds wins.
+        Same order as `_MemberState.key`, inlined: this runs whenever a pool's order
+        changes (`_heads`). Members iterate in admission order, so the first of equal
+        rounds wins.
         """
         is_roll = kind is PhaseKind.ROLLOUT
         best = 0
@@ -590,7 +633,7 @@ class GroupRuntime:
                 (s.kind is kind and s.running) or (s.kind is not kind and is_roll)
             ):
                 continue  # no phase of this kind left to start
-            r = s.next_round[kind]
+            r = s.roll_round if is_roll else s.train_round
             if head is None or r < best:
                 best, head = r, s
         return head
@@ -598,12 +641,19 @@ class GroupRuntime:
     def _start(self, s: _MemberState) -> PhaseStart:
         kind = s.kind
         is_roll = kind is PhaseKind.ROLLOUT
-        is_sync = kind is PhaseKind.SYNC
-        nodes = phase_nodes(s.member, kind)
+        is_train = kind is PhaseKind.TRAIN
+        nodes = s.train_nodes if is_train else s.roll_nodes
         job_id = s.job_id
         # A sync belongs to the meta-iteration of the training it follows and does not
         # take the member's rollout turn (its rollout starts right after it).
-        rnd = s.next_round[PhaseKind.TRAIN] - 1 if is_sync else s.next_round[kind]
+        if is_train:
+            rnd = s.train_round
+            s.train_round = rnd + 1
+        elif is_roll:
+            rnd = s.roll_round
+            s.roll_round = rnd + 1
+        else:
+            rnd = s.train_round - 1
         last, busy = self._last, self._busy
         switch = False
         for x in nodes:
@@ -613,13 +663,12 @@ class GroupRuntime:
             last[x] = job_id
             busy[x] = job_id
         cold = not s.started
-        pool = "train" if kind is PhaseKind.TRAIN else "rollout"  # Pool values, as in to_dict
+        pool = "train" if is_train else "rollout"  # Pool values, as in to_dict
         first_on_pool = pool not in s.started_pools
         s.started = True
         s.started_pools.add(pool)
         s.running = True
-        if not is_sync:
-            s.next_round[kind] = rnd + 1
+        self._heads.pop(PhaseKind.TRAIN if is_train else PhaseKind.ROLLOUT, None)
         if is_roll and (self._round is None or rnd > self._round):
             self._round = rnd
         self._running[job_id] = PendingPhase(job_id, kind, s.iteration, nodes, rnd)

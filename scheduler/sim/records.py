@@ -36,9 +36,10 @@ def draw_durations(job: JobProfile, seed: int) -> tuple[list[float], list[float]
     return roll.tolist(), train.tolist()
 
 
-@dataclass
+@dataclass(slots=True)
 class JobRecord:
-    """What the run observed about one job."""
+    """What the run observed about one job (slotted: the engine reads and writes it at
+    every phase event)."""
 
     profile: JobProfile
     roll: list[float]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, replace
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -508,6 +509,30 @@ def test_runtime_runs_one_phase_of_each_member_per_meta_iteration(plan: Plan, se
         keys = [(s.meta_iteration, admitted[s.job_id]) for s in starts]
         assert keys == sorted(keys)
         assert len(set(keys)) == len(keys)
+
+
+@settings(max_examples=80, deadline=None)
+@given(plan=runtime_plans(), seed=st.integers(0, 1000))
+def test_the_pool_heads_kept_between_phase_events_are_the_heads_found_afresh(
+    plan: Plan, seed: int
+) -> None:
+    """The runtime keeps each pool's head between phase events (`GroupRuntime._heads`,
+    found again only when a phase starts on the pool or a member joins or leaves): at
+    every `start_ready` of a run with joins, removals and snapshots, each kept head is
+    the member a full scan of the pool finds."""
+    start_ready = GroupRuntime.start_ready
+    checked = 0
+
+    def checking(rt: GroupRuntime) -> list[PhaseStart]:
+        nonlocal checked
+        for kind, head in rt._heads.items():
+            assert head is rt._pool_head(kind)
+            checked += 1
+        return start_ready(rt)
+
+    with mock.patch.object(GroupRuntime, "start_ready", checking):
+        run_plan(plan, seed)
+    event(f"kept heads checked: {min(checked, 10)}+")
 
 
 @settings(max_examples=60, deadline=None)
