@@ -223,11 +223,15 @@ class Simulation:
                 touched |= seen[group_id][1]
             self._nodes_of = now_of
             allocated, count = self.allocated_since, self._allocated_n
-            for node in touched:
+            # (in the nodes' order, not the set's: the hash seed would otherwise order the
+            # allocations, and the run's dollar cost would differ in its last bits between
+            # processes)
+            ordered = sorted(touched)
+            for node in ordered:
                 if holders[node] and node not in allocated:
                     allocated[node] = self.now
                     count[self.node_pool[node]] += 1
-            for node in touched:
+            for node in ordered:
                 if holders[node] or node not in allocated:
                     continue
                 del holders[node]

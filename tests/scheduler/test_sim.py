@@ -155,6 +155,44 @@ def test_seeded_runs_are_reproducible_and_seeds_matter() -> None:
     assert figures(7, "rollmux")["total_cost_usd"] != figures(8, "rollmux")["total_cost_usd"]
 
 
+_HASH_SEED_RUN = """
+from dataclasses import replace
+from scheduler.sim.engine import simulate
+from scheduler.sim.gen import generate_paper
+from scheduler.sim.metrics import total_cost_usd
+from scheduler.sim.policies import make_policy
+from scheduler.trace import default_cluster
+jobs = [replace(j, iterations=min(j.iterations, 12)) for j in generate_paper(5, jobs=24, window_h=2.0)]
+run = simulate(jobs, default_cluster(), make_policy("rollmux", seed=5), seed=5)
+print(repr(run.allocations))
+print(repr(total_cost_usd(run)))
+"""
+
+
+def test_a_runs_allocations_and_cost_do_not_depend_on_the_hash_seed() -> None:
+    """Nodes released at one instant are recorded in the nodes' order, not a set's: the
+    run's allocations, and so its dollar cost to the last bit, are the same in every process."""
+    import os
+    import subprocess
+    import sys
+
+    def out(hash_seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(
+            [sys.executable, "-c", _HASH_SEED_RUN],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        return done.stdout
+
+    first = out("1")
+    assert first.count("(") > 20  # (allocations were recorded)
+    assert all(out(seed) == first for seed in ("2", "3"))
+
+
 def test_draws_depend_on_job_and_seed_not_on_the_rest_of_the_trace() -> None:
     jobs = small_trace(9)
     assert draw_durations(jobs[0], 1) == draw_durations(jobs[0], 1)
