@@ -80,7 +80,9 @@ def test_a_fresh_process_reads_the_stored_hours_and_gets_the_same_usage(usage, m
     windows = []
     real = fairshare._hour_sums
     monkeypatch.setattr(
-        fairshare, "_hour_sums", lambda lo, hi, node: windows.append((lo, hi)) or real(lo, hi, node)
+        fairshare,
+        "_hour_sums",
+        lambda lo, hi, node, **kw: windows.append((lo, hi)) or real(lo, hi, node, **kw),
     )
     # the stored hours read at later times (hours closed since, the window's start moving
     # across a phase's hour) are the plain sum to the last bit
