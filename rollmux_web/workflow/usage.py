@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import DateTimeField, F, Q, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 
+from rollmux_web.id_sql import in_ids
 from rollmux_web.jobs.models import Job
 from rollmux_web.workflow.models import PhaseRecord, PhaseRollup, rolled_up_to
 
@@ -57,7 +58,7 @@ def busy_gpu_seconds(
         jobs = {
             jid: (tid, roll, train)
             for jid, tid, roll, train in Job.objects.filter(
-                pk__in={jid for jid, _, _ in busy}, tenant_id__in=ids
+                in_ids("id", {jid for jid, _, _ in busy}), tenant_id__in=ids
             )
             .order_by()
             .values_list("pk", "tenant_id", "rollout_gpus", "train_gpus")

@@ -1,4 +1,5 @@
-"""PostgreSQL helpers of the report selectors: epoch columns, id arrays, node lists.
+"""PostgreSQL helpers of the report selectors: epoch columns, node lists (id arrays:
+rollmux_web.id_sql).
 
 Parsing tens of thousands of timestamps into aware datetimes dominates a large report,
 so on PostgreSQL the database hands out epoch time (rollmux_web.epoch_sql). Other
@@ -14,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Func, Lookup, Q, TextField
+from django.db.models import Func, TextField
 from django.db.models.functions import Cast
 
 from rollmux_web.epoch_sql import epoch_s, epoch_us
@@ -36,33 +37,6 @@ def epoch_fields(*, exact: bool) -> tuple[dict[str, Any], tuple[str, str]]:
         {"s_ep": expr("started_at"), "f_ep": expr("finished_at")},
         ("s_ep", "f_ep"),
     )
-
-
-class AnyOf(Lookup):  # type: ignore[type-arg]
-    """`column = ANY(%s)`: a set of ids as one array parameter (PostgreSQL).
-
-    A cost report filters on thousands of group ids. As `__in` that is a placeholder
-    per id for Django to build and psycopg to parse (longer than the query runs); as a
-    subquery the plan depends on row estimates, which are far off right after a bulk
-    load (nested loops: seconds instead of milliseconds).
-    """
-
-    lookup_name = "any_of"
-    prepare_rhs = False
-
-    def as_sql(self, compiler: Any, connection: Any) -> Any:
-        lhs, params = self.process_lhs(compiler, connection)
-        # the column's own type: psycopg sends small ids as int2[], and bigint = int2 is a
-        # cross-type operator PostgreSQL cannot hash (a linear search of the array per row)
-        array_type = self.lhs.output_field.db_type(connection)
-        return f"{lhs} = ANY(%s::{array_type}[])", [*params, sorted(self.rhs)]
-
-
-def in_ids(column: str, ids: set[int]) -> Any:
-    """Return a filter `column in ids` (one array parameter on PostgreSQL)."""
-    if connection.vendor == "postgresql":
-        return AnyOf(F(column), ids)
-    return Q(**{f"{column}__in": ids})
 
 
 def us_fields(**columns: str) -> tuple[dict[str, Func], bool]:

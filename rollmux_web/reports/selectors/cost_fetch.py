@@ -13,9 +13,10 @@ from itertools import chain
 
 from django.db.models import Q
 
+from rollmux_web.id_sql import in_ids
 from rollmux_web.inventory.models import Cluster, GpuType, PoolKind
 from rollmux_web.jobs.models import TERMINAL_STATUSES
-from rollmux_web.reports.selectors._sql import NODES_TXT, epoch_fields, in_ids, nodes, us_fields
+from rollmux_web.reports.selectors._sql import NODES_TXT, epoch_fields, nodes, us_fields
 from rollmux_web.reports.selectors._time import us
 from rollmux_web.reports.selectors.cost_rows import (
     AllocRow,

@@ -24,10 +24,11 @@ from typing import Any
 from django.db import connection
 from django.db.models import Max, Min, Q, Sum
 
+from rollmux_web.id_sql import in_ids
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
 from rollmux_web.reports.models import CostDay, CostDayGroup, CostDayLine
-from rollmux_web.reports.selectors._sql import in_ids, us_fields
+from rollmux_web.reports.selectors._sql import us_fields
 from rollmux_web.reports.selectors._time import us
 from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR
 from rollmux_web.reports.selectors.cost_engine import cost_lines as engine_lines

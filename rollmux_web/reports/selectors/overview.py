@@ -12,11 +12,11 @@ from django.conf import settings
 from django.db.models import Q
 
 from rollmux_web.accounts.access import visible_tenant_ids
+from rollmux_web.id_sql import in_ids
 from rollmux_web.inventory.models import Cluster, Node, NodeState, PoolKind
 from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.selectors import jobs_drift
-from rollmux_web.reports.selectors._sql import in_ids
 from rollmux_web.reports.selectors._time import now_or, us
 from rollmux_web.reports.selectors.cost_engine import cost_lines
 from rollmux_web.reports.selectors.cost_figures import CENT, cents, sum_lines

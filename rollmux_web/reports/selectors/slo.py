@@ -14,9 +14,10 @@ from django.db.models import Exists, F, Min, OuterRef, Q
 
 from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.audit.models import AuditEntry
+from rollmux_web.id_sql import in_ids
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
-from rollmux_web.reports.selectors._sql import in_ids, us_fields
+from rollmux_web.reports.selectors._sql import us_fields
 from rollmux_web.reports.selectors._time import day_range, us
 from rollmux_web.workflow.models import (
     ArchivedJob,
