@@ -584,7 +584,9 @@ def slo_missed_event(job_id: int) -> events.Event | None:
     if job is None or job.started_at is None:
         return None
     now = timezone.now()
-    report = slo_report(user=job.submitter, start=job.started_at.date(), end=now.date(), now=now)
+    report = slo_report(
+        user=job.submitter, start=job.started_at.date(), end=now.date(), now=now, job_id=job_id
+    )
     row = next((j for j in report.jobs if j.job_id == job_id), None)
     if row is None or row.met:
         return None

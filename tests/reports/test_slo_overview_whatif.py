@@ -61,6 +61,22 @@ def test_slowdown_is_measured_against_solo_time_and_profile(world: Any) -> None:
 
 
 @pytest.mark.django_db
+def test_one_jobs_row_is_its_row_of_the_whole_report(world: Any) -> None:
+    """`job_id` (a job page's outcome, the missed-SLO event) reads that job only: its row is
+    the whole report's, and another tenant's job is not found through it."""
+    ok, _ = waiting_job(world, "relaxed", "vision", T0, world.silver)
+    bad, _ = waiting_job(world, "strict", "vision", T0 + 2 * 60 * M, world.gold)
+    other, _ = waiting_job(world, "theirs", "speech", T0, world.silver)
+    whole = {j.job_id: j for j in slo_report(user=world.alice, start=DAY, end=DAY).jobs}
+    assert set(whole) == {ok.pk, bad.pk}
+    for job in (ok, bad):
+        assert slo_report(user=world.alice, start=DAY, end=DAY, job_id=job.pk).jobs == [
+            whole[job.pk]
+        ]
+    assert slo_report(user=world.alice, start=DAY, end=DAY, job_id=other.pk).jobs == []
+
+
+@pytest.mark.django_db
 def test_an_emulated_job_is_compared_with_its_profile_at_its_time_scale(world: Any) -> None:
     # profile 600 + 600 s at time scale 100: 12 s per iteration; it ran 6 s + 6 s back to back
     job = make_job(world, name="emu", status=JobStatus.COMPLETED, time_scale=100.0)

@@ -55,7 +55,7 @@ def job_outcome(*, user: Any, job_id: int, now: datetime | None = None) -> JobOu
     slo = next(
         (
             j
-            for j in slo_report(user=user, start=start, end=end, now=now).jobs
+            for j in slo_report(user=user, start=start, end=end, now=now, job_id=job.pk).jobs
             if j.job_id == job.pk
         ),
         None,

@@ -135,17 +135,21 @@ class SloReport:
         return s
 
 
-def ran_in_range(start: date, end: date, tenant_ids: set[int] | None) -> set[int]:
-    """Return the jobs (of `tenant_ids`; None: all) with a phase that ran in [start, end]
-    (whole UTC days): one that ended on or after the range's start, or still runs, and
-    started before its end.
+def ran_in_range(
+    start: date, end: date, tenant_ids: set[int] | None, *, job_id: int | None = None
+) -> set[int]:
+    """Return the jobs (of `tenant_ids`; None: all; only `job_id` when given) with a
+    phase that ran in [start, end] (whole UTC days): one that ended on or after the range's
+    start, or still runs, and started before its end.
 
     A job whose phases are summarised (`JobSloSummary`, all before the rollup watermark)
     or archived (`ArchivedJob`) is found on the days it ran, kept with it; only the other
     jobs' phases are looked at, per job (a month at a fleet's size is ~1.4 million phase
     records, nearly all of summarised jobs)."""
     t0, t1 = day_range(start, end)
-    scope = {} if tenant_ids is None else {"job__tenant_id__in": tenant_ids}
+    scope: dict[str, Any] = {} if tenant_ids is None else {"job__tenant_id__in": tenant_ids}
+    if job_id is not None:
+        scope["job_id"] = job_id
     found: set[int] = set()
     for model in (JobSloSummary, ArchivedJob):
         near = model.objects.filter(  # type: ignore[attr-defined]
@@ -167,6 +171,8 @@ def ran_in_range(start: date, end: date, tenant_ids: set[int] | None) -> set[int
     )
     if tenant_ids is not None:
         others = others.filter(tenant_id__in=tenant_ids)
+    if job_id is not None:
+        others = others.filter(pk=job_id)
     return found | set(others.order_by().values_list("pk", flat=True))
 
 
@@ -280,7 +286,9 @@ def _span_us(start: Any, end: Any, exact: bool) -> int | None:
     return int(end) - int(start)
 
 
-def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None) -> SloReport:
+def slo_report(
+    *, user: Any, start: date, end: date, now: datetime | None = None, job_id: int | None = None
+) -> SloReport:
     """Return each job's measured slowdown and SLO attainment per tenant and SLO class.
 
     A job counts when one of its phases ran in the range, or when it was cancelled or
@@ -291,15 +299,19 @@ def slo_report(*, user: Any, start: date, end: date, now: datetime | None = None
     completed iterations (each iteration a rollout then a training); its solo time
     is the mean of (rollout + training + weight sync) durations as they ran; its profile time is
     t_roll_max_s + t_train_max_s, divided by the job's time scale for emulated runners.
+
+    `job_id`: that job's row only (a job page's outcome, the missed-SLO event: the same row
+    as in the whole report, without reading the range's other jobs).
     """
     t0, t1 = day_range(start, end)
     tenant_ids = visible_tenant_ids(user)
-    ids = ran_in_range(start, end, tenant_ids) | set(
+    ids = ran_in_range(start, end, tenant_ids, job_id=job_id) | set(
         Job.objects.filter(
             status__in=(JobStatus.CANCELLED, JobStatus.FAILED),
             finished_at__gte=t0,
             finished_at__lt=t1,
             **({} if tenant_ids is None else {"tenant_id__in": tenant_ids}),
+            **({} if job_id is None else {"pk": job_id}),
         )
         .order_by()
         .values_list("pk", flat=True)
