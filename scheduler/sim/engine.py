@@ -49,6 +49,7 @@ from scheduler.replan import (
     move_profile,
     resolve,
 )
+from scheduler.sim.allocation import EPS, NodeLedger
 from scheduler.sim.drift import CHECK_EVERY, MAX_REPLANS, WINDOW, Observer, drifted
 from scheduler.sim.protocols import Policy, Runtime, SimulationError
 from scheduler.sim.records import (
@@ -69,21 +70,9 @@ PHASE_END = 0
 ARRIVAL = 1
 RETRY_TIMER = "retry"  # an ARRIVAL-priority event with this group id: retry the queue
 
-EPS = 1e-6
-
-
 # A heap entry: (time, priority, seq, job id, phase kind or None, group id). Plain
 # tuples: comparing dataclasses was most of the engine's time on a 200-job trace.
 _Event = tuple[float, int, int, str, PhaseKind | None, str]
-
-
-def _group_nodes(group: Group) -> frozenset[str]:
-    """Return every node `group` holds: its pools' and its members'."""
-    nodes = {*group.rollout_nodes, *group.train_nodes}
-    for member in group.members:
-        nodes.update(member.rollout_nodes)
-        nodes.update(member.train_nodes)
-    return frozenset(nodes)
 
 
 class Simulation:
@@ -144,18 +133,13 @@ class Simulation:
         self.group_of: dict[str, str] = {}
         self.next_group = 0
         self.waiting: deque[str] = deque()
-        self.allocated_since: dict[str, float] = {}
-        self.allocations: list[tuple[str, float, float]] = []
+        # node allocations (the ledger's own dict and lists, read here by name)
+        self.ledger = NodeLedger(self.node_pool)
+        self.allocated_since = self.ledger.allocated_since
+        self.allocations = self.ledger.allocations
+        self.peak_nodes = self.ledger.peak_nodes
         self.busy_s: dict[str, float] = {}
         self.node_free_at: dict[str, float] = {}
-        self.peak_nodes = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
-        # What `_sync_allocation` last saw: the groups, each group's nodes (by id: the group
-        # object and its nodes), how many of those groups hold each node, and how many
-        # nodes of each pool are allocated.
-        self._groups_synced: tuple[Group, ...] | None = None
-        self._nodes_of: dict[str, tuple[Group, frozenset[str]]] = {}
-        self._holders: dict[str, int] = {}
-        self._allocated_n = {Pool.ROLLOUT: 0, Pool.TRAIN: 0}
         self.admissions = {
             "direct_packing": 0,
             "rollout_scaling": 0,
@@ -189,59 +173,8 @@ class Simulation:
 
     # -- node accounting --------------------------------------------------------
     def _sync_allocation(self) -> None:
-        """Open/close node-allocation intervals to match the groups in `self.state`.
-
-        Only the groups that changed since the last call are read (a group is immutable:
-        the same object holds the same nodes): the union of every group's nodes, and the
-        count of every allocated node, at each arrival, departure and move were quadratic
-        in the jobs (~12 s of CPU at 2,100 jobs). A node is allocated while some group
-        holds it.
-        """
-        groups = self.state.groups
-        if groups is not self._groups_synced:
-            self._groups_synced = groups
-            seen, holders = self._nodes_of, self._holders
-            now_of: dict[str, tuple[Group, frozenset[str]]] = {}
-            touched: set[str] = set()
-            for group in groups:
-                had = seen.get(group.id)
-                if had is not None and had[0] is group:
-                    now_of[group.id] = had
-                    continue
-                nodes = _group_nodes(group)
-                now_of[group.id] = (group, nodes)
-                for node in nodes:
-                    holders[node] = holders.get(node, 0) + 1
-                touched |= nodes
-                if had is not None:
-                    for node in had[1]:
-                        holders[node] -= 1
-                    touched |= had[1]
-            for group_id in seen.keys() - now_of.keys():
-                for node in seen[group_id][1]:
-                    holders[node] -= 1
-                touched |= seen[group_id][1]
-            self._nodes_of = now_of
-            allocated, count = self.allocated_since, self._allocated_n
-            # (in the nodes' order, not the set's: the hash seed would otherwise order the
-            # allocations, and the run's dollar cost would differ in its last bits between
-            # processes)
-            ordered = sorted(touched)
-            for node in ordered:
-                if holders[node] and node not in allocated:
-                    allocated[node] = self.now
-                    count[self.node_pool[node]] += 1
-            for node in ordered:
-                if holders[node] or node not in allocated:
-                    continue
-                del holders[node]
-                start = allocated.pop(node)
-                count[self.node_pool[node]] -= 1
-                if self.node_free_at.get(node, 0.0) > self.now + EPS:
-                    raise SimulationError(f"node {node} released while running a phase")
-                self.allocations.append((node, start, self.now))
-            for pool in (Pool.ROLLOUT, Pool.TRAIN):
-                self.peak_nodes[pool] = max(self.peak_nodes[pool], count[pool])
+        """Open/close node-allocation intervals to match the groups in `self.state`."""
+        self.ledger.sync(self.state.groups, self.now, self.node_free_at)
         if self.tenancy is not None:
             self.tenancy.tick(self)
 
