@@ -26,7 +26,10 @@ class AnyOf(Lookup):  # type: ignore[type-arg]
         # the column's own type: psycopg sends small ids as int2[], and bigint = int2 is a
         # cross-type operator PostgreSQL cannot hash (a linear search of the array per row)
         array_type = self.lhs.output_field.db_type(connection)
-        return f"{lhs} = ANY(%s::{array_type}[])", [*params, sorted(self.rhs)]
+        # sent as the array's text ('{1,2,3}'), which PostgreSQL parses: psycopg dumps a
+        # Python list element by element (~25 ms for a fleet's month of ~15,000 job ids)
+        text = "{" + ",".join(str(int(x)) for x in sorted(self.rhs)) + "}"
+        return f"{lhs} = ANY(%s::{array_type}[])", [*params, text]
 
 
 def in_ids(column: str, ids: set[int]) -> Any:

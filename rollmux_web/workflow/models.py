@@ -199,7 +199,7 @@ class PhaseRecord(models.Model):
     job_id: int
     group_id: int
     placement_id: int
-    # (its index is `phase_job_started` below: the job, then its phases' start)
+    # (its index is `phase_job_span` below: the job, then its phases' start and end)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="phases", db_index=False)
     group = models.ForeignKey(ExecutionGroup, on_delete=models.CASCADE, related_name="phases")
     placement = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="phases")
@@ -245,10 +245,12 @@ class PhaseRecord(models.Model):
         indexes = [
             models.Index(fields=["group", "started_at"]),
             models.Index(fields=["job", "iteration"]),
-            # a job's phases that started before a time (the SLO report's "ran in the
-            # range" for the jobs without kept inputs: a live job's phases after a past
-            # range are not read); it serves as the foreign key's index too
-            models.Index(fields=["job", "started_at"], name="phase_job_started"),
+            # a job's phases that started before a time and ended after another (the SLO
+            # report's "ran in the range" for the jobs without kept inputs), read from the
+            # index alone: a live job's phases after a past range are not read, and the
+            # planner prefers it to (job, iteration) for that probe, which it did not with
+            # (job, started_at) (migration 0020); it serves as the foreign key's index too
+            models.Index(fields=["job", "started_at", "finished_at"], name="phase_job_span"),
             # a job's latest phases of a kind (its drift: jobs.selectors._recent_phases)
             models.Index(fields=["job", "kind", "-finished_at"], name="phase_job_kind_finished"),
             models.Index(

@@ -9,7 +9,10 @@ from typing import Any
 
 from rollmux_web.jobs.models import JobStatus
 from rollmux_web.reports.selectors import slo_report
+from rollmux_web.reports.selectors._sql import _converts, cursor_rows, us_fields
+from rollmux_web.reports.selectors._time import us
 from rollmux_web.reports.selectors.slo import iteration_sums
+from rollmux_web.workflow.models import PhaseRecord
 from tests.reports.builders import make_group, make_job, phase, place
 
 DAY = date(2026, 3, 10)
@@ -173,3 +176,30 @@ def test_the_overview_lists_the_first_live_groups_and_counts_them_all(
     assert all(g.t_cycle for g in o.groups)  # the shown groups' meta-iterations
     html = client_as("admin").get("/").content.decode()
     assert f"The first {OVERVIEW_GROUPS} of {len(names)} live groups" in html
+
+
+def test_cursor_rows_are_the_querysets_rows_and_converted_columns_go_through_django(
+    world: Any,
+) -> None:
+    # the SLO report reads a fleet's month of job rows through the cursor (cursor_rows):
+    # the same tuples as the queryset's where no field converts its column, and the
+    # queryset's own rows where one does (a JSON column)
+    job = make_job(world, name="rows", status=JobStatus.COMPLETED)
+    pl = place(make_group(created=T0), job, rollout=[], train=[], joined=T0)
+    phase(pl, iteration=0, kind="rollout", nodes=["r0", "r1"], start=T0, minutes=10)
+    phase(pl, iteration=0, kind="train", nodes=["t0"], start=T0 + 10 * M, minutes=None)
+    as_us, exact = us_fields(s_us="started_at", f_us="finished_at")
+    assert exact  # (the tests run on PostgreSQL)
+    plain = (
+        PhaseRecord.objects.annotate(**as_us)
+        .order_by("id")
+        .values_list("id", "kind", "iteration", "started_at", *as_us)
+    )
+    assert not _converts(plain.query.get_compiler(plain.db))  # the cursor's rows are used
+    rows = cursor_rows(plain)
+    assert rows == list(plain)
+    assert rows[0][4] == us(T0) and rows[1][5] is None
+    with_json = PhaseRecord.objects.order_by("id").values_list("id", "node_names")
+    assert _converts(with_json.query.get_compiler(with_json.db))
+    assert cursor_rows(with_json) == list(with_json)
+    assert cursor_rows(with_json)[0][1] == ["r0", "r1"]

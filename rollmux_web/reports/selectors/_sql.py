@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import Func, TextField
+from django.db.models import BigIntegerField, Func, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from rollmux_web.epoch_sql import epoch_s, epoch_us
@@ -49,6 +49,34 @@ def us_fields(**columns: str) -> tuple[dict[str, Func], bool]:
     if connection.vendor != "postgresql":
         return {}, False
     return {alias: epoch_us(column) for alias, column in columns.items()}, True
+
+
+def cursor_rows(qs: QuerySet[Any, Any]) -> list[tuple[Any, ...]]:
+    """Return a `values_list` queryset's rows as PostgreSQL's cursor gives them: the same
+    tuples for columns whose fields convert nothing on the way out (numbers, text,
+    booleans, datetimes, and `us_fields`' integers), without Django's per-row iterator
+    (~7 µs a row: a fleet's month of the SLO report is ~14,800 jobs). Elsewhere, or with a
+    column a field converts, the queryset's own rows."""
+    compiler = qs.query.get_compiler(qs.db)
+    if connection.vendor != "postgresql" or _converts(compiler):
+        return list(qs)
+    sql, params = compiler.as_sql()
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def _converts(compiler: Any) -> bool:
+    """Whether a column of the compiled query has a converter that changes a value psycopg
+    returns (a field's `from_db_value`, a backend's); the integer cast of an expression
+    (`us_fields`) does not: psycopg returns bigint as int."""
+    compiler.setup_query()
+    found = compiler.get_converters([selected[0] for selected in compiler.select])
+    return any(
+        not isinstance(getattr(expr, "output_field", None), BigIntegerField)
+        or getattr(expr.output_field, "from_db_value", None) is not None
+        for _convs, expr in found.values()
+    )
 
 
 def epoch(value: Any, *, exact: bool) -> Any:

@@ -17,7 +17,7 @@ from rollmux_web.audit.models import AuditEntry
 from rollmux_web.id_sql import in_ids
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import time_scale_of
-from rollmux_web.reports.selectors._sql import us_fields
+from rollmux_web.reports.selectors._sql import cursor_rows, us_fields
 from rollmux_web.reports.selectors._time import day_range, us
 from rollmux_web.workflow.models import (
     ArchivedJob,
@@ -249,7 +249,7 @@ def _job_rows(
     sources: dict[int, str] = {}
     n = len(JOB_FIELDS)
     rows = Job.objects.filter(in_ids("id", ids)).annotate(**spans).order_by().values_list(*cols)
-    for row in rows:
+    for row in cursor_rows(rows):
         jid = row[0]
         jobs[jid] = row[:n]
         s_it, s_solo, s_sync, a_it, a_solo, a_sync, s0, s1, a0, a1 = row[n : n + 10]
