@@ -92,9 +92,21 @@ def expected_profile(job: JobProfile, *, margin: float = 0.0) -> JobProfile:
     else:
         roll, train = min(roll * f, job.t_roll_max_s), min(train * f, job.t_train_max_s)
     roll, train = max(roll, SLO_EPS), max(train, SLO_EPS)
-    return replace(
-        job, t_roll_max_s=roll, t_roll_min_s=roll, t_train_max_s=train, t_train_min_s=train
+    return _exact_phases(job, roll, train)
+
+
+def _exact_phases(job: JobProfile, roll: float, train: float) -> JobProfile:
+    """Return `job` with exact rollout and training phases of these durations.
+
+    = replace(job, t_roll_max_s=roll, t_roll_min_s=roll, ...) without re-running
+    `__init__` (its `__post_init__` checks fields this leaves as they were): every SLO
+    check of a group makes its members' profiles anew (issue 25 item 4)."""
+    out = object.__new__(type(job))
+    out.__dict__.update(job.__dict__)
+    out.__dict__.update(
+        t_roll_max_s=roll, t_roll_min_s=roll, t_train_max_s=train, t_train_min_s=train
     )
+    return out
 
 
 @dataclass(frozen=True)
@@ -145,8 +157,13 @@ def check_group(
     ]
     if margin is None or not all(held):
         return GroupSloCheck(tuple(worst), (), tuple(held))
-    inflated = [_seen(replace(m, job=expected_profile(m.job, margin=margin))) for m in members]
-    plain = [replace(m, job=expected_profile(m.job, margin=0.0)) for m in members]
+    inflated = [
+        _seen(Member(expected_profile(m.job, margin=margin), m.rollout_nodes, m.train_nodes))
+        for m in members
+    ]
+    plain = [
+        Member(expected_profile(m.job, margin=0.0), m.rollout_nodes, m.train_nodes) for m in members
+    ]
     expected, solo = [], []
     for k, m in enumerate(members):
         shape = m.job.trend_shape if len(members) > 1 else None

@@ -252,10 +252,14 @@ def test_a_member_at_expected_durations_is_the_replaced_profile() -> None:
                 t_train_max_s=objective_module.expected_train_s(j),
             ),
         )
-        cache: dict[int, Member] = {}
+        made = objective_module._Made()
         assert objective_module._expected(m) == want
-        assert objective_module._expected(m, cache) == want
-        assert objective_module._expected(m, cache) is cache[id(m)]  # made once
+        assert objective_module._expected(m, made) == want
+        assert objective_module._expected(m, made) is made.expected[id(m)]  # made once
+        # the memo key's part of the profile: what the recursion reads of `want`
+        part = (want.job.t_roll_max_s, want.job.t_train_max_s, j.t_sync_s, j.switch_s)
+        assert objective_module._profile_key(m, made) == part
+        assert objective_module._profile_key(m, made) is made.keys[id(m)]
 
 
 @pytest.mark.parametrize("seed", range(4))
