@@ -205,12 +205,16 @@ def periodic_meta_length(members: Sequence[Member], switch_overhead_s: float) ->
         state.append(train_start)
         history.append(state)
         r = len(history) - 1
+        tol = 1e-9 * max(1.0, abs(state[0]))
         for c in range(1, _MAX_PERIOD + 1):
             if r - c < 1:  # the first round's switch pattern is not the steady one
                 break
             old = history[r - c]
             shift = state[0] - old[0]
-            tol = 1e-9 * max(1.0, abs(state[0]))
+            # (the last variable first: most rounds are not periodic yet, and one variable
+            # off the shift tells; the planner runs this at every new group it evaluates)
+            if not abs(train_start - old[-1] - shift) <= tol:
+                continue
             if all(abs(a - b - shift) <= tol for a, b in zip(state, old, strict=True)):
                 return shift / c
     return None

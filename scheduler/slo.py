@@ -92,9 +92,21 @@ def expected_profile(job: JobProfile, *, margin: float = 0.0) -> JobProfile:
     else:
         roll, train = min(roll * f, job.t_roll_max_s), min(train * f, job.t_train_max_s)
     roll, train = max(roll, SLO_EPS), max(train, SLO_EPS)
-    return replace(
-        job, t_roll_max_s=roll, t_roll_min_s=roll, t_train_max_s=train, t_train_min_s=train
+    return _exact_phases(job, roll, train)
+
+
+def _exact_phases(job: JobProfile, roll: float, train: float) -> JobProfile:
+    """Return `job` with exact rollout and training phases of these durations.
+
+    = replace(job, t_roll_max_s=roll, t_roll_min_s=roll, ...) without re-running
+    `__init__` (its `__post_init__` checks fields this leaves as they were): every SLO
+    check of a group makes its members' profiles anew (issue 25 item 4)."""
+    out = object.__new__(type(job))
+    out.__dict__.update(job.__dict__)
+    out.__dict__.update(
+        t_roll_max_s=roll, t_roll_min_s=roll, t_train_max_s=train, t_train_min_s=train
     )
+    return out
 
 
 @dataclass(frozen=True)
@@ -131,13 +143,17 @@ def check_group(
     margin: float | None = DEFAULT_SLO_MARGIN,
     tight_slack: float | None = None,
     worst_s: Sequence[float] | None = None,
+    until_broken: bool = False,
 ) -> GroupSloCheck:
     """Return the SLO check of a co-execution group of `members` (see the module docstring).
 
     A sharing member whose slo - 1 is below `tight_slack` must also keep its SLO on its
     worst-case iteration time against its expected solo time (None: never). `worst_s` passes the worst-case iteration times when the caller has them already.
     The expected check is skipped (and `expected_s` empty) when the worst-case one
-    fails or `margin` is None.
+    fails or `margin` is None. With `until_broken` (a caller that reads only `ok`, and
+    the times when it holds) the expected check stops at the first member that breaks
+    its SLO: `expected_s` and `held` then end with that member (each member's expected
+    time is a recursion of its own, and most failing joins break the first member's).
     """
     worst = list(worst_s) if worst_s is not None else _floored(members, switch_overhead_s)
     held = [
@@ -145,8 +161,13 @@ def check_group(
     ]
     if margin is None or not all(held):
         return GroupSloCheck(tuple(worst), (), tuple(held))
-    inflated = [_seen(replace(m, job=expected_profile(m.job, margin=margin))) for m in members]
-    plain = [replace(m, job=expected_profile(m.job, margin=0.0)) for m in members]
+    inflated = [
+        _seen(Member(expected_profile(m.job, margin=margin), m.rollout_nodes, m.train_nodes))
+        for m in members
+    ]
+    plain = [
+        Member(expected_profile(m.job, margin=0.0), m.rollout_nodes, m.train_nodes) for m in members
+    ]
     expected, solo = [], []
     for k, m in enumerate(members):
         shape = m.job.trend_shape if len(members) > 1 else None
@@ -154,25 +175,37 @@ def check_group(
             mix = inflated[:k] + [plain[k]] + inflated[k + 1 :]
             expected.append(_floored(mix, switch_overhead_s)[k])
             solo.append(expected_solo_s(m.job))
-            continue
-        # a trending member, followed over the pieces of its remaining run: its mean
-        # iteration time in the group against its mean solo time (the others at theirs)
-        times, solos = [], []
-        for f in shape:
-            own = _scaled(plain[k], f)
-            mix = inflated[:k] + [own] + inflated[k + 1 :]
-            times.append(_floored(mix, switch_overhead_s)[k])
-            solos.append(own.job.t_solo_max_s)
-        expected.append(sum(times) / len(times))
-        solo.append(sum(solos) / len(solos))
-    held = [t <= m.job.slo * s + SLO_EPS for m, t, s in zip(members, expected, solo, strict=True)]
+        else:
+            # a trending member, followed over the pieces of its remaining run: its mean
+            # iteration time in the group against its mean solo time (the others at theirs)
+            times, solos = [], []
+            for f in shape:
+                own = _scaled(plain[k], f)
+                mix = inflated[:k] + [own] + inflated[k + 1 :]
+                times.append(_floored(mix, switch_overhead_s)[k])
+                solos.append(own.job.t_solo_max_s)
+            expected.append(sum(times) / len(times))
+            solo.append(sum(solos) / len(solos))
+        if until_broken and not _holds(m, expected[k], worst[k], solo[k], tight_slack, members):
+            return GroupSloCheck(tuple(worst), tuple(expected), (True,) * k + (False,))
+    held = [
+        _holds(m, t, w, s, tight_slack, members)
+        for m, t, w, s in zip(members, expected, worst, solo, strict=True)
+    ]
+    return GroupSloCheck(tuple(worst), tuple(expected), tuple(held))
+
+
+def _holds(
+    m: Member, t: float, w: float, s: float, tight_slack: float | None, members: Sequence[Member]
+) -> bool:
+    """Return True when member `m` keeps its SLO at expected time `t` (worst-case `w`)
+    against its expected solo time `s` (`check_group`)."""
+    if not t <= m.job.slo * s + SLO_EPS:
+        return False
     if tight_slack is not None and len(members) > 1:
         # a tight-SLO member: the group's whole spread within its expected window
-        held = [
-            h and (m.job.slo - 1.0 >= tight_slack or w <= m.job.slo * s + SLO_EPS)
-            for m, h, w, s in zip(members, held, worst, solo, strict=True)
-        ]
-    return GroupSloCheck(tuple(worst), tuple(expected), tuple(held))
+        return m.job.slo - 1.0 >= tight_slack or w <= m.job.slo * s + SLO_EPS
+    return True
 
 
 def _seen(member: Member) -> Member:

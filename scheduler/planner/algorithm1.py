@@ -405,6 +405,7 @@ def check_slo(
             margin=slo_margin,
             tight_slack=tight_slack,
             worst_s=worst_s,
+            until_broken=True,  # (read below: `ok`, and the times when it holds)
         )
 
     check = (

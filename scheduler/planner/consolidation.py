@@ -77,8 +77,9 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from scheduler.cluster import make_node, nodes_needed
 from scheduler.config import PlannerConfig
@@ -585,6 +586,32 @@ def _members_by_id(state: ClusterState) -> dict[str, tuple[Group, Member]]:
     return {m.job.id: (g, m) for g in state.groups for m in g.members}
 
 
+class _WithJob(Mapping[str, JobProgress]):
+    """`progress` with one more job's: a view (copying every running job's progress at
+    every arrival was linear in the running jobs, issue 25 item 4)."""
+
+    __slots__ = ("_base", "_id", "_own")
+
+    def __init__(self, base: Mapping[str, JobProgress], job_id: str, own: JobProgress) -> None:
+        self._base, self._id, self._own = base, job_id, own
+
+    def __getitem__(self, job_id: str) -> JobProgress:
+        return self._own if job_id == self._id else self._base[job_id]
+
+    def get(self, job_id: str, default: Any = None) -> Any:
+        return self._own if job_id == self._id else self._base.get(job_id, default)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id == self._id or job_id in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        yield self._id
+        yield from (k for k in self._base if k != self._id)
+
+    def __len__(self) -> int:
+        return len(self._base) + (self._id not in self._base)
+
+
 @dataclass(frozen=True)
 class ArrivalPlan:
     """Where an arriving job goes, and the co-located jobs to move in with it."""
@@ -626,7 +653,7 @@ def place_with_partners(
         return ArrivalPlan(first)
     gid = f"{job.id}:new"
     trial = apply_placement(state, job, alt.placement, group_id=gid)
-    mine = dict(progress) | {job.id: JobProgress(now)}
+    mine = _WithJob(progress, job.id, JobProgress(now))
     factor = state.spec.train.rollout_speed_factor
     n = job.iterations
     extra = 0.0  # what the new group costs the newcomer over its first choice

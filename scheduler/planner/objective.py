@@ -21,7 +21,6 @@ serves admission (a newcomer has done nothing) and consolidation.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -73,20 +72,43 @@ def colocated_expected_s(job: JobProfile, rollout_speed_factor: float) -> float:
     return rollout_speed_factor * expected_roll_s(job) + expected_train_s(job)
 
 
-def _expected(member: Member, cache: dict[int, Member] | None = None) -> Member:
-    """Return `member` with its phases at their expected durations (`cache`: those made
-    already, by id of the member, for a caller that asks for the same members again)."""
-    if cache is not None and (hit := cache.get(id(member))) is not None:
+class _Made:
+    """What one evaluation of a group's expected cost makes once per member and reads at
+    every departure it walks through (by id of the member: the caller holds them): the
+    member at expected durations, and its profile's part of the memo key."""
+
+    __slots__ = ("expected", "keys")
+
+    def __init__(self) -> None:
+        self.expected: dict[int, Member] = {}
+        self.keys: dict[int, tuple[float, float, float, float | None]] = {}
+
+
+def _expected(member: Member, made: _Made | None = None) -> Member:
+    """Return `member` with its phases at their expected durations (`made`: those made
+    already, for a caller that asks for the same members again)."""
+    if made is not None and (hit := made.expected.get(id(member))) is not None:
         return hit
     job = member.job
     # = replace(job, t_roll_max_s=..., t_train_max_s=...) without re-running __init__ (its
     # __post_init__ checks fields this leaves as they were): the objective's hot path
-    exp = copy.copy(job)
-    object.__setattr__(exp, "t_roll_max_s", expected_roll_s(job))
-    object.__setattr__(exp, "t_train_max_s", expected_train_s(job))
+    exp = object.__new__(type(job))
+    exp.__dict__.update(job.__dict__)
+    exp.__dict__.update(t_roll_max_s=expected_roll_s(job), t_train_max_s=expected_train_s(job))
     out = Member(exp, member.rollout_nodes, member.train_nodes)
-    if cache is not None:
-        cache[id(member)] = out
+    if made is not None:
+        made.expected[id(member)] = out
+    return out
+
+
+def _profile_key(member: Member, made: _Made | None) -> tuple[float, float, float, float | None]:
+    """Return what the recursion reads of the member's profile at expected durations."""
+    if made is not None and (hit := made.keys.get(id(member))) is not None:
+        return hit
+    job = member.job
+    out = (expected_roll_s(job), expected_train_s(job), job.t_sync_s, job.switch_s)
+    if made is not None:
+        made.keys[id(member)] = out
     return out
 
 
@@ -95,7 +117,7 @@ def expected_meta_s(
     *,
     switch_overhead_s: float,
     colocated_factor: float = 1.0,
-    _cache: dict[int, Member] | None = None,
+    _made: _Made | None = None,
 ) -> float:
     """Return the steady meta-iteration of `members` with expected phase durations.
 
@@ -113,29 +135,23 @@ def expected_meta_s(
     def compute() -> float:
         return max(
             steady_iteration_times(
-                [_expected(m, _cache) for m in members], switch_overhead_s=switch_overhead_s
+                [_expected(m, _made) for m in members], switch_overhead_s=switch_overhead_s
             )
         )
 
     if not keeping():
         return compute()
     # a function of what the recursion reads of each member at its expected phases (kept
-    # across passes for a caller with a lasting memo, scheduler.planner.memo)
-    # (each node as the order in which the members first name it: the recursion reads
-    # which members share a node, not its name)
+    # across passes for a caller with a lasting memo, scheduler.planner.memo): its nodes,
+    # each as the order in which the members first name it (the recursion reads which
+    # members share a node, not its name), and its profile's part
     label: dict[str, int] = {}
-    key = tuple(
-        (
-            tuple(label.setdefault(x, len(label)) for x in m.rollout_nodes),
-            tuple(label.setdefault(x, len(label)) for x in m.train_nodes),
-            expected_roll_s(m.job),
-            expected_train_s(m.job),
-            m.job.t_sync_s,
-            m.job.switch_s,
-        )
-        for m in members
-    )
-    return cached("expected_meta_s", (key, switch_overhead_s), compute, lasting=True)
+    nodes: list[tuple[int, ...]] = []
+    for m in members:
+        nodes.append(tuple([label.setdefault(x, len(label)) for x in m.rollout_nodes]))
+        nodes.append(tuple([label.setdefault(x, len(label)) for x in m.train_nodes]))
+    key = (tuple(nodes), tuple([_profile_key(m, _made) for m in members]), switch_overhead_s)
+    return cached("expected_meta_s", key, compute, lasting=True)
 
 
 def remaining_iterations(job: JobProfile, progress: Mapping[str, JobProgress]) -> int:
@@ -199,19 +215,20 @@ def _members_remaining_cost(
     lone_now: bool = False,
     joining: str | None = None,
 ) -> float:
+    # (by remaining iterations, then position: the positions differ, so the members are
+    # never compared)
     left = sorted(
-        (
+        [
             (
                 m.job.iterations if m.job.id == joining else remaining_iterations(m.job, progress),
                 i,
                 m,
             )
             for i, m in enumerate(members)
-        ),
-        key=lambda e: (e[0], e[1]),
+        ]
     )
     extra = extra_s or {}
-    expected: dict[int, Member] = {}  # the members at expected durations, made once
+    made = _Made()  # what the departures below read of each member, made once
     release: dict[str, float] = {}
     now = 0.0
     done_iterations = 0
@@ -242,7 +259,7 @@ def _members_remaining_cost(
                 active,
                 switch_overhead_s=switch_overhead_s,
                 colocated_factor=colocated_factor,
-                _cache=expected,
+                _made=made,
             )
             done_iterations = remaining
         leave = now + extra.get(member.job.id, 0.0)

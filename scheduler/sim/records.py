@@ -7,6 +7,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -153,6 +154,22 @@ class LiveProgress(Mapping[str, JobProgress]):
             made = JobProgress(r.admitted_s, r.iterations_done, r.moves, r.solo_done_s)
             self._made[job_id] = made
         return made
+
+    def get(self, job_id: str, default: Any = None) -> Any:
+        """Return the job's progress, or `default` when it is not running: without the
+        KeyError `Mapping.get` raises and catches inside (most of the planner's reads of a
+        job not running yet: a newcomer, a mover's rest)."""
+        made = self._made.get(job_id)
+        if made is not None:
+            return made
+        r = self._jobs.get(job_id)
+        if r is None or r.status != "running" or r.admitted_s is None:
+            return default
+        return self[job_id]
+
+    def __contains__(self, job_id: object) -> bool:
+        r = self._jobs.get(job_id)  # type: ignore[call-overload]
+        return r is not None and r.status == "running" and r.admitted_s is not None
 
     def __iter__(self) -> Iterator[str]:
         return (

@@ -48,7 +48,7 @@ from scheduler.planner.objective import (
     members_remaining_cost,
 )
 from scheduler.planner.reasons import infeasible_reason
-from scheduler.slo import worst_case_times
+from scheduler.slo import check_group, worst_case_times
 from tests.scheduler.builders import job
 
 SPEC = ClusterSpec(
@@ -252,10 +252,14 @@ def test_a_member_at_expected_durations_is_the_replaced_profile() -> None:
                 t_train_max_s=objective_module.expected_train_s(j),
             ),
         )
-        cache: dict[int, Member] = {}
+        made = objective_module._Made()
         assert objective_module._expected(m) == want
-        assert objective_module._expected(m, cache) == want
-        assert objective_module._expected(m, cache) is cache[id(m)]  # made once
+        assert objective_module._expected(m, made) == want
+        assert objective_module._expected(m, made) is made.expected[id(m)]  # made once
+        # the memo key's part of the profile: what the recursion reads of `want`
+        part = (want.job.t_roll_max_s, want.job.t_train_max_s, j.t_sync_s, j.switch_s)
+        assert objective_module._profile_key(m, made) == part
+        assert objective_module._profile_key(m, made) is made.keys[id(m)]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -349,3 +353,27 @@ def _pools(req: Request) -> dict[Pool, FreePool]:
         )
         for p, f in req.pools.items()
     }
+
+
+@pytest.mark.parametrize("tight", [None, 0.05])
+def test_the_slo_check_until_broken_answers_as_the_whole_check(tight: float | None) -> None:
+    # check_slo stops the expected half at the first member that breaks its SLO: the
+    # same verdict, and when it holds the same times, as the check of every member
+    rng = random.Random(11)
+    verdicts = set()
+    for _ in range(300):
+        jobs = random_jobs(rng, rng.randint(2, 5))
+        jobs = [replace(j, slo=rng.choice((1.002, 1.05, 1.3, 2.0, 3.0))) for j in jobs]
+        shared = ("h800-0",)
+        members = [Member(j, (f"h20-{rng.randint(0, 2)}",), shared) for j in jobs]
+        whole = check_group(members, switch_overhead_s=2.0, tight_slack=tight)
+        early = check_group(members, switch_overhead_s=2.0, tight_slack=tight, until_broken=True)
+        assert early.ok == whole.ok
+        assert early.worst_s == whole.worst_s
+        if whole.ok:
+            assert early == whole
+        else:  # the members checked before the first broken one are the same
+            assert early.held == whole.held[: len(early.held)]
+            assert early.expected_s == whole.expected_s[: len(early.expected_s)]
+        verdicts.add((whole.ok, bool(whole.expected_s)))
+    assert verdicts == {(True, True), (False, True), (False, False)}  # every branch met
