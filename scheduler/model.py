@@ -117,6 +117,9 @@ class Node:
     cordoned: bool = False
 
 
+_PHASE_TIMES = frozenset({"t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s"})
+
+
 @dataclass(frozen=True)
 class JobProfile:
     """One RL post-training job: the fields of the trace format (v1)."""
@@ -186,6 +189,19 @@ class JobProfile:
             raise ValueError(
                 f"job {self.id!r}: trend_shape must be finite factors > 0, got {shape!r}"
             )
+
+    def with_phase_times(self, **times: float) -> JobProfile:
+        """Return this profile with phase times replaced (`t_roll_max_s`, `t_roll_min_s`,
+        `t_train_max_s`, `t_train_min_s`): `dataclasses.replace` without re-running
+        `__post_init__`, whose checks read none of them. The planner's SLO check and
+        expected cost make such copies of every member of every group they evaluate
+        (issue 25 item 4)."""
+        if not times.keys() <= _PHASE_TIMES:
+            raise ValueError(f"not phase times: {sorted(times.keys() - _PHASE_TIMES)}")
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        out.__dict__.update(times)
+        return out
 
     def switch_overhead(self, default_s: float) -> float:
         """Return the switch overhead of this job's phases: measured, else `default_s`."""

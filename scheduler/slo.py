@@ -92,21 +92,9 @@ def expected_profile(job: JobProfile, *, margin: float = 0.0) -> JobProfile:
     else:
         roll, train = min(roll * f, job.t_roll_max_s), min(train * f, job.t_train_max_s)
     roll, train = max(roll, SLO_EPS), max(train, SLO_EPS)
-    return _exact_phases(job, roll, train)
-
-
-def _exact_phases(job: JobProfile, roll: float, train: float) -> JobProfile:
-    """Return `job` with exact rollout and training phases of these durations.
-
-    = replace(job, t_roll_max_s=roll, t_roll_min_s=roll, ...) without re-running
-    `__init__` (its `__post_init__` checks fields this leaves as they were): every SLO
-    check of a group makes its members' profiles anew (issue 25 item 4)."""
-    out = object.__new__(type(job))
-    out.__dict__.update(job.__dict__)
-    out.__dict__.update(
+    return job.with_phase_times(
         t_roll_max_s=roll, t_roll_min_s=roll, t_train_max_s=train, t_train_min_s=train
     )
-    return out
 
 
 @dataclass(frozen=True)

@@ -90,11 +90,9 @@ def _expected(member: Member, made: _Made | None = None) -> Member:
     if made is not None and (hit := made.expected.get(id(member))) is not None:
         return hit
     job = member.job
-    # = replace(job, t_roll_max_s=..., t_train_max_s=...) without re-running __init__ (its
-    # __post_init__ checks fields this leaves as they were): the objective's hot path
-    exp = object.__new__(type(job))
-    exp.__dict__.update(job.__dict__)
-    exp.__dict__.update(t_roll_max_s=expected_roll_s(job), t_train_max_s=expected_train_s(job))
+    exp = job.with_phase_times(
+        t_roll_max_s=expected_roll_s(job), t_train_max_s=expected_train_s(job)
+    )
     out = Member(exp, member.rollout_nodes, member.train_nodes)
     if made is not None:
         made.expected[id(member)] = out

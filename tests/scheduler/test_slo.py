@@ -198,3 +198,15 @@ def test_the_planner_keeps_a_newcomer_out_of_a_tight_members_group() -> None:
     # without the rule the wide newcomer joins
     off = shipped.with_(tight_slack=0.0)
     assert place(WIDE, state, config=off).strategy is Strategy.DIRECT_PACKING
+
+
+def test_with_phase_times_is_replace_of_the_phase_times_only() -> None:
+    # the planner's hot path copies profiles this way (no __post_init__): the same profile
+    # as dataclasses.replace, and nothing but phase times may be set through it
+    base = replace(job("a", 100.0, 50.0), t_roll_min_s=60.0, switch_s=3.0)
+    times = {"t_roll_max_s": 80.0, "t_roll_min_s": 80.0, "t_train_max_s": 40.0}
+    copied = base.with_phase_times(**times)
+    assert copied == replace(base, **times) and copied is not base
+    assert base.t_roll_max_s == 100.0  # the original is untouched
+    with pytest.raises(ValueError, match="switch_s"):
+        base.with_phase_times(switch_s=1.0)
