@@ -9,7 +9,13 @@ from typing import Any
 
 from rollmux_web.jobs.models import JobStatus
 from rollmux_web.reports.selectors import slo_report
-from rollmux_web.reports.selectors._sql import _converts, cursor_rows, us_fields
+from rollmux_web.reports.selectors._sql import (
+    _converts,
+    cursor_iter,
+    cursor_rows,
+    json_key_txt,
+    us_fields,
+)
 from rollmux_web.reports.selectors._time import us
 from rollmux_web.reports.selectors.slo import iteration_sums
 from rollmux_web.workflow.models import PhaseRecord
@@ -203,3 +209,38 @@ def test_cursor_rows_are_the_querysets_rows_and_converted_columns_go_through_dja
     assert _converts(with_json.query.get_compiler(with_json.db))
     assert cursor_rows(with_json) == list(with_json)
     assert cursor_rows(with_json)[0][1] == ["r0", "r1"]
+    # streamed (the cost engine's phase spans): the same rows, in chunks, either way
+    assert list(cursor_iter(plain, chunk_size=1)) == rows
+    assert list(cursor_iter(with_json, chunk_size=1)) == list(with_json)
+
+
+def test_a_json_keys_text_loads_to_the_fields_value(world: Any) -> None:
+    # the cost engine reads two metrics as JSON text (json_key_txt), so its rows need no
+    # converter: json.loads of the text is the JSONField's value, None when the key is absent
+    import json
+
+    job = make_job(world, name="metrics", status=JobStatus.COMPLETED)
+    pl = place(make_group(created=T0), job, rollout=[], train=[], joined=T0)
+    shapes = [
+        {"tail_released": {"r0": 12.5, "r1": 30}, "rollout_speed_factor": 1.25},
+        {"rollout_speed_factor": 0},
+        {"tail_released": None},
+        {},
+    ]
+    for i, metrics in enumerate(shapes):
+        p = phase(pl, iteration=i, kind="rollout", nodes=["r0"], start=T0, minutes=1)
+        PhaseRecord.objects.filter(pk=p.pk).update(metrics=metrics)
+    qs = (
+        PhaseRecord.objects.filter(job=job)
+        .annotate(r=json_key_txt("tail_released"), f=json_key_txt("rollout_speed_factor"))
+        .order_by("iteration")
+        .values_list("r", "f", "metrics")
+    )
+    assert not _converts(qs.values_list("r", "f").query.get_compiler(qs.db))
+    got = [
+        tuple(None if t is None else json.loads(t) for t in (r, f))
+        + ((m or {}).get("tail_released"), (m or {}).get("rollout_speed_factor"))
+        for r, f, m in qs
+    ]
+    assert [g[:2] for g in got] == [g[2:] for g in got]
+    assert got[0][0] == {"r0": 12.5, "r1": 30} and got[1][1] == 0 and got[3][:2] == (None, None)
