@@ -67,8 +67,9 @@ Rules (decisions where the issue is silent, marked [I]):
    between them changed neither its group nor its answer's destination, its answer
    takes no node from the free pool, and neither group the move changed passes the
    candidate's first checks now (Algorithm 1 would not consider them); the candidate
-   is not asked again. Only where a group's admission reads that group alone
-   (`admissible.answers_local`: unbounded rollout pool, nothing cordoned); the same
+   is not asked again (nor, when rule 7's filters skipped it in the round before, its
+   answer then being None, are the filters). Only where a group's admission reads that
+   group alone (`admissible.answers_local`: unbounded rollout pool, nothing cordoned); the same
    moves (tests/scheduler/test_consolidation_speed_equal.py).
 """
 
@@ -548,7 +549,16 @@ def plan_consolidation(
             )
             if same and found[0].id not in changed and not joinable.passes_any(found[1], changed):
                 return prior
-        mv = answers[job_id] = _best_move(current, found, now=now, progress=progress, cfg=cfg)
+        # a candidate the filters skip is one `best_move` answers None for: that answer is
+        # kept for the next round like best_move's own (rule 8; asking the remembered
+        # filter again over every group, round after round, was most of its time at size)
+        if not joinable.admits_none(found, progress, departure=current is state) and (
+            joinable.may_move(*found, progress)
+        ):
+            mv = _best_move(current, found, now=now, progress=progress, cfg=cfg)
+        else:
+            mv = None
+        answers[job_id] = mv
         return mv
 
     # The pass's evaluations (groups' expected costs, SLO checks) repeat across its
@@ -559,10 +569,7 @@ def plan_consolidation(
             options = [
                 mv
                 for job_id in sorted(candidates)
-                if (found := where.get(job_id)) is not None
-                and not joinable.admits_none(found, progress, departure=current is state)
-                and joinable.may_move(*found, progress)
-                and (mv := answer(found))
+                if (found := where.get(job_id)) is not None and (mv := answer(found))
             ]
             if not options:
                 break
