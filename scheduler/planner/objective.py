@@ -39,7 +39,7 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
-from scheduler.planner.memo import cached, in_scope, keeping
+from scheduler.planner.memo import cached, in_scope, interned, keeping
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s
@@ -190,7 +190,7 @@ def members_remaining_cost(
     if not in_scope(progress):
         return compute()
     key = (
-        tuple(members),
+        interned(members),
         switch_overhead_s,
         tuple(sorted(extra_s.items())) if extra_s else (),
         colocated_factor,

@@ -218,3 +218,18 @@ def test_the_memo_answers_only_inside_its_scope_and_for_its_progress() -> None:
         assert memo.cached("p", 1, compute, progress=progress, reads_progress=True) == 7
         assert memo.cached("p", 1, compute, progress=progress, reads_progress=True) == 7
     assert memo.cached("k", 1, compute) == 8  # the scope is gone with its values
+
+
+def test_interned_numbers_equal_items_alike_and_others_apart() -> None:
+    a, b = ("x", 1.0), ("y", 2.0)
+    a_again = ("x", float("1"))  # equal to `a`, another object
+    assert a_again is not a
+    assert memo.interned([a, b]) is None  # no scope: nothing to number in
+    with memo.evaluation_scope({}):
+        first = memo.interned([a, b, a])
+        assert first is not None and first[0] == first[2] != first[1]
+        assert memo.interned([a_again, b]) == first[:2]  # by value, as the items' key
+        assert memo.interned([b, a]) == (first[1], first[0])  # the order is kept
+        assert memo.interned([("z", 3.0)]) not in ((first[0],), (first[1],))
+    with memo.evaluation_scope({}):
+        assert memo.interned([b]) == (0,)  # a new scope numbers afresh
