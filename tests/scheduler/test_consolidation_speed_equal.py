@@ -24,7 +24,7 @@ import pytest
 import scheduler.planner as planner
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, JobProfile, PlacementResult
-from scheduler.planner import admissible, memo
+from scheduler.planner import admissible, consolidation, memo
 from scheduler.planner.consolidation import (
     Move,
     admit,
@@ -233,3 +233,47 @@ def test_interned_numbers_equal_items_alike_and_others_apart() -> None:
         assert memo.interned([("z", 3.0)]) not in ((first[0],), (first[1],))
     with memo.evaluation_scope({}):
         assert memo.interned([b]) == (0,)  # a new scope numbers afresh
+
+
+def test_a_move_refused_before_placement_is_one_the_placement_would_refuse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`best_move` skips Algorithm 1 when `may_move_within_budget` says no destination
+    keeps the mover's SLO: each such answer of a simulated run at the at-size shape is
+    compared with the full evaluation's, which must be None too."""
+    refused: list[str] = []
+    real = consolidation.may_move_within_budget
+
+    def checked(job: JobProfile, progress: JobProgress | None, now: float, *args: Any,
+                **kwargs: Any) -> bool:  # fmt: skip
+        out = real(job, progress, now, *args, **kwargs)
+        if not out:
+            monkeypatch.setattr(consolidation, "may_move_within_budget", lambda *a, **k: True)
+            try:
+                full = best_move(state_of[0], job.id, now=now, progress=progress_of[0],
+                                 config=config_of[0])  # fmt: skip
+            finally:
+                monkeypatch.setattr(consolidation, "may_move_within_budget", checked)
+            assert full is None
+            refused.append(job.id)
+        return out
+
+    state_of: list[ClusterState] = []
+    progress_of: list[Mapping[str, JobProgress]] = []
+    config_of: list[PlannerConfig] = []
+    best = consolidation._best_move
+
+    def remembered(state: ClusterState, found: Any, **kwargs: Any) -> Any:
+        state_of[:] = [state]
+        progress_of[:] = [kwargs["progress"]]
+        config_of[:] = [kwargs["cfg"]]
+        return best(state, found, **kwargs)
+
+    monkeypatch.setattr(consolidation, "_best_move", remembered)
+    monkeypatch.setattr(consolidation, "may_move_within_budget", checked)
+    jobs = [
+        replace(j, iterations=min(j.iterations, 30))
+        for j in generate_paper(3, jobs=90, window_h=6.0)
+    ]
+    simulate(jobs, load_cluster(UNBOUNDED), make_policy("rollmux", seed=0), seed=0)
+    assert len(refused) >= 3
