@@ -36,7 +36,7 @@ import numpy as np
 from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
 from scheduler.planner.index import GroupBounds, GroupSummary
-from scheduler.planner.memo import cached, keeping
+from scheduler.planner.memo import cached, keeping, peek
 from scheduler.slo import (
     DEFAULT_SLO_MARGIN,
     DEFAULT_TIGHT_SLACK,
@@ -418,8 +418,39 @@ def check_slo(
         if keeping()
         else compute()
     )
+    return _joined_slowdowns(check, members)
+
+
+def known_check_slo(
+    group: Group,
+    job: JobProfile,
+    rollout: tuple[str, ...],
+    train: tuple[str, ...],
+    *,
+    switch_overhead_s: float,
+    slo_margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float = DEFAULT_TIGHT_SLACK,
+) -> tuple[bool, dict[str, float] | None]:
+    """Return (True, `check_slo`'s answer) when the memo holds the group's check already
+    (a lone job asked again at the next departure, its groups unchanged), else (False,
+    None): a caller may then skip an inadmissible candidate's dearer evaluations."""
+    if not keeping():
+        return False, None
+    members = group.members + (Member(job, rollout, train),)
+    known, check = peek(
+        "check_group", (members_shape(members), switch_overhead_s, slo_margin, tight_slack)
+    )
+    if not known:
+        return False, None
+    return True, _joined_slowdowns(check, members)
+
+
+def _joined_slowdowns(check: GroupSloCheck, members: tuple[Member, ...]) -> dict[str, float] | None:
+    """Return every member's predicted slowdown from the group's SLO check (`check_slo`,
+    the joiner last), or None when an SLO breaks."""
     if not check.ok:
         return None
+    job = members[-1].job
     # The joiner also waits for its turn in the meta-iteration in progress (see
     # scheduler.group_runtime): spread over its iterations, that must fit its SLO too.
     n = job.iterations

@@ -45,6 +45,7 @@ __all__ = [
     "interned",
     "keeping",
     "lasting",
+    "peek",
 ]
 
 T = TypeVar("T")
@@ -139,6 +140,20 @@ def interned(items: Iterable[Hashable]) -> tuple[int, ...] | None:
             hit = by_id[id(x)] = (x, number)
         out.append(hit[1])
     return tuple(out)
+
+
+def peek(kind: str, key: Hashable) -> tuple[bool, Any]:
+    """Return (True, the value) when `cached(kind, key, ..., lasting=True)` would answer
+    from the memo without computing, else (False, None)."""
+    keep = _LASTING.get()
+    scope = _SCOPE.get() if keep is None else None
+    values = keep.values if keep is not None else scope.values if scope is not None else None
+    if values is None:
+        return False, None
+    full = (kind, key)
+    if full in values:
+        return True, values[full]
+    return False, None
 
 
 def cached(

@@ -34,6 +34,7 @@ from scheduler.planner.algorithm1 import (
     candidates,
     check_slo,
     joined_worst_case,
+    known_check_slo,
     new_group_candidate,
     worst_case_holds,
 )
@@ -363,7 +364,21 @@ def choose_by_expected_cost(
             if not worst_case_holds(joined, worst):
                 continue
         slow: dict[str, float] | None = None
-        if best is None:
+        if worst is None:
+            # the SLO check kept from an earlier decision: an inadmissible candidate costs
+            # no expected-cost evaluation (it could not be chosen either way)
+            known, slow = known_check_slo(
+                group,
+                job,
+                c.rollout,
+                c.train,
+                switch_overhead_s=switch,
+                slo_margin=req.slo_margin,
+                tight_slack=req.tight_slack,
+            )
+            if known and slow is None:
+                continue
+        if best is None and slow is None:
             # nothing admissible yet (no new group either): any admissible candidate wins,
             # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
             # no expected-cost evaluation (the common case of a job that waits)

@@ -25,6 +25,7 @@ import scheduler.planner as planner
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, JobProfile, PlacementResult
 from scheduler.planner import admissible, consolidation, memo
+from scheduler.planner.algorithm1 import check_slo, known_check_slo
 from scheduler.planner.consolidation import (
     Move,
     admit,
@@ -37,6 +38,7 @@ from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.policies import CorePolicy, make_policy
 from scheduler.trace import default_cluster, load_cluster
+from tests.scheduler.test_consolidation import Y, Z, after_y_left
 
 UNBOUNDED = Path(__file__).resolve().parents[2] / "scheduler/sim/scenarios/cluster-unbounded.json"
 
@@ -277,3 +279,27 @@ def test_a_move_refused_before_placement_is_one_the_placement_would_refuse(
     ]
     simulate(jobs, load_cluster(UNBOUNDED), make_policy("rollmux", seed=0), seed=0)
     assert len(refused) >= 3
+
+
+def test_a_kept_slo_check_is_known_with_check_slo_s_answer_and_only_then() -> None:
+    """`known_check_slo` answers as `check_slo` once the memo holds the group's check (an
+    admissible join and one that breaks an SLO alike), and not before, nor without a memo."""
+    state = after_y_left()  # g0: x alone on one rollout and one training node
+    g0 = next(g for g in state.groups if g.id == "g0")
+    pair = replace(g0, members=(*g0.members, replace(g0.members[0], job=replace(Y, id="y2"))))
+    kw: dict[str, Any] = {"switch_overhead_s": state.spec.switch_overhead_s}
+    nodes = (g0.rollout_nodes, g0.train_nodes)
+    assert known_check_slo(g0, Z, *nodes, **kw) == (False, None)  # no memo open
+    keep = memo.LastingMemo()
+    with memo.lasting(keep):
+        for group, admitted in ((g0, True), (pair, False)):
+            assert known_check_slo(group, Z, *nodes, **kw) == (False, None)  # not checked yet
+            answer = check_slo(group, Z, *nodes, **kw)
+            assert (answer is not None) is admitted
+            assert known_check_slo(group, Z, *nodes, **kw) == (True, answer)
+            # the joiner's iterations are read after the memo (its join allowance)
+            short = replace(Z, iterations=1)
+            assert known_check_slo(group, short, *nodes, **kw) == (
+                True,
+                check_slo(group, short, *nodes, **kw),
+            )
