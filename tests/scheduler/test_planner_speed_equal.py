@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
@@ -37,7 +37,9 @@ from scheduler.planner.algorithm1 import (
     candidates,
     check_slo,
     joined_worst_case,
+    members_shape,
     new_group_candidate,
+    profile_shape,
     worst_case_holds,
 )
 from scheduler.planner.consolidation import restart_seconds
@@ -377,3 +379,20 @@ def test_the_slo_check_until_broken_answers_as_the_whole_check(tight: float | No
             assert early.expected_s == whole.expected_s[: len(early.expected_s)]
         verdicts.add((whole.ok, bool(whole.expected_s)))
     assert verdicts == {(True, True), (False, True), (False, False)}  # every branch met
+
+
+def test_a_profile_s_shape_is_every_field_but_its_iterations_in_order() -> None:
+    base = replace(job("a", 100, 200), t_sync_s=3.0, switch_s=1.5, model="qwen-7b")
+    names = [f.name for f in fields(base) if f.name != "iterations"]
+    assert profile_shape(base) == tuple(getattr(base, f) for f in names)
+    assert profile_shape(replace(base, iterations=base.iterations + 7)) == profile_shape(base)
+    for name, value in (("slo", 1.7), ("t_sync_s", 4.0), ("switch_s", None), ("id", "b")):
+        assert profile_shape(replace(base, **{name: value})) != profile_shape(base)
+    # two members sharing a training node: the node labels, then each one's shape
+    one = Member(base, ("r1",), ("t1",))
+    two = Member(replace(base, id="b"), ("r2",), ("t1",))
+    shape = members_shape([one, two])
+    assert shape == ((0,), (1,), *profile_shape(base), (2,), (1,),
+                     *profile_shape(two.job))  # fmt: skip
+    renamed = [Member(one.job, ("x",), ("y",)), Member(two.job, ("z",), ("y",))]
+    assert members_shape(renamed) == shape  # the nodes' names are not read
