@@ -527,7 +527,7 @@ _shape_of = attrgetter(*_SHAPE_FIELDS)
 
 def profile_shape(job: JobProfile) -> tuple[object, ...]:
     """Return every field of `job`'s profile but its iterations, as a value."""
-    return _shape_of(job)  # type: ignore[no-any-return]
+    return _shape_of(job)
 
 
 def members_shape(members: Sequence[Member]) -> tuple[object, ...]:
