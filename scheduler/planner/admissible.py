@@ -42,7 +42,7 @@ import numpy as np
 from scheduler.cluster import nodes_needed
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, Group, JobProfile, Member, Pool
-from scheduler.planner import admits_join, planner_index
+from scheduler.planner import admits_join, join_request, planner_index
 from scheduler.planner.algorithm1 import EPS, profile_shape
 from scheduler.planner.index import GroupSummary, group_position
 from scheduler.planner.memo import LastingMemo, current_lasting
@@ -176,16 +176,17 @@ def admits_no_join(
             return False
     if candidates is None:
         candidates = [index.summaries[k] for k in groups()]
-    rest = None
+    rest = request = None
     for s in candidates:
         if s.group.id == source.id:
             continue
         hit = known.get((id(s), shape))
         if hit is not None and hit[0] is s and remaining <= hit[1]:
             continue  # known: no join at hit[1] iterations, so none at fewer
-        if rest is None:
+        if rest is None or request is None:
             rest = replace(job, iterations=remaining)
-        if admits_join(rest, state, s, config=config):
+            request = join_request(rest, state, config=config)  # one for every group
+        if admits_join(rest, state, s, config=config, request=request):
             if ledger is not None:
                 ledger.answers.pop(job.id, None)
                 ledger.admitted[job.id] = s

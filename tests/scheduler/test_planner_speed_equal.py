@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 import pytest
 
 from scheduler.cluster import empty_state
-from scheduler.config import ALGORITHM1
+from scheduler.config import ALGORITHM1, PlannerConfig
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -27,7 +27,7 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.planner import _request, apply_placement, place
+from scheduler.planner import _request, admits_join, apply_placement, join_request, place
 from scheduler.planner import objective as objective_module
 from scheduler.planner.algorithm1 import (
     EPS,
@@ -396,3 +396,23 @@ def test_a_profile_s_shape_is_every_field_but_its_iterations_in_order() -> None:
                      *profile_shape(two.job))  # fmt: skip
     renamed = [Member(one.job, ("x",), ("y",)), Member(two.job, ("z",), ("y",))]
     assert members_shape(renamed) == shape  # the nodes' names are not read
+
+
+@pytest.mark.parametrize("rollout_nodes", [None, 60])
+def test_one_join_request_asked_about_every_group_answers_as_a_fresh_one_each(
+    rollout_nodes: int | None,
+) -> None:
+    # (admissible.admits_no_join asks one request about each group of the state)
+    rng = random.Random(rollout_nodes or 0)
+    spec = replace(SPEC, rollout=replace(SPEC.rollout, nodes=rollout_nodes))
+    state = packed(spec, random_jobs(rng, 40))
+    config = PlannerConfig()
+    answers = []
+    for j in random_jobs(random.Random(9), 12):
+        j = replace(j, id=f"new-{j.id}")
+        request = join_request(j, state, config=config)
+        for s in planner_index(state).summaries:
+            shared = admits_join(j, state, s, config=config, request=request)
+            assert shared == admits_join(j, state, s, config=config)
+            answers.append(shared)
+    assert any(answers) and not all(answers)
