@@ -243,9 +243,12 @@ class JoinFilter:
             self._table = table
         return self._table
 
-    def _fits(self, job: JobProfile) -> np.ndarray:
-        """Return which groups pass the job's first checks (the class docstring)."""
+    def _fits(self, job: JobProfile, at: list[int] | None = None) -> np.ndarray:
+        """Return which groups pass the job's first checks (the class docstring): every
+        group of the state, or those at the positions `at`."""
         t = self._columns()
+        if at is not None:
+            t = {k: v[at] for k, v in t.items()}
         solo = job.t_solo_max_s
         tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
         n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
@@ -310,7 +313,8 @@ class JoinFilter:
         first checks (those Algorithm 1 asks before it considers a group at all)."""
         index = planner_index(self.state)
         at = [k for g in group_ids if (k := group_position(index, g)) is not None]
-        return bool(at) and bool(self._fits(member.job)[at].any())
+        # (those groups' columns alone: a later round asks this of every candidate)
+        return bool(at) and bool(self._fits(member.job, at).any())
 
     def may_join(self, member: Member, group_id: str) -> bool:
         """Return False only when Algorithm 1 cannot place the member (a co-located job:

@@ -29,6 +29,7 @@ from scheduler.model import (
 )
 from scheduler.planner import _request, admits_join, apply_placement, join_request, place
 from scheduler.planner import objective as objective_module
+from scheduler.planner.admissible import JoinFilter
 from scheduler.planner.algorithm1 import (
     EPS,
     Choice,
@@ -416,3 +417,22 @@ def test_one_join_request_asked_about_every_group_answers_as_a_fresh_one_each(
             assert shared == admits_join(j, state, s, config=config)
             answers.append(shared)
     assert any(answers) and not all(answers)
+
+
+def test_the_first_checks_of_a_few_groups_are_those_of_every_group_there() -> None:
+    # (JoinFilter.passes_any reads the columns of the groups asked about alone)
+    state = packed(SPEC, random_jobs(random.Random(3), 40))
+    joinable = JoinFilter(state, PlannerConfig())
+    ids = [g.id for g in state.groups]
+    rng = random.Random(4)
+    seen = set()
+    for j in random_jobs(random.Random(5), 20):
+        every = joinable._fits(j)
+        for _ in range(10):
+            at = sorted(rng.sample(range(len(ids)), rng.randint(1, 3)))
+            assert list(joinable._fits(j, at)) == list(every[at])
+            member = Member(j, ("r",), ("t",))
+            asked = [ids[k] for k in at] + ["gone"]
+            assert joinable.passes_any(member, asked) == bool(every[at].any())
+            seen.add(bool(every[at].any()))
+    assert seen == {True, False}
