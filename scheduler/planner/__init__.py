@@ -121,6 +121,7 @@ __all__ = [
     "POLICIES",
     "PlannerIndex",
     "admits_join",
+    "join_request",
     "apply_placement",
     "build_index",
     "place",
@@ -281,13 +282,10 @@ def _request(
     )
 
 
-def admits_join(
-    job: JobProfile, state: ClusterState, summary: GroupSummary, *, config: PlannerConfig
-) -> bool:
-    """Return True when Algorithm 1 has an admissible placement of `job` in the group of
-    `summary` (one of `state`'s): a direct packing or rollout scaling candidate (line 5)
-    that passes the SLO check (line 7). Whatever the objective ranks, `place` joins no
-    group this returns False for. The job may be placed already (elsewhere)."""
+def join_request(job: JobProfile, state: ClusterState, *, config: PlannerConfig) -> Request:
+    """Return what `admits_join` reads of a decision for `job` on `state`, for a caller
+    that asks it about several groups of the state (its free pools' answers are a
+    function of the count asked alone, whichever group asks)."""
     adm = config.admission
     req = _request(
         job,
@@ -297,7 +295,23 @@ def admits_join(
         prune_saturated=adm.prune_saturated,
         adm=adm,
     )
-    req = replace(req, bounds=None)  # one group: checked as it is
+    return replace(req, bounds=None)  # one group at a time: checked as it is
+
+
+def admits_join(
+    job: JobProfile,
+    state: ClusterState,
+    summary: GroupSummary,
+    *,
+    config: PlannerConfig,
+    request: Request | None = None,
+) -> bool:
+    """Return True when Algorithm 1 has an admissible placement of `job` in the group of
+    `summary` (one of `state`'s): a direct packing or rollout scaling candidate (line 5)
+    that passes the SLO check (line 7). Whatever the objective ranks, `place` joins no
+    group this returns False for. The job may be placed already (elsewhere). `request`:
+    `join_request` of the same job, state and config, when the caller has it."""
+    req = join_request(job, state, config=config) if request is None else request
     return any(
         check_slo(
             summary.group,

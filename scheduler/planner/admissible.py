@@ -42,7 +42,7 @@ import numpy as np
 from scheduler.cluster import nodes_needed
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, Group, JobProfile, Member, Pool
-from scheduler.planner import admits_join, planner_index
+from scheduler.planner import admits_join, join_request, planner_index
 from scheduler.planner.algorithm1 import EPS, profile_shape
 from scheduler.planner.index import GroupSummary, group_position
 from scheduler.planner.memo import LastingMemo, current_lasting
@@ -176,16 +176,17 @@ def admits_no_join(
             return False
     if candidates is None:
         candidates = [index.summaries[k] for k in groups()]
-    rest = None
+    rest = request = None
     for s in candidates:
         if s.group.id == source.id:
             continue
         hit = known.get((id(s), shape))
         if hit is not None and hit[0] is s and remaining <= hit[1]:
             continue  # known: no join at hit[1] iterations, so none at fewer
-        if rest is None:
+        if rest is None or request is None:
             rest = replace(job, iterations=remaining)
-        if admits_join(rest, state, s, config=config):
+            request = join_request(rest, state, config=config)  # one for every group
+        if admits_join(rest, state, s, config=config, request=request):
             if ledger is not None:
                 ledger.answers.pop(job.id, None)
                 ledger.admitted[job.id] = s
@@ -242,9 +243,12 @@ class JoinFilter:
             self._table = table
         return self._table
 
-    def _fits(self, job: JobProfile) -> np.ndarray:
-        """Return which groups pass the job's first checks (the class docstring)."""
+    def _fits(self, job: JobProfile, at: list[int] | None = None) -> np.ndarray:
+        """Return which groups pass the job's first checks (the class docstring): every
+        group of the state, or those at the positions `at`."""
         t = self._columns()
+        if at is not None:
+            t = {k: v[at] for k, v in t.items()}
         solo = job.t_solo_max_s
         tol = np.minimum(t["tolerance"], job.slo * solo) + EPS
         n_train = nodes_needed(job, self.state.spec, Pool.TRAIN)
@@ -309,7 +313,8 @@ class JoinFilter:
         first checks (those Algorithm 1 asks before it considers a group at all)."""
         index = planner_index(self.state)
         at = [k for g in group_ids if (k := group_position(index, g)) is not None]
-        return bool(at) and bool(self._fits(member.job)[at].any())
+        # (those groups' columns alone: a later round asks this of every candidate)
+        return bool(at) and bool(self._fits(member.job, at).any())
 
     def may_join(self, member: Member, group_id: str) -> bool:
         """Return False only when Algorithm 1 cannot place the member (a co-located job:

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from operator import attrgetter
 
 import numpy as np
 
 from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
 from scheduler.planner.index import GroupBounds, GroupSummary
-from scheduler.planner.memo import cached, keeping
+from scheduler.planner.memo import cached, keeping, peek
 from scheduler.slo import (
     DEFAULT_SLO_MARGIN,
     DEFAULT_TIGHT_SLACK,
@@ -418,8 +419,39 @@ def check_slo(
         if keeping()
         else compute()
     )
+    return _joined_slowdowns(check, members)
+
+
+def known_check_slo(
+    group: Group,
+    job: JobProfile,
+    rollout: tuple[str, ...],
+    train: tuple[str, ...],
+    *,
+    switch_overhead_s: float,
+    slo_margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float = DEFAULT_TIGHT_SLACK,
+) -> tuple[bool, dict[str, float] | None]:
+    """Return (True, `check_slo`'s answer) when the memo holds the group's check already
+    (a lone job asked again at the next departure, its groups unchanged), else (False,
+    None): a caller may then skip an inadmissible candidate's dearer evaluations."""
+    if not keeping():
+        return False, None
+    members = group.members + (Member(job, rollout, train),)
+    known, check = peek(
+        "check_group", (members_shape(members), switch_overhead_s, slo_margin, tight_slack)
+    )
+    if not known:
+        return False, None
+    return True, _joined_slowdowns(check, members)
+
+
+def _joined_slowdowns(check: GroupSloCheck, members: tuple[Member, ...]) -> dict[str, float] | None:
+    """Return every member's predicted slowdown from the group's SLO check (`check_slo`,
+    the joiner last), or None when an SLO breaks."""
     if not check.ok:
         return None
+    job = members[-1].job
     # The joiner also waits for its turn in the meta-iteration in progress (see
     # scheduler.group_runtime): spread over its iterations, that must fit its SLO too.
     n = job.iterations
@@ -489,11 +521,13 @@ def joined_worst_case(
 # Every field of a profile but its iterations: what an evaluation of a group's schedule
 # (its SLO check, its meta-iteration) may read of a member's job.
 _SHAPE_FIELDS = tuple(f.name for f in fields(JobProfile) if f.name != "iterations")
+# (one C call for them all: every candidate's SLO check builds its key of them)
+_shape_of = attrgetter(*_SHAPE_FIELDS)
 
 
 def profile_shape(job: JobProfile) -> tuple[object, ...]:
     """Return every field of `job`'s profile but its iterations, as a value."""
-    return tuple([getattr(job, f) for f in _SHAPE_FIELDS])
+    return _shape_of(job)
 
 
 def members_shape(members: Sequence[Member]) -> tuple[object, ...]:
@@ -505,10 +539,9 @@ def members_shape(members: Sequence[Member]) -> tuple[object, ...]:
     label: dict[str, int] = {}
     out: list[object] = []
     for m in members:
-        job = m.job
-        out.append(tuple(label.setdefault(x, len(label)) for x in m.rollout_nodes))
-        out.append(tuple(label.setdefault(x, len(label)) for x in m.train_nodes))
-        out.extend([getattr(job, f) for f in _SHAPE_FIELDS])
+        out.append(tuple([label.setdefault(x, len(label)) for x in m.rollout_nodes]))
+        out.append(tuple([label.setdefault(x, len(label)) for x in m.train_nodes]))
+        out.extend(_shape_of(m.job))
     return tuple(out)
 
 

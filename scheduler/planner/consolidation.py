@@ -48,6 +48,8 @@ Rules (decisions where the issue is silent, marked [I]):
    the destination must fit its own budget the same way at its new predicted
    iteration time, with the restart added when it shares a node with the mover (the
    mover's cold first phase holds that node). Members left behind only get faster.
+   A mover that fits no destination's budget (`may_move_within_budget`: in a group its
+   iteration is never under its worst-case solo time) is not placed at all.
 5. At most `max_moves_per_job` moves per job (default 2).
 6. With `colocated` a job alone in a disaggregated group may move onto training
    nodes of its own (the co-located strategy), and a co-located job into a group
@@ -67,8 +69,9 @@ Rules (decisions where the issue is silent, marked [I]):
    between them changed neither its group nor its answer's destination, its answer
    takes no node from the free pool, and neither group the move changed passes the
    candidate's first checks now (Algorithm 1 would not consider them); the candidate
-   is not asked again. Only where a group's admission reads that group alone
-   (`admissible.answers_local`: unbounded rollout pool, nothing cordoned); the same
+   is not asked again (nor, when rule 7's filters skipped it in the round before, its
+   answer then being None, are the filters). Only where a group's admission reads that
+   group alone (`admissible.answers_local`: unbounded rollout pool, nothing cordoned); the same
    moves (tests/scheduler/test_consolidation_speed_equal.py).
 """
 
@@ -251,6 +254,68 @@ def _budget_ok(
     return True
 
 
+def _mover_budget_ok(
+    job: JobProfile,
+    progress: JobProgress | None,
+    now: float,
+    iteration_s: float,
+    remaining: float,
+    restart_s: float,
+    cfg: PlannerConfig,
+    *,
+    colocated_factor: float | None,
+) -> bool:
+    """Return True when the mover keeps its SLO over its whole run (rule 4) at
+    `iteration_s` in its destination: co-located (`colocated_factor` set) or a group,
+    where it also waits for its turn (the join allowance)."""
+    return _budget_ok(
+        job,
+        progress,
+        now,
+        iteration_s,
+        remaining,
+        restart_s,
+        cfg,
+        # alone it waits for no one's turn (the margin rule keeps its allowance)
+        allowance=0.0
+        if colocated_factor is not None and cfg.consolidation.budget_z is not None
+        else JOIN_ALLOWANCE_META_ITERATIONS,
+        colocated_factor=colocated_factor,
+    )
+
+
+def may_move_within_budget(
+    job: JobProfile,
+    progress: JobProgress | None,
+    now: float,
+    remaining: float,
+    restart_s: float,
+    cfg: PlannerConfig,
+    *,
+    colocated_factor: float | None = None,
+) -> bool:
+    """Return False only when no destination of the job keeps its SLO over its whole run
+    (rule 4), so `best_move` answers None whatever Algorithm 1 places it: in a group its
+    predicted iteration is never under its worst-case solo time (the SLO check floors it
+    there), and the budget only tightens as the iteration grows (remaining + allowance
+    iterations at it); co-located (`colocated_factor`: the option is open) its iteration
+    is its expected co-located one. A cheap test before a placement (issue 25 item 4)."""
+    if _mover_budget_ok(
+        job, progress, now, job.t_solo_max_s, remaining, restart_s, cfg, colocated_factor=None
+    ):
+        return True
+    return colocated_factor is not None and _mover_budget_ok(
+        job,
+        progress,
+        now,
+        colocated_expected_s(job, colocated_factor),
+        remaining,
+        restart_s,
+        cfg,
+        colocated_factor=colocated_factor,
+    )
+
+
 def partners_keep_slo(
     target: Group,
     result: PlacementResult,
@@ -362,6 +427,13 @@ def _best_move(
     remaining = remaining_iterations(job, progress)
     if remaining < 1:
         return None
+    restart = restart_of(cfg)(job)
+    factor = state.spec.train.rollout_speed_factor
+    may_colocate = cfg.admission.colocated and bool(member.rollout_nodes)
+    if not may_move_within_budget(
+        job, mine, now, remaining, restart, cfg, colocated_factor=factor if may_colocate else None
+    ):
+        return None  # no destination keeps its SLO (rule 4): Algorithm 1 is not asked
     # 1. Algorithm 1's best placement for the rest of the job, without it.
     without, _released = remove_job(state, job_id, group_id=source.id)
     rest = replace(job, iterations=remaining)
@@ -383,16 +455,15 @@ def _best_move(
     # new group of its own
     at = group_position(planner_index(state), placement.group_id or "")
     target = state.groups[at] if at is not None else Group("", (), (), ())
-    restart = restart_of(cfg)(job)
     switch = state.spec.switch_overhead_s
     # 4. Every SLO over the whole run, restart included.
     moved = Member(job, placement.rollout_nodes, placement.train_nodes)
     if placement.strategy is Strategy.COLOCATED:  # alone: its own (expected) pace
-        t_new = colocated_expected_s(job, state.spec.train.rollout_speed_factor)
+        t_new = colocated_expected_s(job, factor)
     else:
         t_new = result.predicted_slowdown[job_id] * job.t_solo_max_s
     colocated = placement.strategy is Strategy.COLOCATED
-    if not _budget_ok(
+    if not _mover_budget_ok(
         job,
         mine,
         now,
@@ -400,11 +471,7 @@ def _best_move(
         remaining,
         restart,
         cfg,
-        # alone it waits for no one's turn (the margin rule keeps its allowance)
-        allowance=0.0
-        if colocated and cfg.consolidation.budget_z is not None
-        else JOIN_ALLOWANCE_META_ITERATIONS,
-        colocated_factor=state.spec.train.rollout_speed_factor if colocated else None,
+        colocated_factor=factor if colocated else None,
     ):
         return None
     if not partners_keep_slo(target, result, restart, now=now, progress=progress, config=cfg):
@@ -413,7 +480,6 @@ def _best_move(
     # 2. The saving in expected remaining dollars, restart included.
     price = _prices(state, placement)
     left = tuple(m for m in source.members if m.job.id != job_id)
-    factor = state.spec.train.rollout_speed_factor
     lone = (
         restart_of(cfg) if cfg.consolidation.lone_tail_moves and cfg.admission.colocated else None
     )
@@ -548,7 +614,16 @@ def plan_consolidation(
             )
             if same and found[0].id not in changed and not joinable.passes_any(found[1], changed):
                 return prior
-        mv = answers[job_id] = _best_move(current, found, now=now, progress=progress, cfg=cfg)
+        # a candidate the filters skip is one `best_move` answers None for: that answer is
+        # kept for the next round like best_move's own (rule 8; asking the remembered
+        # filter again over every group, round after round, was most of its time at size)
+        if not joinable.admits_none(found, progress, departure=current is state) and (
+            joinable.may_move(*found, progress)
+        ):
+            mv = _best_move(current, found, now=now, progress=progress, cfg=cfg)
+        else:
+            mv = None
+        answers[job_id] = mv
         return mv
 
     # The pass's evaluations (groups' expected costs, SLO checks) repeat across its
@@ -559,10 +634,7 @@ def plan_consolidation(
             options = [
                 mv
                 for job_id in sorted(candidates)
-                if (found := where.get(job_id)) is not None
-                and not joinable.admits_none(found, progress, departure=current is state)
-                and joinable.may_move(*found, progress)
-                and (mv := answer(found))
+                if (found := where.get(job_id)) is not None and (mv := answer(found))
             ]
             if not options:
                 break

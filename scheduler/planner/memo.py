@@ -31,7 +31,7 @@ scope.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -42,19 +42,25 @@ __all__ = [
     "current_lasting",
     "evaluation_scope",
     "in_scope",
+    "interned",
     "keeping",
     "lasting",
+    "peek",
 ]
 
 T = TypeVar("T")
 
 
 class _Scope:
-    __slots__ = ("progress", "values")
+    __slots__ = ("by_id", "by_value", "progress", "values")
 
     def __init__(self, progress: Mapping[str, Any] | None) -> None:
         self.progress = progress
         self.values: dict[tuple[str, Hashable], Any] = {}
+        # `interned`: each object seen (kept, so its id is not reused while the scope
+        # lives) and its number, and the number of each value
+        self.by_id: dict[int, tuple[Hashable, int]] = {}
+        self.by_value: dict[Hashable, int] = {}
 
 
 _SCOPE: ContextVar[_Scope | None] = ContextVar("rollmux_planner_memo", default=None)
@@ -114,6 +120,40 @@ def in_scope(progress: Mapping[str, Any] | None) -> bool:
     """Return True when a scope is open for exactly this `progress` mapping."""
     scope = _SCOPE.get()
     return scope is not None and scope.progress is progress
+
+
+def interned(items: Iterable[Hashable]) -> tuple[int, ...] | None:
+    """Return `items` as numbers for a memo key in the open scope: equal items (by value)
+    get the same number, so a key of them is equal exactly when a key of the items is.
+    Each object is hashed by value once per scope, then found by its identity (a group's
+    members, asked about for every candidate of a pass: hashing a member hashes its whole
+    profile, and a tuple's hash is not kept). None without a scope."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return None
+    by_id, by_value = scope.by_id, scope.by_value
+    out: list[int] = []
+    for x in items:
+        hit = by_id.get(id(x))
+        if hit is None or hit[0] is not x:
+            number = by_value.setdefault(x, len(by_value))
+            hit = by_id[id(x)] = (x, number)
+        out.append(hit[1])
+    return tuple(out)
+
+
+def peek(kind: str, key: Hashable) -> tuple[bool, Any]:
+    """Return (True, the value) when `cached(kind, key, ..., lasting=True)` would answer
+    from the memo without computing, else (False, None)."""
+    keep = _LASTING.get()
+    scope = _SCOPE.get() if keep is None else None
+    values = keep.values if keep is not None else scope.values if scope is not None else None
+    if values is None:
+        return False, None
+    full = (kind, key)
+    if full in values:
+        return True, values[full]
+    return False, None
 
 
 def cached(

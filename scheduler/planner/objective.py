@@ -34,12 +34,13 @@ from scheduler.planner.algorithm1 import (
     candidates,
     check_slo,
     joined_worst_case,
+    known_check_slo,
     new_group_candidate,
     worst_case_holds,
 )
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
-from scheduler.planner.memo import cached, in_scope, keeping
+from scheduler.planner.memo import cached, in_scope, interned, keeping
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s
@@ -190,7 +191,7 @@ def members_remaining_cost(
     if not in_scope(progress):
         return compute()
     key = (
-        tuple(members),
+        interned(members),
         switch_overhead_s,
         tuple(sorted(extra_s.items())) if extra_s else (),
         colocated_factor,
@@ -363,7 +364,21 @@ def choose_by_expected_cost(
             if not worst_case_holds(joined, worst):
                 continue
         slow: dict[str, float] | None = None
-        if best is None:
+        if worst is None:
+            # the SLO check kept from an earlier decision: an inadmissible candidate costs
+            # no expected-cost evaluation (it could not be chosen either way)
+            known, slow = known_check_slo(
+                group,
+                job,
+                c.rollout,
+                c.train,
+                switch_overhead_s=switch,
+                slo_margin=req.slo_margin,
+                tight_slack=req.tight_slack,
+            )
+            if known and slow is None:
+                continue
+        if best is None and slow is None:
             # nothing admissible yet (no new group either): any admissible candidate wins,
             # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
             # no expected-cost evaluation (the common case of a job that waits)

@@ -8,7 +8,7 @@ see scheduler.planner.index), so the next decision skips the pass over every gro
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from scheduler.cluster import make_node
@@ -155,6 +155,27 @@ def check_residency(group: Group, nodes: dict[str, Node]) -> None:
             )
 
 
+def with_nodes_returned(
+    pool_nodes: tuple[Node, ...], returned: Sequence[Node], position: Mapping[str, int]
+) -> tuple[Node, ...]:
+    """Return the free pool `pool_nodes` (in state order) with the nodes `returned` (none
+    of them in it) each inserted at its place in that order, in one copy of the pool: the
+    pool may hold thousands of nodes (a sort of it per removal was the consolidation's hot
+    spot, and a copy per node returned still a few percent of it: best_move removes a job
+    per candidate)."""
+    key = _position_of(position)
+    at = sorted((bisect.bisect_left(pool_nodes, position[n.name], key=key), position[n.name], n)
+                for n in returned)  # fmt: skip
+    out: list[Node] = []
+    start = 0
+    for i, _, n in at:
+        out.extend(pool_nodes[start:i])
+        out.append(n)
+        start = i
+    out.extend(pool_nodes[start:])
+    return tuple(out)
+
+
 def _position_of(position: Mapping[str, int]) -> Callable[[Node], int]:
     """Return the key that orders nodes as the state does (by their position in it)."""
 
@@ -204,16 +225,13 @@ def remove_job(
         bounds = index.bounds.deleted(i) if index.bounds is not None else None
     nodes = index.node_index
     free = dict(index.free)
-    position = nodes.position
+    back: dict[Pool, list[Node]] = {}
     for x in released:
         n = nodes.nodes[x]
         if not n.cordoned:  # a released cordoned node stays out of the free pool
-            # the free pool stays in state order: insert the node at its position (the
-            # pool may hold thousands of nodes; a sort of it per removal was the
-            # consolidation's hot spot, and best_move removes a job per candidate)
-            pool_nodes = free[n.pool]
-            at = bisect.bisect_left(pool_nodes, position[x], key=_position_of(position))
-            free[n.pool] = pool_nodes[:at] + (n,) + pool_nodes[at:]
+            back.setdefault(n.pool, []).append(n)
+    for pool, returned in back.items():
+        free[pool] = with_nodes_returned(free[pool], returned, nodes.position)
     child_index = PlannerIndex(
         nodes=state.nodes,
         groups=groups,

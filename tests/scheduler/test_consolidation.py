@@ -14,6 +14,7 @@ from scheduler.planner import apply_placement, place, remove_job
 from scheduler.planner.consolidation import (
     apply_move,
     best_move,
+    may_move_within_budget,
     model_billions,
     plan_consolidation,
     restart_seconds,
@@ -207,6 +208,26 @@ def test_a_tight_slo_job_alone_goes_co_located_when_its_measured_slack_pays_the_
     # 700 s behind its own solo pace already: the 197 s restart no longer fits either
     behind = {"t": JobProgress(0.0, 400, 0, solo_s_done=400 * e - 700)}
     assert best_move(state, "t", now=400 * e, progress=behind, config=cfg) is None
+
+
+def test_within_budget_tells_a_mover_no_destination_keeps_its_slo_before_it_is_placed() -> None:
+    """`may_move_within_budget`: False only when no destination could keep the mover's SLO
+    (`best_move` then answers None): the tight job of the case above fits co-located, not
+    in a group (its worst-case solo time plus the join allowance breaks it), and once it
+    is 700 s behind, nowhere."""
+    state, e = tight_alone()
+    t = state.groups[0].members[0].job
+    cfg = RULES.with_(colocated=True, objective="expected")
+    done = JobProgress(0.0, 400, 0, solo_s_done=400 * e)
+    behind = JobProgress(0.0, 400, 0, solo_s_done=400 * e - 700)
+    factor = SPEC.train.rollout_speed_factor
+    assert may_move_within_budget(t, done, 400 * e, 600, 197.0, cfg, colocated_factor=factor)
+    assert not may_move_within_budget(t, done, 400 * e, 600, 197.0, cfg)  # a group only
+    assert not may_move_within_budget(t, behind, 400 * e, 600, 197.0, cfg, colocated_factor=factor)
+    assert best_move(state, "t", now=400 * e, progress={"t": behind}, config=cfg) is None
+    # a loose SLO fits a group too, co-located option or not
+    loose = replace(t, slo=1.5)
+    assert may_move_within_budget(loose, done, 400 * e, 600, 197.0, cfg)
 
 
 def test_a_member_left_alone_is_valued_co_located_after_its_wait() -> None:

@@ -24,7 +24,8 @@ import pytest
 import scheduler.planner as planner
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, JobProfile, PlacementResult
-from scheduler.planner import admissible, memo
+from scheduler.planner import admissible, consolidation, memo
+from scheduler.planner.algorithm1 import check_slo, known_check_slo
 from scheduler.planner.consolidation import (
     Move,
     admit,
@@ -37,6 +38,7 @@ from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.policies import CorePolicy, make_policy
 from scheduler.trace import default_cluster, load_cluster
+from tests.scheduler.test_consolidation import Y, Z, after_y_left
 
 UNBOUNDED = Path(__file__).resolve().parents[2] / "scheduler/sim/scenarios/cluster-unbounded.json"
 
@@ -218,3 +220,86 @@ def test_the_memo_answers_only_inside_its_scope_and_for_its_progress() -> None:
         assert memo.cached("p", 1, compute, progress=progress, reads_progress=True) == 7
         assert memo.cached("p", 1, compute, progress=progress, reads_progress=True) == 7
     assert memo.cached("k", 1, compute) == 8  # the scope is gone with its values
+
+
+def test_interned_numbers_equal_items_alike_and_others_apart() -> None:
+    a, b = ("x", 1.0), ("y", 2.0)
+    a_again = ("x", float("1"))  # equal to `a`, another object
+    assert a_again is not a
+    assert memo.interned([a, b]) is None  # no scope: nothing to number in
+    with memo.evaluation_scope({}):
+        first = memo.interned([a, b, a])
+        assert first is not None and first[0] == first[2] != first[1]
+        assert memo.interned([a_again, b]) == first[:2]  # by value, as the items' key
+        assert memo.interned([b, a]) == (first[1], first[0])  # the order is kept
+        assert memo.interned([("z", 3.0)]) not in ((first[0],), (first[1],))
+    with memo.evaluation_scope({}):
+        assert memo.interned([b]) == (0,)  # a new scope numbers afresh
+
+
+def test_a_move_refused_before_placement_is_one_the_placement_would_refuse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`best_move` skips Algorithm 1 when `may_move_within_budget` says no destination
+    keeps the mover's SLO: each such answer of a simulated run at the at-size shape is
+    compared with the full evaluation's, which must be None too."""
+    refused: list[str] = []
+    real = consolidation.may_move_within_budget
+
+    def checked(job: JobProfile, progress: JobProgress | None, now: float, *args: Any,
+                **kwargs: Any) -> bool:  # fmt: skip
+        out = real(job, progress, now, *args, **kwargs)
+        if not out:
+            monkeypatch.setattr(consolidation, "may_move_within_budget", lambda *a, **k: True)
+            try:
+                full = best_move(state_of[0], job.id, now=now, progress=progress_of[0],
+                                 config=config_of[0])  # fmt: skip
+            finally:
+                monkeypatch.setattr(consolidation, "may_move_within_budget", checked)
+            assert full is None
+            refused.append(job.id)
+        return out
+
+    state_of: list[ClusterState] = []
+    progress_of: list[Mapping[str, JobProgress]] = []
+    config_of: list[PlannerConfig] = []
+    best = consolidation._best_move
+
+    def remembered(state: ClusterState, found: Any, **kwargs: Any) -> Any:
+        state_of[:] = [state]
+        progress_of[:] = [kwargs["progress"]]
+        config_of[:] = [kwargs["cfg"]]
+        return best(state, found, **kwargs)
+
+    monkeypatch.setattr(consolidation, "_best_move", remembered)
+    monkeypatch.setattr(consolidation, "may_move_within_budget", checked)
+    jobs = [
+        replace(j, iterations=min(j.iterations, 30))
+        for j in generate_paper(3, jobs=90, window_h=6.0)
+    ]
+    simulate(jobs, load_cluster(UNBOUNDED), make_policy("rollmux", seed=0), seed=0)
+    assert len(refused) >= 3
+
+
+def test_a_kept_slo_check_is_known_with_check_slo_s_answer_and_only_then() -> None:
+    """`known_check_slo` answers as `check_slo` once the memo holds the group's check (an
+    admissible join and one that breaks an SLO alike), and not before, nor without a memo."""
+    state = after_y_left()  # g0: x alone on one rollout and one training node
+    g0 = next(g for g in state.groups if g.id == "g0")
+    pair = replace(g0, members=(*g0.members, replace(g0.members[0], job=replace(Y, id="y2"))))
+    kw: dict[str, Any] = {"switch_overhead_s": state.spec.switch_overhead_s}
+    nodes = (g0.rollout_nodes, g0.train_nodes)
+    assert known_check_slo(g0, Z, *nodes, **kw) == (False, None)  # no memo open
+    keep = memo.LastingMemo()
+    with memo.lasting(keep):
+        for group, admitted in ((g0, True), (pair, False)):
+            assert known_check_slo(group, Z, *nodes, **kw) == (False, None)  # not checked yet
+            answer = check_slo(group, Z, *nodes, **kw)
+            assert (answer is not None) is admitted
+            assert known_check_slo(group, Z, *nodes, **kw) == (True, answer)
+            # the joiner's iterations are read after the memo (its join allowance)
+            short = replace(Z, iterations=1)
+            assert known_check_slo(group, short, *nodes, **kw) == (
+                True,
+                check_slo(group, short, *nodes, **kw),
+            )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from scheduler.cluster import empty_state
 from scheduler.model import ClusterState, PlacementStatus, Pool
 from scheduler.planner import apply_placement, build_index, place, planner_index, remove_job
+from scheduler.planner.transitions import with_nodes_returned
 from tests.scheduler.builders import cluster_spec, job
 
 
@@ -81,3 +83,23 @@ def test_placements_and_removals_carry_the_free_pools_a_fresh_index_finds() -> N
             placed.append(j.id)
             assert planner_index(state).free == build_index(state).free
         assert len(placed) > 4
+
+
+def test_nodes_returned_to_a_free_pool_take_their_places_in_state_order() -> None:
+    nodes = empty_state(cluster_spec()).nodes
+    position = {n.name: i for i, n in enumerate(nodes)}
+    rng = random.Random(7)
+    for _ in range(200):
+        returned = rng.sample(nodes, rng.randint(0, min(5, len(nodes))))
+        rest = tuple(n for n in nodes if n not in returned and rng.random() < 0.6)
+        out = with_nodes_returned(rest, returned, position)
+        # one node at a time, as a removal did before: the same pool
+        one_by_one = rest
+        for n in returned:
+            at = next(
+                (k for k, x in enumerate(one_by_one) if position[x.name] > position[n.name]),
+                len(one_by_one),
+            )
+            one_by_one = one_by_one[:at] + (n,) + one_by_one[at:]
+        assert out == one_by_one
+        assert [position[n.name] for n in out] == sorted(position[n.name] for n in out)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
 from scheduler.cluster import empty_state
-from scheduler.config import ALGORITHM1
+from scheduler.config import ALGORITHM1, PlannerConfig
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -27,8 +27,9 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.planner import _request, apply_placement, place
+from scheduler.planner import _request, admits_join, apply_placement, join_request, place
 from scheduler.planner import objective as objective_module
+from scheduler.planner.admissible import JoinFilter
 from scheduler.planner.algorithm1 import (
     EPS,
     Choice,
@@ -37,7 +38,9 @@ from scheduler.planner.algorithm1 import (
     candidates,
     check_slo,
     joined_worst_case,
+    members_shape,
     new_group_candidate,
+    profile_shape,
     worst_case_holds,
 )
 from scheduler.planner.consolidation import restart_seconds
@@ -377,3 +380,59 @@ def test_the_slo_check_until_broken_answers_as_the_whole_check(tight: float | No
             assert early.expected_s == whole.expected_s[: len(early.expected_s)]
         verdicts.add((whole.ok, bool(whole.expected_s)))
     assert verdicts == {(True, True), (False, True), (False, False)}  # every branch met
+
+
+def test_a_profile_s_shape_is_every_field_but_its_iterations_in_order() -> None:
+    base = replace(job("a", 100, 200), t_sync_s=3.0, switch_s=1.5, model="qwen-7b")
+    names = [f.name for f in fields(base) if f.name != "iterations"]
+    assert profile_shape(base) == tuple(getattr(base, f) for f in names)
+    assert profile_shape(replace(base, iterations=base.iterations + 7)) == profile_shape(base)
+    for name, value in (("slo", 1.7), ("t_sync_s", 4.0), ("switch_s", None), ("id", "b")):
+        assert profile_shape(replace(base, **{name: value})) != profile_shape(base)
+    # two members sharing a training node: the node labels, then each one's shape
+    one = Member(base, ("r1",), ("t1",))
+    two = Member(replace(base, id="b"), ("r2",), ("t1",))
+    shape = members_shape([one, two])
+    assert shape == ((0,), (1,), *profile_shape(base), (2,), (1,),
+                     *profile_shape(two.job))  # fmt: skip
+    renamed = [Member(one.job, ("x",), ("y",)), Member(two.job, ("z",), ("y",))]
+    assert members_shape(renamed) == shape  # the nodes' names are not read
+
+
+@pytest.mark.parametrize("rollout_nodes", [None, 60])
+def test_one_join_request_asked_about_every_group_answers_as_a_fresh_one_each(
+    rollout_nodes: int | None,
+) -> None:
+    # (admissible.admits_no_join asks one request about each group of the state)
+    rng = random.Random(rollout_nodes or 0)
+    spec = replace(SPEC, rollout=replace(SPEC.rollout, nodes=rollout_nodes))
+    state = packed(spec, random_jobs(rng, 40))
+    config = PlannerConfig()
+    answers = []
+    for j in random_jobs(random.Random(9), 12):
+        j = replace(j, id=f"new-{j.id}")
+        request = join_request(j, state, config=config)
+        for s in planner_index(state).summaries:
+            shared = admits_join(j, state, s, config=config, request=request)
+            assert shared == admits_join(j, state, s, config=config)
+            answers.append(shared)
+    assert any(answers) and not all(answers)
+
+
+def test_the_first_checks_of_a_few_groups_are_those_of_every_group_there() -> None:
+    # (JoinFilter.passes_any reads the columns of the groups asked about alone)
+    state = packed(SPEC, random_jobs(random.Random(3), 40))
+    joinable = JoinFilter(state, PlannerConfig())
+    ids = [g.id for g in state.groups]
+    rng = random.Random(4)
+    seen = set()
+    for j in random_jobs(random.Random(5), 20):
+        every = joinable._fits(j)
+        for _ in range(10):
+            at = sorted(rng.sample(range(len(ids)), rng.randint(1, 3)))
+            assert list(joinable._fits(j, at)) == list(every[at])
+            member = Member(j, ("r",), ("t",))
+            asked = [ids[k] for k in at] + ["gone"]
+            assert joinable.passes_any(member, asked) == bool(every[at].any())
+            seen.add(bool(every[at].any()))
+    assert seen == {True, False}
