@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -412,7 +413,7 @@ def check_slo(
     check = (
         cached(
             "check_group",
-            (members_shape(members), switch_overhead_s, slo_margin, tight_slack),
+            _check_key(members, switch_overhead_s, slo_margin, tight_slack),
             compute,
             lasting=True,
         )
@@ -420,6 +421,16 @@ def check_slo(
         else compute()
     )
     return _joined_slowdowns(check, members)
+
+
+def _check_key(
+    members: tuple[Member, ...],
+    switch_overhead_s: float,
+    slo_margin: float | None,
+    tight_slack: float,
+) -> tuple[Any, ...]:
+    """The memo key of a group's SLO check (`check_slo`, `known_check_slo`): what it reads."""
+    return (members_shape(members), switch_overhead_s, slo_margin, tight_slack)
 
 
 def known_check_slo(
@@ -439,7 +450,7 @@ def known_check_slo(
         return False, None
     members = group.members + (Member(job, rollout, train),)
     known, check = peek(
-        "check_group", (members_shape(members), switch_overhead_s, slo_margin, tight_slack)
+        "check_group", _check_key(members, switch_overhead_s, slo_margin, tight_slack)
     )
     if not known:
         return False, None

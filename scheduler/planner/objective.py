@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.meta_iteration import steady_iteration_times
@@ -347,6 +348,12 @@ def choose_by_expected_cost(
     factor = req.pools[Pool.TRAIN].spec.train.rollout_speed_factor
     before: dict[str, float] = {}
     switch = req.switch_overhead_s
+    # (the SLO rule both SLO-check calls below apply)
+    slo_rule: dict[str, Any] = {
+        "switch_overhead_s": switch,
+        "slo_margin": req.slo_margin,
+        "tight_slack": req.tight_slack,
+    }
     cands = sorted(candidates(req, summaries), key=lambda c: (c.delta, c.lower_bound, c.order))
     for c in cands:
         if c.delta * life_h >= best_value - EPS:
@@ -367,31 +374,14 @@ def choose_by_expected_cost(
         if worst is None:
             # the SLO check kept from an earlier decision: an inadmissible candidate costs
             # no expected-cost evaluation (it could not be chosen either way)
-            known, slow = known_check_slo(
-                group,
-                job,
-                c.rollout,
-                c.train,
-                switch_overhead_s=switch,
-                slo_margin=req.slo_margin,
-                tight_slack=req.tight_slack,
-            )
+            known, slow = known_check_slo(group, job, c.rollout, c.train, **slo_rule)
             if known and slow is None:
                 continue
         if best is None and slow is None:
             # nothing admissible yet (no new group either): any admissible candidate wins,
             # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
             # no expected-cost evaluation (the common case of a job that waits)
-            slow = check_slo(
-                group,
-                job,
-                c.rollout,
-                c.train,
-                switch_overhead_s=switch,
-                slo_margin=req.slo_margin,
-                tight_slack=req.tight_slack,
-                worst_s=worst,
-            )
+            slow = check_slo(group, job, c.rollout, c.train, worst_s=worst, **slo_rule)
             if slow is None:
                 continue
         if group.id not in before:
