@@ -31,9 +31,18 @@ run: install
 run-cluster: install
 	$(PY) bin/run_cluster.py
 
+# Two stages: the tests that need no Ray, Celery worker or Chromium and are not slow run on
+# TEST_WORKERS processes (pytest-xdist; each its own test database), then those run one at a
+# time (they start clusters, workers and browsers and keep timing margins). TEST_WORKERS=0
+# runs the first stage in one process too. A stage PYTEST_ARGS leaves empty (exit 5) passes.
+TEST_WORKERS ?= 2
+SERIAL_MARKS := browser or celery or ray or slow
+TEST_ENV = DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
+	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} DJANGO_ALLOW_ASYNC_UNSAFE=true $(RAY_ENV)
 test: install
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-	DJANGO_ALLOW_ASYNC_UNSAFE=true $(RAY_ENV) $(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(VENV)/bin/pytest -m "not ($(SERIAL_MARKS))" -n $(TEST_WORKERS) $(PYTEST_ARGS) \
+		|| [ $$? -eq 5 ]
+	$(TEST_ENV) $(VENV)/bin/pytest -m "$(SERIAL_MARKS)" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: install
 	$(VENV)/bin/ruff check .
