@@ -29,9 +29,19 @@ M = timedelta(minutes=1)
 US = timedelta(microseconds=1)
 
 
-def _kept(rng: random.Random, job: Job, model: Any, *, n: int, ratio: float | None = None) -> None:
+def _kept(
+    rng: random.Random,
+    job: Job,
+    model: Any,
+    *,
+    n: int,
+    ratio: float | None = None,
+    days: list[tuple[date, date]] | None = None,
+) -> None:
     """Keep `job`'s SLO inputs (`model`: a summary or an archive): n iterations over a span
-    of `ratio` (random when None) times their own time, with random microseconds."""
+    of `ratio` (random when None) times their own time, with random microseconds, run on
+    `days` (the day, when None)."""
+    days = days or [(DAY, DAY)]
     solo_us = n * rng.randrange(10 * 60_000_000, 40 * 60_000_000)
     span_us = round(solo_us * (ratio if ratio is not None else rng.uniform(0.9, 2.4)))
     start = T0 + timedelta(minutes=rng.randrange(600), microseconds=rng.randrange(1_000_000))
@@ -43,9 +53,9 @@ def _kept(rng: random.Random, job: Job, model: Any, *, n: int, ratio: float | No
         had_sync=rng.random() < 0.5,
         span_start=start,
         span_end=start + span_us * US,
-        ran_days=[[DAY.isoformat(), DAY.isoformat()]],
-        first_day=DAY,
-        last_day=DAY,
+        ran_days=[[a.isoformat(), b.isoformat()] for a, b in days],
+        first_day=days[0][0],
+        last_day=days[-1][1],
         **extra,
     )
 
@@ -94,6 +104,20 @@ def build(world: Any) -> None:
     for status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
         job = make_job(world, name=f"np-{status}", status=status, t_roll_max_s=None)
         _kept(rng, job, JobSloSummary, n=4)
+    # kept days on both sides of the day: in the report when one of them is the day; a
+    # job cancelled on the day whose kept days are before it: in the report too
+    one = timedelta(days=1)
+    for i, days in enumerate(
+        [
+            [(DAY - one, DAY + one)],
+            [(DAY - 2 * one, DAY - one), (DAY + one, DAY + 2 * one)],  # not on the day
+            [(DAY - 3 * one, DAY), (DAY + 2 * one, DAY + 2 * one)],
+        ]
+    ):
+        job = make_job(world, name=f"d{i}", tenant="speech", status=JobStatus.COMPLETED)
+        _kept(rng, job, ArchivedJob if i == 2 else JobSloSummary, n=5, days=days)
+    job = make_job(world, name="c-before", status=JobStatus.CANCELLED, finished_at=T0 + 3 * 60 * M)
+    _kept(rng, job, JobSloSummary, n=2, days=[(DAY - 3 * one, DAY - 2 * one)])
     for i in range(14):
         status = rng.choice([JobStatus.RUNNING, JobStatus.COMPLETED, JobStatus.FAILED])
         job = make_job(
@@ -128,6 +152,9 @@ def test_every_page_in_sql_is_the_whole_reports_page(world: Any, who: str) -> No
     assert len(whole.jobs) > 20 and 3 < len(violations) < len(whole.jobs)
     assert any(j.slo_now for j in whole.jobs)  # admitted before silver changed
     assert any(not j.measured for j in whole.jobs) and any(not j.applicable for j in whole.jobs)
+    names = {j.job_name for j in whole.jobs}
+    assert "d1" not in names and "c-before" in names
+    assert who == "alice" or {"d0", "d2"} <= names
     assert len({(j.tenant, j.slo_class, j.slowdown_vs_solo) for j in whole.jobs}) < len(
         whole.jobs
     )  # ties, ordered newest first

@@ -145,7 +145,24 @@ def ran_in_range(
     or archived (`ArchivedJob`) is found on the days it ran, kept with it; only the other
     jobs' phases are looked at, per job (a month at a fleet's size is ~1.4 million phase
     records, nearly all of summarised jobs)."""
-    t0, t1 = day_range(start, end)
+    return (
+        kept_ids(start, end, tenant_ids, job_id=job_id, inside=True)
+        | kept_ids(start, end, tenant_ids, job_id=job_id, inside=False)
+        | unkept_ids(start, end, tenant_ids, job_id=job_id)
+    )
+
+
+def kept_ids(
+    start: date,
+    end: date,
+    tenant_ids: set[int] | None,
+    *,
+    inside: bool,
+    job_id: int | None = None,
+) -> set[int]:
+    """Return the jobs of `ran_in_range` found on their kept days (`JobSloSummary`,
+    `ArchivedJob`): those whose days are all inside the range (`inside`), or the others
+    that ran on one of its days."""
     scope: dict[str, Any] = {} if tenant_ids is None else {"job__tenant_id__in": tenant_ids}
     if job_id is not None:
         scope["job_id"] = job_id
@@ -155,13 +172,24 @@ def ran_in_range(
             first_day__lte=end, last_day__gte=start, **scope
         )
         # all its days inside the range: it ran in it (no need to read the days between)
-        inside = Q(first_day__gte=start, last_day__lte=end)
-        found.update(near.filter(inside).values_list("job_id", flat=True))
-        found.update(
-            jid
-            for jid, days in near.exclude(inside).values_list("job_id", "ran_days")
-            if ran_in(days, start, end)
-        )
+        # (slo_paged.KEPT_INSIDE: the same condition in SQL)
+        within = Q(first_day__gte=start, last_day__lte=end)
+        if inside:
+            found.update(near.filter(within).values_list("job_id", flat=True))
+        else:
+            found.update(
+                jid
+                for jid, days in near.exclude(within).values_list("job_id", "ran_days")
+                if ran_in(days, start, end)
+            )
+    return found
+
+
+def unkept_ids(
+    start: date, end: date, tenant_ids: set[int] | None, *, job_id: int | None = None
+) -> set[int]:
+    """Return the jobs of `ran_in_range` without kept inputs: found on their phases."""
+    t0, t1 = day_range(start, end)
     in_range = PhaseRecord.objects.filter(job_id=OuterRef("pk"), started_at__lt=t1).filter(
         Q(finished_at__gte=t0) | Q(finished_at__isnull=True)
     )
@@ -172,7 +200,29 @@ def ran_in_range(
         others = others.filter(tenant_id__in=tenant_ids)
     if job_id is not None:
         others = others.filter(pk=job_id)
-    return found | set(others.order_by().values_list("pk", flat=True))
+    return set(others.order_by().values_list("pk", flat=True))
+
+
+def ended_ids(
+    start: date,
+    end: date,
+    tenant_ids: set[int] | None,
+    *,
+    job_id: int | None = None,
+) -> set[int]:
+    """Return the jobs cancelled or failed in [start, end]."""
+    t0, t1 = day_range(start, end)
+    return set(
+        Job.objects.filter(
+            status__in=(JobStatus.CANCELLED, JobStatus.FAILED),
+            finished_at__gte=t0,
+            finished_at__lt=t1,
+            **({} if tenant_ids is None else {"tenant_id__in": tenant_ids}),
+            **({} if job_id is None else {"pk": job_id}),
+        )
+        .order_by()
+        .values_list("pk", flat=True)
+    )
 
 
 def admitted_slos(classes: dict[int, tuple[int, float]]) -> dict[int, float]:
@@ -290,17 +340,8 @@ def report_job_ids(
 ) -> set[int]:
     """Return the jobs the report of [start, end] looks at: those that ran a phase in it
     (`ran_in_range`) and those cancelled or failed in it."""
-    t0, t1 = day_range(start, end)
-    return ran_in_range(start, end, tenant_ids, job_id=job_id) | set(
-        Job.objects.filter(
-            status__in=(JobStatus.CANCELLED, JobStatus.FAILED),
-            finished_at__gte=t0,
-            finished_at__lt=t1,
-            **({} if tenant_ids is None else {"tenant_id__in": tenant_ids}),
-            **({} if job_id is None else {"pk": job_id}),
-        )
-        .order_by()
-        .values_list("pk", flat=True)
+    return ran_in_range(start, end, tenant_ids, job_id=job_id) | ended_ids(
+        start, end, tenant_ids, job_id=job_id
     )
 
 

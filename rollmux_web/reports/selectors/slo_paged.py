@@ -30,16 +30,19 @@ from rollmux_web.id_sql import in_ids
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.runners import EMULATING_RUNNERS, time_scale_of
 from rollmux_web.quotas.models import SloClass
+from rollmux_web.reports.selectors._time import day_range
 from rollmux_web.reports.selectors.slo import (
     JobSlo,
     SloAttainment,
     _job_rows,
     admitted_slos,
+    ended_ids,
     iteration_sums,
     job_slo,
+    kept_ids,
     overall_of,
-    report_job_ids,
     slo_report,
+    unkept_ids,
 )
 from rollmux_web.workflow.models import ArchivedJob, JobSloSummary
 
@@ -83,6 +86,12 @@ def _span(table: str) -> str:
 _SQL = """
 WITH adm AS (
     SELECT * FROM unnest(%(adm_ids)s::bigint[], %(adm_slo)s::float8[]) AS a(job_id, slo)
+), found AS (
+    SELECT job_id FROM {summaries} WHERE {inside}
+    UNION SELECT job_id FROM {archives} WHERE {inside}
+    UNION SELECT id FROM {jobs}
+          WHERE status = ANY(%(ended)s::text[]) AND finished_at >= %(t0)s AND finished_at < %(t1)s
+    UNION SELECT unnest(%(partial)s::bigint[])
 ), kept AS (
     SELECT j.id, t.name AS tenant, c.name AS cls, j.status,
            COALESCE(adm.slo, c.slowdown) AS slo,
@@ -95,13 +104,15 @@ WITH adm AS (
                WHEN j.time_scale <> 0 THEN j.time_scale
                WHEN j.runner = ANY(%(emulating)s::text[]) THEN %(default_scale)s::float8
                ELSE 1.0::float8 END AS profile_s
-    FROM {jobs} j
+    FROM found f
+    JOIN {jobs} j ON j.id = f.job_id
     JOIN {tenants} t ON t.id = j.tenant_id
     JOIN {classes} c ON c.id = j.slo_class_id
     LEFT JOIN {summaries} s ON s.job_id = j.id
     LEFT JOIN {archives} a ON a.job_id = j.id
     LEFT JOIN adm ON adm.job_id = j.id
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND (s.job_id IS NOT NULL OR a.job_id IS NOT NULL)
+    WHERE (s.job_id IS NOT NULL OR a.job_id IS NOT NULL)
+      AND (%(every_tenant)s OR j.tenant_id = ANY(%(tenants)s::bigint[]))
 ), measured AS (
     SELECT id, tenant, cls, status, slo,
            span_us::float8 / 1000000::float8 / n::float8 AS mean_s,
@@ -127,16 +138,17 @@ WITH adm AS (
         %(live_status)s::text[], %(live_vs_solo)s::float8[], %(live_met)s::boolean[],
         %(live_met_vs_profile)s::boolean[]
     )
-), ordered AS (
-    SELECT id, NOT met AND NOT status = ANY(%(ended)s::text[]) AS violation,
-           row_number() OVER (
-               ORDER BY tenant COLLATE "C", cls COLLATE "C", vs_solo DESC, id DESC
-           ) AS pos
-    FROM report_rows
-), placed AS (
-    SELECT id, pos, CASE WHEN violation
-               THEN row_number() OVER (PARTITION BY violation ORDER BY pos) END AS vpos
-    FROM ordered
+), placed AS (  -- (a violation's place: the violations up to it, in the same order)
+    SELECT id, row_number() OVER w AS pos,
+           CASE WHEN violation THEN SUM(violation::int) OVER w END AS vpos
+    FROM (
+        SELECT *, NOT met AND NOT status = ANY(%(ended)s::text[]) AS violation
+        FROM report_rows
+    ) r
+    WINDOW w AS (
+        ORDER BY tenant COLLATE "C", cls COLLATE "C", vs_solo DESC, id DESC
+        ROWS UNBOUNDED PRECEDING
+    )
 )
 SELECT id, pos, vpos, NULL, NULL, 0, 0, 0, 0, 0, 0
 FROM placed
@@ -153,6 +165,13 @@ FROM report_rows GROUP BY tenant, cls
 """
 
 
+# a kept job whose days are all in the range (slo.kept_ids(inside=True)'s condition)
+KEPT_INSIDE = (
+    "first_day <= %(end)s AND last_day >= %(start)s"
+    " AND first_day >= %(start)s AND last_day <= %(end)s"
+)
+
+
 @cache
 def _sql() -> str:
     return _SQL.format(
@@ -163,6 +182,7 @@ def _sql() -> str:
         classes=SloClass._meta.db_table,
         summaries=JobSloSummary._meta.db_table,
         archives=ArchivedJob._meta.db_table,
+        inside=KEPT_INSIDE,
     )
 
 
@@ -186,15 +206,21 @@ def slo_report_page(
             jobs_count=len(whole.jobs),
             violations_count=len(violations),
         )
-    # 1. the jobs, and the rows of those without kept inputs (summed from their phases)
-    ids = report_job_ids(start, end, visible_tenant_ids(user))
+    # 1. the jobs without kept inputs (found on their phases, or ended in the range) and
+    #    their rows; of the kept ones, those found on their days in SQL, but for the few
+    #    with days on both sides of the range (their days read here, `slo.kept_ids`)
+    tenant_ids = visible_tenant_ids(user)
+    t0, t1 = day_range(start, end)
     scale_of = cache(time_scale_of)
-    live_ids = set(
-        Job.objects.filter(in_ids("id", ids), slo_summary__isnull=True, archive__isnull=True)
-        .order_by()
-        .values_list("pk", flat=True)
-    )
+    ended = ended_ids(start, end, tenant_ids)
+    # (looked up by key: an anti-join would hash every job's summary)
+    ended_kept: set[int] = set()
+    for model in (JobSloSummary, ArchivedJob):
+        kept_of = model.objects.filter(in_ids("job_id", ended))  # type: ignore[attr-defined]
+        ended_kept.update(kept_of.values_list("job_id", flat=True))
+    live_ids = unkept_ids(start, end, tenant_ids) | (ended - ended_kept)
     live = _rows(live_ids, scale_of=scale_of)
+    partial = kept_ids(start, end, tenant_ids, inside=False)
     # 2. the kept jobs whose class changed: their SLO at admission, found in Python
     changed = [
         int(c)
@@ -206,11 +232,13 @@ def slo_report_page(
     ]
     adm: dict[int, float] = {}
     if changed:
+        kept = kept_ids(start, end, tenant_ids, inside=True) | partial | ended
         adm = admitted_slos(
             {
                 jid: (cls_id, slo_now)
                 for jid, cls_id, slo_now in Job.objects.filter(
-                    in_ids("id", ids - live_ids), slo_class_id__in=changed
+                    in_ids("id", kept - live_ids),
+                    slo_class_id__in=changed,
                 )
                 .order_by()
                 .values_list("pk", "slo_class_id", "slo_class__slowdown")
@@ -219,7 +247,13 @@ def slo_report_page(
     # 3. the counts and the pages' ids in SQL
     rows = list(live.values())
     params: dict[str, Any] = {
-        "ids": _array(ids - live_ids),
+        "start": start,
+        "end": end,
+        "t0": t0,
+        "t1": t1,
+        "partial": _array(partial),
+        "every_tenant": tenant_ids is None,
+        "tenants": _array(tenant_ids or set()),
         "adm_ids": list(adm),
         "adm_slo": list(adm.values()),
         "emulating": list(EMULATING_RUNNERS),
