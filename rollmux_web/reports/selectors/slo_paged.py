@@ -113,20 +113,20 @@ WITH adm AS (
     LEFT JOIN adm ON adm.job_id = j.id
     WHERE (s.job_id IS NOT NULL OR a.job_id IS NOT NULL)
       AND (%(every_tenant)s OR j.tenant_id = ANY(%(tenants)s::bigint[]))
-), measured AS (
+), measured AS (  -- (none for a job ended before a completed iteration: 0.0)
     SELECT id, tenant, cls, status, slo,
-           span_us::float8 / 1000000::float8 / n::float8 AS mean_s,
-           solo_us::float8 / 1000000::float8 / n::float8 AS solo_s,
-           CASE WHEN profiled THEN profile_s ELSE 0.0::float8 END AS profile_s
-    FROM kept WHERE n > 0 AND (profiled OR status = ANY(%(ended)s::text[]))
+           CASE WHEN n > 0 THEN span_us::float8 / 1000000::float8 / n::float8
+                ELSE 0.0::float8 END AS mean_s,
+           CASE WHEN n > 0 THEN solo_us::float8 / 1000000::float8 / n::float8
+                ELSE 0.0::float8 END AS solo_s,
+           CASE WHEN n > 0 AND profiled THEN profile_s ELSE 0.0::float8 END AS profile_s
+    FROM kept
+    WHERE status = ANY(%(ended)s::text[]) OR (n > 0 AND profiled)
 ), slowdowns AS (
     SELECT id, tenant, cls, status, slo,
            CASE WHEN solo_s <> 0 THEN mean_s / solo_s ELSE 0.0::float8 END AS vs_solo,
            CASE WHEN profile_s <> 0 THEN mean_s / profile_s ELSE 0.0::float8 END AS vs_profile
     FROM measured
-    UNION ALL  -- ended before a completed iteration: no slowdown (0.0)
-    SELECT id, tenant, cls, status, slo, 0.0::float8, 0.0::float8
-    FROM kept WHERE n = 0 AND status = ANY(%(ended)s::text[])
 ), report_rows AS MATERIALIZED (
     SELECT id, tenant, cls, status, vs_solo,
            vs_solo <= slo + %(eps)s::float8 AS met,
