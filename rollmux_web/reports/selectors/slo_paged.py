@@ -113,6 +113,8 @@ WITH adm AS (
     LEFT JOIN adm ON adm.job_id = j.id
     WHERE (s.job_id IS NOT NULL OR a.job_id IS NOT NULL)
       AND (%(every_tenant)s OR j.tenant_id = ANY(%(tenants)s::bigint[]))
+      -- (one summarised since Python read it without: its row is Python's, once)
+      AND NOT j.id = ANY(%(unkept)s::bigint[])
 ), measured AS (  -- (none for a job ended before a completed iteration: 0.0)
     SELECT id, tenant, cls, status, slo,
            CASE WHEN n > 0 THEN span_us::float8 / 1000000::float8 / n::float8
@@ -252,6 +254,7 @@ def slo_report_page(
         "t0": t0,
         "t1": t1,
         "partial": _array(partial),
+        "unkept": _array(live_ids),
         "every_tenant": tenant_ids is None,
         "tenants": _array(tenant_ids or set()),
         "adm_ids": list(adm),
