@@ -259,7 +259,9 @@ def cost_per_hour_by_tenant() -> dict[str, Decimal]:
     of a node is split evenly among the open placements pinned to it (the cost report splits
     busy time by use and idle time by the members pinned, which averages to this over time).
     """
+    from rollmux_web.id_sql import in_ids
     from rollmux_web.inventory.selectors import current_prices
+    from rollmux_web.jobs.models import Job
     from rollmux_web.workflow.models import NodeAllocation, Placement
 
     prices = current_prices()
@@ -270,12 +272,17 @@ def cost_per_hour_by_tenant() -> dict[str, Decimal]:
         )
     }
     # the open placements' tenants, then their node pins (a placement pins a node once):
-    # three small reads, not a join of the pins to every job's row
-    tenant_of = dict(
-        Placement.objects.filter(ended_at__isnull=True)
-        .order_by()
-        .values_list("pk", "job__tenant__name")
+    # small reads, not a join of the pins to every job's row; the jobs by key (joined to
+    # the placements, PostgreSQL hashed all ~100,000 jobs' rows: ~70 ms at a fleet's size)
+    job_of = dict(
+        Placement.objects.filter(ended_at__isnull=True).order_by().values_list("pk", "job_id")
     )
+    tenant_of_job = dict(
+        Job.objects.filter(in_ids("id", set(job_of.values())))
+        .order_by()
+        .values_list("pk", "tenant__name")
+    )
+    tenant_of = {pk: tenant_of_job[job_id] for pk, job_id in job_of.items()}
     pinned: dict[int, list[str]] = defaultdict(list)
     for relation in (Placement.rollout_nodes, Placement.train_nodes):
         for node_id, placement_id in (

@@ -316,18 +316,55 @@ def slo_report(request: HttpRequest) -> HttpResponse:
     form, start, end = _range(request)
     ctx: dict[str, Any] = {"form": form, "report": None, "shortcuts": _shortcuts()}
     if start is not None:
-        report = selectors.slo_report(user=request.user, start=start, end=end)
-        ctx["report"] = report
         # a fleet's month lists ~14,500 jobs: the per-job table and the violations show a
         # page of them each (?page=, ?vpage=; the attainment, the violations' count and
-        # the chart are all of them)
-        ctx["query"] = f"start={start:%Y-%m-%d}&end={end:%Y-%m-%d}"
-        ctx["page_errors"] = []
-        ctx["jobs_page"] = page_of(report.jobs, SLO_JOBS_PER_PAGE, request.GET, ctx["page_errors"])
-        ctx["violations_page"] = page_of(
-            report.violations, SLO_JOBS_PER_PAGE, request.GET, ctx["page_errors"], name="vpage"
+        # the chart are all of them), ordered, counted and paged in SQL; a page that is
+        # not one is named and page 1 shown
+        errors: list[str] = []
+        number = requested_page(request.GET)
+        vnumber = requested_page(request.GET, name="vpage")
+        report = selectors.slo_report_page(
+            user=request.user,
+            start=start,
+            end=end,
+            page=number,
+            vpage=vnumber,
+            page_size=SLO_JOBS_PER_PAGE,
         )
-        selectors.with_groups([*ctx["jobs_page"], *ctx["violations_page"]])
+        jobs_page = page_counted(
+            report.jobs, report.jobs_count, number, SLO_JOBS_PER_PAGE, request.GET, errors
+        )
+        violations_page = page_counted(
+            report.violations,
+            report.violations_count,
+            vnumber,
+            SLO_JOBS_PER_PAGE,
+            request.GET,
+            errors,
+            name="vpage",
+        )
+        if jobs_page is None or violations_page is None:
+            again = selectors.slo_report_page(
+                user=request.user,
+                start=start,
+                end=end,
+                page=1 if jobs_page is None else number,
+                vpage=1 if violations_page is None else vnumber,
+                page_size=SLO_JOBS_PER_PAGE,
+            )
+            if jobs_page is None:
+                jobs_page = page_counted(again.jobs, again.jobs_count, 1, SLO_JOBS_PER_PAGE, {}, [])
+            if violations_page is None:
+                violations_page = page_counted(
+                    again.violations, again.violations_count, 1, SLO_JOBS_PER_PAGE, {}, []
+                )
+        assert jobs_page is not None and violations_page is not None  # (page 1 always is)
+        ctx["report"] = report
+        ctx["query"] = f"start={start:%Y-%m-%d}&end={end:%Y-%m-%d}"
+        ctx["page_errors"] = errors
+        ctx["jobs_page"] = jobs_page
+        ctx["violations_page"] = violations_page
+        selectors.with_groups([*jobs_page, *violations_page])
         ctx["chart"] = svg.bar_chart_svg(
             "SLO attainment per tenant and class (finished jobs)",
             [

@@ -24,6 +24,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import EMULATING_RUNNERS, time_scale_of
 from rollmux_web.workflow.models import PhaseRecord, PhaseState
 from scheduler.model import Group, JobProfile
@@ -39,23 +40,33 @@ class MeasuredStarts:
 
 def measured_starts(job_ids: Iterable[int]) -> dict[int, MeasuredStarts]:
     """Return each job's measured warm and cold starts (jobs that ran a phase with them)."""
+    # the jobs of a real runner first, by key (the phases joined to the jobs table made
+    # PostgreSQL hash all ~100,000 jobs' rows: ~40 ms of the overview at a fleet's size)
+    speed = {
+        pk: (runner, time_scale)
+        for pk, runner, time_scale in Job.objects.filter(pk__in=list(job_ids))
+        .exclude(runner__in=EMULATING_RUNNERS)
+        .order_by()
+        .values_list("pk", "runner", "time_scale")
+    }
+    if not speed:
+        return {}
     rows = (
         PhaseRecord.objects.filter(
-            job_id__in=list(job_ids),
+            job_id__in=list(speed),
             state=PhaseState.SUCCEEDED,
             kind__in=("rollout", "train"),
             load_s__isnull=False,
             warm_start__isnull=False,
         )
-        .exclude(job__runner__in=EMULATING_RUNNERS)
         .order_by("job_id", "-started_at")
-        .values_list("job_id", "warm_start", "setup_s", "load_s", "job__runner", "job__time_scale")
+        .values_list("job_id", "warm_start", "setup_s", "load_s")
     )
     warm: dict[int, list[float]] = {}
     cold: dict[int, float] = {}
     scale: dict[int, float] = {}
-    for job_id, is_warm, setup_s, load_s, runner, time_scale in rows:
-        scale.setdefault(job_id, time_scale_of(runner, time_scale))
+    for job_id, is_warm, setup_s, load_s in rows:
+        scale.setdefault(job_id, time_scale_of(*speed[job_id]))
         if load_s is None:
             continue  # (the query leaves them out)
         if is_warm:

@@ -48,6 +48,7 @@ from rollmux_web.reports.selectors.slo import (
     slo_report_json,
     with_groups,
 )
+from rollmux_web.reports.selectors.slo_paged import SloReportPage, slo_report_page
 from rollmux_web.reports.selectors.timeline_queries import (
     group_timeline,
     group_window,
@@ -76,6 +77,7 @@ __all__ = [
     "ReportInputError",
     "SloAttainment",
     "SloReport",
+    "SloReportPage",
     "Timeline",
     "apportion",
     "bill_lines",
@@ -94,6 +96,7 @@ __all__ = [
     "job_trace",
     "job_window",
     "slo_report",
+    "slo_report_page",
     "slo_report_json",
     "with_groups",
     "trace_events",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
@@ -119,14 +119,19 @@ class SloReport:
 
     @property
     def overall(self) -> SloAttainment:
-        s = SloAttainment("all", "all", 0, 0, 0, 0)
-        for a in self.attainment:
-            s.finished += a.finished
-            s.met += a.met
-            s.met_vs_profile += a.met_vs_profile
-            s.in_progress += a.in_progress
-            s.ended_early += a.ended_early
-        return s
+        return overall_of(self.attainment)
+
+
+def overall_of(attainment: Iterable[SloAttainment]) -> SloAttainment:
+    """Return the attainment of every tenant and SLO class together."""
+    s = SloAttainment("all", "all", 0, 0, 0, 0)
+    for a in attainment:
+        s.finished += a.finished
+        s.met += a.met
+        s.met_vs_profile += a.met_vs_profile
+        s.in_progress += a.in_progress
+        s.ended_early += a.ended_early
+    return s
 
 
 def ran_in_range(
@@ -140,7 +145,24 @@ def ran_in_range(
     or archived (`ArchivedJob`) is found on the days it ran, kept with it; only the other
     jobs' phases are looked at, per job (a month at a fleet's size is ~1.4 million phase
     records, nearly all of summarised jobs)."""
-    t0, t1 = day_range(start, end)
+    return (
+        kept_ids(start, end, tenant_ids, job_id=job_id, inside=True)
+        | kept_ids(start, end, tenant_ids, job_id=job_id, inside=False)
+        | unkept_ids(start, end, tenant_ids, job_id=job_id)
+    )
+
+
+def kept_ids(
+    start: date,
+    end: date,
+    tenant_ids: set[int] | None,
+    *,
+    inside: bool,
+    job_id: int | None = None,
+) -> set[int]:
+    """Return the jobs of `ran_in_range` found on their kept days (`JobSloSummary`,
+    `ArchivedJob`): those whose days are all inside the range (`inside`), or the others
+    that ran on one of its days."""
     scope: dict[str, Any] = {} if tenant_ids is None else {"job__tenant_id__in": tenant_ids}
     if job_id is not None:
         scope["job_id"] = job_id
@@ -150,13 +172,24 @@ def ran_in_range(
             first_day__lte=end, last_day__gte=start, **scope
         )
         # all its days inside the range: it ran in it (no need to read the days between)
-        inside = Q(first_day__gte=start, last_day__lte=end)
-        found.update(near.filter(inside).values_list("job_id", flat=True))
-        found.update(
-            jid
-            for jid, days in near.exclude(inside).values_list("job_id", "ran_days")
-            if ran_in(days, start, end)
-        )
+        # (slo_paged.KEPT_INSIDE: the same condition in SQL)
+        within = Q(first_day__gte=start, last_day__lte=end)
+        if inside:
+            found.update(near.filter(within).values_list("job_id", flat=True))
+        else:
+            found.update(
+                jid
+                for jid, days in near.exclude(within).values_list("job_id", "ran_days")
+                if ran_in(days, start, end)
+            )
+    return found
+
+
+def unkept_ids(
+    start: date, end: date, tenant_ids: set[int] | None, *, job_id: int | None = None
+) -> set[int]:
+    """Return the jobs of `ran_in_range` without kept inputs: found on their phases."""
+    t0, t1 = day_range(start, end)
     in_range = PhaseRecord.objects.filter(job_id=OuterRef("pk"), started_at__lt=t1).filter(
         Q(finished_at__gte=t0) | Q(finished_at__isnull=True)
     )
@@ -167,7 +200,29 @@ def ran_in_range(
         others = others.filter(tenant_id__in=tenant_ids)
     if job_id is not None:
         others = others.filter(pk=job_id)
-    return found | set(others.order_by().values_list("pk", flat=True))
+    return set(others.order_by().values_list("pk", flat=True))
+
+
+def ended_ids(
+    start: date,
+    end: date,
+    tenant_ids: set[int] | None,
+    *,
+    job_id: int | None = None,
+) -> set[int]:
+    """Return the jobs cancelled or failed in [start, end]."""
+    t0, t1 = day_range(start, end)
+    return set(
+        Job.objects.filter(
+            status__in=(JobStatus.CANCELLED, JobStatus.FAILED),
+            finished_at__gte=t0,
+            finished_at__lt=t1,
+            **({} if tenant_ids is None else {"tenant_id__in": tenant_ids}),
+            **({} if job_id is None else {"pk": job_id}),
+        )
+        .order_by()
+        .values_list("pk", flat=True)
+    )
 
 
 def admitted_slos(classes: dict[int, tuple[int, float]]) -> dict[int, float]:
@@ -280,6 +335,16 @@ def _span_us(start: Any, end: Any, exact: bool) -> int | None:
     return int(end) - int(start)
 
 
+def report_job_ids(
+    start: date, end: date, tenant_ids: set[int] | None, *, job_id: int | None = None
+) -> set[int]:
+    """Return the jobs the report of [start, end] looks at: those that ran a phase in it
+    (`ran_in_range`) and those cancelled or failed in it."""
+    return ran_in_range(start, end, tenant_ids, job_id=job_id) | ended_ids(
+        start, end, tenant_ids, job_id=job_id
+    )
+
+
 def slo_report(
     *, user: Any, start: date, end: date, now: datetime | None = None, job_id: int | None = None
 ) -> SloReport:
@@ -297,93 +362,90 @@ def slo_report(
     `job_id`: that job's row only (a job page's outcome, the missed-SLO event: the same row
     as in the whole report, without reading the range's other jobs).
     """
-    t0, t1 = day_range(start, end)
-    tenant_ids = visible_tenant_ids(user)
-    ids = ran_in_range(start, end, tenant_ids, job_id=job_id) | set(
-        Job.objects.filter(
-            status__in=(JobStatus.CANCELLED, JobStatus.FAILED),
-            finished_at__gte=t0,
-            finished_at__lt=t1,
-            **({} if tenant_ids is None else {"tenant_id__in": tenant_ids}),
-            **({} if job_id is None else {"pk": job_id}),
-        )
-        .order_by()
-        .values_list("pk", flat=True)
-    )
+    ids = report_job_ids(start, end, visible_tenant_ids(user), job_id=job_id)
     jobs, archived, sources = _job_rows(ids)
     sums = iteration_sums([j for j in jobs if j not in archived])
-    out: list[JobSlo] = []
     scale_of = cache(time_scale_of)  # (a few runners and scales; it reads the settings)
     admitted = admitted_slos({jid: (j[5], j[4]) for jid, j in jobs.items()})
-    for jid, (
-        _,
-        name,
-        tenant,
-        cls,
-        slo_now,
-        _cls_id,
-        status,
-        rmax,
-        tmax,
-        runner,
-        scale,
-    ) in jobs.items():
-        slo = admitted.get(jid, slo_now)
-        it = sums.get(jid)
-        summary = archived.get(jid)
-        if summary is not None:
-            n_iters = summary.iterations_measured
-        else:
-            n_iters = it.iterations if it is not None else 0
-        ended = status in (JobStatus.CANCELLED, JobStatus.FAILED)
-        if not ended and (not n_iters or rmax is None or tmax is None):
-            continue  # nothing measured yet (or still in its profiling run, which is no iteration)
-        if not n_iters:
-            out.append(
-                JobSlo(
-                    job_id=jid,
-                    job_name=name,
-                    tenant=tenant,
-                    slo_class=cls,
-                    slo=slo,
-                    status=status,
-                    iterations_measured=0,
-                    mean_iteration_s=0.0,
-                    solo_iteration_s=0.0,
-                    profile_iteration_s=0.0,
-                    slo_now=slo_now if slo_now != slo else None,
-                    profile_source=sources.get(jid, "declared"),
-                )
-            )
-            continue
-        # an iteration's solo time is its phases as they ran: rollout, training and the
-        # weight sync to the rollout nodes (none after the last training)
-        solo, mean_iter, had_sync = _measured(it, summary)
-        out.append(
-            JobSlo(
-                job_id=jid,
-                job_name=name,
-                tenant=tenant,
-                slo_class=cls,
-                slo=slo,
-                status=status,
-                iterations_measured=n_iters,
-                mean_iteration_s=mean_iter,
-                solo_iteration_s=solo,
-                slo_now=slo_now if slo_now != slo else None,
-                had_sync=had_sync,
+    out = [
+        row
+        for jid, job in jobs.items()
+        if (
+            row := job_slo(
+                job,
+                kept=archived.get(jid),
+                sums=sums.get(jid),
+                slo=admitted.get(jid, job[4]),
                 profile_source=sources.get(jid, "declared"),
-                # emulated runs are sped up: compare with the profile at the same speed
-                profile_iteration_s=(
-                    (rmax + tmax) / scale_of(runner, scale)
-                    if rmax is not None and tmax is not None
-                    else 0.0
-                ),
+                scale_of=scale_of,
             )
         )
+        is not None
+    ]
     # (ties: the newest job first; the rows come unordered from the database)
     out.sort(key=lambda j: (j.tenant, j.slo_class, -j.slowdown_vs_solo, -j.job_id))
     return SloReport(start=start, end=end, jobs=out, attainment=_attainment(out))
+
+
+def job_slo(
+    job: tuple[Any, ...],
+    *,
+    kept: Kept | None,
+    sums: IterationSums | None,
+    slo: float,
+    profile_source: str,
+    scale_of: Callable[[str, float | None], float],
+) -> JobSlo | None:
+    """Return a job's row of the report from its JOB_FIELDS, its kept inputs or its
+    iteration sums and its SLO at admission; None when it is not in the report (nothing
+    measured yet, or still in its profiling run, which is no iteration)."""
+    jid, name, tenant, cls, slo_now, _cls_id, status, rmax, tmax, runner, scale = job
+    n_iters = (
+        kept.iterations_measured
+        if kept is not None
+        else (sums.iterations if sums is not None else 0)
+    )
+    ended = status in (JobStatus.CANCELLED, JobStatus.FAILED)
+    if not ended and (not n_iters or rmax is None or tmax is None):
+        return None
+    if not n_iters:
+        return JobSlo(
+            job_id=jid,
+            job_name=name,
+            tenant=tenant,
+            slo_class=cls,
+            slo=slo,
+            status=status,
+            iterations_measured=0,
+            mean_iteration_s=0.0,
+            solo_iteration_s=0.0,
+            profile_iteration_s=0.0,
+            slo_now=slo_now if slo_now != slo else None,
+            profile_source=profile_source,
+        )
+    # an iteration's solo time is its phases as they ran: rollout, training and the
+    # weight sync to the rollout nodes (none after the last training)
+    solo, mean_iter, had_sync = _measured(sums, kept)
+    return JobSlo(
+        job_id=jid,
+        job_name=name,
+        tenant=tenant,
+        slo_class=cls,
+        slo=slo,
+        status=status,
+        iterations_measured=n_iters,
+        mean_iteration_s=mean_iter,
+        solo_iteration_s=solo,
+        slo_now=slo_now if slo_now != slo else None,
+        had_sync=had_sync,
+        profile_source=profile_source,
+        # emulated runs are sped up: compare with the profile at the same speed
+        profile_iteration_s=(
+            (rmax + tmax) / scale_of(runner, scale)
+            if rmax is not None and tmax is not None
+            else 0.0
+        ),
+    )
 
 
 class Kept(NamedTuple):
