@@ -408,37 +408,34 @@ def job_slo(
     ended = status in (JobStatus.CANCELLED, JobStatus.FAILED)
     if not ended and (not n_iters or rmax is None or tmax is None):
         return None
+    # what every row says of its job, measured or not
+    who = {
+        "job_id": jid,
+        "job_name": name,
+        "tenant": tenant,
+        "slo_class": cls,
+        "slo": slo,
+        "status": status,
+        "slo_now": slo_now if slo_now != slo else None,
+        "profile_source": profile_source,
+    }
     if not n_iters:
         return JobSlo(
-            job_id=jid,
-            job_name=name,
-            tenant=tenant,
-            slo_class=cls,
-            slo=slo,
-            status=status,
+            **who,
             iterations_measured=0,
             mean_iteration_s=0.0,
             solo_iteration_s=0.0,
             profile_iteration_s=0.0,
-            slo_now=slo_now if slo_now != slo else None,
-            profile_source=profile_source,
         )
     # an iteration's solo time is its phases as they ran: rollout, training and the
     # weight sync to the rollout nodes (none after the last training)
     solo, mean_iter, had_sync = _measured(sums, kept)
     return JobSlo(
-        job_id=jid,
-        job_name=name,
-        tenant=tenant,
-        slo_class=cls,
-        slo=slo,
-        status=status,
+        **who,
         iterations_measured=n_iters,
         mean_iteration_s=mean_iter,
         solo_iteration_s=solo,
-        slo_now=slo_now if slo_now != slo else None,
         had_sync=had_sync,
-        profile_source=profile_source,
         # emulated runs are sped up: compare with the profile at the same speed
         profile_iteration_s=(
             (rmax + tmax) / scale_of(runner, scale)
