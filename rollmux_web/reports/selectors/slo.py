@@ -363,28 +363,36 @@ def slo_report(
     as in the whole report, without reading the range's other jobs).
     """
     ids = report_job_ids(start, end, visible_tenant_ids(user), job_id=job_id)
-    jobs, archived, sources = _job_rows(ids)
-    sums = iteration_sums([j for j in jobs if j not in archived])
-    scale_of = cache(time_scale_of)  # (a few runners and scales; it reads the settings)
-    admitted = admitted_slos({jid: (j[5], j[4]) for jid, j in jobs.items()})
-    out = [
-        row
-        for jid, job in jobs.items()
-        if (
-            row := job_slo(
-                job,
-                kept=archived.get(jid),
-                sums=sums.get(jid),
-                slo=admitted.get(jid, job[4]),
-                profile_source=sources.get(jid, "declared"),
-                scale_of=scale_of,
-            )
-        )
-        is not None
-    ]
+    # (a few runners and scales; it reads the settings)
+    out = list(job_slo_rows(ids, scale_of=cache(time_scale_of)).values())
     # (ties: the newest job first; the rows come unordered from the database)
     out.sort(key=lambda j: (j.tenant, j.slo_class, -j.slowdown_vs_solo, -j.job_id))
     return SloReport(start=start, end=end, jobs=out, attainment=_attainment(out))
+
+
+def job_slo_rows(
+    ids: set[int], *, scale_of: Callable[[str, float | None], float]
+) -> dict[int, JobSlo]:
+    """Return the report's rows of the jobs `ids` (those it lists: `job_slo`) by job id,
+    from their kept inputs or their phases."""
+    if not ids:
+        return {}
+    jobs, kept, sources = _job_rows(ids)
+    sums = iteration_sums([j for j in jobs if j not in kept])
+    admitted = admitted_slos({jid: (j[5], j[4]) for jid, j in jobs.items()})
+    out: dict[int, JobSlo] = {}
+    for jid, job in jobs.items():
+        row = job_slo(
+            job,
+            kept=kept.get(jid),
+            sums=sums.get(jid),
+            slo=admitted.get(jid, job[4]),
+            profile_source=sources.get(jid, "declared"),
+            scale_of=scale_of,
+        )
+        if row is not None:
+            out[jid] = row
+    return out
 
 
 def job_slo(

@@ -26,7 +26,7 @@ from rollmux_web.accounts.access import visible_tenant_ids
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.audit.models import AuditEntry
 from rollmux_web.epoch_sql import MICROS
-from rollmux_web.id_sql import in_ids
+from rollmux_web.id_sql import id_array, in_ids
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.runners import EMULATING_RUNNERS, time_scale_of
 from rollmux_web.quotas.models import SloClass
@@ -34,11 +34,9 @@ from rollmux_web.reports.selectors._time import day_range
 from rollmux_web.reports.selectors.slo import (
     JobSlo,
     SloAttainment,
-    _job_rows,
     admitted_slos,
     ended_ids,
-    iteration_sums,
-    job_slo,
+    job_slo_rows,
     kept_ids,
     overall_of,
     slo_report,
@@ -221,7 +219,7 @@ def slo_report_page(
         kept_of = model.objects.filter(in_ids("job_id", ended))  # type: ignore[attr-defined]
         ended_kept.update(kept_of.values_list("job_id", flat=True))
     live_ids = unkept_ids(start, end, tenant_ids) | (ended - ended_kept)
-    live = _rows(live_ids, scale_of=scale_of)
+    live = job_slo_rows(live_ids, scale_of=scale_of)
     partial = kept_ids(start, end, tenant_ids, inside=False)
     # 2. the kept jobs whose class changed: their SLO at admission, found in Python
     changed = [
@@ -253,10 +251,10 @@ def slo_report_page(
         "end": end,
         "t0": t0,
         "t1": t1,
-        "partial": _array(partial),
-        "unkept": _array(live_ids),
+        "partial": id_array(partial),
+        "unkept": id_array(live_ids),
         "every_tenant": tenant_ids is None,
-        "tenants": _array(tenant_ids or set()),
+        "tenants": id_array(tenant_ids or set()),
         "adm_ids": list(adm),
         "adm_slo": list(adm.values()),
         "emulating": list(EMULATING_RUNNERS),
@@ -296,7 +294,7 @@ def slo_report_page(
             on_vpage[jid] = vpos
     attainment.sort(key=lambda a: (a.tenant, a.slo_class))
     # 4. the pages' rows, built as the whole report builds them
-    shown = live | _rows((on_page.keys() | on_vpage.keys()) - live_ids, scale_of=scale_of)
+    shown = live | job_slo_rows((on_page.keys() | on_vpage.keys()) - live_ids, scale_of=scale_of)
     return SloReportPage(
         start=start,
         end=end,
@@ -306,31 +304,3 @@ def slo_report_page(
         jobs_count=sum(a.finished + a.in_progress + a.ended_early for a in attainment),
         violations_count=violations_count,
     )
-
-
-def _rows(ids: set[int], *, scale_of: Any) -> dict[int, JobSlo]:
-    """Return the report's rows of the jobs `ids` (those it lists), as `slo_report`
-    builds them."""
-    if not ids:
-        return {}
-    jobs, kept, sources = _job_rows(ids)
-    sums = iteration_sums([j for j in jobs if j not in kept])
-    admitted = admitted_slos({jid: (j[5], j[4]) for jid, j in jobs.items()})
-    out: dict[int, JobSlo] = {}
-    for jid, job in jobs.items():
-        row = job_slo(
-            job,
-            kept=kept.get(jid),
-            sums=sums.get(jid),
-            slo=admitted.get(jid, job[4]),
-            profile_source=sources.get(jid, "declared"),
-            scale_of=scale_of,
-        )
-        if row is not None:
-            out[jid] = row
-    return out
-
-
-def _array(ids: set[int]) -> str:
-    """The ids as a PostgreSQL array's text (as `id_sql.AnyOf` sends them)."""
-    return "{" + ",".join(str(int(x)) for x in sorted(ids)) + "}"
