@@ -24,17 +24,22 @@ RANGE_PARAMS = [
         "end", OpenApiTypes.DATE, description="last day, inclusive (YYYY-MM-DD); default: today"
     ),
 ]
-COST_PAGE_SIZE, COST_MAX_PAGE_SIZE = 500, 5000
-PAGE_PARAMS = [
-    OpenApiParameter(
-        "page", OpenApiTypes.INT, description="the page of jobs (`by_job`, `lines`); default 1"
-    ),
-    OpenApiParameter(
-        "page_size",
-        OpenApiTypes.INT,
-        description=f"jobs a page (1 to {COST_MAX_PAGE_SIZE}); default {COST_PAGE_SIZE}",
-    ),
-]
+# the reports' jobs a page (the cost report's `by_job` and `lines`, the SLO report's `jobs`)
+PAGE_SIZE, MAX_PAGE_SIZE = 500, 5000
+
+
+def page_params(what: str) -> list[OpenApiParameter]:
+    """The `page` and `page_size` parameters of a report whose `what` is paged by job."""
+    return [
+        OpenApiParameter("page", OpenApiTypes.INT, description=f"the page of {what}; default 1"),
+        OpenApiParameter(
+            "page_size",
+            OpenApiTypes.INT,
+            description=f"jobs a page (1 to {MAX_PAGE_SIZE}); default {PAGE_SIZE}",
+        ),
+    ]
+
+
 MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
 ROUNDING = (
     "Rounding: a row of `total`, `by_tenant` or `by_gpu_type` is its exact sum rounded "
@@ -165,7 +170,12 @@ class SloReportSerializer(serializers.Serializer):  # type: ignore[misc,unused-i
     end = serializers.DateField()
     overall = SloAttainmentSerializer()
     attainment = SloAttainmentSerializer(many=True)
-    jobs = JobSloSerializer(many=True)
+    jobs = JobSloSerializer(many=True, help_text="the page's jobs (`page`, `page_size`)")
+    jobs_count = serializers.IntegerField(help_text="jobs in the range (all pages)")
+    violations_count = serializers.IntegerField(help_text="jobs that missed their SLO (all pages)")
+    page = serializers.IntegerField()
+    pages = serializers.IntegerField()
+    page_size = serializers.IntegerField()
 
 
 BAD_RANGE = OpenApiResponse(description="a reversed range, one over 366 days, or not a date")
@@ -182,22 +192,33 @@ class CostReportApi(APIView):  # type: ignore[misc,unused-ignore]
     """Cost per tenant, job and GPU type over a date range (money as strings, USD)."""
 
     @extend_schema(
-        parameters=[*RANGE_PARAMS, *PAGE_PARAMS],
+        parameters=[*RANGE_PARAMS, *page_params("jobs (`by_job`, `lines`)")],
         responses={200: CostReportSerializer, 400: BAD_RANGE},
         description=ROUNDING + PAGING,
     )
     @gc_paused()  # ~30,000 lines a month at a fleet's size, as the page
     def get(self, request: Request) -> Response:
         start, end = _range(request)
-        page = _int_param(request, "page", 1, 1, None)
-        size = _int_param(request, "page_size", COST_PAGE_SIZE, 1, COST_MAX_PAGE_SIZE)
+        page, size = _page(request)
         report = selectors.cost_report_page(
             user=request.user, start=start, end=end, page=page, page_size=size
         )
-        pages = max(1, -(-(report.jobs_count or 0) // size))
-        if page > pages:
-            raise serializers.ValidationError({"page": [f"{page} is not a page (1 to {pages})."]})
+        _page_exists(page, size, report.jobs_count or 0)
         return Response(exports.cost_report_json(report, page=page, page_size=size))
+
+
+def _page(request: Request) -> tuple[int, int]:
+    """Return the `page` and `page_size` a report's request asks for (400 naming a bad one)."""
+    page = _int_param(request, "page", 1, 1, None)
+    return page, _int_param(request, "page_size", PAGE_SIZE, 1, MAX_PAGE_SIZE)
+
+
+def _page_exists(page: int, size: int, count: int) -> int:
+    """Return how many pages `count` jobs make; a 400 naming `page` when it is past them."""
+    pages = max(1, -(-count // size))
+    if page > pages:
+        raise serializers.ValidationError({"page": [f"{page} is not a page (1 to {pages})."]})
+    return pages
 
 
 def _int_param(request: Request, name: str, default: int, lo: int, hi: int | None) -> int:
@@ -265,9 +286,22 @@ class CostParquetApi(APIView):  # type: ignore[misc,unused-ignore]
 class SloReportApi(APIView):  # type: ignore[misc,unused-ignore]
     """SLO attainment per tenant and class, and each job's measured slowdown."""
 
-    @extend_schema(parameters=RANGE_PARAMS, responses={200: SloReportSerializer, 400: BAD_RANGE})
+    @extend_schema(
+        parameters=[*RANGE_PARAMS, *page_params("jobs (`jobs`)")],
+        responses={200: SloReportSerializer, 400: BAD_RANGE},
+        description=" Paging: `jobs` holds one page of the range's jobs in the report's order "
+        "(tenant, SLO class, slowdown vs solo descending, newest first; `page`, `page_size`; "
+        "`jobs_count` and `pages` say how many); the attainment and `violations_count` are "
+        "the whole range's.",
+    )
     @gc_paused()  # as the page
     def get(self, request: Request) -> Response:
         start, end = _range(request)
-        report = selectors.slo_report(user=request.user, start=start, end=end)
-        return Response(selectors.slo_report_json(report))
+        page, size = _page(request)
+        # (a fleet's month is ~14,800 jobs: ordered, counted and paged in SQL, as the page)
+        report = selectors.slo_report_page(
+            user=request.user, start=start, end=end, page=page, vpage=None, page_size=size
+        )
+        pages = _page_exists(page, size, report.jobs_count)
+        paging = {"page": page, "pages": pages, "page_size": size}
+        return Response(selectors.slo_report_json(report) | paging)

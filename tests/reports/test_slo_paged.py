@@ -170,6 +170,10 @@ def test_every_page_in_sql_is_the_whole_reports_page(world: Any, who: str) -> No
         assert page.attainment == whole.attainment
         assert page.overall == whole.overall
         assert (page.jobs_count, page.violations_count) == (len(whole.jobs), len(violations))
+    # no violations' page (the API's): their count only
+    jobs_only = slo_report_page(user=user, start=DAY, end=DAY, page=1, vpage=None, page_size=size)
+    assert jobs_only.jobs == whole.jobs[:size] and jobs_only.violations == []
+    assert jobs_only.violations_count == len(violations)
 
 
 @pytest.mark.django_db
@@ -200,3 +204,55 @@ def test_the_slo_page_names_a_page_that_is_not_one_and_shows_page_1(
     assert rows(second, '<table class="violations">') == [
         j.job_name for j in whole.violations[5:10]
     ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["finance", "alice"])
+def test_the_slo_api_pages_the_whole_reports_jobs_and_names_a_bad_page(
+    world: Any, api_as: Any, who: str
+) -> None:
+    # at a fleet's size a month is ~14,800 jobs: the API pages them (`page`, `page_size`)
+    # as the cost report's API does; the pages together are the whole report's jobs in its
+    # order, and the attainment and the counts are the whole range's on every page
+    build(world)
+    whole = slo_report(user=getattr(world, who), start=DAY, end=DAY)
+    api = api_as(who)
+    url = "/api/v1/reports/slo/?start=2026-03-10&end=2026-03-10"
+    size = 6
+    pages = -(-len(whole.jobs) // size)
+    assert pages >= 3
+    seen: list[tuple[int, float | None, bool | None]] = []
+    for number in range(1, pages + 1):
+        body = api.get(f"{url}&page={number}&page_size={size}").json()
+        assert (body["page"], body["pages"], body["page_size"]) == (number, pages, size)
+        assert body["jobs_count"] == len(whole.jobs)
+        assert body["violations_count"] == len(whole.violations)
+        assert body["overall"]["finished"] == whole.overall.finished
+        assert [(a["tenant"], a["slo_class"], a["met"]) for a in body["attainment"]] == [
+            (a.tenant, a.slo_class, a.met) for a in whole.attainment
+        ]
+        assert len(body["jobs"]) == min(size, len(whole.jobs) - (number - 1) * size)
+        seen += [(j["job_id"], j["slowdown_vs_solo"], j["met"]) for j in body["jobs"]]
+    assert seen == [
+        (
+            j.job_id,
+            round(j.slowdown_vs_solo, 4) if j.measured else None,
+            j.met if j.applicable else None,
+        )
+        for j in whole.jobs
+    ]
+    # the default page holds them all here (500 a page)
+    default = api.get(url).json()
+    assert (default["page"], default["pages"], default["page_size"]) == (1, 1, 500)
+    assert [j["job_id"] for j in default["jobs"]] == [j.job_id for j in whole.jobs]
+    # a page past the last, or a bad size, is a 400 naming the field
+    for query, field in (
+        (f"page={pages + 1}&page_size={size}", "page"),
+        ("page=0", "page"),
+        ("page_size=0", "page_size"),
+        ("page_size=5001", "page_size"),
+        ("page_size=x", "page_size"),
+    ):
+        resp = api.get(f"{url}&{query}")
+        assert resp.status_code == 400, query
+        assert field in str(resp.json()), (query, resp.json())

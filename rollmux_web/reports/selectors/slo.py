@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from django.db import connection
 from django.db.models import Exists, F, Min, OuterRef, Q
@@ -120,6 +120,34 @@ class SloReport:
     @property
     def overall(self) -> SloAttainment:
         return overall_of(self.attainment)
+
+    @property
+    def jobs_count(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def violations_count(self) -> int:
+        return len(self.violations)
+
+
+class SloRows(Protocol):
+    """What the API's JSON reads of an SLO report: the whole one (`SloReport`) or one page
+    of its jobs (`slo_paged.SloReportPage`)."""
+
+    @property
+    def start(self) -> date: ...
+    @property
+    def end(self) -> date: ...
+    @property
+    def jobs(self) -> list[JobSlo]: ...
+    @property
+    def attainment(self) -> list[SloAttainment]: ...
+    @property
+    def overall(self) -> SloAttainment: ...
+    @property
+    def jobs_count(self) -> int: ...
+    @property
+    def violations_count(self) -> int: ...
 
 
 def overall_of(attainment: Iterable[SloAttainment]) -> SloAttainment:
@@ -578,8 +606,9 @@ def _attainment(jobs: list[JobSlo]) -> list[SloAttainment]:
     return [buckets[k] for k in sorted(buckets)]
 
 
-def slo_report_json(report: SloReport) -> dict[str, Any]:
-    """Return the report as the API's JSON: every job with its groups."""
+def slo_report_json(report: SloRows) -> dict[str, Any]:
+    """Return the report as the API's JSON: its jobs (a page's: `slo_paged`) with their
+    groups, how many jobs the range has and how many missed their SLO."""
     with_groups(report.jobs)
 
     def att(a: SloAttainment) -> dict[str, Any]:
@@ -597,6 +626,8 @@ def slo_report_json(report: SloReport) -> dict[str, Any]:
     return {
         "start": report.start.isoformat(),
         "end": report.end.isoformat(),
+        "jobs_count": report.jobs_count,
+        "violations_count": report.violations_count,
         "overall": att(report.overall),
         "attainment": [att(a) for a in report.attainment],
         "jobs": [

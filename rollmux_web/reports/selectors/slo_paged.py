@@ -187,13 +187,15 @@ def _sql() -> str:
 
 
 def slo_report_page(
-    *, user: Any, start: date, end: date, page: int, vpage: int, page_size: int
+    *, user: Any, start: date, end: date, page: int, vpage: int | None, page_size: int
 ) -> SloReportPage:
     """Return the SLO report of [start, end] with the page `page` of its jobs and the page
-    `vpage` of its violations (`page_size` each; a page past the last is empty): the same
-    figures and rows as `slo_report`'s, computed in SQL on PostgreSQL (elsewhere: the whole
-    report, paged)."""
-    p0, v0 = (page - 1) * page_size, (vpage - 1) * page_size
+    `vpage` of its violations (`page_size` each; a page past the last is empty; `vpage`
+    None: no violation rows, their count only): the same figures and rows as
+    `slo_report`'s, computed in SQL on PostgreSQL (elsewhere: the whole report, paged)."""
+    p0 = (page - 1) * page_size
+    # (no violations' page: an empty range of positions)
+    v0, v1 = (0, 0) if vpage is None else ((vpage - 1) * page_size, vpage * page_size)
     if connection.vendor != "postgresql":
         whole = slo_report(user=user, start=start, end=end)
         violations = whole.violations
@@ -202,7 +204,7 @@ def slo_report_page(
             end=end,
             attainment=whole.attainment,
             jobs=whole.jobs[p0 : p0 + page_size],
-            violations=violations[v0 : v0 + page_size],
+            violations=violations[v0:v1],
             jobs_count=len(whole.jobs),
             violations_count=len(violations),
         )
@@ -272,7 +274,7 @@ def slo_report_page(
         "p0": p0,
         "p1": p0 + page_size,
         "v0": v0,
-        "v1": v0 + page_size,
+        "v1": v1,
     }
     with connection.cursor() as cur:
         cur.execute(_sql(), params)
@@ -290,7 +292,7 @@ def slo_report_page(
             continue
         if p0 < pos <= p0 + page_size:
             on_page[jid] = pos
-        if vpos is not None and v0 < vpos <= v0 + page_size:
+        if vpos is not None and v0 < vpos <= v1:
             on_vpage[jid] = vpos
     attainment.sort(key=lambda a: (a.tenant, a.slo_class))
     # 4. the pages' rows, built as the whole report builds them
