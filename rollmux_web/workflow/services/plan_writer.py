@@ -231,7 +231,7 @@ class PlanWriter:
         """Write what was recorded since the last flush."""
         for group in self.new_groups:
             group.runtime_state = self.groups[group.pk][1].to_dict()
-        ExecutionGroup.objects.bulk_create(self.new_groups)
+        rows_insert(self.new_groups)  # (their runtimes as JSON: not as one array)
         new = {g.pk for g in self.new_groups}
         rows = Placement.objects.bulk_create([p for p, _, _, _ in self.placements])
         # the pinned nodes: one INSERT per pool (`.set()` would read the empty sets first)
@@ -342,6 +342,50 @@ def rows_update(rows: Sequence[models.Model], fields: list[str]) -> None:
     )
     with connection.cursor() as cur:
         cur.execute(sql, params)
+
+
+def rows_insert(rows: Sequence[models.Model]) -> None:
+    """Insert `rows` (of one model; pks all set or all unset; foreign keys set by id) in one
+    statement, as `bulk_create` does (the same columns and values: `pre_save` stamps,
+    defaults), and set the pks the database gave.
+
+    On PostgreSQL an INSERT ... VALUES with one parameter per value: Django's `bulk_create`
+    sends each column as one array (`UNNEST`), and psycopg's client-side binding escapes
+    every element of a text or JSON array in Python (one `re.sub` template per quote in a
+    JSON document: a group's runtime, a phase's node names), which cost the writer's flush
+    more than the statements did. A scalar parameter is quoted once, by libpq.
+    """
+    if not rows:
+        return
+    model = type(rows[0])
+    if not is_postgres():
+        model._default_manager.bulk_create(rows)
+        return
+    meta = model._meta
+    pk = meta.pk
+    assert pk is not None
+    with_pk = rows[0].pk is not None
+    fields = [
+        f
+        for f in meta.concrete_fields
+        if not f.generated and (with_pk or not isinstance(f, models.AutoField))
+    ]
+    params: list[Any] = []
+    for obj in rows:
+        params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    qn = connection.ops.quote_name
+    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {qn(str(meta.db_table))} ({', '.join(qn(str(f.column)) for f in fields)})"
+        f" VALUES {', '.join([row_sql] * len(rows))} RETURNING {qn(str(pk.column))}"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        ids = [row[0] for row in cur.fetchall()]
+    for obj, pk_value in zip(rows, ids, strict=True):
+        obj.pk = pk_value
+        obj._state.adding = False
+        obj._state.db = connection.alias
 
 
 def lock_group_held(group_id: int, names: set[str]) -> Any:
