@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from rollmux_web import events, metrics
 from rollmux_web.accounts.models import Tenant
+from rollmux_web.id_sql import in_ids
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.quotas.models import SloClass
@@ -342,7 +343,7 @@ def _claim(job_ids: list[int], related: _Related) -> list[Job]:
     """
     jobs = list(
         Job.objects.select_for_update(of=("self",), no_key=True)
-        .filter(pk__in=job_ids, status=JobStatus.QUEUED, cancel_requested=False)
+        .filter(in_ids("pk", set(job_ids)), status=JobStatus.QUEUED, cancel_requested=False)
         .order_by("pk")  # locks taken in one order
     )
     related.attach(jobs)
@@ -429,7 +430,7 @@ def _place_one(
     asked = snapshot.held_young(asked, iterations=job.iterations)
     result = run.waits.get(state, asked)  # (a job alike waited on this snapshot: _Waits)
     if result is None:
-        result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
+        result = _decide(asked, state, progress, run, now_s)
         if result.status is PlacementStatus.RETRY:
             run.waits.keep(state, asked, result)
     if result.status is PlacementStatus.FIT and run.picture is not None:
@@ -449,7 +450,7 @@ def _place_one(
             state, progress = snapshot.planner_input()
             writes.now = run.now or timezone.now()  # after this snapshot, as above
             out.view = (state, progress)
-            result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
+            result = _decide(asked, state, progress, run, now_s)
     else:  # stale every time: the cluster churns; the next pass tries again
         result = PlacementResult(PlacementStatus.RETRY, "the cluster changed; planning again")
         out.again.add(job.pk)
@@ -457,6 +458,20 @@ def _place_one(
         fairshare.hold(job, run.picture)
     metrics.observe_admission(result.status.name.lower(), time.perf_counter() - decided)
     return result
+
+
+def _decide(
+    asked: JobProfile,
+    state: ClusterState,
+    progress: dict[str, JobProgress],
+    run: _Run,
+    now_s: float,
+) -> PlacementResult:
+    """Ask the core (`levers.place_job`) where the job goes. Its members' SLO
+    probabilities are not computed: the pass writes none (the what-if preview shows them)."""
+    return levers.place_job(
+        asked, state, progress, policy=run.policy, now_s=now_s, with_slo_probability=False
+    )
 
 
 def _waits_record(job_ids: list[int], key: str) -> None:
