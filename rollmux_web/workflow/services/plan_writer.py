@@ -15,7 +15,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -329,8 +329,9 @@ def rows_update(rows: Sequence[models.Model], fields: list[str]) -> None:
     cols = [meta.get_field(f) for f in fields]
     assert all(isinstance(c, models.Field) for c in cols)
     columns = [pk, *(c for c in cols if isinstance(c, models.Field))]
+    db = connections[DEFAULT_DB_ALIAS]  # (not the proxy: one look-up, not one per value)
     data = [
-        [_json_value(f, f.get_db_prep_value(getattr(obj, f.attname), connection)) for f in columns]
+        [_json_value(f, f.get_db_prep_value(getattr(obj, f.attname), db)) for f in columns]
         for obj in rows
     ]
     qn = connection.ops.quote_name
@@ -373,8 +374,9 @@ def rows_insert(rows: Sequence[models.Model]) -> None:
         for f in meta.concrete_fields
         if not f.generated and (with_pk or not isinstance(f, models.AutoField))
     ]
+    db = connections[DEFAULT_DB_ALIAS]  # (not the proxy: one look-up, not one per value)
     data = [
-        [_json_value(f, f.get_db_prep_save(f.pre_save(obj, True), connection)) for f in columns]
+        [_json_value(f, f.get_db_prep_save(f.pre_save(obj, True), db)) for f in columns]
         for obj in rows
     ]
     qn = connection.ops.quote_name
