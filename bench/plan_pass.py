@@ -10,6 +10,10 @@ groups and the rest wait for capacity), then prints:
 - an idle pass (nothing changed: every waiting job still waits): its time, median of 5.
 
 Phases are not run (a dispatcher that records nothing); the pass's own work is measured.
+With --worker-heap the pass runs in a process set up as the controller worker that runs
+it in production: the planning services imported and the heap frozen
+(`workers.warmup.freeze_heap`) before the pass, so neither the first import nor full
+garbage collections over the start-up objects (which the worker never scans) count.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollmux_x .venv/bin/python bench/plan_pass.py \\
         --size 1k   # or --size 5k (5,000 + 5,000 nodes, 10,000 queued), or --nodes/--jobs
@@ -251,6 +255,11 @@ def run(args: argparse.Namespace) -> None:
         _seed(args.nodes, args.jobs)
         print(f"seeded {args.nodes} + {args.nodes} nodes, {args.jobs} queued jobs "
               f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
+        if args.worker_heap:
+            from rollmux_web.workflow import services  # noqa: F401  (the worker's tasks import it)
+            from workers.warmup import freeze_heap
+
+            freeze_heap()
         load = os.getloadavg()[0]
         cpu = _cpu()
         t = time.perf_counter()
@@ -300,6 +309,12 @@ def main() -> None:
         help="a preset: 1k = 1,000 + 1,000 nodes and 2,000 queued (the 200/s target), "
         "5k = 5,000 + 5,000 nodes and 10,000 queued (issue 25: reported); "
         "--nodes / --jobs override it",
+    )
+    parser.add_argument(
+        "--worker-heap",
+        action="store_true",
+        help="set the process up as the controller worker before the pass: the planning "
+        "services imported, the heap frozen (workers.warmup.freeze_heap)",
     )
     parser.add_argument(
         "--profile", type=int, default=0, metavar="N",

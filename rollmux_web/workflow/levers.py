@@ -48,6 +48,7 @@ def place_job(
     *,
     policy: PlannerConfig | None = None,
     now_s: float | None = None,
+    with_slo_probability: bool = True,
 ) -> PlacementResult:
     """Place an arriving job as the simulator's rollmux does: the core's `admit` with the
     live configuration (`policy`, default `live_config()`; `progress`: the running
@@ -57,10 +58,19 @@ def place_job(
     The co-located strategy competes on arrival only with both ROLLMUX_COLOCATED and
     ROLLMUX_COLOCATED_ON_ARRIVAL. When co-located jobs exist, the core may also name some
     to move into the newcomer's new group: moving them is live moves' work.
+    `with_slo_probability=False`: a FIT's members' SLO probabilities are not computed (the
+    planning pass writes none; the what-if preview shows them).
     """
     from scheduler.planner.consolidation import admit
 
     config = policy or live_config()
     now = time.time() if now_s is None else now_s
-    result, _movers = admit(profile, state, config=config, progress=progress or {}, now=now)
+    result, _movers = admit(
+        profile,
+        state,
+        config=config,
+        progress=progress or {},
+        now=now,
+        with_slo_probability=with_slo_probability,
+    )
     return result

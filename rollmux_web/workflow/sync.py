@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.db.models import Avg, DurationField, ExpressionWrapper, F
 
+from rollmux_web.id_sql import in_ids
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.workflow.models import PhaseRecord, PhaseState
@@ -50,7 +51,7 @@ def measured_s(job_ids: Iterable[int]) -> dict[int, float]:
     """Return each job's mean measured sync seconds (profile seconds), for jobs that ran one."""
     rows = (
         PhaseRecord.objects.filter(
-            job_id__in=list(job_ids),
+            in_ids("job_id", set(job_ids)),
             kind="sync",
             state=PhaseState.SUCCEEDED,
             started_at__isnull=False,

@@ -95,6 +95,7 @@ class FreePool:
         # prefix, then the minted names' prefix, both only ever extended), and every
         # joinable group of a decision asks for the same few counts
         self._takes: dict[int, tuple[str, ...] | None] = {}
+        self._priced: dict[int, tuple[tuple[str, ...], float] | None] = {}  # `take_priced`'s
 
     def _fitting(self, count: int) -> list[Node]:
         """Return the first `count` free nodes with room (fewer when there are not so many)."""
@@ -153,6 +154,14 @@ class FreePool:
     def cost(self, names: Sequence[str]) -> float:
         """Return the summed hourly price of `names` (nodes this pool offered)."""
         return sum(self._taken_price[x] for x in names)
+
+    def take_priced(self, count: int) -> tuple[tuple[str, ...], float] | None:
+        """Return `take(count)` and its `cost`, kept per count: rollout scaling asks both
+        for every joinable group of a decision."""
+        if count not in self._priced:
+            names = self.take(count)
+            self._priced[count] = None if names is None else (tuple(names), self.cost(names))
+        return self._priced[count]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -332,9 +341,10 @@ def rollout_scaling_candidates(req: Request, ctx: GroupContext) -> Iterator[Cand
         keep = n_roll - m_new
         if len(ctx.rooms) < keep:
             continue
-        fresh = free.take(m_new)
-        if fresh is None:
+        taken = free.take_priced(m_new)
+        if taken is None:
             break
+        fresh, delta = taken
         kept = ctx.rooms[:keep]
         lb = max(
             ctx.bound, max((s.load[x] for x in kept), default=0.0) + req.job.rollout_pool_max_s
@@ -343,14 +353,14 @@ def rollout_scaling_candidates(req: Request, ctx: GroupContext) -> Iterator[Cand
             continue
         yield Candidate(
             strategy=Strategy.ROLLOUT_SCALING,
-            delta=free.cost(fresh),
+            delta=delta,
             new_count=m_new,
             lower_bound=lb,
             order=ctx.order,
             summary=s,
-            rollout=tuple(kept) + tuple(fresh),
+            rollout=tuple(kept) + fresh,
             train=ctx.trains,
-            new_nodes=tuple(fresh),
+            new_nodes=fresh,
         )
 
 

@@ -568,6 +568,7 @@ def place_with_partners(
     progress: Mapping[str, JobProgress],
     config: PlannerConfig | None = None,
     colocated: bool = False,
+    with_slo_probability: bool = True,
 ) -> ArrivalPlan:
     """Place an arriving job; open a group for co-located jobs to join when that pays.
 
@@ -578,17 +579,19 @@ def place_with_partners(
     co-located jobs moving into it (checkpoint at their next iteration boundary,
     restart): it does so when the moves' savings exceed what the new group costs the
     newcomer over co-location (both in expected remaining dollars, restarts
-    included).
+    included). `with_slo_probability=False`: the result's `slo_probability` is left empty
+    (`place`'s, for a caller that reads none).
     """
     cfg = config or PlannerConfig()
-    first = _place(cfg, job, state, progress, colocated=colocated)
+    chances = with_slo_probability
+    first = _place(cfg, job, state, progress, colocated=colocated, with_slo_probability=chances)
     if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
         return ArrivalPlan(first)
     if not any(not g.rollout_nodes for g in state.groups):
         return ArrivalPlan(first)
     alt = first
     if first.strategy is not Strategy.NEW_GROUP:
-        alt = _place(cfg, job, state, progress, colocated=False)
+        alt = _place(cfg, job, state, progress, colocated=False, with_slo_probability=chances)
     if alt.strategy is not Strategy.NEW_GROUP or alt.placement is None:
         return ArrivalPlan(first)
     gid = f"{job.id}:new"
@@ -639,17 +642,25 @@ def admit(
     now: float,
     policy: str = "rollmux",
     rng: random.Random | None = None,
+    with_slo_probability: bool = True,
 ) -> tuple[PlacementResult, tuple[str, ...]]:
     """Place an arriving job as the planner configured by `config` does (the simulator's
     rollmux and the live planning pass): with consolidation and the co-located strategy,
     `place_with_partners` (which may name co-located jobs to move into the newcomer's new
     group: returned second), else Algorithm 1 with the config's admission options. The
-    co-located strategy competes on arrival only with `admission.colocated_on_arrival`."""
+    co-located strategy competes on arrival only with `admission.colocated_on_arrival`.
+    `with_slo_probability=False` leaves a FIT's `slo_probability` empty (`place`'s)."""
     adm = config.admission
     on_arrival = adm.colocated and adm.colocated_on_arrival
     if policy == "rollmux" and config.consolidation.enabled and adm.colocated:
         plan = place_with_partners(
-            job, state, now=now, progress=progress, config=config, colocated=on_arrival
+            job,
+            state,
+            now=now,
+            progress=progress,
+            config=config,
+            colocated=on_arrival,
+            with_slo_probability=with_slo_probability,
         )
         return plan.result, tuple(m.job_id for m in plan.movers)
     result = place(
@@ -660,6 +671,7 @@ def admit(
         rng=rng,
         progress=progress,
         colocated=on_arrival,
+        with_slo_probability=with_slo_probability,
     )
     return result, ()
 

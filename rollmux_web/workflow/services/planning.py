@@ -23,8 +23,11 @@ from django.db.models import Count, Exists, F, Max, OrderBy, OuterRef, Sum
 from django.utils import timezone
 
 from rollmux_web import events, metrics
+from rollmux_web.accounts.models import Tenant
+from rollmux_web.id_sql import in_ids
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
+from rollmux_web.quotas.models import SloClass
 from rollmux_web.transactions import atomic_with_retry
 from rollmux_web.workflow import converters, fairshare, levers, snapshot, sync
 from rollmux_web.workflow import starts as measured_starts
@@ -264,6 +267,31 @@ class _Run:
     picture: fairshare.Picture | None = None  # fair-share inputs (preemption), read once
     preempt_memo: preemption.Memo = field(default_factory=preemption.Memo)
     waits: _Waits = field(default_factory=lambda: _Waits())
+    related: _Related = field(default_factory=lambda: _Related())
+
+
+@dataclass
+class _Related:
+    """The tenants and SLO classes of the pass's claimed jobs, each read once for the pass
+    (a few rows that thousands of jobs share: joined to every claimed job, they made two
+    more model objects per job and batch), as the pass reads the levers and the fair-share
+    picture once."""
+
+    tenants: dict[int, Tenant] = field(default_factory=dict)
+    slo_classes: dict[int, SloClass] = field(default_factory=dict)
+
+    def attach(self, jobs: list[Job]) -> None:
+        """Give each job its tenant and SLO class (read the ones not seen yet)."""
+        tenants = {j.tenant_id for j in jobs} - self.tenants.keys()
+        if tenants:
+            self.tenants.update(Tenant.objects.in_bulk(tenants))
+        classes = {j.slo_class_id for j in jobs} - self.slo_classes.keys()
+        if classes:
+            self.slo_classes.update(SloClass.objects.in_bulk(classes))
+        tenant_field, class_field = Job.tenant.field, Job.slo_class.field
+        for job in jobs:
+            tenant_field.set_cached_value(job, self.tenants[job.tenant_id])
+            class_field.set_cached_value(job, self.slo_classes[job.slo_class_id])
 
 
 @dataclass
@@ -304,8 +332,9 @@ class _Decided:
     done: int = 0  # job ids of the batch gone through (the rest go to the next one)
 
 
-def _claim(job_ids: list[int]) -> list[Job]:
-    """Lock and return the batch's jobs still queued, in planning order.
+def _claim(job_ids: list[int], related: _Related) -> list[Job]:
+    """Lock and return the batch's jobs still queued, in planning order, with their tenant
+    and SLO class (`related`: the pass's).
 
     Lock only the job rows (not the tenant / SLO class rows a join would lock too:
     submissions take FOR KEY SHARE on those), and only as a no-key update, which phase
@@ -314,10 +343,10 @@ def _claim(job_ids: list[int]) -> list[Job]:
     """
     jobs = list(
         Job.objects.select_for_update(of=("self",), no_key=True)
-        .filter(pk__in=job_ids, status=JobStatus.QUEUED, cancel_requested=False)
-        .select_related("slo_class", "tenant")
+        .filter(in_ids("pk", set(job_ids)), status=JobStatus.QUEUED, cancel_requested=False)
         .order_by("pk")  # locks taken in one order
     )
+    related.attach(jobs)
     at = {pk: i for i, pk in enumerate(job_ids)}
     return sorted(jobs, key=lambda j: at[j.pk])  # the pass's order (fair share)
 
@@ -337,7 +366,7 @@ def _batch_place(
 
     def batch() -> _Decided:
         began = time.perf_counter()
-        jobs = _claim(job_ids)
+        jobs = _claim(job_ids, run.related)
         # After the lock and the snapshot: an allocation this batch creates never starts
         # before the end of the allocation it follows (the snapshot saw that end).
         writes = PlanWriter(run.now or timezone.now(), run.node_id, queued_since(jobs))
@@ -401,7 +430,7 @@ def _place_one(
     asked = snapshot.held_young(asked, iterations=job.iterations)
     result = run.waits.get(state, asked)  # (a job alike waited on this snapshot: _Waits)
     if result is None:
-        result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
+        result = _decide(asked, state, progress, run, now_s)
         if result.status is PlacementStatus.RETRY:
             run.waits.keep(state, asked, result)
     if result.status is PlacementStatus.FIT and run.picture is not None:
@@ -421,7 +450,7 @@ def _place_one(
             state, progress = snapshot.planner_input()
             writes.now = run.now or timezone.now()  # after this snapshot, as above
             out.view = (state, progress)
-            result = levers.place_job(asked, state, progress, policy=run.policy, now_s=now_s)
+            result = _decide(asked, state, progress, run, now_s)
     else:  # stale every time: the cluster churns; the next pass tries again
         result = PlacementResult(PlacementStatus.RETRY, "the cluster changed; planning again")
         out.again.add(job.pk)
@@ -429,6 +458,20 @@ def _place_one(
         fairshare.hold(job, run.picture)
     metrics.observe_admission(result.status.name.lower(), time.perf_counter() - decided)
     return result
+
+
+def _decide(
+    asked: JobProfile,
+    state: ClusterState,
+    progress: dict[str, JobProgress],
+    run: _Run,
+    now_s: float,
+) -> PlacementResult:
+    """Ask the core (`levers.place_job`) where the job goes. Its members' SLO
+    probabilities are not computed: the pass writes none (the what-if preview shows them)."""
+    return levers.place_job(
+        asked, state, progress, policy=run.policy, now_s=now_s, with_slo_probability=False
+    )
 
 
 def _waits_record(job_ids: list[int], key: str) -> None:

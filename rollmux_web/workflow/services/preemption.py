@@ -43,6 +43,7 @@ from django.db.models import Max
 from rollmux_web import events, metrics
 from rollmux_web.accounts.access import OTHER_TENANT_JOB
 from rollmux_web.audit.services import audit_record
+from rollmux_web.id_sql import in_ids
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.quotas.models import SloClass
 from rollmux_web.workflow.fairshare import Picture, job_gpus, queued_job
@@ -161,13 +162,15 @@ def _running(
     rows = {
         str(row[0]): _Open(*row)
         for row in Placement.objects.filter(
-            ended_at__isnull=True, job_id__in=[int(i) for i in members]
+            in_ids("job_id", {int(i) for i in members}), ended_at__isnull=True
         )
         .exclude(strategy=Strategy.PROFILE)
         .values_list(*_OPEN_COLUMNS)
     }
     last_train = dict(
-        PhaseRecord.objects.filter(placement_id__in=[p.pk for p in rows.values()], kind="train")
+        PhaseRecord.objects.filter(
+            in_ids("placement_id", {p.pk for p in rows.values()}), kind="train"
+        )
         .values("placement_id")
         .annotate(t=Max("finished_at"))
         .values_list("placement_id", "t")
