@@ -75,11 +75,16 @@ def pool_types() -> dict[str, str]:
 
 def capacity() -> dict[str, int]:
     """Return the GPUs of each GPU type on nodes up or drained (what a pool can ever hold)."""
-    out: dict[str, int] = defaultdict(int)
     states = (NodeState.UP, NodeState.DRAINED)
-    for name, gpus in Node.objects.filter(state__in=states).values_list("gpu_type__name", "gpus"):
-        out[name] += gpus
-    return dict(out)
+    # (summed in the database: a fleet has 10,000 nodes, each read and sorted by name)
+    rows = (
+        Node.objects.filter(state__in=states)
+        .order_by()
+        .values("gpu_type__name")
+        .annotate(gpus=Sum("gpus"))
+        .values_list("gpu_type__name", "gpus")
+    )
+    return {name: int(gpus) for name, gpus in rows}
 
 
 def job_gpus(rollout_gpus: int, train_gpus: int, types: Mapping[str, str]) -> dict[str, int]:
@@ -151,7 +156,8 @@ def usage_key(h: float, nodes: list[tuple[str, str, int]]) -> str:
 
 
 def _nodes() -> list[tuple[str, str, int]]:
-    return sorted(Node.objects.values_list("name", "gpu_type__name", "gpus"))
+    # (unordered in SQL, sorted here: the nodes' ordering sorts 10,000 names by collation)
+    return sorted(Node.objects.order_by().values_list("name", "gpu_type__name", "gpus"))
 
 
 def closed_hours(
@@ -230,7 +236,9 @@ def _hour_sums(
         # each row's tenant by its job's primary key, where the join made PostgreSQL hash
         # the whole jobs table (~100,000 rows at a fleet's size) for some thousand phases
         ended = ended.annotate(
-            tenant_of=Subquery(Job.objects.filter(pk=OuterRef("job_id")).values("tenant_id"))
+            tenant_of=Subquery(
+                Job.objects.filter(pk=OuterRef("job_id")).order_by().values("tenant_id")
+            )
         )
         tenant = "tenant_of"
     rows = (

@@ -90,7 +90,10 @@ def pool_statuses(allocated_nodes: set[int]) -> list[PoolStatus]:
         running_names.update(names)
     out = []
     for cluster in Cluster.objects.select_related("gpu_type").order_by("kind", "name"):
-        nodes = list(Node.objects.filter(cluster=cluster).values_list("id", "name", "state"))
+        # (unordered: counted only; the nodes' ordering sorted 5,000 names a pool)
+        nodes = list(
+            Node.objects.filter(cluster=cluster).order_by().values_list("id", "name", "state")
+        )
         up = [(nid, name) for nid, name, st in nodes if st == NodeState.UP]
         drained = [nid for nid, _, st in nodes if st == NodeState.DRAINED]
         busy = sum(1 for nid, name in up if nid in allocated_nodes and name in running_names)
@@ -247,7 +250,9 @@ def _share_per_hour_now(
     # (and their jobs' tenants by id: a join made PostgreSQL scan every job)
     live_jobs = dict(Placement.objects.filter(ended_at__isnull=True).values_list("pk", "job_id"))
     tenant_of = dict(
-        Job.objects.filter(in_ids("id", set(live_jobs.values()))).values_list("pk", "tenant_id")
+        Job.objects.filter(in_ids("id", set(live_jobs.values())))
+        .order_by()
+        .values_list("pk", "tenant_id")
     )
     live = {pk: tenant_of[job_id] for pk, job_id in live_jobs.items()}
     for through in (Placement.rollout_nodes.through, Placement.train_nodes.through):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
+from functools import lru_cache
 from typing import Any
 
 from django import template
+from django.urls import get_script_prefix, get_urlconf, reverse
 
 from rollmux_web.formatting import duration, duration_in, duration_unit, human_bytes
 
@@ -90,3 +92,22 @@ def column_unit(rows: Any, *attrs: str) -> str:
         if (v := (row.get(a) if isinstance(row, dict) else getattr(row, a, None))) is not None
     ]
     return duration_unit(max(values, default=0.0))[0]
+
+
+# an id no URL pattern's own text contains: where a reversed URL takes the id
+_ID_MARK = 918273645546372819
+
+
+@lru_cache(maxsize=64)
+def _url_around_id(name: str, prefix: str, urlconf: Any) -> tuple[str, str]:
+    """The URL named `name` (one integer argument) before and after its id."""
+    head, _, tail = reverse(name, args=[_ID_MARK]).partition(str(_ID_MARK))
+    return head, tail
+
+
+@register.filter
+def url_of_id(pk: Any, name: str) -> str:
+    """Return `{% url name pk %}` for an integer id, reversed once per URL name (and script
+    prefix): the SLO report's page links 600 rows' jobs and groups, ~70 us a `url` tag."""
+    head, tail = _url_around_id(name, get_script_prefix(), get_urlconf())
+    return f"{head}{int(pk)}{tail}"
