@@ -215,7 +215,7 @@ def _page(request: Request) -> tuple[int, int]:
 
 def _page_exists(page: int, size: int, count: int) -> int:
     """Return how many pages `count` jobs make; a 400 naming `page` when it is past them."""
-    pages = max(1, -(-count // size))
+    pages = exports.page_count(count, size)
     if page > pages:
         raise serializers.ValidationError({"page": [f"{page} is not a page (1 to {pages})."]})
     return pages

@@ -130,6 +130,11 @@ def _money(v: Decimal) -> str:
     return f"{v:.2f}"
 
 
+def page_count(count: int, page_size: int) -> int:
+    """Return how many pages of `page_size` jobs `count` jobs make (one when none)."""
+    return max(1, -(-count // page_size))
+
+
 def cost_report_json(
     report: CostReport, *, page: int = 1, page_size: int | None = None
 ) -> dict[str, Any]:
@@ -150,7 +155,7 @@ def cost_report_json(
         paging = {
             "jobs_count": count,
             "page": page,
-            "pages": max(1, -(-count // page_size)),
+            "pages": page_count(count, page_size),
             "page_size": page_size,
         }
 

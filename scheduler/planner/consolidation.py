@@ -583,15 +583,18 @@ def place_with_partners(
     (`place`'s, for a caller that reads none).
     """
     cfg = config or PlannerConfig()
-    chances = with_slo_probability
-    first = _place(cfg, job, state, progress, colocated=colocated, with_slo_probability=chances)
+    first = _place(
+        cfg, job, state, progress, colocated=colocated, with_slo_probability=with_slo_probability
+    )
     if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
         return ArrivalPlan(first)
     if not any(not g.rollout_nodes for g in state.groups):
         return ArrivalPlan(first)
     alt = first
     if first.strategy is not Strategy.NEW_GROUP:
-        alt = _place(cfg, job, state, progress, colocated=False, with_slo_probability=chances)
+        alt = _place(
+            cfg, job, state, progress, colocated=False, with_slo_probability=with_slo_probability
+        )
     if alt.strategy is not Strategy.NEW_GROUP or alt.placement is None:
         return ArrivalPlan(first)
     gid = f"{job.id}:new"
