@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from rollmux_web.reports import exports, selectors
 from rollmux_web.reports.forms import DateRangeForm
-from rollmux_web.reports.selectors.cost_engine import gc_paused
+from scheduler.collector import gc_paused
 
 RANGE_PARAMS = [
     OpenApiParameter(

@@ -29,9 +29,9 @@ from decimal import Decimal
 from typing import Any
 
 from rollmux_web.reports.selectors.cost import CostReport
-from rollmux_web.reports.selectors.cost_engine import gc_paused
 from rollmux_web.reports.selectors.cost_figures import CostTotals
 from rollmux_web.spreadsheet import csv_safe
+from scheduler.collector import gc_paused
 
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
 TIMESTAMP_COLUMNS = frozenset(

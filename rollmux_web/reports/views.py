@@ -27,8 +27,8 @@ from rollmux_web.reports import (
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm, month_shortcuts
 from rollmux_web.reports.models import WhatIfRun, queue_scope_label
 from rollmux_web.reports.selectors.archived import archived_notes
-from rollmux_web.reports.selectors.cost_engine import gc_paused
 from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
+from scheduler.collector import gc_paused
 
 
 @login_required

@@ -27,7 +27,7 @@ from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.quotas.models import Quota
 from rollmux_web.reports.selectors._time import day_range, month_days, now_or
-from rollmux_web.reports.selectors.cost_engine import STAGES, gc_paused
+from rollmux_web.reports.selectors.cost_engine import STAGES
 from rollmux_web.reports.selectors.cost_figures import (
     STAGE_LABELS,
     CostLine,
@@ -43,6 +43,7 @@ from rollmux_web.reports.selectors.cost_figures import (
 from rollmux_web.reports.selectors.cost_paged import paged_lines
 from rollmux_web.reports.selectors.cost_rows import CostResult
 from rollmux_web.reports.selectors.cost_stored import cost_lines, kept_buckets, stored_plan
+from scheduler.collector import gc_paused
 
 
 @dataclass

@@ -58,8 +58,8 @@ from rollmux_web.reports.selectors.cost_rows import (
     JobRow,
     MemberRow,
     PhaseSpan,
-    gc_paused,
 )
+from scheduler.collector import gc_paused
 
 __all__ = [
     "STAGES",
@@ -73,7 +73,6 @@ __all__ = [
     "accumulate",
     "cost_lines",
     "fetch_cost_inputs",
-    "gc_paused",
 ]
 
 # Every amount of a group that adds up over days is a multiple of 1 / KEPT_DENOMINATOR $

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NamedTuple
@@ -112,21 +110,3 @@ class CostResult:
     # and groups whose members' weights differ: dirty over a range holding both
     tail_groups: set[int] = field(default_factory=set)
     uneven_groups: set[int] = field(default_factory=set)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a report builds its many small objects.
-
-    A month of 10,000 jobs makes hundreds of thousands of tuples, dicts and lines, none
-    of them garbage in a cycle, and the collector kept scanning them all: a third of
-    the report's time. Reference counting frees memory as usual; the collector runs
-    again afterwards (if it was on: a caller that turned it off keeps it off).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

@@ -41,8 +41,9 @@ from rollmux_web.reports.selectors.cost_figures import (
     exact_arithmetic,
     hq,
 )
-from rollmux_web.reports.selectors.cost_rows import STAGES, CostResult, gc_paused
+from rollmux_web.reports.selectors.cost_rows import STAGES, CostResult
 from rollmux_web.workflow.models import NodeAllocation, Placement
+from scheduler.collector import gc_paused
 
 DENOMINATOR = Decimal(KEPT_DENOMINATOR)  # the kept amounts are numerators over it
 _SUMS = ", ".join(f"SUM({c})" for c in FIGURE_COLUMNS)
