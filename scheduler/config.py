@@ -90,6 +90,11 @@ class Consolidation:
     # consolidate on EVERY departure, also one that empties its group: its freed nodes may
     # serve the jobs alone elsewhere
     every_departure: bool = True
+    # on a cluster whose pools are unbounded, a departure asks the jobs alone elsewhere only
+    # when a group that changed since the previous pass is an option for them (rule 9):
+    # nothing else about their options changed but the clock, and their own re-plans
+    # after the ski-rental wait (`lone_wait`) follow the clock
+    changed_options_only: bool = True
     # the movers' SLO budget at z standard errors of their drawn solo time (None: the
     # reference expected solo / (1 + solo_margin)); consolidation rule 4
     budget_z: float | None = 3.0

@@ -321,6 +321,8 @@ class CorePolicy:
             LongTailModel(threshold=threshold) if name == "rollmux" and threshold > 0 else None
         )
         self._movers: list[str] = []
+        # the state its previous consolidation pass planned on (consolidation rule 9)
+        self._last_pass: ClusterState | None = None
         # random and greedy-most-idle draw from this; seeded so runs reproduce.
         self.rng = random.Random(seed)
         # the planner's evaluations that read neither progress nor the clock, kept across
@@ -420,8 +422,10 @@ class CorePolicy:
             return ()  # the group left with its last member: nobody survived it
         with lasting(self.memo):
             moves = plan_consolidation(
-                state, group_id, now=now, progress=progress, config=self.config
-            )
+                state, group_id, now=now, progress=progress, config=self.config,
+                since=self._last_pass,
+            )  # fmt: skip
+        self._last_pass = state
         return [m.job_id for m in moves]
 
     def move(
