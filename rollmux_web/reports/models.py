@@ -138,3 +138,50 @@ class CostDayLine(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} in group {self.group_id} on {self.day}"
+
+
+class CostHour(models.Model):
+    """A closed UTC hour of the last day whose tenants' busy and idle cost is kept
+    (`CostHourShare`, `CostHourGroup`): the overview's last 24 hours sum them and run the
+    cost engine only for the edges (reports.cost_hours)."""
+
+    hour = models.DateTimeField(primary_key=True)
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"cost of the hour from {self.hour:%Y-%m-%d %H:%M} kept"
+
+
+class CostHourShare(models.Model):
+    """One tenant's exact busy and idle cost in one group over one kept hour (integer
+    numerators over cost_engine.KEPT_DENOMINATOR, as `CostDayLine`'s)."""
+
+    hour = models.DateTimeField()
+    group_id = models.BigIntegerField()
+    tenant_id = models.BigIntegerField()
+    busy_cost = ExactDecimalField()
+    idle_cost = ExactDecimalField()
+
+    class Meta:
+        indexes = [models.Index(fields=["hour", "tenant_id"])]
+
+    def __str__(self) -> str:
+        return f"tenant {self.tenant_id} in group {self.group_id} from {self.hour:%H:%M}"
+
+
+class CostHourGroup(models.Model):
+    """A group whose idle split over a kept hour may not add up over hours (`dirty`: it
+    keeps no share that hour; `tail` and `uneven`: cost_engine._additivity). Clean groups
+    have no row."""
+
+    hour = models.DateTimeField()
+    group_id = models.BigIntegerField()
+    dirty = models.BooleanField(default=False)
+    tail = models.BooleanField(default=False)
+    uneven = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["hour", "group_id"])]
+
+    def __str__(self) -> str:
+        return f"group {self.group_id} from {self.hour:%H:%M}"
