@@ -52,11 +52,13 @@ WORK_MEM = "32MB"
 # 1. the kept days' numerators per line, with the engine parts' line keys (their amounts
 #    are added in Python) and the engine's end times for their jobs (cost_stored._merge
 #    takes a job's from its engine lines first);
-# 2. each tenant's running busy and idle numerators in billing order (billing_order:
-#    finished jobs by their end, then live ones; job, profiling run first, GPU type),
-#    over narrow rows, and the page's jobs (in the lines' order: tenant, job name, job
-#    id), joined to the lines and running sums by hash (materialized: the lines' row
-#    estimate can be far off, and a nested loop over every line was seconds);
+# 2. the page's jobs (in the lines' order: tenant, job name, job id), and the running
+#    busy and idle numerators in billing order (billing_order: finished jobs by their
+#    end, then live ones; job, profiling run first, GPU type) over narrow rows of the
+#    page's tenants only (a tenant's running sums read no other tenant's lines: a
+#    quarter's window went from ~115 ms to ~35 ms), joined to the lines by hash
+#    (materialized: the lines' row estimate can be far off, and a nested loop over every
+#    line was seconds);
 # 3. out: the page's lines, the rows' sums (and line counts), the number of jobs.
 # (COLLATE "C": Python's order of strings, by code point)
 _SQL = """
@@ -82,21 +84,21 @@ WITH kept AS (
     JOIN {tenants} t ON t.id = j.tenant_id
     LEFT JOIN {types} g ON g.id = l.gpu_type_id
     LEFT JOIN ended o ON o.job_id = l.job_id
+), page AS MATERIALIZED (
+    SELECT job_id FROM (SELECT DISTINCT tenant, job_name, job_id FROM line) j
+    ORDER BY tenant COLLATE "C", job_name COLLATE "C", job_id LIMIT %s OFFSET %s
+), page_line AS MATERIALIZED (
+    SELECT line.* FROM line JOIN page USING (job_id)
 ), billed AS (
     SELECT job_id, gpu_type_id, stage,
            SUM(busy_cost) OVER w AS run_busy, SUM(idle_cost) OVER w AS run_idle
-    FROM line
+    FROM line WHERE tenant_id IN (SELECT tenant_id FROM page_line)
     WINDOW w AS (
         PARTITION BY tenant_id
         ORDER BY closed_us IS NULL, COALESCE(closed_us, 0), job_id, stage <> 'profile',
                  gpu_type COLLATE "C"
         ROWS UNBOUNDED PRECEDING
     )
-), page AS MATERIALIZED (
-    SELECT job_id FROM (SELECT DISTINCT tenant, job_name, job_id FROM line) j
-    ORDER BY tenant COLLATE "C", job_name COLLATE "C", job_id LIMIT %s OFFSET %s
-), page_line AS MATERIALIZED (
-    SELECT line.* FROM line JOIN page USING (job_id)
 ), page_billed AS MATERIALIZED (
     SELECT billed.* FROM billed JOIN page USING (job_id)
 )
