@@ -1,4 +1,5 @@
-"""What-if simulator runs, and the closed days' cost amounts the cost report sums."""
+"""What-if simulator runs, and the closed days', months' and hours' cost amounts the
+cost report and the overview sum."""
 
 from __future__ import annotations
 
@@ -185,3 +186,45 @@ class CostHourGroup(models.Model):
 
     def __str__(self) -> str:
         return f"group {self.group_id} from {self.hour:%H:%M}"
+
+
+class CostMonth(models.Model):
+    """A UTC month whose kept days are summed into `CostMonthLine` (built once its last
+    day is kept: reports.cost_days.keep_months)."""
+
+    month = models.DateField(primary_key=True)  # its first day
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"cost of {self.month:%Y-%m} kept"
+
+
+class CostMonthLine(models.Model):
+    """The kept days' amounts of one job on one GPU type in one group and stage over one
+    month (`CostDayLine`'s summed): a range of whole months sums these. `multi`: the
+    job, type and stage have another row (another group, or another month), so a range
+    must add them up; the others are a line each as they stand."""
+
+    month = models.DateField()
+    group_id = models.BigIntegerField()
+    job_id = models.BigIntegerField()
+    tenant_id = models.BigIntegerField()
+    gpu_type_id = models.BigIntegerField()
+    stage = models.CharField(max_length=16)
+    has_parts = models.BooleanField(default=True)
+    multi = models.BooleanField(default=False)
+    busy_gpu_hours = ExactDecimalField()
+    idle_gpu_hours = ExactDecimalField()
+    busy_cost = ExactDecimalField()
+    idle_cost = ExactDecimalField()
+    solo_disagg_cost = ExactDecimalField()
+    colocated_cost = ExactDecimalField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["month", "tenant_id"]),
+            models.Index(fields=["job_id", "gpu_type_id", "stage"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} in group {self.group_id} in {self.month:%Y-%m}"
