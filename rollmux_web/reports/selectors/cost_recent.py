@@ -23,7 +23,7 @@ from rollmux_web.reports.models import CostHour, CostHourGroup, CostHourShare
 from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR
 from rollmux_web.reports.selectors.cost_engine import cost_lines as engine_lines
 from rollmux_web.reports.selectors.cost_figures import ZERO, exact_arithmetic
-from rollmux_web.reports.selectors.cost_rows import CostResult, gc_paused
+from rollmux_web.reports.selectors.cost_rows import CostResult
 
 HOUR_S = 3600
 
@@ -87,8 +87,7 @@ def _spend(results: list[CostResult]) -> tuple[Decimal, Decimal]:
     return busy, idle
 
 
-@gc_paused()
-@exact_arithmetic
+@exact_arithmetic  # (each engine run pauses the cyclic collector itself)
 def recent_spend(
     *, tenant_ids: set[int] | None, t0: datetime, t1: datetime, now: datetime, prices: Any
 ) -> tuple[Decimal, Decimal]:
