@@ -659,6 +659,13 @@ def main() -> None:
             t = time.perf_counter()
             cur.execute("ANALYZE")
             print(f"analyzed in {time.perf_counter() - t:.1f} s", flush=True)
+    from rollmux_web.reports import cost_hours
+
+    # the last day's closed hours, as the 10-minute beat keeps them (the researcher's
+    # overview sums them: its last 24 hours start mid-day)
+    t = time.perf_counter()
+    hours = cost_hours.keep_hours(now)
+    print(f"kept {len(hours)} closed hours' cost in {time.perf_counter() - t:.1f} s", flush=True)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT (SELECT COUNT(*) FROM jobs_job), (SELECT COUNT(*) FROM inventory_node), "

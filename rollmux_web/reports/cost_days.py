@@ -31,6 +31,10 @@ as close to the true amount as the engine's own figure, which is exact to 28 dig
 - A price recorded later with an effective time before a kept day is not applied to it
   (as for rolled-up and archived days: docs/operations.md "Retention and archives").
 - Kept days go with their rollups (ROLLMUX_ROLLUP_RETENTION_MONTHS).
+- A month whose days are all kept is summed once more per group, job, GPU type and stage
+  (`keep_months`, PostgreSQL): a report over whole months reads those rows (a quarter:
+  ~118,000 instead of ~213,000, nearly all a line each as they stand); a month with a day
+  past the retention goes with it.
 """
 
 from __future__ import annotations
@@ -40,12 +44,12 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Min
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max, Min
 
 from rollmux_web.inventory.selectors import price_book
-from rollmux_web.reports.models import CostDay, CostDayGroup, CostDayLine
-from rollmux_web.reports.selectors._time import us
+from rollmux_web.reports.models import CostDay, CostDayGroup, CostDayLine, CostMonth, CostMonthLine
+from rollmux_web.reports.selectors._time import next_month, us
 from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR, group_amounts
 from rollmux_web.reports.selectors.cost_fetch import fetch_cost_inputs
 from rollmux_web.reports.selectors.cost_figures import FIGURE_COLUMNS
@@ -145,13 +149,86 @@ def keep_day(day: date, *, now: datetime) -> int | None:
 
 def keep_days(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
     """Keep at most `max_days` days before the rollup watermark (the beat task's body;
-    also what fills the days rolled up before this existed)."""
+    also what fills the days rolled up before this existed), then the months whose days
+    are all kept (`keep_months`)."""
     done: list[date] = []
     for _ in range(max_days):
         day = _next_day(now)
         if day is None or keep_day(day, now=now) is None:
             break
         done.append(day)
+    keep_months(now)
+    return done
+
+
+_FIGS = ", ".join(FIGURE_COLUMNS)
+_SUMS = ", ".join(f"SUM({c})" for c in FIGURE_COLUMNS)
+# 1. the month's kept lines summed per group, job, GPU type and stage;
+# 2. `multi` on every row of a job, type and stage with more than one row (another group,
+#    another month: built before or after this one, so both sides are marked)
+_MONTH_SQL = (
+    "INSERT INTO {m} (month, group_id, job_id, tenant_id, gpu_type_id, stage, has_parts, "
+    "multi, {figs}) SELECT %s, group_id, job_id, tenant_id, gpu_type_id, stage, "
+    "bool_or(has_parts), false, {sums} FROM {d} WHERE day >= %s AND day < %s "
+    "GROUP BY group_id, job_id, tenant_id, gpu_type_id, stage",
+    "UPDATE {m} AS m SET multi = true FROM ("
+    " SELECT job_id, gpu_type_id, stage FROM {m} WHERE (job_id, gpu_type_id, stage) IN "
+    "  (SELECT job_id, gpu_type_id, stage FROM {m} WHERE month = %s)"
+    " GROUP BY 1, 2, 3 HAVING COUNT(*) > 1) k "
+    "WHERE (m.job_id, m.gpu_type_id, m.stage) = (k.job_id, k.gpu_type_id, k.stage) "
+    "AND NOT m.multi",
+)
+
+
+def _allocated_before(day: date) -> bool:
+    """Whether a node was allocated before `day` (the days before the first kept one are
+    empty unless they were purged)."""
+    return NodeAllocation.objects.filter(start__lt=_midnight(day)).exists()
+
+
+def keep_month(month: date, *, now: datetime) -> bool:
+    """Sum the kept days of `month` (all of them kept: its first and its last, the kept
+    days have no gap) into `CostMonthLine` once: whether it was summed now (PostgreSQL
+    only: exact numeric sums in SQL)."""
+    got = CostDay.objects.aggregate(a=Min("day"), b=Max("day"))
+    if (
+        connection.vendor != "postgresql"
+        or got["a"] is None
+        or month.day != 1
+        or month < got["a"].replace(day=1)
+        or (month < got["a"] and _allocated_before(got["a"]))
+        or next_month(month) > got["b"] + timedelta(days=1)
+    ):
+        return False
+    tables = {"m": CostMonthLine._meta.db_table, "d": CostDayLine._meta.db_table}
+    insert, mark = (q.format(**tables, figs=_FIGS, sums=_SUMS) for q in _MONTH_SQL)
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            CostMonth.objects.create(month=month, computed_at=now)  # (a second run: taken)
+            cur.execute(insert, [month, month, next_month(month)])
+            cur.execute(mark, [month])
+    except IntegrityError:
+        return False
+    log.info("kept the cost of %s as a month", f"{month:%Y-%m}")
+    return True
+
+
+def keep_months(now: datetime) -> list[date]:
+    """Sum every month whose days are all kept and that is not summed yet (the first kept
+    day's month too when nothing was allocated before that day; not when its first days
+    were purged)."""
+    got = CostDay.objects.aggregate(a=Min("day"), b=Max("day"))
+    if got["a"] is None or connection.vendor != "postgresql":
+        return []
+    built = set(CostMonth.objects.values_list("month", flat=True))
+    done = []
+    first = got["a"]
+    whole = first.day == 1 or not _allocated_before(first)
+    month = first.replace(day=1) if whole else next_month(first)
+    while next_month(month) <= got["b"] + timedelta(days=1):
+        if month not in built and keep_month(month, now=now):
+            done.append(month)
+        month = next_month(month)
     return done
 
 
@@ -160,9 +237,12 @@ def purge_days(now: datetime) -> int:
     if not settings.ROLLMUX_ROLLUP_RETENTION_MONTHS:
         return 0
     cutoff = rollup_cutoff(now)
+    # (a month with a day before the cutoff no longer sums its kept days)
+    CostMonthLine.objects.filter(month__lt=cutoff).delete()
+    CostMonth.objects.filter(month__lt=cutoff).delete()
     CostDayLine.objects.filter(day__lt=cutoff).delete()
     CostDayGroup.objects.filter(day__lt=cutoff).delete()
     return int(CostDay.objects.filter(day__lt=cutoff).delete()[0])
 
 
-__all__ = ["keep_day", "keep_days", "purge_days"]
+__all__ = ["keep_day", "keep_days", "keep_month", "keep_months", "purge_days"]

@@ -1,4 +1,5 @@
-"""What-if simulator runs, and the closed days' cost amounts the cost report sums."""
+"""What-if simulator runs, and the closed days', months' and hours' cost amounts the
+cost report and the overview sum."""
 
 from __future__ import annotations
 
@@ -138,3 +139,92 @@ class CostDayLine(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} in group {self.group_id} on {self.day}"
+
+
+class CostHour(models.Model):
+    """A closed UTC hour of the last day whose tenants' busy and idle cost is kept
+    (`CostHourShare`, `CostHourGroup`): the overview's last 24 hours sum them and run the
+    cost engine only for the edges (reports.cost_hours)."""
+
+    hour = models.DateTimeField(primary_key=True)
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"cost of the hour from {self.hour:%Y-%m-%d %H:%M} kept"
+
+
+class CostHourShare(models.Model):
+    """One tenant's exact busy and idle cost in one group over one kept hour (integer
+    numerators over cost_engine.KEPT_DENOMINATOR, as `CostDayLine`'s)."""
+
+    hour = models.DateTimeField()
+    group_id = models.BigIntegerField()
+    tenant_id = models.BigIntegerField()
+    busy_cost = ExactDecimalField()
+    idle_cost = ExactDecimalField()
+
+    class Meta:
+        indexes = [models.Index(fields=["hour", "tenant_id"])]
+
+    def __str__(self) -> str:
+        return f"tenant {self.tenant_id} in group {self.group_id} from {self.hour:%H:%M}"
+
+
+class CostHourGroup(models.Model):
+    """A group whose idle split over a kept hour may not add up over hours (`dirty`: it
+    keeps no share that hour; `tail` and `uneven`: cost_engine._additivity). Clean groups
+    have no row."""
+
+    hour = models.DateTimeField()
+    group_id = models.BigIntegerField()
+    dirty = models.BooleanField(default=False)
+    tail = models.BooleanField(default=False)
+    uneven = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["hour", "group_id"])]
+
+    def __str__(self) -> str:
+        return f"group {self.group_id} from {self.hour:%H:%M}"
+
+
+class CostMonth(models.Model):
+    """A UTC month whose kept days are summed into `CostMonthLine` (built once its last
+    day is kept: reports.cost_days.keep_months)."""
+
+    month = models.DateField(primary_key=True)  # its first day
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"cost of {self.month:%Y-%m} kept"
+
+
+class CostMonthLine(models.Model):
+    """The kept days' amounts of one job on one GPU type in one group and stage over one
+    month (`CostDayLine`'s summed): a range of whole months sums these. `multi`: the
+    job, type and stage have another row (another group, or another month), so a range
+    must add them up; the others are a line each as they stand."""
+
+    month = models.DateField()
+    group_id = models.BigIntegerField()
+    job_id = models.BigIntegerField()
+    tenant_id = models.BigIntegerField()
+    gpu_type_id = models.BigIntegerField()
+    stage = models.CharField(max_length=16)
+    has_parts = models.BooleanField(default=True)
+    multi = models.BooleanField(default=False)
+    busy_gpu_hours = ExactDecimalField()
+    idle_gpu_hours = ExactDecimalField()
+    busy_cost = ExactDecimalField()
+    idle_cost = ExactDecimalField()
+    solo_disagg_cost = ExactDecimalField()
+    colocated_cost = ExactDecimalField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["month", "tenant_id"]),
+            models.Index(fields=["job_id", "gpu_type_id", "stage"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} in group {self.group_id} in {self.month:%Y-%m}"

@@ -15,7 +15,7 @@ from celery import shared_task
 from django.db import connection
 from django.utils import timezone
 
-from rollmux_web.reports import cost_days
+from rollmux_web.reports import cost_days, cost_hours
 from rollmux_web.reports.models import WhatIfRun
 from rollmux_web.reports.whatif_runs import (
     TraceInvalid,
@@ -185,9 +185,11 @@ def _jsonable(value: Any) -> Any:
 @shared_task(name="rollmux_web.reports.tasks.keep_cost_days", ignore_result=True)  # type: ignore[untyped-decorator]
 def keep_cost_days() -> dict[str, int]:
     """Keep the cost amounts of the days the rollup watermark closed (reports.cost_days),
-    a few a run, and drop those past the rollup retention."""
+    a few a run, and drop those past the rollup retention; keep the last day's closed
+    hours' (reports.cost_hours: the overview's last 24 hours)."""
     now = timezone.now()
     return {
         "days_kept": len(cost_days.keep_days(now)),
         "days_purged": cost_days.purge_days(now),
+        "hours_kept": len(cost_hours.keep_hours(now)),
     }

@@ -52,6 +52,11 @@ def day_range(start: date, end: date) -> tuple[datetime, datetime]:
     )
 
 
+def next_month(month: date) -> date:
+    """Return the first day of the month after `month`'s."""
+    return (month.replace(day=1) + timedelta(days=32)).replace(day=1)
+
+
 def month_days(month_of: date) -> tuple[date, date, list[datetime]]:
     """Return the month's first day, the next month's first day and its day boundaries."""
     month_start = month_of.replace(day=1)

@@ -21,13 +21,15 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from decimal import Decimal
+from typing import Any
 
 from django.db import connection, transaction
 
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
-from rollmux_web.reports.models import CostDayLine
+from rollmux_web.reports.models import CostDayLine, CostMonth, CostMonthLine
+from rollmux_web.reports.selectors._time import next_month
 from rollmux_web.reports.selectors.cost_figures import (
     FIGURE_COLUMNS,
     STAGE_LABELS,
@@ -41,7 +43,7 @@ from rollmux_web.reports.selectors.cost_figures import (
     row_of,
 )
 from rollmux_web.reports.selectors.cost_rows import STAGES
-from rollmux_web.reports.selectors.cost_stored import DENOMINATOR, StoredPlan, kept_where
+from rollmux_web.reports.selectors.cost_stored import DENOMINATOR, StoredPlan
 from rollmux_web.workflow.models import Placement
 
 Key = tuple[int, int, str]  # job, GPU type id, stage
@@ -49,21 +51,42 @@ BillKey = tuple[int, int, int, int, str]  # cost_figures.billing_order's
 _N = len(FIGURE_COLUMNS)
 WORK_MEM = "32MB"
 
-# 1. the kept days' numerators per line, with the engine parts' line keys (their amounts
-#    are added in Python) and the engine's end times for their jobs (cost_stored._merge
-#    takes a job's from its engine lines first);
-# 2. each tenant's running busy and idle numerators in billing order (billing_order:
-#    finished jobs by their end, then live ones; job, profiling run first, GPU type),
-#    over narrow rows, and the page's jobs (in the lines' order: tenant, job name, job
-#    id), joined to the lines and running sums by hash (materialized: the lines' row
-#    estimate can be far off, and a nested loop over every line was seconds);
+# 1. the kept days' numerators per line: the whole months' summed rows (CostMonthLine,
+#    `kept_parts`) as they stand when a line has one row in all the kept months and none
+#    in the range's other days (a quarter's ~113,000 of ~116,000: no sort or sum), the
+#    others summed with the other days' rows (a quarter read ~213,000 day rows, sorted and
+#    summed them); with the engine parts' line keys (their amounts are added in Python)
+#    and the engine's end times for their jobs (cost_stored._merge takes a job's from its
+#    engine lines first);
+# 2. the page's jobs (in the lines' order: tenant, job name, job id), and the running
+#    busy and idle numerators in billing order (billing_order: finished jobs by their
+#    end, then live ones; job, profiling run first, GPU type) over narrow rows of the
+#    page's tenants only (a tenant's running sums read no other tenant's lines: a
+#    quarter's window went from ~115 ms to ~35 ms), joined to the lines by hash
+#    (materialized: the lines' row estimate can be far off, and a nested loop over every
+#    line was seconds);
 # 3. out: the page's lines, the rows' sums (and line counts), the number of jobs.
 # (COLLATE "C": Python's order of strings, by code point)
 _SQL = """
-WITH kept AS (
+WITH day_rows AS MATERIALIZED (
+    SELECT job_id, gpu_type_id, stage, group_id, has_parts, {columns}
+    FROM {lines} WHERE {day_where}
+), month_rows AS (
+    SELECT job_id, gpu_type_id, stage, group_id, has_parts, multi, {columns}
+    FROM {months} WHERE {month_where}
+), kept AS (
+    SELECT job_id, gpu_type_id, stage, {columns},
+           CASE WHEN has_parts THEN ARRAY[group_id] END AS gids
+    FROM month_rows m WHERE NOT multi AND NOT EXISTS (SELECT 1 FROM day_rows d WHERE {same})
+    UNION ALL
     SELECT job_id, gpu_type_id, stage, {sums},
            array_agg(group_id) FILTER (WHERE has_parts) AS gids
-    FROM {lines} WHERE {where} GROUP BY 1, 2, 3
+    FROM (
+        SELECT job_id, gpu_type_id, stage, group_id, has_parts, {columns} FROM month_rows m
+        WHERE multi OR EXISTS (SELECT 1 FROM day_rows d WHERE {same})
+        UNION ALL
+        SELECT * FROM day_rows
+    ) r GROUP BY 1, 2, 3
 ), extra AS (
     SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[]) AS e(job_id, gpu_type_id, stage)
 ), ended AS (
@@ -82,21 +105,21 @@ WITH kept AS (
     JOIN {tenants} t ON t.id = j.tenant_id
     LEFT JOIN {types} g ON g.id = l.gpu_type_id
     LEFT JOIN ended o ON o.job_id = l.job_id
+), page AS MATERIALIZED (
+    SELECT job_id FROM (SELECT DISTINCT tenant, job_name, job_id FROM line) j
+    ORDER BY tenant COLLATE "C", job_name COLLATE "C", job_id LIMIT %s OFFSET %s
+), page_line AS MATERIALIZED (
+    SELECT line.* FROM line JOIN page USING (job_id)
 ), billed AS (
     SELECT job_id, gpu_type_id, stage,
            SUM(busy_cost) OVER w AS run_busy, SUM(idle_cost) OVER w AS run_idle
-    FROM line
+    FROM line WHERE tenant_id IN (SELECT tenant_id FROM page_line)
     WINDOW w AS (
         PARTITION BY tenant_id
         ORDER BY closed_us IS NULL, COALESCE(closed_us, 0), job_id, stage <> 'profile',
                  gpu_type COLLATE "C"
         ROWS UNBOUNDED PRECEDING
     )
-), page AS MATERIALIZED (
-    SELECT job_id FROM (SELECT DISTINCT tenant, job_name, job_id FROM line) j
-    ORDER BY tenant COLLATE "C", job_name COLLATE "C", job_id LIMIT %s OFFSET %s
-), page_line AS MATERIALIZED (
-    SELECT line.* FROM line JOIN page USING (job_id)
 ), page_billed AS MATERIALIZED (
     SELECT billed.* FROM billed JOIN page USING (job_id)
 )
@@ -114,9 +137,13 @@ FROM line
 """
 
 
-def _statement(where: str) -> str:
+def _statement(day_where: str, month_where: str) -> str:
     us = "(EXTRACT(EPOCH FROM {}) * 1000000)::bigint"  # (rollmux_web.epoch_sql's MICROS)
     return _SQL.format(
+        months=CostMonthLine._meta.db_table,
+        day_where=day_where,
+        month_where=month_where,
+        same=" AND ".join(f"d.{c} = m.{c}" for c in ("job_id", "gpu_type_id", "stage")),
         sums=", ".join(f"SUM({c}) AS {c}" for c in FIGURE_COLUMNS),
         coalesced=", ".join(f"COALESCE(l.{c}, 0) AS {c}" for c in FIGURE_COLUMNS),
         columns=", ".join(FIGURE_COLUMNS),
@@ -128,7 +155,42 @@ def _statement(where: str) -> str:
         placements=Placement._meta.db_table,
         finished=us.format("j.finished_at"),
         left=us.format("MAX(p.ended_at)"),
-        where=where,
+    )
+
+
+def kept_parts(plan: StoredPlan) -> tuple[str, list[Any], str, list[Any]]:
+    """Where the kept days [plan.lo_day, plan.hi_day) are read: the whole months summed
+    (`CostMonthLine`) and the other days (`CostDayLine`), each in the plan's scope (its
+    tenants, not its dirty groups): (day rows' WHERE, params, month rows' WHERE, params)."""
+    lo, hi = plan.lo_day, plan.hi_day
+    months = sorted(
+        m
+        for m in CostMonth.objects.filter(month__gte=lo, month__lt=hi).values_list(
+            "month", flat=True
+        )
+        if next_month(m) <= hi
+    )
+    spans, at = [], lo
+    for m in months:
+        if m > at:
+            spans.append((at, m))
+        at = next_month(m)
+    if hi > at:
+        spans.append((at, hi))
+    scope, scope_params = "", []
+    if plan.tenant_ids is not None:
+        scope += " AND tenant_id = ANY(%s)"
+        scope_params.append(sorted(plan.tenant_ids))
+    if plan.dirty:
+        scope += " AND NOT (group_id = ANY(%s))"
+        scope_params.append(sorted(plan.dirty))
+    day_where = " OR ".join("(day >= %s AND day < %s)" for _ in spans) or "false"
+    day_params: list[Any] = [d for span in spans for d in span]
+    return (
+        f"({day_where}){scope}",
+        day_params + scope_params,
+        f"month = ANY(%s::date[]){scope}",
+        [months, *scope_params],
     )
 
 
@@ -213,7 +275,8 @@ def paged_lines(plan: StoredPlan, *, page: int, page_size: int) -> PagedLines:
     the whole range's rows and job count (PostgreSQL only)."""
     type_ids = {name: tid for tid, name in GpuType.objects.values_list("id", "name")}
     eng = _EngineParts(plan, type_ids)
-    where, params = kept_where(plan.lo_day, plan.hi_day, plan.tenant_ids, plan.dirty)
+    day_where, day_params, month_where, month_params = kept_parts(plan)
+    params = day_params + month_params
     ekeys = sorted(eng.exact)
     ended = sorted(eng.closed.items())
     params += [
@@ -227,7 +290,7 @@ def paged_lines(plan: StoredPlan, *, page: int, page_size: int) -> PagedLines:
         # kept rows; PostgreSQL's default 4 MB spilled three sorts to disk), for this
         # transaction only
         cur.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
-        cur.execute(_statement(where), params)
+        cur.execute(_statement(day_where, month_where), params)
         rows = cur.fetchall()
     out = PagedLines()
     by_tenant: dict[tuple[str, str], list[Decimal]] = {}

@@ -18,8 +18,8 @@ from rollmux_web.inventory.selectors import PriceBook, price_book
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.selectors import jobs_drift
 from rollmux_web.reports.selectors._time import now_or, us
-from rollmux_web.reports.selectors.cost_engine import cost_lines
-from rollmux_web.reports.selectors.cost_figures import CENT, cents, sum_lines
+from rollmux_web.reports.selectors.cost_figures import CENT, cents
+from rollmux_web.reports.selectors.cost_recent import recent_spend
 from rollmux_web.reports.selectors.groups import members_by_group
 from rollmux_web.workflow.access import groups_for_user
 from rollmux_web.workflow.models import NodeAllocation, PhaseRecord, PhaseState, Placement, Strategy
@@ -165,11 +165,12 @@ def cluster_overview(*, user: Any, now: datetime | None = None) -> Overview:
         # fleet's size, seconds through the cost engine; this page polls)
         cost_last_day = cents(allocated_cost(t0=now_ - timedelta(days=1), t1=now_, prices=prices))
     else:
-        last_day_lines = cost_lines(
+        # the tenants' lines' exact busy and idle sums, each rounded once (the cost report's
+        # rule for a row), from the kept closed hours and the engine for the edges
+        busy, idle = recent_spend(
             tenant_ids=tenant_ids, t0=now_ - timedelta(days=1), t1=now_, now=now_, prices=prices
-        ).lines
-        # from the lines' exact amounts, rounded once (the cost report's rule)
-        cost_last_day = sum_lines(last_day_lines, key="total", label="Total").cost
+        )
+        cost_last_day = cents(busy) + cents(idle)
     # (a job without phase times waits for free nodes for its profiling run too)
     waiting_qs = Job.objects.filter(
         status__in=(JobStatus.QUEUED, JobStatus.PROFILING),
