@@ -63,6 +63,11 @@ class GroupSummary:
     # every decision's `least_loaded` filters, sorted once per summary
     train_by_load: tuple[str, ...]
     rollout_by_load: tuple[str, ...]
+    # per node some member is pinned to: the largest solo time of its members without a
+    # measured switch overhead, and the largest solo time + switch overhead of those with
+    # one (-inf: none such). A joiner sharing the node makes each of them switch every
+    # round (`algorithm1.switched_bound`)
+    switching: Mapping[str, tuple[float, float]]
     # the worst-case iteration times of the group with a joiner, by what they read of the
     # joiner and of its nodes (`algorithm1.worst_case_key`): decisions on later states
     # that keep this group ask again about alike joiners. Filled by the planner (a pure
@@ -79,6 +84,7 @@ def summarise(group: Group) -> GroupSummary:
     t_cycle = 0.0
     tolerance = float("inf")
     scale: float | None = group.members[0].job.time_scale if group.members else None
+    switching: dict[str, tuple[float, float]] = {}
     for m in group.members:
         j = m.job
         if j.time_scale != scale:
@@ -92,6 +98,12 @@ def summarise(group: Group) -> GroupSummary:
         solo = j.t_solo_max_s
         t_cycle = max(t_cycle, solo)
         tolerance = min(tolerance, j.slo * solo)
+        for x in m.rollout_nodes + m.train_nodes:
+            plain, own = switching.get(x, _NONE)
+            if j.switch_s is None:
+                switching[x] = (max(plain, solo), own)
+            else:
+                switching[x] = (plain, max(own, solo + j.switch_s))
     return GroupSummary(
         group=group,
         load=load,
@@ -106,7 +118,11 @@ def summarise(group: Group) -> GroupSummary:
         time_scale=scale,
         train_by_load=tuple(sorted(group.train_nodes, key=lambda x: (load[x], x))),
         rollout_by_load=tuple(sorted(group.rollout_nodes, key=lambda x: (load[x], x))),
+        switching=switching,
     )
+
+
+_NONE = (float("-inf"), float("-inf"))  # (`GroupSummary.switching` of a node no one uses)
 
 
 @dataclass(frozen=True)
