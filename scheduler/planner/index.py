@@ -234,7 +234,8 @@ class PlannerIndex:
     # the summaries' cheap bounds as arrays (`group_bounds`: built on first use, then
     # carried to the child states by the transitions)
     bounds: GroupBounds | None = None
-    # each group's position in `summaries` by group id (`group_position`: built on first use)
+    # each group's position in `summaries` by group id (`group_position`: built on first use,
+    # then carried to the child states by `apply_placement`)
     positions: Mapping[str, int] | None = None
 
     def is_for(self, state: ClusterState) -> bool:

@@ -57,13 +57,12 @@ def apply_placement(
     target = placement.group_id
     position = -1
     own: set[str] = set()
+    # (the groups' positions by id, carried from state to state: `group_position`)
+    at = group_position(index, target if target is not None else group_id)
     if target is not None:
-        for i, summary in enumerate(index.summaries):
-            if summary.group.id == target:
-                position, own = i, set(summary.load)
-                break
-        else:
+        if at is None:
             raise ValueError(f"unknown group {target!r}")
+        position, own = at, set(index.summaries[at].load)
         scale = index.summaries[position].time_scale
         if scale != job.time_scale:
             theirs = "mixed time_scales" if scale is None else f"time_scale {scale:g}"
@@ -78,7 +77,7 @@ def apply_placement(
     member = Member(job, tuple(placement.rollout_nodes), tuple(placement.train_nodes))
     summaries = list(index.summaries)
     if target is None:
-        if any(x.group.id == group_id for x in index.summaries):
+        if at is not None:
             raise ValueError(f"group id {group_id!r} is already in use")
         group = Group(group_id, member.rollout_nodes, member.train_nodes, (member,))
         check_residency(group, {x: node(x) for x in group.all_nodes})
@@ -103,6 +102,9 @@ def apply_placement(
             if target is None
             else bounds.replaced(position, summaries[position])
         )
+    positions = index.positions
+    if target is None and positions is not None:
+        positions = {**positions, group_id: len(summaries) - 1}
     child_index = PlannerIndex(
         nodes=nodes,
         groups=groups,
@@ -112,6 +114,7 @@ def apply_placement(
         job_ids=index.job_ids | {job.id},
         free=_free_without(index, newly),
         bounds=bounds,
+        positions=positions,
     )
     return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
 
