@@ -36,6 +36,8 @@ __all__ = [
     "NodeIndex",
     "PlannerIndex",
     "build_index",
+    "colocated_change",
+    "colocated_groups",
     "group_bounds",
     "group_position",
     "planner_index",
@@ -237,6 +239,9 @@ class PlannerIndex:
     # each group's position in `summaries` by group id (`group_position`: built on first use,
     # then carried to the child states by `apply_placement`)
     positions: Mapping[str, int] | None = None
+    # how many groups have no rollout nodes (co-located: `colocated_groups`, built on first
+    # use, then carried to the child states by the transitions)
+    colocated: int | None = None
 
     def is_for(self, state: ClusterState) -> bool:
         """Return True when this index was built for `state`'s nodes and groups."""
@@ -305,6 +310,22 @@ def group_position(index: PlannerIndex, group_id: str) -> int | None:
         object.__setattr__(index, "positions", positions)
     assert index.positions is not None
     return index.positions.get(group_id)
+
+
+def colocated_groups(index: PlannerIndex) -> int:
+    """Return how many of the index's groups have no rollout nodes (co-located jobs alone on
+    their training nodes); counted on first use and attached (like `group_bounds`)."""
+    if index.colocated is None:
+        count = sum(1 for x in index.summaries if not x.group.rollout_nodes)
+        object.__setattr__(index, "colocated", count)
+    assert index.colocated is not None
+    return index.colocated
+
+
+def colocated_change(old: Group | None, new: Group | None) -> int:
+    """Return how `colocated_groups` changes when group `old` becomes `new` (None: no such
+    group, before it opens or after it closes)."""
+    return (new is not None and not new.rollout_nodes) - (old is not None and not old.rollout_nodes)
 
 
 def planner_index(state: ClusterState) -> PlannerIndex:

@@ -16,6 +16,7 @@ from scheduler.model import ClusterState, Group, JobProfile, Member, Node, Place
 from scheduler.planner.algorithm1 import EPS
 from scheduler.planner.index import (
     PlannerIndex,
+    colocated_change,
     group_position,
     index_nodes,
     planner_index,
@@ -105,6 +106,9 @@ def apply_placement(
     positions = index.positions
     if target is None and positions is not None:
         positions = {**positions, group_id: len(summaries) - 1}
+    colocated = index.colocated
+    if colocated is not None:
+        colocated += colocated_change(None if target is None else state.groups[position], group)
     child_index = PlannerIndex(
         nodes=nodes,
         groups=groups,
@@ -115,6 +119,7 @@ def apply_placement(
         free=_free_without(index, newly),
         bounds=bounds,
         positions=positions,
+        colocated=colocated,
     )
     return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
 
@@ -212,6 +217,7 @@ def remove_job(
         used.update(m.train_nodes)
     released = tuple(x for x in g.all_nodes if x not in used)
     summaries = list(index.summaries)
+    group: Group | None = None
     if members:
         group = Group(
             g.id,
@@ -244,6 +250,7 @@ def remove_job(
         job_ids=index.job_ids - {job_id},
         free=free,
         bounds=bounds,
+        colocated=None if index.colocated is None else index.colocated + colocated_change(g, group),
     )
     return replace(state, groups=groups, planner_index=child_index), released
 
