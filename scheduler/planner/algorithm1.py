@@ -286,6 +286,20 @@ def switched_bound(
     return bound - bound * BOUND_SLACK
 
 
+def switched_floor(req: Request, b: GroupBounds) -> np.ndarray:
+    """Return, per group of `b`, a lower bound of `switched_bound` for the job of `req`
+    (one training node at least), whichever of the group's training nodes it gets: the
+    least of theirs (`GroupBounds.train_solo_floor`) plus the switch overhead, and the
+    job's own solo time plus its switch overhead where every training node is shared
+    (`GroupBounds.trains_used`); less `BOUND_SLACK` (-inf: no bound)."""
+    job, sw = req.job, req.switch_overhead_s
+    own = np.where(b.trains_used > 0.0, job.t_solo_max_s + job.switch_overhead(sw), -np.inf)
+    floor = np.maximum(b.train_solo_floor + sw, own)
+    with np.errstate(invalid="ignore"):  # (-inf - -inf: the branch not taken)
+        out: np.ndarray = np.where(np.isneginf(floor), floor, floor - floor * BOUND_SLACK)
+    return out
+
+
 def _with_room(
     ordered: tuple[str, ...], s: GroupSummary, mem: float, nodes: Mapping[str, Node], limit: int
 ) -> list[str]:
@@ -638,6 +652,12 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
         keep &= np.maximum(cycle, least) * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n <= (
             slo_solo + EPS
         )
+        if req.n_train >= 1:
+            # ... and `switched_bound`, whichever training nodes the job gets
+            switched = switched_floor(req, b)
+            keep &= (switched <= tol_v) & (
+                switched * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n <= slo_solo + EPS
+            )
         free = req.pools[Pool.ROLLOUT]
         if not free.unbounded and free.take(req.n_roll) is None:
             # no rollout scaling onto new nodes only (the pool has too few): every candidate

@@ -70,6 +70,11 @@ class GroupSummary:
     # one (-inf: none such). A joiner sharing the node makes each of them switch every
     # round (`algorithm1.switched_bound`)
     switching: Mapping[str, tuple[float, float]]
+    # the least over its training nodes of `switching`'s first entry (-inf: a training node
+    # without such a member), and whether a member is pinned to every training node: a
+    # joiner then shares the node it trains on, whichever (`GroupBounds`)
+    train_solo_floor: float
+    trains_used: bool
     # the worst-case iteration times of the group with a joiner, by what they read of the
     # joiner and of its nodes (`algorithm1.worst_case_key`): decisions on later states
     # that keep this group ask again about alike joiners. Filled by the planner (a pure
@@ -121,6 +126,10 @@ def summarise(group: Group) -> GroupSummary:
         train_by_load=tuple(sorted(group.train_nodes, key=lambda x: (load[x], x))),
         rollout_by_load=tuple(sorted(group.rollout_nodes, key=lambda x: (load[x], x))),
         switching=switching,
+        train_solo_floor=min(
+            (switching.get(x, _NONE)[0] for x in group.train_nodes), default=float("-inf")
+        ),
+        trains_used=bool(group.train_nodes) and all(x in switching for x in group.train_nodes),
     )
 
 
@@ -131,11 +140,13 @@ _NONE = (float("-inf"), float("-inf"))  # (`GroupSummary.switching` of a node no
 class GroupBounds:
     """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
     one row each (T_cycle, tolerance, the least-loaded training node's load, the
-    least-loaded rollout node's: infinite without one), one column per summary, aligned with `PlannerIndex.summaries`: one vectorised pass answers which
+    least-loaded rollout node's: infinite without one; `GroupSummary.train_solo_floor`,
+    and `trains_used` as 1 or 0), one column per summary, aligned with
+    `PlannerIndex.summaries`: one vectorised pass answers which
     groups may take a job at all (at 2,000 live jobs a loop over the groups per decision
     was the planner's hot spot)."""
 
-    rows: np.ndarray  # shape (4, groups)
+    rows: np.ndarray  # shape (6, groups)
 
     @property
     def t_cycle(self) -> np.ndarray:
@@ -157,15 +168,26 @@ class GroupBounds:
         row: np.ndarray = self.rows[3]
         return row
 
+    @property
+    def train_solo_floor(self) -> np.ndarray:
+        row: np.ndarray = self.rows[4]
+        return row
+
+    @property
+    def trains_used(self) -> np.ndarray:
+        row: np.ndarray = self.rows[5]
+        return row
+
     @staticmethod
-    def _column(s: GroupSummary) -> tuple[float, float, float, float]:
+    def _column(s: GroupSummary) -> tuple[float, float, float, float, float, float]:
         least = s.load[s.rollout_by_load[0]] if s.rollout_by_load else float("inf")
-        return (s.t_cycle, s.tolerance, s.min_train_load, least)
+        used = 1.0 if s.trains_used else 0.0
+        return (s.t_cycle, s.tolerance, s.min_train_load, least, s.train_solo_floor, used)
 
     @classmethod
     def of(cls, summaries: tuple[GroupSummary, ...]) -> GroupBounds:
         """Return the bounds of `summaries` (a pass over them)."""
-        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 4)
+        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 6)
         return cls(np.ascontiguousarray(rows.T))
 
     def replaced(self, i: int, s: GroupSummary) -> GroupBounds:

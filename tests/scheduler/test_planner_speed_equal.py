@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 
+import numpy as np
 import pytest
 
 from scheduler.cluster import empty_state
@@ -288,7 +289,8 @@ def test_the_join_bounds_drop_only_joins_the_slo_check_refuses(
     # iteration time: with the joiner's join allowance (`join_window_holds`) and with the
     # switches its shared training nodes force (`switched_bound`). Every join they drop
     # must be one the SLO check refuses, and the rest stay in their order; the vectorised
-    # bounds drop the same groups as the loop
+    # bounds (the same bounds over every group at once) leave the same candidates as the
+    # loop, asking `group_context` about fewer groups
     rng = random.Random(seed)
     big = replace(
         SPEC, rollout=replace(SPEC.rollout, nodes=60), train=replace(SPEC.train, nodes=60)
@@ -296,7 +298,15 @@ def test_the_join_bounds_drop_only_joins_the_slo_check_refuses(
     tight = [replace(j, slo=rng.choice((1.0, 1.02, 1.1, 1.5))) for j in random_jobs(rng, 20)]
     state = packed(big, tight)
     index = planner_index(state)
-    by_allowance = by_switches = admitted = 0
+    by_allowance = by_switches = admitted = spared = by_floor = 0
+    asked: list[int] = []  # the groups `group_context` is asked about
+    real_context = algorithm1.group_context
+
+    def context(req: Request, s: GroupSummary, order: int) -> algorithm1.GroupContext | None:
+        asked.append(order)
+        return real_context(req, s, order)
+
+    monkeypatch.setattr(algorithm1, "group_context", context)
     for j in random_jobs(random.Random(seed + 200), 40):
         j = replace(j, id=f"new-{j.id}", slo=rng.choice((1.0, 1.02, 1.1, 1.5)))
         plain = _request(
@@ -309,9 +319,21 @@ def test_the_join_bounds_drop_only_joins_the_slo_check_refuses(
         with monkeypatch.context() as patch:
             patch.setattr(algorithm1, "switched_bound", lambda *args: float("-inf"))
             allowed = candidates(replace(plain, pools=_pools(plain)), index.summaries)
+        asked.clear()
         kept = candidates(replace(plain, pools=_pools(plain)), index.summaries)
+        looped = len(asked)
         fast = replace(plain, bounds=GroupBounds.of(index.summaries), pools=_pools(plain))
+        asked.clear()
         assert candidates(fast, index.summaries) == kept
+        spared += looped - len(asked)
+        quick = len(asked)
+        with monkeypatch.context() as patch:  # (the switches' bound alone, left out)
+            patch.setattr(
+                algorithm1, "switched_floor", lambda req, b: np.full(b.rows.shape[1], -np.inf)
+            )
+            asked.clear()
+            assert candidates(replace(fast, pools=_pools(plain)), index.summaries) == kept
+            by_floor += len(asked) - quick
         assert [c for c in every if c in allowed] == allowed
         assert [c for c in allowed if c in kept] == kept
         for c in every:
@@ -333,6 +355,8 @@ def test_the_join_bounds_drop_only_joins_the_slo_check_refuses(
                 by_switches += 1
                 assert slow is None
     assert by_allowance and by_switches and admitted  # every side was exercised
+    assert spared > 0  # the vectorised bounds (`GroupBounds`) dropped groups up front
+    assert by_floor > 0  # ... the switches' among them (`switched_floor`)
 
 
 @pytest.mark.parametrize("seed", range(4))
