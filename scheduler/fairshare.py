@@ -487,10 +487,14 @@ def _freed(
         for p, g in v.frees.items():
             out[p] = out.get(p, 0) + g
     groups = {v.group for v in victims if v.group is not None}
-    for gid in groups:
-        if all(r.id in chosen for r in running if r.group == gid):
-            for p, g in group_frees.get(gid, {}).items():
-                out[p] = out.get(p, 0) + g
+    if not groups:
+        return out
+    # a group whose running members are all evicted frees its shared nodes (one pass over
+    # the running jobs, not one per group: every running job may be leaving in the grace)
+    kept = {r.group for r in running if r.group in groups and r.id not in chosen}
+    for gid in groups - kept:
+        for p, g in group_frees.get(gid, {}).items():
+            out[p] = out.get(p, 0) + g
     return out
 
 

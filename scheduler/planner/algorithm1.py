@@ -244,6 +244,62 @@ def least_loaded(
     return room
 
 
+# The relative slack a lower bound of a group's iteration time gives up before it rules
+# a join out: the recursion it bounds (scheduler.meta_iteration) sums the same phases in
+# another order and over many rounds, so the two may differ in their last bits.
+BOUND_SLACK = 1e-9
+
+
+def ruled_out(job: JobProfile, t: float, tolerance: float) -> bool:
+    """Return True when `t`, a lower bound of the job's worst-case iteration time in a
+    group, rules the join out: past the group's SLO window with the job (`tolerance`,
+    EPS included: `GroupContext.tolerance`) or the job's own with its join allowance
+    (`join_window_holds`). Both checks are monotone: what a lower bound fails, the
+    check (`check_slo`) fails."""
+    return t > tolerance or not join_window_holds(job, t)
+
+
+def switched_bound(
+    s: GroupSummary, job: JobProfile, nodes: Iterable[str], default_s: float
+) -> float:
+    """Return a lower bound of the worst-case iteration time of G + `job` when the job is
+    pinned to `nodes` of the group (-inf: none is shared), less `BOUND_SLACK`.
+
+    Every member runs one rollout and one training per meta-iteration, one after the
+    other; a phase whose node ran another member's phase last starts with a switch
+    (scheduler.meta_iteration). On a node two members share, each phase follows the other
+    member's, so each of them (the job too) switches at least once per meta-iteration:
+    the meta-iteration is at least its solo time plus its switch overhead
+    (`GroupSummary.switching`; `default_s`: the overhead of a member with none measured).
+    """
+    bound = float("-inf")
+    shared = False
+    switching = s.switching
+    for x in nodes:
+        hit = switching.get(x)
+        if hit is not None:
+            shared = True
+            bound = max(bound, hit[0] + default_s, hit[1])
+    if not shared:
+        return bound
+    bound = max(bound, job.t_solo_max_s + job.switch_overhead(default_s))
+    return bound - bound * BOUND_SLACK
+
+
+def switched_floor(req: Request, b: GroupBounds) -> np.ndarray:
+    """Return, per group of `b`, a lower bound of `switched_bound` for the job of `req`
+    (one training node at least), whichever of the group's training nodes it gets: the
+    least of theirs (`GroupBounds.train_solo_floor`) plus the switch overhead, and the
+    job's own solo time plus its switch overhead where every training node is shared
+    (`GroupBounds.trains_used`); less `BOUND_SLACK` (-inf: no bound)."""
+    job, sw = req.job, req.switch_overhead_s
+    own = np.where(b.trains_used > 0.0, job.t_solo_max_s + job.switch_overhead(sw), -np.inf)
+    floor = np.maximum(b.train_solo_floor + sw, own)
+    with np.errstate(invalid="ignore"):  # (-inf - -inf: the branch not taken)
+        out: np.ndarray = np.where(np.isneginf(floor), floor, floor - floor * BOUND_SLACK)
+    return out
+
+
 def _with_room(
     ordered: tuple[str, ...], s: GroupSummary, mem: float, nodes: Mapping[str, Node], limit: int
 ) -> list[str]:
@@ -276,9 +332,10 @@ def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | N
         return None
     # 2. Cheap lower bounds of line 7: the cycle can only grow, and the job's training
     #    lands at least on the least-loaded training node.
+    #    The job's own window also carries its join allowance (`ruled_out`).
     tol = min(s.tolerance, job.slo * solo) + EPS
     t_cycle = max(s.t_cycle, solo)
-    if t_cycle > tol or s.min_train_load + t_train > tol:
+    if ruled_out(job, max(t_cycle, s.min_train_load + t_train), tol):
         return None
     # 3. Training nodes: the least loaded with residency room.
     g = s.group
@@ -286,7 +343,11 @@ def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | N
     if len(trains) < req.n_train:
         return None
     bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
-    if bound > tol:
+    if ruled_out(job, bound, tol):
+        return None
+    # 4. The switches the job's training nodes make (a lower bound of the recursion, with
+    #    its slack): most joins that pass the bounds above fail here, not after a recursion
+    if ruled_out(job, switched_bound(s, job, trains, req.switch_overhead_s), tol):
         return None
     # Groups on another clock (time_scale) take no one; checked this late because
     # the bounds above drop most groups and this loop is the planner's hot path.
@@ -318,7 +379,7 @@ def direct_packing_candidates(req: Request, ctx: GroupContext) -> Iterator[Candi
         options.append(tuple(sorted(ctx.rooms[:n_roll])))
     for rs in dict.fromkeys(options):
         lb = max(ctx.bound, max(s.load[x] for x in rs) + req.job.rollout_pool_max_s)
-        if lb <= ctx.tolerance:
+        if not ruled_out(req.job, lb, ctx.tolerance):
             yield Candidate(
                 strategy=Strategy.DIRECT_PACKING,
                 delta=0.0,
@@ -349,7 +410,7 @@ def rollout_scaling_candidates(req: Request, ctx: GroupContext) -> Iterator[Cand
         lb = max(
             ctx.bound, max((s.load[x] for x in kept), default=0.0) + req.job.rollout_pool_max_s
         )
-        if lb > ctx.tolerance:
+        if ruled_out(req.job, lb, ctx.tolerance):
             continue
         yield Candidate(
             strategy=Strategy.ROLLOUT_SCALING,
@@ -383,6 +444,17 @@ def new_group_candidate(req: Request) -> Choice | None:
         new_nodes=tuple(roll + train),
     )
     return cand, {job.id: 1.0}
+
+
+def join_window_holds(job: JobProfile, t: float) -> bool:
+    """Return True when the joiner's worst-case iteration time `t` in the group, with the
+    wait for its turn in the meta-iteration in progress (JOIN_ALLOWANCE_META_ITERATIONS
+    meta-iterations spread over its iterations), fits its SLO window: the joiner's half of
+    the worst-case check (`_joined_slowdowns`, `worst_case_holds`). Monotone in `t` (a
+    product and a quotient by positive constants round monotonically), so a lower bound
+    of `t` that fails it rules the join out exactly (`group_context`, `candidates`)."""
+    n = job.iterations
+    return not t * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n > job.slo * job.t_solo_max_s + EPS
 
 
 def check_slo(
@@ -475,11 +547,10 @@ def _joined_slowdowns(check: GroupSloCheck, members: tuple[Member, ...]) -> dict
     job = members[-1].job
     # The joiner also waits for its turn in the meta-iteration in progress (see
     # scheduler.group_runtime): spread over its iterations, that must fit its SLO too.
-    n = job.iterations
-    t_new = check.worst_s[-1]
-    if t_new * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n > job.slo * job.t_solo_max_s + EPS:
+    if not join_window_holds(job, check.worst_s[-1]):
         return None
     if check.expected_s:
+        n = job.iterations
         e_new = check.expected_s[-1]
         if e_new * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n > job.slo * expected_solo_s(job) + EPS:
             return None
@@ -495,12 +566,7 @@ def worst_case_holds(members: Sequence[Member], worst_s: Sequence[float]) -> boo
     for m, t in zip(members, worst_s, strict=True):
         if not t <= m.job.slo * m.job.t_solo_max_s + SLO_EPS:
             return False
-    job = members[-1].job
-    n = job.iterations
-    return (
-        not worst_s[-1] * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n
-        > job.slo * job.t_solo_max_s + EPS
-    )
+    return join_window_holds(members[-1].job, worst_s[-1])
 
 
 # Entries a group's summary keeps of its joiners' worst-case times (`joined_worst_case`).
@@ -578,7 +644,20 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
         # group_context's cheap bounds, vectorised (the same floating-point operations):
         # only the groups they keep are looked at
         tol_v = np.minimum(b.tolerance, slo_solo) + EPS
-        keep = (np.maximum(b.t_cycle, solo) <= tol_v) & (b.min_train_load + t_train <= tol_v)
+        cycle, least = np.maximum(b.t_cycle, solo), b.min_train_load + t_train
+        keep = (cycle <= tol_v) & (least <= tol_v)
+        # ... and the joiner's window with its join allowance (`join_window_holds`,
+        # elementwise: the same operations in the same order)
+        n = job.iterations
+        keep &= np.maximum(cycle, least) * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n <= (
+            slo_solo + EPS
+        )
+        if req.n_train >= 1:
+            # ... and `switched_bound`, whichever training nodes the job gets
+            switched = switched_floor(req, b)
+            keep &= (switched <= tol_v) & (
+                switched * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n <= slo_solo + EPS
+            )
         free = req.pools[Pool.ROLLOUT]
         if not free.unbounded and free.take(req.n_roll) is None:
             # no rollout scaling onto new nodes only (the pool has too few): every candidate

@@ -118,7 +118,7 @@ from scheduler.planner import (
     remove_job,
 )
 from scheduler.planner.admissible import JoinFilter, answers_local
-from scheduler.planner.index import group_position
+from scheduler.planner.index import colocated_groups, group_position
 from scheduler.planner.memo import evaluation_scope
 from scheduler.planner.move_budget import (
     budget_ok,
@@ -639,7 +639,7 @@ def place_with_partners(
     )
     if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
         return ArrivalPlan(first)
-    if not any(not g.rollout_nodes for g in state.groups):
+    if not colocated_groups(planner_index(state)):  # (no co-located job to move)
         return ArrivalPlan(first)
     alt = first
     if first.strategy is not Strategy.NEW_GROUP:

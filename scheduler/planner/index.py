@@ -36,6 +36,8 @@ __all__ = [
     "NodeIndex",
     "PlannerIndex",
     "build_index",
+    "colocated_change",
+    "colocated_groups",
     "group_bounds",
     "group_position",
     "planner_index",
@@ -63,6 +65,16 @@ class GroupSummary:
     # every decision's `least_loaded` filters, sorted once per summary
     train_by_load: tuple[str, ...]
     rollout_by_load: tuple[str, ...]
+    # per node some member is pinned to: the largest solo time of its members without a
+    # measured switch overhead, and the largest solo time + switch overhead of those with
+    # one (-inf: none such). A joiner sharing the node makes each of them switch every
+    # round (`algorithm1.switched_bound`)
+    switching: Mapping[str, tuple[float, float]]
+    # the least over its training nodes of `switching`'s first entry (-inf: a training node
+    # without such a member), and whether a member is pinned to every training node: a
+    # joiner then shares the node it trains on, whichever (`GroupBounds`)
+    train_solo_floor: float
+    trains_used: bool
     # the worst-case iteration times of the group with a joiner, by what they read of the
     # joiner and of its nodes (`algorithm1.worst_case_key`): decisions on later states
     # that keep this group ask again about alike joiners. Filled by the planner (a pure
@@ -79,6 +91,7 @@ def summarise(group: Group) -> GroupSummary:
     t_cycle = 0.0
     tolerance = float("inf")
     scale: float | None = group.members[0].job.time_scale if group.members else None
+    switching: dict[str, tuple[float, float]] = {}
     for m in group.members:
         j = m.job
         if j.time_scale != scale:
@@ -92,6 +105,12 @@ def summarise(group: Group) -> GroupSummary:
         solo = j.t_solo_max_s
         t_cycle = max(t_cycle, solo)
         tolerance = min(tolerance, j.slo * solo)
+        for x in m.rollout_nodes + m.train_nodes:
+            plain, own = switching.get(x, _NONE)
+            if j.switch_s is None:
+                switching[x] = (max(plain, solo), own)
+            else:
+                switching[x] = (plain, max(own, solo + j.switch_s))
     return GroupSummary(
         group=group,
         load=load,
@@ -106,18 +125,28 @@ def summarise(group: Group) -> GroupSummary:
         time_scale=scale,
         train_by_load=tuple(sorted(group.train_nodes, key=lambda x: (load[x], x))),
         rollout_by_load=tuple(sorted(group.rollout_nodes, key=lambda x: (load[x], x))),
+        switching=switching,
+        train_solo_floor=min(
+            (switching.get(x, _NONE)[0] for x in group.train_nodes), default=float("-inf")
+        ),
+        trains_used=bool(group.train_nodes) and all(x in switching for x in group.train_nodes),
     )
+
+
+_NONE = (float("-inf"), float("-inf"))  # (`GroupSummary.switching` of a node no one uses)
 
 
 @dataclass(frozen=True)
 class GroupBounds:
     """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
     one row each (T_cycle, tolerance, the least-loaded training node's load, the
-    least-loaded rollout node's: infinite without one), one column per summary, aligned with `PlannerIndex.summaries`: one vectorised pass answers which
+    least-loaded rollout node's: infinite without one; `GroupSummary.train_solo_floor`,
+    and `trains_used` as 1 or 0), one column per summary, aligned with
+    `PlannerIndex.summaries`: one vectorised pass answers which
     groups may take a job at all (at 2,000 live jobs a loop over the groups per decision
     was the planner's hot spot)."""
 
-    rows: np.ndarray  # shape (4, groups)
+    rows: np.ndarray  # shape (6, groups)
 
     @property
     def t_cycle(self) -> np.ndarray:
@@ -139,15 +168,26 @@ class GroupBounds:
         row: np.ndarray = self.rows[3]
         return row
 
+    @property
+    def train_solo_floor(self) -> np.ndarray:
+        row: np.ndarray = self.rows[4]
+        return row
+
+    @property
+    def trains_used(self) -> np.ndarray:
+        row: np.ndarray = self.rows[5]
+        return row
+
     @staticmethod
-    def _column(s: GroupSummary) -> tuple[float, float, float, float]:
+    def _column(s: GroupSummary) -> tuple[float, float, float, float, float, float]:
         least = s.load[s.rollout_by_load[0]] if s.rollout_by_load else float("inf")
-        return (s.t_cycle, s.tolerance, s.min_train_load, least)
+        used = 1.0 if s.trains_used else 0.0
+        return (s.t_cycle, s.tolerance, s.min_train_load, least, s.train_solo_floor, used)
 
     @classmethod
     def of(cls, summaries: tuple[GroupSummary, ...]) -> GroupBounds:
         """Return the bounds of `summaries` (a pass over them)."""
-        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 4)
+        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 6)
         return cls(np.ascontiguousarray(rows.T))
 
     def replaced(self, i: int, s: GroupSummary) -> GroupBounds:
@@ -218,8 +258,12 @@ class PlannerIndex:
     # the summaries' cheap bounds as arrays (`group_bounds`: built on first use, then
     # carried to the child states by the transitions)
     bounds: GroupBounds | None = None
-    # each group's position in `summaries` by group id (`group_position`: built on first use)
+    # each group's position in `summaries` by group id (`group_position`: built on first use,
+    # then carried to the child states by `apply_placement`)
     positions: Mapping[str, int] | None = None
+    # how many groups have no rollout nodes (co-located: `colocated_groups`, built on first
+    # use, then carried to the child states by the transitions)
+    colocated: int | None = None
 
     def is_for(self, state: ClusterState) -> bool:
         """Return True when this index was built for `state`'s nodes and groups."""
@@ -288,6 +332,22 @@ def group_position(index: PlannerIndex, group_id: str) -> int | None:
         object.__setattr__(index, "positions", positions)
     assert index.positions is not None
     return index.positions.get(group_id)
+
+
+def colocated_groups(index: PlannerIndex) -> int:
+    """Return how many of the index's groups have no rollout nodes (co-located jobs alone on
+    their training nodes); counted on first use and attached (like `group_bounds`)."""
+    if index.colocated is None:
+        count = sum(1 for x in index.summaries if not x.group.rollout_nodes)
+        object.__setattr__(index, "colocated", count)
+    assert index.colocated is not None
+    return index.colocated
+
+
+def colocated_change(old: Group | None, new: Group | None) -> int:
+    """Return how `colocated_groups` changes when group `old` becomes `new` (None: no such
+    group, before it opens or after it closes)."""
+    return (new is not None and not new.rollout_nodes) - (old is not None and not old.rollout_nodes)
 
 
 def planner_index(state: ClusterState) -> PlannerIndex:

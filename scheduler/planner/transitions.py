@@ -16,6 +16,7 @@ from scheduler.model import ClusterState, Group, JobProfile, Member, Node, Place
 from scheduler.planner.algorithm1 import EPS
 from scheduler.planner.index import (
     PlannerIndex,
+    colocated_change,
     group_position,
     index_nodes,
     planner_index,
@@ -57,13 +58,12 @@ def apply_placement(
     target = placement.group_id
     position = -1
     own: set[str] = set()
+    # (the groups' positions by id, carried from state to state: `group_position`)
+    at = group_position(index, target if target is not None else group_id)
     if target is not None:
-        for i, summary in enumerate(index.summaries):
-            if summary.group.id == target:
-                position, own = i, set(summary.load)
-                break
-        else:
+        if at is None:
             raise ValueError(f"unknown group {target!r}")
+        position, own = at, set(index.summaries[at].load)
         scale = index.summaries[position].time_scale
         if scale != job.time_scale:
             theirs = "mixed time_scales" if scale is None else f"time_scale {scale:g}"
@@ -78,7 +78,7 @@ def apply_placement(
     member = Member(job, tuple(placement.rollout_nodes), tuple(placement.train_nodes))
     summaries = list(index.summaries)
     if target is None:
-        if any(x.group.id == group_id for x in index.summaries):
+        if at is not None:
             raise ValueError(f"group id {group_id!r} is already in use")
         group = Group(group_id, member.rollout_nodes, member.train_nodes, (member,))
         check_residency(group, {x: node(x) for x in group.all_nodes})
@@ -103,6 +103,12 @@ def apply_placement(
             if target is None
             else bounds.replaced(position, summaries[position])
         )
+    positions = index.positions
+    if target is None and positions is not None:
+        positions = {**positions, group_id: len(summaries) - 1}
+    colocated = index.colocated
+    if colocated is not None:
+        colocated += colocated_change(None if target is None else state.groups[position], group)
     child_index = PlannerIndex(
         nodes=nodes,
         groups=groups,
@@ -112,6 +118,8 @@ def apply_placement(
         job_ids=index.job_ids | {job.id},
         free=_free_without(index, newly),
         bounds=bounds,
+        positions=positions,
+        colocated=colocated,
     )
     return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
 
@@ -209,6 +217,7 @@ def remove_job(
         used.update(m.train_nodes)
     released = tuple(x for x in g.all_nodes if x not in used)
     summaries = list(index.summaries)
+    group: Group | None = None
     if members:
         group = Group(
             g.id,
@@ -241,6 +250,7 @@ def remove_job(
         job_ids=index.job_ids - {job_id},
         free=free,
         bounds=bounds,
+        colocated=None if index.colocated is None else index.colocated + colocated_change(g, group),
     )
     return replace(state, groups=groups, planner_index=child_index), released
 

@@ -6,9 +6,12 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+import pytest
+
 from scheduler.cluster import empty_state
 from scheduler.model import ClusterState, PlacementStatus, Pool
 from scheduler.planner import apply_placement, build_index, place, planner_index, remove_job
+from scheduler.planner.index import colocated_groups
 from scheduler.planner.transitions import with_nodes_returned
 from tests.scheduler.builders import cluster_spec, job
 
@@ -82,6 +85,8 @@ def test_placements_and_removals_carry_the_free_pools_a_fresh_index_finds() -> N
             state = apply_placement(state, j, res.placement, group_id=f"g{i}")
             placed.append(j.id)
             assert planner_index(state).free == build_index(state).free
+            # the groups' positions by id are carried too (joins and new groups alike)
+            assert planner_index(state).positions == {g.id: k for k, g in enumerate(state.groups)}
         assert len(placed) > 4
 
 
@@ -103,3 +108,43 @@ def test_nodes_returned_to_a_free_pool_take_their_places_in_state_order() -> Non
             one_by_one = one_by_one[:at] + (n,) + one_by_one[at:]
         assert out == one_by_one
         assert [position[n.name] for n in out] == sorted(position[n.name] for n in out)
+
+
+def test_a_placement_into_a_group_id_in_use_or_an_unknown_group_is_refused() -> None:
+    # (apply_placement finds groups by id in the positions it carries from state to state)
+    state = built(3)
+    newcomer = job("new", 140, 70, slo=1.8, mem=300)
+    alone = place(newcomer, state, policy="solo-disagg").placement  # a new group's
+    joins = place(newcomer, state).placement
+    assert alone is not None and alone.group_id is None
+    assert joins is not None and joins.group_id is not None
+    taken = state.groups[-1].id
+    with pytest.raises(ValueError, match="already in use"):
+        apply_placement(state, newcomer, alone, group_id=taken)
+    with pytest.raises(ValueError, match="unknown group"):
+        apply_placement(state, newcomer, replace(joins, group_id="gone"), group_id="x")
+    # the state the refusals saw still places the job in a fresh group
+    placed = apply_placement(state, newcomer, alone, group_id="fresh")
+    assert planner_index(placed).positions == {g.id: k for k, g in enumerate(placed.groups)}
+
+
+def test_the_count_of_co_located_groups_is_carried_through_placements_and_removals() -> None:
+    # (place_with_partners asks it at every new group: a scan of every group there before)
+    state = empty_state(cluster_spec(6, 14))
+    placed: list[str] = []
+    counts, shared = [], 0
+    for i in range(16):
+        if i % 5 == 4:
+            state, _ = remove_job(state, placed.pop(0))  # the oldest first
+        j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+        res = place(j, state, colocated=i % 2 == 0)  # every other job may go co-located
+        if res.placement is None:
+            continue
+        state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+        placed.append(j.id)
+        counts.append(colocated_groups(planner_index(state)))
+        assert counts[-1] == sum(1 for g in state.groups if not g.rollout_nodes)
+        assert planner_index(state).colocated == counts[-1]  # carried, not counted again
+        shared = max(shared, sum(1 for g in state.groups if g.rollout_nodes))
+    assert max(counts) >= 3 and shared >= 2  # both kinds of group were placed
+    assert any(b < a for a, b in zip(counts, counts[1:], strict=False))  # and one removed

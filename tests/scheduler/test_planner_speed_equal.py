@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 
+import numpy as np
 import pytest
 
 from scheduler.cluster import empty_state
@@ -27,7 +28,14 @@ from scheduler.model import (
     PlacementStatus,
     Pool,
 )
-from scheduler.planner import _request, admits_join, apply_placement, join_request, place
+from scheduler.planner import (
+    _request,
+    admits_join,
+    algorithm1,
+    apply_placement,
+    join_request,
+    place,
+)
 from scheduler.planner import objective as objective_module
 from scheduler.planner.admissible import JoinFilter
 from scheduler.planner.algorithm1 import (
@@ -265,14 +273,102 @@ def test_a_member_at_expected_durations_is_the_replaced_profile() -> None:
         assert objective_module._profile_key(m, made) is made.keys[id(m)]
 
 
+def plain_bounds(patch: pytest.MonkeyPatch) -> None:
+    """Make `candidates` rule joins out on the group's SLO window alone, as it first did:
+    without the join allowance (`algorithm1.ruled_out`) and the switches
+    (`algorithm1.switched_bound`), so the SLO check sees the joins they would drop."""
+    patch.setattr(algorithm1, "ruled_out", lambda job, t, tolerance: t > tolerance)
+    patch.setattr(algorithm1, "switched_bound", lambda *args: float("-inf"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_join_bounds_drop_only_joins_the_slo_check_refuses(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `group_context` and the candidates rule a join out on lower bounds of its worst-case
+    # iteration time: with the joiner's join allowance (`join_window_holds`) and with the
+    # switches its shared training nodes force (`switched_bound`). Every join they drop
+    # must be one the SLO check refuses, and the rest stay in their order; the vectorised
+    # bounds (the same bounds over every group at once) leave the same candidates as the
+    # loop, asking `group_context` about fewer groups
+    rng = random.Random(seed)
+    big = replace(
+        SPEC, rollout=replace(SPEC.rollout, nodes=60), train=replace(SPEC.train, nodes=60)
+    )
+    tight = [replace(j, slo=rng.choice((1.0, 1.02, 1.1, 1.5))) for j in random_jobs(rng, 20)]
+    state = packed(big, tight)
+    index = planner_index(state)
+    by_allowance = by_switches = admitted = spared = by_floor = 0
+    asked: list[int] = []  # the groups `group_context` is asked about
+    real_context = algorithm1.group_context
+
+    def context(req: Request, s: GroupSummary, order: int) -> algorithm1.GroupContext | None:
+        asked.append(order)
+        return real_context(req, s, order)
+
+    monkeypatch.setattr(algorithm1, "group_context", context)
+    for j in random_jobs(random.Random(seed + 200), 40):
+        j = replace(j, id=f"new-{j.id}", slo=rng.choice((1.0, 1.02, 1.1, 1.5)))
+        plain = _request(
+            j, state, index, max_group_size=4, prune_saturated=False, adm=ALGORITHM1.admission
+        )
+        plain = replace(plain, bounds=None)
+        with monkeypatch.context() as patch:
+            plain_bounds(patch)
+            every = candidates(replace(plain, pools=_pools(plain)), index.summaries)
+        with monkeypatch.context() as patch:
+            patch.setattr(algorithm1, "switched_bound", lambda *args: float("-inf"))
+            allowed = candidates(replace(plain, pools=_pools(plain)), index.summaries)
+        asked.clear()
+        kept = candidates(replace(plain, pools=_pools(plain)), index.summaries)
+        looped = len(asked)
+        fast = replace(plain, bounds=GroupBounds.of(index.summaries), pools=_pools(plain))
+        asked.clear()
+        assert candidates(fast, index.summaries) == kept
+        spared += looped - len(asked)
+        quick = len(asked)
+        with monkeypatch.context() as patch:  # (the switches' bound alone, left out)
+            patch.setattr(
+                algorithm1, "switched_floor", lambda req, b: np.full(b.rows.shape[1], -np.inf)
+            )
+            asked.clear()
+            assert candidates(replace(fast, pools=_pools(plain)), index.summaries) == kept
+            by_floor += len(asked) - quick
+        assert [c for c in every if c in allowed] == allowed
+        assert [c for c in allowed if c in kept] == kept
+        for c in every:
+            assert c.summary is not None
+            slow = check_slo(
+                c.summary.group,
+                j,
+                c.rollout,
+                c.train,
+                switch_overhead_s=plain.switch_overhead_s,
+                slo_margin=plain.slo_margin,
+                tight_slack=plain.tight_slack,
+            )
+            admitted += slow is not None
+            if c not in allowed:
+                by_allowance += 1
+                assert slow is None
+            elif c not in kept:
+                by_switches += 1
+                assert slow is None
+    assert by_allowance and by_switches and admitted  # every side was exercised
+    assert spared > 0  # the vectorised bounds (`GroupBounds`) dropped groups up front
+    assert by_floor > 0  # ... the switches' among them (`switched_floor`)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_the_worst_case_half_of_the_slo_check_refuses_only_what_the_check_refuses(
-    seed: int,
+    seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # choose_by_expected_cost drops a candidate on `worst_case_holds` before its costs:
     # that must refuse exactly the joins whose whole check fails on the worst case, and
     # the check given those worst-case times (`joined_worst_case`, kept per group summary)
-    # must answer as it does alone
+    # must answer as it does alone (the joins the candidates' own bounds rule out first
+    # are asked too: `plain_bounds`)
+    plain_bounds(monkeypatch)
     rng = random.Random(seed)
     # room left on both pools: the new jobs have groups to join and nodes to scale onto
     big = replace(

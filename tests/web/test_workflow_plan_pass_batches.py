@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow import converters, levers, services, snapshot, sync
 from rollmux_web.workflow.models import (
@@ -237,3 +238,24 @@ def test_the_pass_decides_alike_jobs_as_the_plain_core_asked_for_each(
     assert written([j.pk for j in jobs]) == want_placed
     assert summary.waiting == want_waiting
     assert len(asked) < len(jobs) - 5  # alike waiting jobs were answered by the memo
+
+
+def test_every_job_left_waiting_names_the_nodes_down_read_once_per_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a waiting job's reason says which nodes are down and why; the pass reads them once,
+    # at its first wait, and every batch after says the same
+    world = make_world(rollout_nodes=2, train_nodes=2)
+    Node.objects.filter(name="h800-1").update(state=NodeState.DOWN, state_reason="Ray: died")
+    jobs = [make_job(world, name=f"w{i}", rollout_gpus=16, iterations=20) for i in range(6)]
+    monkeypatch.setattr(planning, "BATCH_JOBS", 2)
+    monkeypatch.setattr(planning, "BATCH_MIN_JOBS", 2)
+    reads: list[str] = []
+    real = planning._down_note
+    monkeypatch.setattr(planning, "_down_note", lambda: reads.append(real()) or reads[-1])
+    summary = services.queue_plan()
+    assert len(summary.placed) == 1 and len(summary.waiting) == 5  # one fits, in batch 1
+    assert reads == ["; down: h800-1 (Ray: died)"]
+    for job in jobs:
+        if job.pk in summary.waiting:
+            assert Job.objects.get(pk=job.pk).reason.endswith("; down: h800-1 (Ray: died)")

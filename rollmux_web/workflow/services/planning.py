@@ -190,7 +190,7 @@ def _heads(key: str, summary: PlanSummary) -> _Queue:
 
 def _run_read(todo: list[int], key: str, now: datetime | None) -> _Run:
     """4. Read once for the whole pass: node ids by name, the jobs' measured sync times and
-    starts, the levers."""
+    starts, the levers (and, at the first wait, the nodes down: `_Run.down`)."""
     return _Run(
         key=key,
         now=now,
@@ -265,6 +265,9 @@ class _Run:
     # measured warm and cold starts of the pass's jobs that ran before (starts.measured_starts)
     started: dict[int, measured_starts.MeasuredStarts] = field(default_factory=dict)
     picture: fairshare.Picture | None = None  # fair-share inputs (preemption), read once
+    # the nodes down with a reason, said in a waiting job's reason (`_down_note`): read at
+    # the pass's first wait, as the snapshot the job waited on was read once
+    down: str | None = None
     preempt_memo: preemption.Memo = field(default_factory=preemption.Memo)
     waits: _Waits = field(default_factory=lambda: _Waits())
     related: _Related = field(default_factory=lambda: _Related())
@@ -372,7 +375,6 @@ def _batch_place(
         writes = PlanWriter(run.now or timezone.now(), run.node_id, queued_since(jobs))
         effects = Effects()
         out = _Decided(view, done=len(job_ids))
-        down: str | None = None  # the nodes down with a reason, read at the first wait
         for index, job in enumerate(jobs):
             if index and time.perf_counter() - began > BATCH_SECONDS:
                 # commit what is decided: the rest goes to the next transaction
@@ -382,14 +384,14 @@ def _batch_place(
             if result.status is PlacementStatus.FIT and result.placement is not None:
                 out.placed.append(job.pk)
             elif result.status is PlacementStatus.RETRY:
-                if down is None:
-                    down = _down_note()
+                if run.down is None:  # (read at the pass's first wait)
+                    run.down = _down_note()
                 taken = ""
                 if run.picture is not None:
                     taken = preemption.request_for(
                         job, out.view[0], run.picture, writes.now, run.preempt_memo
                     )
-                writes.reason(job, result.reason + down + taken)
+                writes.reason(job, result.reason + run.down + taken)
                 out.waiting[job.pk] = result.reason
             else:
                 job.status = JobStatus.FAILED
