@@ -115,12 +115,10 @@ class CostDayGroup(models.Model):
         return f"group {self.group_id} on {self.day}"
 
 
-class CostDayLine(models.Model):
-    """The cost engine's exact amounts of one job on one GPU type in one group and stage
-    over one kept day (cost_engine.group_amounts): a report over whole kept days sums
-    them (exact numerics) instead of running the engine over the days' rows."""
+class _JobAmounts(models.Model):
+    """One job's exact amounts on one GPU type in one group and stage over a kept span
+    (a day, `CostDayLine`, or a month, `CostMonthLine`)."""
 
-    day = models.DateField()
     group_id = models.BigIntegerField()
     job_id = models.BigIntegerField()
     tenant_id = models.BigIntegerField()
@@ -133,6 +131,17 @@ class CostDayLine(models.Model):
     idle_cost = ExactDecimalField()
     solo_disagg_cost = ExactDecimalField()
     colocated_cost = ExactDecimalField()
+
+    class Meta:
+        abstract = True
+
+
+class CostDayLine(_JobAmounts):
+    """The cost engine's exact amounts of one job on one GPU type in one group and stage
+    over one kept day (cost_engine.group_amounts): a report over whole kept days sums
+    them (exact numerics) instead of running the engine over the days' rows."""
+
+    day = models.DateField()
 
     class Meta:
         indexes = [models.Index(fields=["day", "tenant_id"])]
@@ -199,26 +208,14 @@ class CostMonth(models.Model):
         return f"cost of {self.month:%Y-%m} kept"
 
 
-class CostMonthLine(models.Model):
+class CostMonthLine(_JobAmounts):
     """The kept days' amounts of one job on one GPU type in one group and stage over one
     month (`CostDayLine`'s summed): a range of whole months sums these. `multi`: the
     job, type and stage have another row (another group, or another month), so a range
     must add them up; the others are a line each as they stand."""
 
     month = models.DateField()
-    group_id = models.BigIntegerField()
-    job_id = models.BigIntegerField()
-    tenant_id = models.BigIntegerField()
-    gpu_type_id = models.BigIntegerField()
-    stage = models.CharField(max_length=16)
-    has_parts = models.BooleanField(default=True)
     multi = models.BooleanField(default=False)
-    busy_gpu_hours = ExactDecimalField()
-    idle_gpu_hours = ExactDecimalField()
-    busy_cost = ExactDecimalField()
-    idle_cost = ExactDecimalField()
-    solo_disagg_cost = ExactDecimalField()
-    colocated_cost = ExactDecimalField()
 
     class Meta:
         indexes = [
