@@ -477,17 +477,20 @@ def plan_consolidation(
         for m in g.members
     }
     joinable = JoinFilter(current, cfg)
-    if since is not None and cfg.consolidation.changed_options_only and _frees_nothing(state):
+    # A candidate's answer in a round after the first: the same as in the round before
+    # when the move between them left its group and its answer's destination alone and
+    # neither group the move changed is an option for it now (rule 8). `local` (rollout
+    # pool unbounded, nothing cordoned) with an unbounded training pool too: a departure
+    # frees nothing a job alone elsewhere could not have had before (rule 9).
+    local = answers_local(state)
+    frees_nothing = local and state.spec.gpu_type(Pool.TRAIN).nodes is None
+    if since is not None and cfg.consolidation.changed_options_only and frees_nothing:
         first = _with_changed_options(first, state, since, group_id, joinable)
     candidates = set(first)
     # each candidate's group and self on `current`: a move changes only its source and
     # destination groups (the others are the same objects), so only theirs are looked up
     # again (rebuilding it over every job at every round was 6% of a departure at size)
     where = dict(first)
-    # A candidate's answer in a round after the first: the same as in the round before
-    # when the move between them left its group and its answer's destination alone and
-    # neither group the move changed is an option for it now (rule 8).
-    local = answers_local(state)
     answers: dict[str, Move | None] = {}
     changed: tuple[str, ...] = ()
 
@@ -538,15 +541,6 @@ def plan_consolidation(
                     g = current.groups[at]
                     where.update((m.job.id, (g, m)) for m in g.members if m.job.id in candidates)
     return moves
-
-
-def _frees_nothing(state: ClusterState) -> bool:
-    """Return True when a departure frees nothing another job could not have had before:
-    both pools unbounded (a placement never lacks free nodes) and nothing cordoned."""
-    spec = state.spec
-    if spec.gpu_type(Pool.ROLLOUT).nodes is not None or spec.gpu_type(Pool.TRAIN).nodes is not None:
-        return False
-    return answers_local(state)
 
 
 def _with_changed_options(
