@@ -653,7 +653,7 @@ def place_with_partners(
             alt.marginal_cost_per_hour * n * expected_solo_s(job)
             - first.marginal_cost_per_hour * n * colocated_expected_s(job, factor)
         ) / SECONDS_PER_HOUR
-    colocated_jobs = {g.members[0].job.id for g in state.groups if not g.rollout_nodes}
+    colocated_jobs = set(_colocated_by_id(state))
     movers: list[Move] = []
     current = trial
     with evaluation_scope(mine):  # the rounds re-evaluate the same groups (memo)
