@@ -123,6 +123,11 @@ class PhaseStart:
         )  # fmt: skip
 
 
+# `PhaseStart`'s fields in its order, as a plain tuple (`GroupRuntime.start_ready_raw`: the
+# simulator starts phases at every event and makes no object for each)
+RawPhaseStart = tuple[str, PhaseKind, int, tuple[str, ...], bool, bool, int, bool]
+
+
 @dataclass(frozen=True, init=False)
 class PendingPhase:
     """A phase of a member that is running, or ready and waiting for its turn and nodes."""
@@ -363,7 +368,12 @@ class GroupRuntime:
 
     def start_ready(self) -> list[PhaseStart]:
         """Start and return every phase that can start now, in round-robin order."""
-        started: list[PhaseStart] = []
+        return [PhaseStart(*start) for start in self.start_ready_raw()]
+
+    def start_ready_raw(self) -> list[RawPhaseStart]:
+        """`start_ready` as plain tuples of `PhaseStart`'s fields, in its order (for a
+        caller that starts phases at every event: the simulator makes no object for each)."""
+        started: list[RawPhaseStart] = []
         busy, heads = self._busy, self._heads
         # Starting a phase only moves the head of its own pool, so the pools are
         # served one after the other, each until its head cannot start.
@@ -388,14 +398,31 @@ class GroupRuntime:
     def finish(self, job_id: str, kind: PhaseKind) -> FinishResult:
         """Record that `job_id`'s running `kind` phase completed; enqueue its next phase."""
         run = self._running.get(job_id)
+        s = self._members.get(job_id)
+        done = self.end_phase(job_id, kind)
+        assert run is not None  # (end_phase raised otherwise)
+        if s is None:
+            return FinishResult(job_id, kind, run.iteration, run.nodes, removed=True)
+        if done:
+            return FinishResult(job_id, kind, run.iteration, run.nodes, done=True)
+        return FinishResult(
+            job_id, kind, run.iteration, run.nodes, next_kind=s.kind, next_iteration=s.iteration
+        )
+
+    def end_phase(self, job_id: str, kind: PhaseKind) -> bool:
+        """`finish` for a caller that reads only whether the job is done (the simulator, at
+        every phase event: it makes no `FinishResult`): True when the job finished its
+        last iteration and left the group."""
+        run = self._running.get(job_id)
         if run is None or run.kind is not kind:
             raise ValueError(f"job {job_id!r} has no running {kind.value} phase")
         del self._running[job_id]
+        busy = self._busy
         for x in run.nodes:
-            self._busy.pop(x, None)
+            busy.pop(x, None)
         s = self._members.get(job_id)
         if s is None:
-            return FinishResult(job_id, kind, run.iteration, run.nodes, removed=True)
+            return False  # removed: nothing is enqueued
         s.running = False
         if kind is PhaseKind.ROLLOUT:
             s.kind = PhaseKind.TRAIN
@@ -406,15 +433,13 @@ class GroupRuntime:
             # No sync after the last training: no rollout will read those weights.
             del self._members[job_id]
             self._heads.clear()
-            return FinishResult(job_id, kind, run.iteration, run.nodes, done=True)
+            return True
         elif s.syncs:
             s.kind = PhaseKind.SYNC  # the sync belongs to the iteration it follows
         else:
             s.kind = PhaseKind.ROLLOUT
             s.iteration += 1
-        return FinishResult(
-            job_id, kind, run.iteration, run.nodes, next_kind=s.kind, next_iteration=s.iteration
-        )
+        return False
 
     def release_tail(self, job_id: str, nodes: tuple[str, ...]) -> tuple[str, ...]:
         """Free `nodes` of `job_id`'s running rollout: its tail was consolidated onto its
@@ -638,7 +663,7 @@ class GroupRuntime:
                 best, head = r, s
         return head
 
-    def _start(self, s: _MemberState) -> PhaseStart:
+    def _start(self, s: _MemberState) -> RawPhaseStart:
         kind = s.kind
         is_roll = kind is PhaseKind.ROLLOUT
         is_train = kind is PhaseKind.TRAIN
@@ -672,4 +697,4 @@ class GroupRuntime:
         if is_roll and (self._round is None or rnd > self._round):
             self._round = rnd
         self._running[job_id] = PendingPhase(job_id, kind, s.iteration, nodes, rnd)
-        return PhaseStart(job_id, kind, s.iteration, nodes, switch, cold, rnd, first_on_pool)
+        return (job_id, kind, s.iteration, nodes, switch, cold, rnd, first_on_pool)

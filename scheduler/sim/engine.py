@@ -112,6 +112,8 @@ class Simulation:
         for job in jobs:
             if job.id in self.jobs:
                 raise SimulationError(f"duplicate job id {job.id!r}")
+            roll: Sequence[float]
+            train: Sequence[float]
             roll, train = draw_durations(job, seed)
             template = (drift or {}).get(job.id, "none")
             if template != "none":
@@ -319,7 +321,7 @@ class Simulation:
         return hit
 
     def _start_ready(self, group_id: str) -> None:
-        starts = self.runtimes[group_id].start_ready()
+        starts = self.runtimes[group_id].start_ready_raw()
         if not starts:
             return
         # (locals: this runs at every phase event)
@@ -329,8 +331,7 @@ class Simulation:
         switch_s, rollout_factor = self.spec.switch_overhead_s, self.rollout_factor
         restart_due, tail_end = self.restart_due, self.tail_end
         busy_after = now + EPS
-        for start in starts:
-            job_id, kind, nodes, index = start.job_id, start.kind, start.nodes, start.iteration
+        for job_id, kind, index, nodes, switch, _cold, _round, _first in starts:
             record = jobs[job_id]
             start_s = now
             drawn = 0.0
@@ -352,7 +353,7 @@ class Simulation:
                     start_s = max(now, tail_end.pop(job_id, now))
             else:
                 duration = record.profile.t_sync_s  # weight sync: not drawn
-            if start.switch:
+            if switch:
                 duration += switch_s
             restart = restart_due.pop(job_id, 0.0) if restart_due else 0.0
             duration += restart
@@ -380,7 +381,7 @@ class Simulation:
                 free_at[node] = release
                 busy_s[node] = busy_s.get(node, 0.0) + held
             if self.record_phases:
-                phase = (job_id, kind, index, tuple(nodes), start_s, end, start.switch)
+                phase = (job_id, kind, index, tuple(nodes), start_s, end, switch)
                 self.phases.append(PhaseRecord(*phase, restart, release))
             self.seq += 1
             heapq.heappush(heap, (release, PHASE_END, self.seq, job_id, kind, group_id))
@@ -389,8 +390,7 @@ class Simulation:
         return LiveProgress(self.jobs)
 
     def _phase_end(self, job_id: str, kind: PhaseKind, group_id: str) -> None:
-        runtime = self.runtimes[group_id]
-        result = runtime.finish(job_id, kind)
+        done = self.runtimes[group_id].end_phase(job_id, kind)
         self.done_phases += 1
         record = self.jobs[job_id]
         if kind is PhaseKind.TRAIN:
@@ -401,7 +401,7 @@ class Simulation:
                 record.first_boundary_s = self.now
             if self.tenancy is not None:
                 self.tenancy.boundary(job_id, self.now)
-        if self.policy.job_done(result, job_id):
+        if done:
             # The runtime dropped the member itself when it finished its last phase.
             record.status = "done"
             record.finished_s = self.now

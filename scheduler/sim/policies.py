@@ -23,7 +23,7 @@ from typing import Any
 
 from scheduler.cluster import nodes_needed
 from scheduler.config import ALGORITHM1, PlannerConfig
-from scheduler.group_runtime import GroupRuntime
+from scheduler.group_runtime import GroupRuntime, RawPhaseStart
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -75,26 +75,6 @@ def free_nodes(state: ClusterState, pool: Pool) -> list[str]:
 # --- colocated (veRL) -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SimplePhaseStart:
-    """A phase start of the simulator's own runtimes (same fields as the core's)."""
-
-    job_id: str
-    kind: PhaseKind
-    iteration: int
-    nodes: tuple[str, ...]
-    switch: bool = False
-    cold: bool = False
-
-
-@dataclass
-class SimpleFinish:
-    """What our own runtimes return from `finish`."""
-
-    job_id: str
-    done: bool
-
-
 class SoloRuntime:
     """Run one job's phases back to back on nodes it owns alone (no switches).
 
@@ -120,26 +100,20 @@ class SoloRuntime:
         self.member = None
         self.next_kind = None
 
-    def start_ready(self) -> list[SimplePhaseStart]:
-        """Start the member's next phase if nothing is running."""
+    def start_ready_raw(self) -> list[RawPhaseStart]:
+        """Start the member's next phase if nothing is running (the fields of the core's
+        `PhaseStart`, as a tuple: never a switch, cold at its first rollout)."""
         if self.member is None or self.running or self.next_kind is None:
             return []
         self.running = True
         nodes = self.member.train_nodes
         if self.next_kind is not PhaseKind.TRAIN and self.member.rollout_nodes:
             nodes = self.member.rollout_nodes
-        return [
-            SimplePhaseStart(
-                job_id=self.member.job.id,
-                kind=self.next_kind,
-                iteration=self.iteration,
-                nodes=nodes,
-                cold=self.iteration == 0 and self.next_kind is PhaseKind.ROLLOUT,
-            )
-        ]
+        cold = self.iteration == 0 and self.next_kind is PhaseKind.ROLLOUT
+        return [(self.member.job.id, self.next_kind, self.iteration, nodes, False, cold, 0, cold)]
 
-    def finish(self, job_id: str, kind: PhaseKind) -> SimpleFinish:
-        """End the running phase and queue the next one (or finish the job).
+    def end_phase(self, job_id: str, kind: PhaseKind) -> bool:
+        """End the running phase and queue the next one; True when the job is done.
 
         A job with weight sync on its own rollout nodes (`solo-disagg`) syncs after
         every training but the last, as in a co-execution group; `colocated` has its
@@ -150,16 +124,16 @@ class SoloRuntime:
             if self.iteration + 1 >= self.iterations:
                 self.iteration += 1
                 self.next_kind = None
-                return SimpleFinish(job_id, True)
+                return True
             member = self.member
             if member is not None and member.rollout_nodes and member.job.t_sync_s > 0:
                 self.next_kind = PhaseKind.SYNC  # same iteration, on the rollout nodes
-                return SimpleFinish(job_id, False)
+                return False
             self.iteration += 1
         elif kind is PhaseKind.SYNC:
             self.iteration += 1
         self.next_kind = kind.next
-        return SimpleFinish(job_id, False)
+        return False
 
 
 class StaticPlacement:
@@ -203,14 +177,6 @@ class StaticPlacement:
     ) -> bool:
         """Hold no destination member to its SLO over its run (these plan SLOs at most once)."""
         return True
-
-
-def _job_done(result: Any, job_id: str) -> bool:
-    """Read "did the job finish its last iteration" from a runtime's finish result.
-
-    Both the core's FinishResult and our SimpleFinish carry it as `done`.
-    """
-    return result.done is True
 
 
 def _remove_member(state: ClusterState, job_id: str) -> ClusterState:
@@ -294,10 +260,6 @@ class ColocatedPolicy(StaticPlacement):
     def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime:
         """Return a runtime that runs the job's phases back to back."""
         return SoloRuntime()
-
-    def job_done(self, result: Any, job_id: str) -> bool:
-        """Read the finish result of our runtime."""
-        return _job_done(result, job_id)
 
 
 # --- the core planner's policies ---------------------------------------------------
@@ -387,10 +349,6 @@ class CorePolicy:
             # a co-located group has one member, whose rollouts run on its training nodes
             return SoloRuntime()
         return GroupRuntime(group_id, switch_overhead_s=spec.switch_overhead_s)
-
-    def job_done(self, result: Any, job_id: str) -> bool:
-        """Read the core's FinishResult."""
-        return _job_done(result, job_id)
 
     def arrival_movers(self) -> Sequence[str]:
         """Return the co-located jobs the last `place` moves into the newcomer's group."""
@@ -610,10 +568,6 @@ class PlannedPolicy(StaticPlacement):
     def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime:
         """Use the core's round-robin runtime, as `rollmux` does."""
         return self.core.runtime(group_id, spec, colocated=colocated)
-
-    def job_done(self, result: Any, job_id: str) -> bool:
-        """Read the core's FinishResult."""
-        return _job_done(result, job_id)
 
 
 def make_policy(name: str, *, seed: int, config: PlannerConfig | None = None) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from scheduler.group_runtime import RawPhaseStart
 from scheduler.model import (
     ClusterSpec,
     ClusterState,
@@ -20,26 +21,11 @@ from scheduler.planner.consolidation import Move
 from scheduler.planner.objective import JobProgress
 from scheduler.sim.longtail import LongTailModel
 
-__all__ = ["PhaseStartLike", "Policy", "Runtime", "SimulationError"]
+__all__ = ["Policy", "Runtime", "SimulationError"]
 
 
 class SimulationError(RuntimeError):
     """Signal a broken invariant (e.g. a node asked to run two phases at once)."""
-
-
-class PhaseStartLike(Protocol):
-    """What the engine reads from a runtime's phase start (core `PhaseStart`)."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def kind(self) -> PhaseKind: ...
-    @property
-    def iteration(self) -> int: ...
-    @property
-    def nodes(self) -> tuple[str, ...]: ...
-    @property
-    def switch(self) -> bool: ...
 
 
 class Runtime(Protocol):
@@ -47,8 +33,8 @@ class Runtime(Protocol):
 
     def admit(self, member: Member, *, iterations: int, start_iteration: int = 0) -> Any: ...
     def remove(self, job_id: str) -> Any: ...
-    def start_ready(self) -> Sequence[PhaseStartLike]: ...
-    def finish(self, job_id: str, kind: PhaseKind) -> Any: ...
+    def start_ready_raw(self) -> Sequence[RawPhaseStart]: ...
+    def end_phase(self, job_id: str, kind: PhaseKind) -> bool: ...
 
 
 class Policy(Protocol):
@@ -71,7 +57,6 @@ class Policy(Protocol):
     @property
     def long_tail(self) -> LongTailModel | None: ...
     def runtime(self, group_id: str, spec: ClusterSpec, *, colocated: bool = False) -> Runtime: ...
-    def job_done(self, result: Any, job_id: str) -> bool: ...
     def on_departure(
         self, state: ClusterState, group_id: str, now: float, progress: Mapping[str, JobProgress]
     ) -> Sequence[str]: ...
