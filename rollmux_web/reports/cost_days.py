@@ -42,13 +42,22 @@ from __future__ import annotations
 import logging
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 
 from rollmux_web.inventory.selectors import price_book
-from rollmux_web.reports.models import CostDay, CostDayGroup, CostDayLine, CostMonth, CostMonthLine
+from rollmux_web.reports.models import (
+    CostDay,
+    CostDayGroup,
+    CostDayLine,
+    CostDaySummed,
+    CostDayTenant,
+    CostMonth,
+    CostMonthLine,
+)
 from rollmux_web.reports.selectors._time import next_month, us
 from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR, group_amounts
 from rollmux_web.reports.selectors.cost_fetch import fetch_cost_inputs
@@ -142,9 +151,31 @@ def keep_day(day: date, *, now: datetime) -> int | None:
             ),
             batch_size=2000,
         )
+        CostDayTenant.objects.bulk_create(tenant_sums(day, rows), batch_size=2000)
+        CostDaySummed.objects.create(day=day)
         CostDay.objects.create(day=day, lines=len(rows), computed_at=now)
     log.info("kept the cost of %s: %d lines, %d dirty groups", day, len(rows), len(dirty))
     return len(rows)
+
+
+def tenant_sums(day: date, rows: list[CostDayLine]) -> list[CostDayTenant]:
+    """The day's kept lines summed per tenant, GPU type and stage (their numerators are
+    integers: exact sums)."""
+    sums: dict[tuple[int, int, str], list[Any]] = {}
+    for r in rows:
+        got = sums.setdefault(
+            (r.tenant_id, r.gpu_type_id, r.stage), [0] * (len(FIGURE_COLUMNS) + 1)
+        )
+        got[0] += 1
+        for i, c in enumerate(FIGURE_COLUMNS, 1):
+            got[i] += getattr(r, c)
+    return [
+        CostDayTenant(
+            day=day, tenant_id=t, gpu_type_id=g, stage=s, lines=v[0],
+            **dict(zip(FIGURE_COLUMNS, v[1:], strict=True)),
+        )
+        for (t, g, s), v in sums.items()
+    ]  # fmt: skip
 
 
 def keep_days(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
@@ -240,6 +271,8 @@ def purge_days(now: datetime) -> int:
     # (a month with a day before the cutoff no longer sums its kept days)
     CostMonthLine.objects.filter(month__lt=cutoff).delete()
     CostMonth.objects.filter(month__lt=cutoff).delete()
+    CostDayTenant.objects.filter(day__lt=cutoff).delete()
+    CostDaySummed.objects.filter(day__lt=cutoff).delete()
     CostDayLine.objects.filter(day__lt=cutoff).delete()
     CostDayGroup.objects.filter(day__lt=cutoff).delete()
     return int(CostDay.objects.filter(day__lt=cutoff).delete()[0])

@@ -144,7 +144,11 @@ class CostDayLine(_JobAmounts):
     day = models.DateField()
 
     class Meta:
-        indexes = [models.Index(fields=["day", "tenant_id"])]
+        indexes = [
+            models.Index(fields=["day", "tenant_id"]),
+            # a range's dirty groups' rows, taken from the days' per-tenant sums
+            models.Index(fields=["group_id", "day"]),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.job_id} in group {self.group_id} on {self.day}"
@@ -225,3 +229,38 @@ class CostMonthLine(_JobAmounts):
 
     def __str__(self) -> str:
         return f"job {self.job_id} in group {self.group_id} in {self.month:%Y-%m}"
+
+
+class CostDaySummed(models.Model):
+    """A kept day whose lines are also summed per tenant, GPU type and stage
+    (`CostDayTenant`, written in the day's own transaction by reports.cost_days.keep_day):
+    a day without this row (kept before the sums were) is read from its lines."""
+
+    day = models.DateField(primary_key=True)
+
+    def __str__(self) -> str:
+        return f"cost of {self.day} summed per tenant"
+
+
+class CostDayTenant(models.Model):
+    """The sum of one kept day's `CostDayLine`s of one tenant on one GPU type in one stage
+    (exact numerators, as theirs) and how many lines it sums: the cost report's rows and
+    the burn-down's days add these up instead of every line."""
+
+    day = models.DateField()
+    tenant_id = models.BigIntegerField()
+    gpu_type_id = models.BigIntegerField()
+    stage = models.CharField(max_length=16)
+    lines = models.PositiveIntegerField()
+    busy_gpu_hours = ExactDecimalField()
+    idle_gpu_hours = ExactDecimalField()
+    busy_cost = ExactDecimalField()
+    idle_cost = ExactDecimalField()
+    solo_disagg_cost = ExactDecimalField()
+    colocated_cost = ExactDecimalField()
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "tenant_id"])]
+
+    def __str__(self) -> str:
+        return f"tenant {self.tenant_id} on {self.day} ({self.stage})"

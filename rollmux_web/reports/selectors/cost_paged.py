@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -44,6 +45,7 @@ from rollmux_web.reports.selectors.cost_figures import (
 )
 from rollmux_web.reports.selectors.cost_rows import STAGES
 from rollmux_web.reports.selectors.cost_stored import DENOMINATOR, StoredPlan
+from rollmux_web.reports.selectors.cost_totals import jobs_per_tenant, row_sums
 from rollmux_web.workflow.models import Placement
 
 Key = tuple[int, int, str]  # job, GPU type id, stage
@@ -126,6 +128,10 @@ WITH day_rows AS MATERIALIZED (
 SELECT 'line', tenant_id, tenant, job_id, job_name, gpu_type, stage, closed_us, gids,
        {columns}, run_busy, run_idle
 FROM page_line JOIN page_billed USING (job_id, gpu_type_id, stage)
+"""
+# the rows' sums and the number of jobs, when they are not read from the kept days' sums
+# (cost_totals)
+_SQL_ROWS = """
 UNION ALL
 SELECT CASE WHEN GROUPING(tenant) = 0 THEN 'tenant' ELSE 'type' END, NULL, tenant,
        COUNT(*), NULL, gpu_type, stage, NULL, NULL, {sums}, NULL, NULL
@@ -137,9 +143,9 @@ FROM line
 """
 
 
-def _statement(day_where: str, month_where: str) -> str:
+def _statement(day_where: str, month_where: str, *, rows: bool) -> str:
     us = "(EXTRACT(EPOCH FROM {}) * 1000000)::bigint"  # (rollmux_web.epoch_sql's MICROS)
-    return _SQL.format(
+    return (_SQL + (_SQL_ROWS if rows else "")).format(
         months=CostMonthLine._meta.db_table,
         day_where=day_where,
         month_where=month_where,
@@ -269,32 +275,67 @@ class PagedLines:
         self.any_profiling = False
 
 
+def _page_tenants(
+    counts: dict[int, int], names: dict[int, str], offset: int, page_size: int
+) -> tuple[set[int], int]:
+    """The tenants whose jobs a page of jobs from `offset` holds (the lines' order is by
+    tenant first) and the page's offset among their jobs."""
+    chosen: set[int] = set()
+    at = skip = 0
+    for tid in sorted(counts, key=lambda t: names[t]):
+        n = counts[tid]
+        if at + n > offset and at < offset + page_size:
+            if not chosen:
+                skip = offset - at
+            chosen.add(tid)
+        at += n
+    return chosen, skip
+
+
 @exact_arithmetic
 def paged_lines(plan: StoredPlan, *, page: int, page_size: int) -> PagedLines:
     """Return the page `page` (from 1) of `page_size` jobs of the range `plan` serves, with
-    the whole range's rows and job count (PostgreSQL only)."""
+    the whole range's rows and job count (PostgreSQL only).
+
+    When the range's kept days are summed per tenant (`cost_totals`), the rows are those
+    sums and the statement reads the lines of the page's tenants only (their billing runs
+    over their own lines alone); otherwise it reads every line of the range.
+    """
     type_ids = {name: tid for tid, name in GpuType.objects.values_list("id", "name")}
     eng = _EngineParts(plan, type_ids)
-    day_where, day_params, month_where, month_params = kept_parts(plan)
-    params = day_params + month_params
-    ekeys = sorted(eng.exact)
-    ended = sorted(eng.closed.items())
-    params += [
-        [k[0] for k in ekeys], [k[1] for k in ekeys], [k[2] for k in ekeys],
-        [j for j, _ in ended], [c for _, c in ended],
-        [str(s) for s in TERMINAL_STATUSES],
-        page_size, (page - 1) * page_size,
-    ]  # fmt: skip
-    with transaction.atomic(), connection.cursor() as cur:
-        # its sorts and hashes in memory (a month at a fleet's size: ~30,000 lines, ~50,000
-        # kept rows; PostgreSQL's default 4 MB spilled three sorts to disk), for this
-        # transaction only
-        cur.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
-        cur.execute(_statement(day_where, month_where), params)
-        rows = cur.fetchall()
+    kept_rows = row_sums(plan.lo_day, plan.hi_day, plan.tenant_ids, plan.dirty)
     out = PagedLines()
+    offset = (page - 1) * page_size
+    lines_plan, ekeys = plan, sorted(eng.exact)
+    names: dict[int, str] = {}
+    if kept_rows is not None:
+        # 1. the jobs per tenant (the kept rows', the engine's), 2. the tenants the page
+        # falls in, 3. their lines only
+        counts = jobs_per_tenant(
+            *kept_parts(plan), more=sorted({(t[0], k[0]) for k, t in eng.tenant_of.items()})
+        )
+        names = dict(Tenant.objects.filter(id__in=counts.keys() | {k[0] for k in kept_rows})
+                     .values_list("id", "name"))  # fmt: skip
+        chosen, offset = _page_tenants(counts, names, offset, page_size)
+        out.jobs_count = sum(counts.values())
+        lines_plan = replace(plan, tenant_ids=chosen)
+        ekeys = [k for k in ekeys if eng.tenant_of[k][0] in chosen]
+    rows = _read(lines_plan, eng, ekeys, offset, page_size, with_rows=kept_rows is None)
     by_tenant: dict[tuple[str, str], list[Decimal]] = {}
     by_type: dict[tuple[str, str], list[Decimal]] = {}
+    if kept_rows is not None:
+        # the rows' numerators added up first and divided once, as the statement's SUMs
+        type_names = {tid: name for name, tid in type_ids.items()}
+        nums_t: dict[tuple[str, str], list[Decimal]] = {}
+        nums_g: dict[tuple[str, str], list[Decimal]] = {}
+        for (tid, gid, stage), (_n, nums) in kept_rows.items():
+            kt, kg = (names[tid], stage), (type_names.get(gid, str(gid)), stage)
+            nums_t[kt] = _add(nums_t[kt], nums) if kt in nums_t else nums
+            nums_g[kg] = _add(nums_g[kg], nums) if kg in nums_g else nums
+            if stage == "profile":
+                out.any_profiling = True
+        by_tenant = {k: [v / DENOMINATOR for v in n] for k, n in nums_t.items()}
+        by_type = {k: [v / DENOMINATOR for v in n] for k, n in nums_g.items()}
     with_cf = plan.with_cf
     for kind, tenant_id, tenant, jid, name, gpu_type, stage, closed, gids, *rest in rows:
         if kind == "jobs":
@@ -363,6 +404,35 @@ def paged_lines(plan: StoredPlan, *, page: int, page_size: int) -> PagedLines:
         for s in STAGES
     ]  # fmt: skip
     return out
+
+
+def _read(
+    plan: StoredPlan,
+    eng: _EngineParts,
+    ekeys: list[Key],
+    offset: int,
+    page_size: int,
+    *,
+    with_rows: bool,
+) -> list[tuple[Any, ...]]:
+    """The statement's rows: the page's lines (the kept days' in `plan`'s scope, the
+    engine's `ekeys`), with the rows' sums and the jobs' count when `with_rows`."""
+    day_where, day_params, month_where, month_params = kept_parts(plan)
+    params = day_params + month_params
+    ended = sorted(eng.closed.items())
+    params += [
+        [k[0] for k in ekeys], [k[1] for k in ekeys], [k[2] for k in ekeys],
+        [j for j, _ in ended], [c for _, c in ended],
+        [str(s) for s in TERMINAL_STATUSES],
+        page_size, offset,
+    ]  # fmt: skip
+    with transaction.atomic(), connection.cursor() as cur:
+        # its sorts and hashes in memory (a month at a fleet's size: ~30,000 lines, ~50,000
+        # kept rows; PostgreSQL's default 4 MB spilled three sorts to disk), for this
+        # transaction only
+        cur.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
+        cur.execute(_statement(day_where, month_where, rows=with_rows), params)
+        return cur.fetchall()
 
 
 def _row(sums: list[Decimal], *, profile: bool, key: str, label: str) -> CostTotals:

@@ -42,6 +42,7 @@ from rollmux_web.reports.selectors.cost_figures import (
     hq,
 )
 from rollmux_web.reports.selectors.cost_rows import STAGES, CostResult
+from rollmux_web.reports.selectors.cost_totals import bucket_sums
 from rollmux_web.workflow.models import NodeAllocation, Placement
 from scheduler.collector import gc_paused
 
@@ -280,11 +281,15 @@ def cost_lines(
 
 def kept_buckets(plan: StoredPlan, buckets: Sequence[datetime]) -> dict[Key, Decimal]:
     """(bucket, tenant, busy|idle) -> exact cost: the kept days' plus the engine parts'."""
-    per_bucket = (
-        _kept_buckets(plan.lo_day, plan.hi_day, plan.tenant_ids, plan.dirty, buckets)
-        if buckets
-        else {}
-    )
+    per_bucket: dict[Any, Decimal] = {}
+    if buckets:
+        # the days' per-tenant sums where they are kept (cost_totals), else every line
+        sums = bucket_sums(plan.lo_day, plan.hi_day, plan.tenant_ids, plan.dirty, buckets)
+        per_bucket = (
+            _kept_buckets(plan.lo_day, plan.hi_day, plan.tenant_ids, plan.dirty, buckets)
+            if sums is None
+            else {k: v / DENOMINATOR for k, v in sums.items()}
+        )
     for res in plan.parts:
         for k, v in res.per_bucket_tenant.items():
             per_bucket[k] = per_bucket.get(k, ZERO) + v

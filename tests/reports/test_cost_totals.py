@@ -1,0 +1,168 @@
+"""The kept days' sums per tenant, GPU type and stage (CostDayTenant, cost_totals): the
+cost report's page read from them (its rows, its burn-down, the lines of the page's
+tenants only) is the page read from every kept line, to the last digit, across a month's
+edge, with dirty groups, for finance and a researcher; a day kept without its sums is read
+from its lines.
+
+The world is test_cost_days' (kept days, the engine's days after them, dirty groups, a
+profiling run, two tenants).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import defaultdict
+from datetime import date
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.db import connection
+
+from rollmux_web.reports.exports import cost_report_json
+from rollmux_web.reports.models import (
+    CostDay,
+    CostDayGroup,
+    CostDayLine,
+    CostDaySummed,
+    CostDayTenant,
+    CostMonth,
+)
+from rollmux_web.reports.selectors import cost as cost_module
+from rollmux_web.reports.selectors import cost_paged, cost_stored, cost_totals
+from rollmux_web.reports.selectors.cost_figures import FIGURE_COLUMNS
+from tests.reports.test_cost_days import _keep_to, _more_groups
+from tests.reports.test_retention import NOW, build_world
+
+# whole months, a month's edge both ways, days inside one month, the engine's days after
+# the kept ones (to 2026-02-03), a range before the first kept day
+RANGES = [
+    (date(2026, 1, 1), date(2026, 1, 31)),
+    (date(2026, 1, 1), date(2026, 2, 2)),
+    (date(2026, 1, 6), date(2026, 2, 2)),
+    (date(2026, 1, 6), date(2026, 1, 9)),
+    (date(2026, 1, 20), date(2026, 2, 20)),
+    (date(2025, 12, 1), date(2026, 2, 28)),
+]
+
+
+def _sums_of_lines() -> dict[tuple[Any, ...], list[Any]]:
+    out: dict[tuple[Any, ...], list[Any]] = defaultdict(lambda: [0] * (1 + len(FIGURE_COLUMNS)))
+    for day, tid, gid, stage, *figs in CostDayLine.objects.values_list(
+        "day", "tenant_id", "gpu_type_id", "stage", *FIGURE_COLUMNS
+    ):
+        got = out[(day, tid, gid, stage)]
+        got[0] += 1
+        for i, v in enumerate(figs, 1):
+            got[i] += v
+    return dict(out)
+
+
+def _kept_sums() -> dict[tuple[Any, ...], list[Any]]:
+    return {
+        (day, tid, gid, stage): [n, *figs]
+        for day, tid, gid, stage, n, *figs in CostDayTenant.objects.values_list(
+            "day", "tenant_id", "gpu_type_id", "stage", "lines", *FIGURE_COLUMNS
+        )
+    }
+
+
+def _world(world: Any) -> None:
+    build_world(world)
+    _more_groups(world)
+    _keep_to(date(2026, 2, 3))
+    assert CostMonth.objects.exists()  # (January is summed as a month too)
+    assert CostDayGroup.objects.filter(dirty=True).exists()  # (ranges with dirty groups)
+
+
+@pytest.mark.django_db
+def test_each_kept_day_keeps_its_lines_summed_per_tenant_type_and_stage(world: Any) -> None:
+    _world(world)
+    assert set(CostDaySummed.objects.values_list("day", flat=True)) == set(
+        CostDay.objects.values_list("day", flat=True)
+    )
+    want = _sums_of_lines()
+    assert len(want) > 20
+    assert _kept_sums() == want
+
+
+def _paged(user: Any, start: date, end: date, page: int, size: int) -> Any:
+    return cost_module.cost_report_page(
+        user=user, start=start, end=end, page=page, page_size=size, now=NOW
+    )
+
+
+@pytest.mark.django_db
+def test_pages_from_the_tenant_sums_equal_pages_from_every_line(world: Any) -> None:
+    """Every page's figures, exact (not only their cents), and its burn-down: from the
+    sums (the rows, the tenants a page falls in) and from every kept line (the sums taken
+    away: the statement sums every line of the range)."""
+    _world(world)
+    from_sums = 0
+    for start, end in RANGES:
+        for who in ("finance", "alice"):
+            user = world.user(who)
+            whole = cost_module.cost_report(user=user, start=start, end=end, now=NOW)
+            count = len(whole.by_job)
+            for size in (1, 2, 200):
+                for page in range(1, -(-count // size) + 2):  # (and one past the last)
+                    with mock.patch.object(
+                        cost_paged, "jobs_per_tenant", wraps=cost_totals.jobs_per_tenant
+                    ) as counted:
+                        got = _paged(user, start, end, page, size)
+                    from_sums += counted.call_count
+                    with (
+                        mock.patch.object(cost_paged, "row_sums", return_value=None),
+                        mock.patch.object(cost_stored, "bucket_sums", return_value=None),
+                    ):
+                        want = _paged(user, start, end, page, size)
+                    where = (start, end, who, size, page)
+                    assert got.jobs_count == want.jobs_count == count, where
+                    assert got.any_profiling == want.any_profiling, where
+                    assert got.lines == want.lines, where
+                    for rows in ("by_tenant", "by_gpu_type", "by_stage"):
+                        assert getattr(got, rows) == getattr(want, rows), (where, rows)
+                    assert got.total == want.total, where
+                    assert got.burn_down == want.burn_down, where
+                    if page <= -(-count // size):
+                        assert cost_report_json(got, page=page, page_size=size) == (
+                            cost_report_json(whole, page=page, page_size=size)
+                        ), where
+    assert from_sums > 50
+
+
+@pytest.mark.django_db
+def test_a_day_kept_without_its_sums_is_read_from_its_lines(world: Any) -> None:
+    """A day kept before the sums were (no CostDaySummed row): a range holding it reads
+    every line (the same page); the ranges without it still read the sums."""
+    _world(world)
+    CostDaySummed.objects.filter(day=date(2026, 1, 7)).delete()
+    CostDayTenant.objects.filter(day=date(2026, 1, 7)).delete()
+    for start, end, summed in (
+        (date(2026, 1, 1), date(2026, 1, 31), False),
+        (date(2026, 1, 6), date(2026, 1, 9), False),
+        (date(2026, 1, 8), date(2026, 2, 2), True),
+    ):
+        for who in ("finance", "alice"):
+            user = world.user(who)
+            whole = cost_module.cost_report(user=user, start=start, end=end, now=NOW)
+            with mock.patch.object(
+                cost_paged, "jobs_per_tenant", wraps=cost_totals.jobs_per_tenant
+            ) as counted:
+                got = _paged(user, start, end, 1, 2)
+            assert counted.called is summed, (start, end, who)
+            assert cost_report_json(got, page=1, page_size=2) == cost_report_json(
+                whole, page=1, page_size=2
+            ), (start, end, who)
+
+
+@pytest.mark.django_db
+def test_the_migration_sums_the_days_kept_before_it(world: Any) -> None:
+    _world(world)
+    kept = _kept_sums()
+    CostDayTenant.objects.all().delete()
+    CostDaySummed.objects.all().delete()
+    migration = importlib.import_module("rollmux_web.reports.migrations.0006_cost_day_tenants")
+    migration.sum_kept_days(None, mock.Mock(connection=connection))
+    assert _kept_sums() == kept
+    assert CostDaySummed.objects.count() == CostDay.objects.count()
