@@ -56,6 +56,7 @@ from rollmux_web.reports.models import (
     CostDaySummed,
     CostDayTenant,
     CostMonth,
+    CostMonthJobs,
     CostMonthLine,
 )
 from rollmux_web.reports.selectors._time import next_month, us
@@ -260,7 +261,45 @@ def keep_months(now: datetime) -> list[date]:
         if month not in built and keep_month(month, now=now):
             done.append(month)
         month = next_month(month)
+    count_months(done)
     return done
+
+
+# a kept month's jobs per tenant and by the last kept month before it with each job
+_COUNT_SQL = (
+    "SELECT j.tenant_id, (SELECT MAX(m.month) FROM {m} m WHERE m.job_id = j.job_id "
+    "AND m.month < %s), COUNT(*) FROM (SELECT DISTINCT tenant_id, job_id FROM {m} "
+    "WHERE month = %s) j GROUP BY 1, 2"
+)
+
+
+def count_month_jobs(month: date) -> None:
+    """Count the kept month's jobs per tenant, by the last kept month before it that
+    has each job (`CostMonthJobs`; again if it was counted)."""
+    counts: dict[str, dict[str, int]] = {}
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(_COUNT_SQL.format(m=CostMonthLine._meta.db_table), [month, month])
+        for tid, prev, n in cur.fetchall():
+            counts.setdefault(str(tid), {})[prev.isoformat() if prev else ""] = n
+        CostMonthJobs.objects.update_or_create(month=month, defaults={"counts": counts})
+
+
+def count_months(kept: list[date]) -> list[date]:
+    """Count the jobs of every kept month not counted yet (`kept` now, or by an older
+    version), and again those after a month kept now (the last month before with a job
+    may be that one)."""
+    if connection.vendor != "postgresql":
+        return []
+    counted = set(CostMonthJobs.objects.values_list("month", flat=True))
+    since = min(kept, default=None)
+    todo = [
+        m
+        for m in sorted(CostMonth.objects.values_list("month", flat=True))
+        if m not in counted or (since is not None and m > since)
+    ]
+    for m in todo:
+        count_month_jobs(m)
+    return todo
 
 
 def purge_days(now: datetime) -> int:
@@ -271,6 +310,7 @@ def purge_days(now: datetime) -> int:
     # (a month with a day before the cutoff no longer sums its kept days)
     CostMonthLine.objects.filter(month__lt=cutoff).delete()
     CostMonth.objects.filter(month__lt=cutoff).delete()
+    CostMonthJobs.objects.filter(month__lt=cutoff).delete()
     CostDayTenant.objects.filter(day__lt=cutoff).delete()
     CostDaySummed.objects.filter(day__lt=cutoff).delete()
     CostDayLine.objects.filter(day__lt=cutoff).delete()
@@ -278,4 +318,4 @@ def purge_days(now: datetime) -> int:
     return int(CostDay.objects.filter(day__lt=cutoff).delete()[0])
 
 
-__all__ = ["keep_day", "keep_days", "keep_month", "keep_months", "purge_days"]
+__all__ = ["count_months", "keep_day", "keep_days", "keep_month", "keep_months", "purge_days"]

@@ -264,3 +264,18 @@ class CostDayTenant(models.Model):
 
     def __str__(self) -> str:
         return f"tenant {self.tenant_id} on {self.day} ({self.stage})"
+
+
+class CostMonthJobs(models.Model):
+    """A kept month's jobs (those with a `CostMonthLine`) counted per tenant and by the
+    last kept month before it that has each job ("" when none has): a range of whole
+    months counts its jobs without reading their lines (a job is new to the range in the
+    first month whose last one before is not in the range). Written with the month
+    (reports.cost_days.keep_months), counted again when an earlier month is kept after it."""
+
+    month = models.DateField(primary_key=True)
+    # {tenant id: {the last kept month before with the job, ISO, or "": jobs}}
+    counts = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"jobs of {self.month:%Y-%m} counted"

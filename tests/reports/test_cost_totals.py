@@ -17,8 +17,10 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from django.apps import apps as django_apps
 from django.db import connection
 
+from rollmux_web.reports import cost_days
 from rollmux_web.reports.exports import cost_report_json
 from rollmux_web.reports.models import (
     CostDay,
@@ -27,6 +29,7 @@ from rollmux_web.reports.models import (
     CostDaySummed,
     CostDayTenant,
     CostMonth,
+    CostMonthJobs,
 )
 from rollmux_web.reports.selectors import cost as cost_module
 from rollmux_web.reports.selectors import cost_paged, cost_stored, cost_totals
@@ -128,7 +131,7 @@ def test_pages_from_the_tenant_sums_equal_pages_from_every_line(world: Any) -> N
                         assert cost_report_json(got, page=page, page_size=size) == (
                             cost_report_json(whole, page=page, page_size=size)
                         ), where
-    assert from_sums > 50
+    assert from_sums > 150
 
 
 @pytest.mark.django_db
@@ -166,3 +169,83 @@ def test_the_migration_sums_the_days_kept_before_it(world: Any) -> None:
     migration.sum_kept_days(None, mock.Mock(connection=connection))
     assert _kept_sums() == kept
     assert CostDaySummed.objects.count() == CostDay.objects.count()
+
+
+def _counts() -> dict[date, Any]:
+    return dict(CostMonthJobs.objects.values_list("month", "counts"))
+
+
+@pytest.mark.django_db
+def test_jobs_of_whole_months_are_counted_from_the_months_counts(world: Any) -> None:
+    """A range's jobs from the kept months' counts (a job in two months counted once),
+    the other days' and the engine's jobs added: the count from every row, and the same
+    when a month is not counted (every row is then counted)."""
+    _world(world)
+    _keep_to(date(2026, 3, 2))
+    assert set(_counts()) == {date(2026, 1, 1), date(2026, 2, 1)}
+    ranges = [
+        (date(2026, 1, 1), date(2026, 1, 31)),
+        (date(2026, 1, 1), date(2026, 2, 28)),
+        (date(2026, 1, 1), date(2026, 3, 3)),
+        (date(2026, 1, 6), date(2026, 2, 28)),
+        (date(2025, 12, 1), date(2026, 2, 10)),
+    ]
+    for missing in (False, True):
+        if missing:
+            CostMonthJobs.objects.filter(month=date(2026, 2, 1)).delete()
+        for start, end in ranges:
+            for who in ("finance", "alice"):
+                user = world.user(who)
+                whole = cost_module.cost_report(user=user, start=start, end=end, now=NOW)
+                with mock.patch.object(
+                    cost_totals, "_count_distinct", wraps=cost_totals._count_distinct
+                ) as every_row:
+                    got = _paged(user, start, end, 1, 1)
+                where = (start, end, who, missing)
+                assert got.jobs_count == len(whole.by_job), where
+                # (every row counted only when a month of the range is not counted)
+                assert every_row.called is (missing and end >= date(2026, 2, 28)), where
+
+
+@pytest.mark.django_db
+def test_a_month_kept_before_a_counted_one_counts_that_one_again(world: Any) -> None:
+    _world(world)
+    _keep_to(date(2026, 3, 2))
+    want = _counts()
+    CostMonthJobs.objects.filter(month=date(2026, 2, 1)).update(counts={})
+    assert cost_days.count_months([date(2026, 1, 1)]) == [date(2026, 2, 1)]
+    assert _counts() == want
+    # (a job in both months: February counts it after January)
+    assert any(before == "2026-01-01" for by in want[date(2026, 2, 1)].values() for before in by)
+
+
+@pytest.mark.django_db
+def test_the_migration_counts_the_months_kept_before_it(world: Any) -> None:
+    _world(world)
+    _keep_to(date(2026, 3, 2))
+    want = _counts()
+    CostMonthJobs.objects.all().delete()
+    migration = importlib.import_module("rollmux_web.reports.migrations.0007_cost_month_jobs")
+    migration.count_kept_months(django_apps, mock.Mock(connection=connection))
+    assert _counts() == want
+
+
+@pytest.mark.django_db
+def test_a_dirty_groups_job_without_an_engine_line_has_every_row_counted(world: Any) -> None:
+    """The months' counts count a dirty group's rows' jobs, right only when the engine
+    has a line for each (it runs over that group): one without is counted from the rows."""
+    _world(world)
+    dirty = set(CostDayGroup.objects.filter(dirty=True).values_list("group_id", flat=True))
+    lo, hi = date(2026, 1, 1), date(2026, 2, 1)
+    plan = cost_stored.StoredPlan([], lo, hi, None, dirty, True)
+    args = dict(lo=lo, hi=hi, months=[lo], tenant_ids=None, dirty=dirty,
+                parts=cost_paged.kept_parts(plan))  # fmt: skip
+    jobs = set(CostDayLine.objects.filter(group_id__in=dirty).values_list("tenant_id", "job_id"))
+    assert jobs
+    with mock.patch.object(
+        cost_totals, "_count_distinct", wraps=cost_totals._count_distinct
+    ) as every_row:
+        assert cost_totals.jobs_per_tenant(**args, engine=sorted(jobs))
+        assert not every_row.called
+        assert cost_totals.jobs_per_tenant(**args, engine=sorted(jobs)[1:])
+        assert every_row.called

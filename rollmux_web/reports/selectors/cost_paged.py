@@ -21,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import replace
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -103,7 +104,7 @@ WITH day_rows AS MATERIALIZED (
                 ) END AS closed_us,
            {coalesced}, COALESCE(l.gids, '{{}}') AS gids
     FROM (kept FULL JOIN extra USING (job_id, gpu_type_id, stage)) l
-    JOIN {jobs} j ON j.id = l.job_id
+    JOIN {jobs} j ON j.id = l.job_id{job_scope}
     JOIN {tenants} t ON t.id = j.tenant_id
     LEFT JOIN {types} g ON g.id = l.gpu_type_id
     LEFT JOIN ended o ON o.job_id = l.job_id
@@ -143,11 +144,18 @@ FROM line
 """
 
 
-def _statement(day_where: str, month_where: str, *, rows: bool) -> str:
+def _statement(
+    day_where: str, month_where: str, *, rows: bool, tenant_ids: set[int] | None = None
+) -> str:
     us = "(EXTRACT(EPOCH FROM {}) * 1000000)::bigint"  # (rollmux_web.epoch_sql's MICROS)
     return (_SQL + (_SQL_ROWS if rows else "")).format(
         months=CostMonthLine._meta.db_table,
         day_where=day_where,
+        # (the lines of a few tenants: their jobs by the tenant's index, not a hash of
+        # every job; ids from the database, integers)
+        job_scope=""
+        if tenant_ids is None
+        else f" AND j.tenant_id IN ({', '.join(str(int(t)) for t in sorted(tenant_ids)) or 'NULL'})",
         month_where=month_where,
         same=" AND ".join(f"d.{c} = m.{c}" for c in ("job_id", "gpu_type_id", "stage")),
         sums=", ".join(f"SUM({c}) AS {c}" for c in FIGURE_COLUMNS),
@@ -164,18 +172,23 @@ def _statement(day_where: str, month_where: str, *, rows: bool) -> str:
     )
 
 
-def kept_parts(plan: StoredPlan) -> tuple[str, list[Any], str, list[Any]]:
-    """Where the kept days [plan.lo_day, plan.hi_day) are read: the whole months summed
-    (`CostMonthLine`) and the other days (`CostDayLine`), each in the plan's scope (its
-    tenants, not its dirty groups): (day rows' WHERE, params, month rows' WHERE, params)."""
-    lo, hi = plan.lo_day, plan.hi_day
-    months = sorted(
+def kept_months(lo: date, hi: date) -> list[date]:
+    """The whole months in [lo, hi) that are summed (`CostMonthLine`)."""
+    return sorted(
         m
         for m in CostMonth.objects.filter(month__gte=lo, month__lt=hi).values_list(
             "month", flat=True
         )
         if next_month(m) <= hi
     )
+
+
+def kept_parts(plan: StoredPlan) -> tuple[str, list[Any], str, list[Any]]:
+    """Where the kept days [plan.lo_day, plan.hi_day) are read: the whole months summed
+    (`CostMonthLine`) and the other days (`CostDayLine`), each in the plan's scope (its
+    tenants, not its dirty groups): (day rows' WHERE, params, month rows' WHERE, params)."""
+    lo, hi = plan.lo_day, plan.hi_day
+    months = kept_months(lo, hi)
     spans, at = [], lo
     for m in months:
         if m > at:
@@ -312,7 +325,13 @@ def paged_lines(plan: StoredPlan, *, page: int, page_size: int) -> PagedLines:
         # 1. the jobs per tenant (the kept rows', the engine's), 2. the tenants the page
         # falls in, 3. their lines only
         counts = jobs_per_tenant(
-            *kept_parts(plan), more=sorted({(t[0], k[0]) for k, t in eng.tenant_of.items()})
+            lo=plan.lo_day,
+            hi=plan.hi_day,
+            months=kept_months(plan.lo_day, plan.hi_day),
+            tenant_ids=plan.tenant_ids,
+            dirty=plan.dirty,
+            parts=kept_parts(plan),
+            engine=sorted({(t[0], k[0]) for k, t in eng.tenant_of.items()}),
         )
         names = dict(Tenant.objects.filter(id__in=counts.keys() | {k[0] for k in kept_rows})
                      .values_list("id", "name"))  # fmt: skip
@@ -431,7 +450,10 @@ def _read(
         # kept rows; PostgreSQL's default 4 MB spilled three sorts to disk), for this
         # transaction only
         cur.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
-        cur.execute(_statement(day_where, month_where, rows=with_rows), params)
+        cur.execute(
+            _statement(day_where, month_where, rows=with_rows, tenant_ids=plan.tenant_ids),
+            params,
+        )
         return cur.fetchall()
 
 

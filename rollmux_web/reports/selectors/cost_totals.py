@@ -28,7 +28,14 @@ from typing import Any
 
 from django.db import connection
 
-from rollmux_web.reports.models import CostDayLine, CostDaySummed, CostDayTenant
+from rollmux_web.reports.models import (
+    CostDay,
+    CostDayLine,
+    CostDaySummed,
+    CostDayTenant,
+    CostMonthJobs,
+    CostMonthLine,
+)
 from rollmux_web.reports.selectors.cost_figures import FIGURE_COLUMNS
 
 RowKey = tuple[int, int, str]  # tenant id, GPU type id, stage
@@ -37,10 +44,12 @@ _SUMS = ", ".join(f"SUM({c})" for c in FIGURE_COLUMNS)
 
 def summed(lo: date, hi: date) -> bool:
     """Whether every kept day in [lo, hi) has its per-tenant sums (PostgreSQL only: the
-    sums are exact numerics there)."""
+    sums are exact numerics there). (The days of a range served from the kept days are
+    kept, but those before the first kept day, when nothing was allocated then.)"""
     if connection.vendor != "postgresql":
         return False
-    return CostDaySummed.objects.filter(day__gte=lo, day__lt=hi).count() == (hi - lo).days
+    days = {"day__gte": lo, "day__lt": hi}
+    return CostDaySummed.objects.filter(**days).count() == CostDay.objects.filter(**days).count()
 
 
 def _scope(tenant_ids: set[int] | None) -> tuple[str, list[Any]]:
@@ -116,14 +125,12 @@ def bucket_sums(
     return dict(out)
 
 
-def jobs_per_tenant(
+def _count_distinct(
     day_where: str, day_params: list[Any], month_where: str, month_params: list[Any],
-    more: Sequence[tuple[int, int]],
+    engine: Sequence[tuple[int, int]],
 ) -> dict[int, int]:  # fmt: skip
-    """tenant -> how many jobs have a kept row where cost_paged.kept_parts reads them or
-    are in `more` ((tenant, job) of the engine's lines)."""
-    from rollmux_web.reports.models import CostMonthLine
-
+    """tenant -> its jobs with a kept row where cost_paged.kept_parts reads them or in
+    `engine`, counted over every row."""
     sql = (
         "SELECT tenant_id, COUNT(DISTINCT job_id) FROM ("  # noqa: S608 (no user input)
         f" SELECT tenant_id, job_id FROM {CostMonthLine._meta.db_table} WHERE {month_where}"
@@ -132,7 +139,68 @@ def jobs_per_tenant(
         " UNION ALL SELECT * FROM unnest(%s::bigint[], %s::bigint[])"
         ") j GROUP BY 1"
     )
-    params = [*month_params, *day_params, [t for t, _ in more], [j for _, j in more]]
+    params = [*month_params, *day_params, [t for t, _ in engine], [j for _, j in engine]]
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return dict(cur.fetchall())
+
+
+def jobs_per_tenant(
+    *,
+    lo: date,
+    hi: date,
+    months: list[date],
+    tenant_ids: set[int] | None,
+    dirty: set[int],
+    parts: tuple[str, list[Any], str, list[Any]],
+    engine: Sequence[tuple[int, int]],
+) -> dict[int, int]:
+    """tenant -> how many jobs the range has: a kept row where cost_paged.kept_parts
+    reads them (`parts`: the whole `months`' rows, the other days', in scope, but the
+    `dirty` groups') or an engine line (`engine`: (tenant, job)).
+
+    The whole months' jobs are their counts (`CostMonthJobs`): a job is counted in the
+    first of `months` it has a row in, the months it has a row in before being all
+    outside the range; that counts a row of a dirty group too, which is right when each
+    job with such a row has an engine line in the range (the engine runs over that group
+    then: the same job's time), checked here; the other days' and the engine's jobs
+    that none of the months has are added. Anything else (a month not counted, a dirty
+    group's job with no engine line) counts every row (`_count_distinct`).
+    """
+    day_where, day_params, _month_where, _month_params = parts
+    got = {r.month: r.counts for r in CostMonthJobs.objects.filter(month__in=months)}
+    scope, scope_params = _scope(tenant_ids)
+    engine_jobs = {j for _, j in engine}
+    if len(got) != len(months):
+        return _count_distinct(*parts, engine=engine)
+    if dirty:
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT DISTINCT job_id FROM {CostDayLine._meta.db_table} "  # noqa: S608
+                f"WHERE group_id = ANY(%s) AND day >= %s AND day < %s{scope}",
+                [sorted(dirty), lo, hi, *scope_params],
+            )
+            if any(jid not in engine_jobs for (jid,) in cur.fetchall()):
+                return _count_distinct(*parts, engine=engine)
+    counts: dict[int, int] = defaultdict(int)
+    first = min(months, default=None)
+    for by_tenant in got.values():
+        for tid, by_before in by_tenant.items():
+            if tenant_ids is not None and int(tid) not in tenant_ids:
+                continue
+            for before, n in by_before.items():
+                if first is None or not before or date.fromisoformat(before) < first:
+                    counts[int(tid)] += n
+    # the other days' and the engine's jobs that no whole month of the range has
+    sql = (
+        "SELECT tenant_id, COUNT(*) FROM (SELECT DISTINCT tenant_id, job_id FROM ("  # noqa: S608
+        f" SELECT tenant_id, job_id FROM {CostDayLine._meta.db_table} WHERE {day_where}"
+        " UNION ALL SELECT * FROM unnest(%s::bigint[], %s::bigint[])) r) j "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {CostMonthLine._meta.db_table} m "
+        "WHERE m.job_id = j.job_id AND m.month = ANY(%s::date[])) GROUP BY 1"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [*day_params, [t for t, _ in engine], [j for _, j in engine], months])
+        for tid, n in cur.fetchall():
+            counts[tid] += n
+    return dict(counts)
