@@ -46,8 +46,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Max, Min
+from django.db.models import Count, Max, Min, Q
 
+from rollmux_web.inventory.models import GpuType
 from rollmux_web.inventory.selectors import price_book
 from rollmux_web.reports.models import (
     CostDay,
@@ -55,16 +56,26 @@ from rollmux_web.reports.models import (
     CostDayLine,
     CostDaySummed,
     CostDayTenant,
+    CostGroupLife,
+    CostGroupLifeDay,
+    CostGroupLifeLine,
     CostMonth,
     CostMonthJobs,
     CostMonthLine,
 )
 from rollmux_web.reports.selectors._time import next_month, us
 from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR, group_amounts
+from rollmux_web.reports.selectors.cost_engine import cost_lines as engine_lines
 from rollmux_web.reports.selectors.cost_fetch import fetch_cost_inputs
 from rollmux_web.reports.selectors.cost_figures import FIGURE_COLUMNS
 from rollmux_web.reports.selectors.cost_rows import CostWindow
-from rollmux_web.workflow.models import NodeAllocation, RollupWatermark, rolled_up_to
+from rollmux_web.workflow.models import (
+    ExecutionGroup,
+    NodeAllocation,
+    Placement,
+    RollupWatermark,
+    rolled_up_to,
+)
 from rollmux_web.workflow.services.retention import rollup_cutoff
 
 log = logging.getLogger(__name__)
@@ -190,6 +201,7 @@ def keep_days(now: datetime, *, max_days: int = DAYS_PER_RUN) -> list[date]:
             break
         done.append(day)
     keep_months(now)
+    keep_lives(now)
     return done
 
 
@@ -302,6 +314,93 @@ def count_months(kept: list[date]) -> list[date]:
     return todo
 
 
+LIVES_PER_RUN = 500
+
+
+def _life(gid: int) -> tuple[datetime, datetime] | None:
+    """[the first day's midnight, the midnight after the last day) of a released group's
+    allocations and memberships; None while any is open."""
+    group = ExecutionGroup.objects.filter(pk=gid).values_list("released_at", flat=True).first()
+    allocs = NodeAllocation.objects.filter(group_id=gid).aggregate(
+        a=Min("start"), b=Max("end"), open=Count("pk", filter=Q(end__isnull=True))
+    )
+    members = Placement.objects.filter(group_id=gid).aggregate(
+        a=Min("created_at"), b=Max("ended_at"), open=Count("pk", filter=Q(ended_at__isnull=True))
+    )
+    if group is None or allocs["a"] is None or allocs["open"] or members["open"]:
+        return None
+    lo = min(t for t in (allocs["a"], members["a"]) if t is not None)
+    hi = max(t for t in (group, allocs["b"], members["b"]) if t is not None)
+    return _midnight(lo.astimezone(UTC).date()), _midnight(
+        (hi - timedelta(microseconds=1)).astimezone(UTC).date() + timedelta(days=1)
+    )
+
+
+def keep_lives(now: datetime, *, max_groups: int = LIVES_PER_RUN) -> list[int]:
+    """Keep the amounts over its whole life of each released group that is dirty on a
+    kept day, or a tail on one and uneven on another, and whose life is all kept days (at most
+    `max_groups` a run): a range holding such a life reads them instead of running the
+    cost engine over the group (selectors.cost_stored). The engine's own run over the
+    life, by day (the burn-down's buckets), with the counterfactuals."""
+    last = CostDay.objects.aggregate(b=Max("day"))["b"]
+    if last is None:
+        return []
+    end = _midnight(last + timedelta(days=1))
+    kept = set(CostGroupLife.objects.values_list("group_id", flat=True))
+    # (dirty on a day, or a tail on one and uneven on another: what makes a range holding
+    # its life compute it from the rows)
+    flagged = (
+        CostDayGroup.objects.filter(Q(dirty=True) | Q(tail=True) | Q(uneven=True))
+        .values("group_id")
+        .annotate(
+            d=Count("pk", filter=Q(dirty=True)),
+            t=Count("pk", filter=Q(tail=True)),
+            u=Count("pk", filter=Q(uneven=True)),
+        )
+        .filter(Q(d__gt=0) | Q(t__gt=0, u__gt=0))
+        .values_list("group_id", flat=True)
+    )
+    candidates = sorted(set(flagged) - kept)
+    prices = price_book()
+    done: list[int] = []
+    for gid in candidates:
+        if len(done) >= max_groups:
+            break
+        life = _life(gid)
+        if life is None or life[1] > end:
+            continue
+        lo, hi = life
+        days = [lo + timedelta(days=i) for i in range((hi - lo).days + 1)]
+        res = engine_lines(
+            tenant_ids=None, t0=lo, t1=hi, now=now, prices=prices, buckets=days,
+            counterfactuals=True, only_groups={gid},
+        )  # fmt: skip
+        type_ids = dict(GpuType.objects.values_list("name", "id"))
+        try:
+            with transaction.atomic():
+                CostGroupLife.objects.create(group_id=gid, lo=lo, hi=hi, computed_at=now)
+                CostGroupLifeLine.objects.bulk_create(
+                    CostGroupLifeLine(
+                        group_id=gid, job_id=ln.job_id, tenant_id=ln.tenant_id,
+                        gpu_type_id=type_ids.get(ln.gpu_type, -1), stage=ln.stage,
+                        has_parts=gid in ln.group_ids,
+                        **{c: getattr(ln.exact, c) for c in FIGURE_COLUMNS},
+                    )
+                    for ln in res.lines
+                )  # fmt: skip
+                CostGroupLifeDay.objects.bulk_create(
+                    CostGroupLifeDay(group_id=gid, day=days[bi].date(), tenant_id=tid,
+                                     kind=kind, cost=cost)
+                    for (bi, tid, kind), cost in res.per_bucket_tenant.items()
+                )  # fmt: skip
+        except IntegrityError:
+            continue  # (kept by another run)
+        done.append(gid)
+    if done:
+        log.info("kept %d groups' lives", len(done))
+    return done
+
+
 def purge_days(now: datetime) -> int:
     """Delete the kept days older than the rollup retention (their rollups go then too)."""
     if not settings.ROLLMUX_ROLLUP_RETENTION_MONTHS:
@@ -312,10 +411,22 @@ def purge_days(now: datetime) -> int:
     CostMonth.objects.filter(month__lt=cutoff).delete()
     CostMonthJobs.objects.filter(month__lt=cutoff).delete()
     CostDayTenant.objects.filter(day__lt=cutoff).delete()
+    old = CostGroupLife.objects.filter(lo__lt=_midnight(cutoff)).values_list("group_id", flat=True)
+    CostGroupLifeLine.objects.filter(group_id__in=old).delete()
+    CostGroupLifeDay.objects.filter(group_id__in=old).delete()
+    CostGroupLife.objects.filter(lo__lt=_midnight(cutoff)).delete()
     CostDaySummed.objects.filter(day__lt=cutoff).delete()
     CostDayLine.objects.filter(day__lt=cutoff).delete()
     CostDayGroup.objects.filter(day__lt=cutoff).delete()
     return int(CostDay.objects.filter(day__lt=cutoff).delete()[0])
 
 
-__all__ = ["count_months", "keep_day", "keep_days", "keep_month", "keep_months", "purge_days"]
+__all__ = [
+    "count_months",
+    "keep_day",
+    "keep_days",
+    "keep_lives",
+    "keep_month",
+    "keep_months",
+    "purge_days",
+]

@@ -279,3 +279,54 @@ class CostMonthJobs(models.Model):
 
     def __str__(self) -> str:
         return f"jobs of {self.month:%Y-%m} counted"
+
+
+class CostGroupLife(models.Model):
+    """A released group, dirty on a kept day (its idle split does not add up over days),
+    whose amounts over its whole life [lo, hi) (whole UTC days, all kept) are kept: the
+    cost engine over any range holding its life computes these same amounts, so such a
+    range reads them instead (reports.cost_days.keep_lives)."""
+
+    group_id = models.BigIntegerField(primary_key=True)
+    lo = models.DateTimeField()
+    hi = models.DateTimeField()
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"group {self.group_id}'s life kept"
+
+
+class CostGroupLifeLine(models.Model):
+    """The cost engine's exact amounts of one job on one GPU type and stage over a kept
+    group life (`CostGroupLife`; exact decimals, not numerators: an idle split by
+    membership weights need not be a multiple of 1 / KEPT_DENOMINATOR)."""
+
+    group_id = models.BigIntegerField(db_index=True)
+    job_id = models.BigIntegerField()
+    tenant_id = models.BigIntegerField()
+    gpu_type_id = models.BigIntegerField()
+    stage = models.CharField(max_length=16)
+    has_parts = models.BooleanField(default=True)
+    busy_gpu_hours = ExactDecimalField()
+    idle_gpu_hours = ExactDecimalField()
+    busy_cost = ExactDecimalField()
+    idle_cost = ExactDecimalField()
+    solo_disagg_cost = ExactDecimalField()
+    colocated_cost = ExactDecimalField()
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} over group {self.group_id}'s life"
+
+
+class CostGroupLifeDay(models.Model):
+    """A tenant's exact busy or idle cost on one day of a kept group life (the burn-down's
+    days)."""
+
+    group_id = models.BigIntegerField(db_index=True)
+    day = models.DateField()
+    tenant_id = models.BigIntegerField()
+    kind = models.CharField(max_length=8)  # busy | idle
+    cost = ExactDecimalField()
+
+    def __str__(self) -> str:
+        return f"tenant {self.tenant_id} in group {self.group_id} on {self.day} ({self.kind})"

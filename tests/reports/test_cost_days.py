@@ -156,7 +156,12 @@ def test_kept_days_plus_the_rest_equal_the_engine_over_the_whole_range(world: An
             )
             with (
                 mock.patch.object(cost_module, "cost_lines", engine_lines),
-                mock.patch.object(cost_module, "stored_plan", engine_lines),  # (burn_down's)
+                # (burn_down's; the engine alone reads no kept group life)
+                mock.patch.object(
+                    cost_module,
+                    "stored_plan",
+                    lambda lives=False, **kw: engine_lines(**kw),
+                ),
             ):
                 want = cost_report_json(
                     cost_module.cost_report(user=world.user(who), start=start, end=end, now=NOW)

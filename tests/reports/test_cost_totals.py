@@ -28,6 +28,9 @@ from rollmux_web.reports.models import (
     CostDayLine,
     CostDaySummed,
     CostDayTenant,
+    CostGroupLife,
+    CostGroupLifeDay,
+    CostGroupLifeLine,
     CostMonth,
     CostMonthJobs,
 )
@@ -249,3 +252,36 @@ def test_a_dirty_groups_job_without_an_engine_line_has_every_row_counted(world: 
         assert not every_row.called
         assert cost_totals.jobs_per_tenant(**args, engine=sorted(jobs)[1:])
         assert every_row.called
+
+
+@pytest.mark.django_db
+def test_pages_reading_kept_group_lives_equal_pages_running_the_engine(world: Any) -> None:
+    """A dirty group whose whole life a range holds is read from its kept life (lines and
+    burn-down days) instead of the engine over the range: every page the same, exactly;
+    a range that cuts its life runs the engine."""
+    _world(world)
+    lives = dict(CostGroupLife.objects.values_list("group_id", "lo"))
+    assert lives and CostGroupLifeLine.objects.exists() and CostGroupLifeDay.objects.exists()
+    hits: list[set[int]] = []
+    real = cost_stored.kept_lives
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
+        if got is not None:
+            hits.append(got[1])
+        return got
+
+    for start, end in [*RANGES, (date(2026, 1, 7), date(2026, 1, 31))]:
+        for who in ("finance", "alice"):
+            user = world.user(who)
+            for size in (1, 200):
+                with mock.patch.object(cost_stored, "kept_lives", side_effect=spy):
+                    got = _paged(user, start, end, 1, size)
+                with mock.patch.object(cost_stored, "kept_lives", return_value=None):
+                    want = _paged(user, start, end, 1, size)
+                where = (start, end, who, size)
+                assert got.jobs_count == want.jobs_count, where
+                assert got.lines == want.lines, where
+                for rows in ("by_tenant", "by_gpu_type", "by_stage", "total", "burn_down"):
+                    assert getattr(got, rows) == getattr(want, rows), (where, rows)
+    assert len(hits) > 5 and set().union(*hits) <= set(lives)

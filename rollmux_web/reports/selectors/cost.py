@@ -203,7 +203,7 @@ def cost_report_page(
     plan = (
         stored_plan(
             tenant_ids=tenant_ids, t0=t0, t1=t1, now=now_, prices=prices,
-            buckets=days if shared else (), counterfactuals=True,
+            buckets=days if shared else (), counterfactuals=True, lives=True,
         )
         if connection.vendor == "postgresql"
         else None
@@ -277,6 +277,7 @@ def burn_down(
             now=now_,
             prices=prices or price_book(),
             buckets=days,
+            lives=True,
         )
         per_bucket = (
             plan.per_bucket_tenant if isinstance(plan, CostResult) else kept_buckets(plan, days)

@@ -27,7 +27,14 @@ from django.db.models import Max, Min, Q, Sum
 from rollmux_web.id_sql import in_ids
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job
-from rollmux_web.reports.models import CostDay, CostDayGroup, CostDayLine
+from rollmux_web.reports.models import (
+    CostDay,
+    CostDayGroup,
+    CostDayLine,
+    CostGroupLife,
+    CostGroupLifeDay,
+    CostGroupLifeLine,
+)
 from rollmux_web.reports.selectors._sql import us_fields
 from rollmux_web.reports.selectors._time import us
 from rollmux_web.reports.selectors.cost_engine import KEPT_DENOMINATOR
@@ -211,9 +218,12 @@ def stored_plan(
     prices: Any,
     buckets: Sequence[datetime] = (),
     counterfactuals: bool | None = None,
+    lives: bool = False,
 ) -> StoredPlan | CostResult:
     """Return how `cost_lines` serves the range from the kept days, or the engine's own
-    result when the range cannot be (see the module's docstring)."""
+    result when the range cannot be (see the module's docstring). With `lives`, the dirty
+    groups whose whole life the range holds are read from their kept lives (`kept_lives`:
+    no group's cost; the page of the report and the burn-down read none)."""
     hi_dt = min(t1, now)
     kept = kept_days() if t0.astimezone(UTC).time() == time.min else None
     first = None if kept is None else _midnight(kept[0])
@@ -251,9 +261,71 @@ def stored_plan(
             dirty |= more
             rest = engine_lines(t0=s_hi, t1=hi_dt, skip_groups=dirty, **run)  # type: ignore[arg-type]
         parts.append(rest)
-    if dirty:  # the dirty groups over the whole range
-        parts.append(engine_lines(t0=t0, t1=hi_dt, only_groups=dirty, **run))  # type: ignore[arg-type]
+    rest_dirty = dirty
+    if dirty and lives:  # the dirty groups whose whole life the range holds: as kept
+        got = kept_lives(dirty, t0=t0, hi=hi_dt, tenant_ids=tenant_ids, buckets=buckets,
+                         with_cf=with_cf)  # fmt: skip
+        if got is not None:
+            parts.append(got[0])
+            rest_dirty = dirty - got[1]
+    if rest_dirty:  # the (other) dirty groups over the whole range
+        parts.append(engine_lines(t0=t0, t1=hi_dt, only_groups=rest_dirty, **run))  # type: ignore[arg-type]
     return StoredPlan(parts, lo_day, hi_day, tenant_ids, dirty, with_cf)
+
+
+def kept_lives(
+    groups: set[int],
+    *,
+    t0: datetime,
+    hi: datetime,
+    tenant_ids: set[int] | None,
+    buckets: Sequence[datetime],
+    with_cf: bool,
+) -> tuple[CostResult, set[int]] | None:
+    """The kept lives (`CostGroupLife`) of those of `groups` that [t0, hi) holds whole
+    (and the buckets, if any): their lines and (bucket, tenant, busy|idle) costs, as the
+    engine computes them over the range (`group_exact` left empty: the callers that ask
+    for lives read no group's cost), and which groups they are; None when none is kept."""
+    held = {
+        gid: lo
+        for gid, lo, end in CostGroupLife.objects.filter(in_ids("group_id", groups)).values_list(
+            "group_id", "lo", "hi"
+        )
+        if lo >= t0 and end <= hi and (not buckets or (lo >= buckets[0] and end <= buckets[-1]))
+    }
+    if not held:
+        return None
+    type_names = dict(GpuType.objects.values_list("id", "name"))
+    rows = CostGroupLifeLine.objects.filter(in_ids("group_id", set(held)))
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=tenant_ids)
+    got = list(rows.values_list("group_id", "job_id", "gpu_type_id", "stage", "has_parts",
+                                *FIGURE_COLUMNS))  # fmt: skip
+    meta = _jobs({r[1] for r in got})
+    lines = []
+    for gid, jid, tid, stage, has_parts, *figs in got:
+        name, tenant_id, tenant, closed = meta[jid]
+        f = CostFigures(**dict(zip(FIGURE_COLUMNS, figs, strict=True)))
+        if not with_cf:
+            f.solo_disagg_cost = f.colocated_cost = ZERO
+        lines.append(
+            CostLine(
+                tenant_id=tenant_id, tenant=tenant, job_id=jid, job_name=name,
+                gpu_type=type_names.get(tid, str(tid)), stage=stage,
+                group_ids=[gid] if has_parts else [], closed_us=closed,
+                busy_gpu_hours=hq(f.busy_gpu_hours), idle_gpu_hours=hq(f.idle_gpu_hours),
+                exact=f,
+            )
+        )  # fmt: skip
+    per_bucket: dict[tuple[int, int, str], Decimal] = defaultdict(Decimal)
+    if buckets:
+        index = {b.date(): i for i, b in enumerate(buckets[:-1])}
+        days = CostGroupLifeDay.objects.filter(in_ids("group_id", set(held)))
+        if tenant_ids is not None:
+            days = days.filter(tenant_id__in=tenant_ids)
+        for day, tid, kind, cost in days.values_list("day", "tenant_id", "kind", "cost"):
+            per_bucket[(index[day], tid, kind)] += cost
+    return CostResult(lines=lines, per_bucket_tenant=dict(per_bucket)), set(held)
 
 
 @gc_paused()
