@@ -35,6 +35,11 @@ as close to the true amount as the engine's own figure, which is exact to 28 dig
   (`keep_months`, PostgreSQL): a report over whole months reads those rows (a quarter:
   ~118,000 instead of ~213,000, nearly all a line each as they stand); a month with a day
   past the retention goes with it.
+- With each day its lines summed per tenant, GPU type and stage (`CostDayTenant`); with
+  the months each one's jobs counted per tenant and by the last kept month before it
+  that has each job (`count_months`); then the whole lives of the released groups
+  flagged on a kept day (`keep_lives`): what a page reads instead of every line and of
+  the engine over those groups (selectors.cost_totals, selectors.cost_stored.kept_lives).
 """
 
 from __future__ import annotations
