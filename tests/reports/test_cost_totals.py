@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections import defaultdict
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 from unittest import mock
 
@@ -285,3 +285,20 @@ def test_pages_reading_kept_group_lives_equal_pages_running_the_engine(world: An
                 for rows in ("by_tenant", "by_gpu_type", "by_stage", "total", "burn_down"):
                     assert getattr(got, rows) == getattr(want, rows), (where, rows)
     assert len(hits) > 5 and set().union(*hits) <= set(lives)
+
+
+@pytest.mark.django_db
+def test_the_kept_sums_counts_and_lives_go_with_their_days(world: Any) -> None:
+    _world(world)
+    _keep_to(date(2026, 3, 2))
+    assert CostGroupLife.objects.filter(lo__lt=datetime(2026, 2, 1, tzinfo=UTC)).exists()
+    with mock.patch.object(cost_days.settings, "ROLLMUX_ROLLUP_RETENTION_MONTHS", 1):
+        cost_days.purge_days(datetime(2026, 3, 5, tzinfo=UTC))  # (cutoff: 2026-02-01)
+    assert not CostDayTenant.objects.filter(day__lt=date(2026, 2, 1)).exists()
+    assert not CostDaySummed.objects.filter(day__lt=date(2026, 2, 1)).exists()
+    assert list(CostMonthJobs.objects.values_list("month", flat=True)) == [date(2026, 2, 1)]
+    old = CostGroupLife.objects.filter(lo__lt=datetime(2026, 2, 1, tzinfo=UTC))
+    assert not old.exists()
+    kept = set(CostGroupLife.objects.values_list("group_id", flat=True))
+    assert set(CostGroupLifeLine.objects.values_list("group_id", flat=True)) <= kept
+    assert set(CostGroupLifeDay.objects.values_list("group_id", flat=True)) <= kept
