@@ -27,6 +27,14 @@ calls; `cached(..., lasting=True)` then keeps such a value across passes, under 
 that holds everything the value reads. The memo is the caller's (no module-level cache),
 bounded (`LastingMemo.limit` entries: then it starts again), and per thread like the
 scope.
+
+Some values read what changes from pass to pass but seldom for one owner: a group's
+expected remaining cost reads its members' remaining iterations, and a group nobody
+joined or left between two departures is asked about again at the same position.
+`cached_for(kind, owner, stamp, compute)` keeps one value per owner (a group's id) with
+the stamp it was computed under (everything it reads: the group object, the members'
+remaining iterations, the node prices) and answers while the stamp is the same; a new
+stamp replaces the value. In the lasting memo when one is open, else in the scope.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from typing import Any, TypeVar
 __all__ = [
     "LastingMemo",
     "cached",
+    "cached_for",
     "current_lasting",
     "evaluation_scope",
     "in_scope",
@@ -194,3 +203,24 @@ def cached(
         value = compute()
         values[full] = value
         return value
+
+
+def cached_for(kind: str, owner: Hashable, stamp: tuple[Any, ...], compute: Callable[[], T]) -> T:
+    """Return `compute()`, kept for `owner` while `stamp` (everything the value reads,
+    compared by ==) is the same: one value per `(kind, owner)`, replaced when the stamp
+    changes (module docstring). In the lasting memo when one is open, else the scope;
+    without either it just computes."""
+    keep = _LASTING.get()
+    scope = _SCOPE.get() if keep is None else None
+    values = keep.values if keep is not None else scope.values if scope is not None else None
+    if values is None:
+        return compute()
+    full = (kind, owner)
+    hit = values.get(full)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]  # type: ignore[no-any-return]
+    value = compute()
+    if keep is not None and len(values) >= keep.limit:
+        values.clear()
+    values[full] = (stamp, value)
+    return value
