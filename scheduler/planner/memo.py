@@ -205,22 +205,53 @@ def cached(
         return value
 
 
-def cached_for(kind: str, owner: Hashable, stamp: tuple[Any, ...], compute: Callable[[], T]) -> T:
-    """Return `compute()`, kept for `owner` while `stamp` (everything the value reads,
-    compared by ==) is the same: one value per `(kind, owner)`, replaced when the stamp
-    changes (module docstring). In the lasting memo when one is open, else the scope;
-    without either it just computes."""
+def cached_for(
+    kind: str,
+    owner: Hashable,
+    fixed: tuple[Any, ...],
+    stamp: Callable[[], tuple[Any, ...]],
+    compute: Callable[[T | None], T],
+    *,
+    progress: Mapping[str, Any] | None = None,
+) -> T:
+    """Return `compute(prior)`, kept for `owner` while what it reads is the same: one value
+    per `(kind, owner)` (module docstring), replaced when `fixed` (cheap to build: the
+    objects it reads, by identity) or `stamp()` (what may change between passes: progress)
+    differ, each compared by ==. `prior` is the value replaced when only `stamp()` changed
+    (the caller may reuse the parts of it that do not read the stamp), else None.
+
+    The value is kept in the lasting memo when one is open, else in the scope; without
+    either it is just computed. Within a scope opened for this very `progress` (which a
+    pass does not change) a value found or made in the scope is answered again without
+    `stamp()`, whose reads of progress were most of a kept value's cost."""
     keep = _LASTING.get()
-    scope = _SCOPE.get() if keep is None else None
+    scope = _SCOPE.get()
     values = keep.values if keep is not None else scope.values if scope is not None else None
     if values is None:
-        return compute()
+        return compute(None)
+    checked = scope is not None and scope.progress is progress and progress is not None
+    if checked:
+        assert scope is not None
+        seen = scope.values.get(("checked:" + kind, owner))
+        if seen is not None and seen[0] == fixed:
+            return seen[1]  # type: ignore[no-any-return]
     full = (kind, owner)
+    now = stamp()
     hit = values.get(full)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]  # type: ignore[no-any-return]
-    value = compute()
+    prior = None
+    if hit is not None and hit[0] == fixed:
+        if hit[1] == now:
+            value: T = hit[2]
+            if checked:
+                assert scope is not None
+                scope.values[("checked:" + kind, owner)] = (fixed, value)
+            return value
+        prior = hit[2]
+    value = compute(prior)
     if keep is not None and len(values) >= keep.limit:
         values.clear()
-    values[full] = (stamp, value)
+    values[full] = (fixed, now, value)
+    if checked:
+        assert scope is not None
+        scope.values[("checked:" + kind, owner)] = (fixed, value)
     return value

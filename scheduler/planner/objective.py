@@ -289,12 +289,14 @@ def _members_remaining_cost(
     joining: str | None = None,
     metas: dict[int, float] | None = None,
 ) -> float:
-    """`members_remaining_cost` computed (`metas`: filled with the meta-iteration of the
-    members from the i-th on in the order they leave, for each i the walk asked)."""
+    """`members_remaining_cost` computed (`metas`: the meta-iteration of the members from
+    the i-th on in the order they leave, by i: read where known, filled where asked)."""
     left = _departure_order(members, progress, joining)
     made = _Made()  # what the departures read of each member, made once
 
     def meta_s(i: int) -> float:
+        if metas is not None and (known := metas.get(i)) is not None:
+            return known
         value = expected_meta_s(
             [m for _, m in left[i:]],
             switch_overhead_s=switch_overhead_s,
@@ -399,30 +401,79 @@ def group_remaining_cost(
     its nodes' prices are the same (`memo.cached_for`; a group nobody joined or left is
     asked about again at every departure)."""
     members = group.members
-    remaining = tuple([remaining_iterations(m.job, progress) for m in members])
-    stamp = (
-        id(group),  # the value keeps the group, so the id is not reused while it is kept
-        remaining,
-        tuple([price[x] for m in members for x in m.rollout_nodes + m.train_nodes]),
-        switch_overhead_s,
-        colocated_factor,
-        lone_restart_s,
-    )
+    # (the value keeps the group, so its id is not another group's while the value is kept)
+    fixed = (id(group), switch_overhead_s, colocated_factor, lone_restart_s)
 
-    def compute() -> GroupCost:
+    def stamp() -> tuple[Any, ...]:
+        return (
+            tuple([remaining_iterations(m.job, progress) for m in members]),
+            tuple([price[x] for m in members for x in m.rollout_nodes + m.train_nodes]),
+        )
+
+    def compute(prior: GroupCost | None) -> GroupCost:
+        left = _departure_order(members, progress, None)
         exact: dict[int, float] = {}
+        if prior is not None:
+            # the meta-iteration of the members from the i-th on reads those members
+            # alone: where the order they leave in ends as before, it is the one before
+            i = len(left) - 1
+            while i >= 0 and left[i][1] is prior.left[i][1]:
+                if i in prior.exact:
+                    exact[i] = prior.exact[i]
+                i -= 1
         value = _members_remaining_cost(
             members, price, progress, switch_overhead_s=switch_overhead_s,
             colocated_factor=colocated_factor, lone_restart_s=lone_restart_s, metas=exact,
         )  # fmt: skip
-        return GroupCost(group, value, _departure_order(members, progress, None), exact)
+        return GroupCost(group, value, left, exact)
 
-    return cached_for("group_remaining_cost", group.id, stamp, compute)
+    return cached_for("group_remaining_cost", group.id, fixed, stamp, compute, progress=progress)
 
 
 # (a floor below the true value by rounding only would skip a candidate whose value ties
 # the best's within EPS: the floor must clear the margin by this much of itself)
 FLOOR_SLACK = 1e-9
+
+
+def _joined_order(cost: GroupCost, newcomer: Member) -> tuple[list[tuple[int, Member]], int]:
+    """Return the group's members and `newcomer` (all its iterations to run) in the order
+    they leave (`_departure_order` of the joined group) and the newcomer's position: it
+    is the last member, so it leaves after every member leaving with it."""
+    iterations = newcomer.job.iterations
+    p = bisect_right(cost.remaining, iterations)
+    return [*cost.left[:p], (iterations, newcomer), *cost.left[p:]], p
+
+
+def join_remaining_cost(
+    cost: GroupCost,
+    newcomer: Member,
+    price: Mapping[str, float],
+    *,
+    switch_overhead_s: float,
+    colocated_factor: float = 1.0,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
+) -> float:
+    """Return `members_remaining_cost(group.members + (newcomer,), ...,
+    joining=newcomer.job.id)` for the group of `cost` (`group_remaining_cost`): the same
+    walk, the meta-iterations after the newcomer has left being the group's own, known."""
+    walk, p = _joined_order(cost, newcomer)
+    exact = cost.exact
+    made = _Made()
+
+    def meta_s(i: int) -> float:
+        if i > p and (known := exact.get(i - 1)) is not None:
+            return known  # the group's own members from the (i-1)-th on
+        return expected_meta_s(
+            [m for _, m in walk[i:]],
+            switch_overhead_s=switch_overhead_s,
+            colocated_factor=colocated_factor,
+            _made=made,
+        )
+
+    return _departure_walk(
+        walk, price, meta_s, extra_s=None, colocated_factor=colocated_factor,
+        lone_restart_s=lone_restart_s, lone_now=False,
+    )  # fmt: skip
 
 
 def join_floor(
@@ -434,15 +485,11 @@ def join_floor(
     colocated_factor: float = 1.0,
     lone_restart_s: Callable[[JobProfile], float] | None = None,
 ) -> float:
-    """Return a lower bound of `members_remaining_cost(group.members + (newcomer,), ...,
-    joining=newcomer.job.id)` for the group of `cost`: the same departure walk with each
+    """Return a lower bound of `join_remaining_cost`: the same departure walk with each
     meta-iteration the newcomer is part of replaced by `GroupCost.with_one`'s bound
     (or its phases', when it is higher), the others being the group's own."""
-    left = cost.left
-    n = len(left)
-    iterations = newcomer.job.iterations
-    p = bisect_right(cost.remaining, iterations)  # (after every member that leaves with it)
-    walk = [*left[:p], (iterations, newcomer), *left[p:]]
+    walk, p = _joined_order(cost, newcomer)
+    n = len(cost.left)
     own = _phases_s(newcomer.job)
     with_one, exact = cost.with_one, cost.exact
 
@@ -572,15 +619,18 @@ def choose_by_expected_cost(
                 colocated_factor=factor,
                 lone_restart_s=lone_restart_s,
             )
-        after = members_remaining_cost(
-            joined,
-            price,
-            progress,
-            switch_overhead_s=switch,
-            colocated_factor=factor,
-            lone_restart_s=lone_restart_s,
-            joining=job.id,
-        )
+        if own is not None:
+            after = join_remaining_cost(own, newcomer, price, **cost)
+        else:
+            after = members_remaining_cost(
+                joined,
+                price,
+                progress,
+                switch_overhead_s=switch,
+                colocated_factor=factor,
+                lone_restart_s=lone_restart_s,
+                joining=job.id,
+            )
         value = after - before[group.id]
         if value >= best_value - EPS:
             continue  # not better, admissible or not: the (dearer) SLO check is not needed
