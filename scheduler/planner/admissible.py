@@ -217,40 +217,30 @@ class JoinFilter:
         self.state = state
         self.cfg = cfg
         self._table: dict[str, np.ndarray] | None = None
-        self._rows: list[tuple[bool, float, float, float, float, float]] | None = None
+
+    def _row(self, x: GroupSummary) -> tuple[bool, float, float, float, float, float]:
+        """Return what the first checks read of a group's summary: whether it may take
+        anyone, its training nodes, T_cycle, SLO tolerance, least training load, clock."""
+        prune = self.cfg.admission.prune_saturated
+        ok = (
+            0 < x.size < self.cfg.admission.max_group_size
+            and bool(x.group.rollout_nodes)
+            and not (prune and x.t_load >= x.t_cycle)
+        )
+        scale = math.nan if x.time_scale is None else x.time_scale
+        return ok, x.n_train, x.t_cycle, x.tolerance, x.min_train_load, scale
 
     def _columns(self) -> dict[str, np.ndarray]:
         if self._table is None:
             summaries = planner_index(self.state).summaries
-            prune = self.cfg.admission.prune_saturated
-            cols: dict[str, list[float]] = {
-                k: [] for k in ("t_cycle", "tolerance", "min_train", "n_train", "scale")
+            rows = [self._row(x) for x in summaries]
+            names = ("ok", "n_train", "t_cycle", "tolerance", "min_train", "scale")
+            table = {
+                k: np.asarray([r[i] for r in rows], dtype=bool if k == "ok" else float)
+                for i, k in enumerate(names)
             }
-            ok: list[bool] = []
-            ids: list[str] = []
-            for x in summaries:
-                ids.append(x.group.id)
-                ok.append(
-                    0 < x.size < self.cfg.admission.max_group_size
-                    and bool(x.group.rollout_nodes)
-                    and not (prune and x.t_load >= x.t_cycle)
-                )
-                cols["t_cycle"].append(x.t_cycle)
-                cols["tolerance"].append(x.tolerance)
-                cols["min_train"].append(x.min_train_load)
-                cols["n_train"].append(x.n_train)
-                cols["scale"].append(math.nan if x.time_scale is None else x.time_scale)
-            table = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
-            table["ok"] = np.asarray(ok, dtype=bool)
-            table["ids"] = np.asarray(ids, dtype=object)
+            table["ids"] = np.asarray([x.group.id for x in summaries], dtype=object)
             self._table = table
-            # (the same values row by row, as Python floats: `_fits_one`)
-            self._rows = list(
-                zip(
-                    ok, cols["n_train"], cols["t_cycle"], cols["tolerance"], cols["min_train"],
-                    cols["scale"], strict=True,
-                )
-            )  # fmt: skip
         return self._table
 
     def _fits(self, job: JobProfile, at: list[int] | None = None) -> np.ndarray:
@@ -333,10 +323,10 @@ class JoinFilter:
         return bool(self._fits(member.job, at).any())
 
     def _fits_one(self, job: JobProfile, k: int) -> bool:
-        """Return `_fits(job, [k])[0]`: the group at position k passes the job's first checks."""
-        self._columns()
-        assert self._rows is not None
-        ok, n_train, t_cycle, tolerance, min_train, scale = self._rows[k]
+        """Return `_fits(job, [k])[0]`: the group at position k passes the job's first
+        checks, read from its summary (the columns of every group are not built)."""
+        x = planner_index(self.state).summaries[k]
+        ok, n_train, t_cycle, tolerance, min_train, scale = self._row(x)
         solo = job.t_solo_max_s
         limit = job.slo * solo
         # np.minimum / np.maximum: the one that is NaN, else the least / the greatest
