@@ -17,6 +17,15 @@ Expected phase durations are the mean of the profile's range (the trace format d
 each phase uniformly in [min, max]); `JobProgress` carries what the caller knows of a
 job's run (admission time, iterations done, moves so far), so the same function
 serves admission (a newcomer has done nothing) and consolidation.
+
+With a memo open (scheduler.planner.memo; the simulator's policy), `choose_by_expected_cost`
+keeps each group's walk of step 1-3 (`group_remaining_cost`: ERC(G) and each stretch's
+meta-iteration, per group across passes while the group and its members' remaining
+iterations are the same), evaluates a join from it (`join_remaining_cost`) and first bounds
+the join from below (`join_floor`): the same walk with each stretch the newcomer is part of
+at the greater of the group's stretch and the newcomer's own phases, since a member added
+to the round never shortens it. A candidate whose floor cannot beat the best found is
+dropped unevaluated; the choice is the same (issue 25 item 4).
 """
 
 from __future__ import annotations
@@ -529,9 +538,11 @@ def choose_by_expected_cost(
     for its expected solo life). Adding a member never shortens anyone's life nor
     frees a node, so a candidate adds at least its new nodes held for the job's
     expected solo life: candidates are tried in that lower bound's order and the
-    search stops when it cannot beat the best found. With `colocated_factor` (the
-    training type's rollout speed factor) the co-located placement competes too, at
-    its nodes for its expected co-located life.
+    search stops when it cannot beat the best found. With a memo open, a candidate whose
+    floor (`join_floor`, tighter: the group's own stretches too) cannot beat it is
+    skipped as well (module docstring). With `colocated_factor` (the training type's
+    rollout speed factor) the co-located placement competes too, at its nodes for its
+    expected co-located life.
     """
     job = req.job
     life_h = job.iterations * expected_solo_s(job) / SECONDS_PER_HOUR
