@@ -27,6 +27,14 @@ calls; `cached(..., lasting=True)` then keeps such a value across passes, under 
 that holds everything the value reads. The memo is the caller's (no module-level cache),
 bounded (`LastingMemo.limit` entries: then it starts again), and per thread like the
 scope.
+
+Some values read what changes from pass to pass but seldom for one owner: a group's
+expected remaining cost reads its members' remaining iterations, and a group nobody
+joined or left between two departures is asked about again at the same position.
+`cached_for(kind, owner, stamp, compute)` keeps one value per owner (a group's id) with
+the stamp it was computed under (everything it reads: the group object, the members'
+remaining iterations, the node prices) and answers while the stamp is the same; a new
+stamp replaces the value. In the lasting memo when one is open, else in the scope.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from typing import Any, TypeVar
 __all__ = [
     "LastingMemo",
     "cached",
+    "cached_for",
     "current_lasting",
     "evaluation_scope",
     "in_scope",
@@ -194,3 +203,55 @@ def cached(
         value = compute()
         values[full] = value
         return value
+
+
+def cached_for(
+    kind: str,
+    owner: Hashable,
+    fixed: tuple[Any, ...],
+    stamp: Callable[[], tuple[Any, ...]],
+    compute: Callable[[T | None], T],
+    *,
+    progress: Mapping[str, Any] | None = None,
+) -> T:
+    """Return `compute(prior)`, kept for `owner` while what it reads is the same: one value
+    per `(kind, owner)` (module docstring), replaced when `fixed` (cheap to build: the
+    objects it reads, by identity) or `stamp()` (what may change between passes: progress)
+    differ, each compared by ==. `prior` is the value replaced when only `stamp()` changed
+    (the caller may reuse the parts of it that do not read the stamp), else None.
+
+    The value is kept in the lasting memo when one is open, else in the scope; without
+    either it is just computed. Within a scope opened for this very `progress` (which a
+    pass does not change) a value found or made in the scope is answered again without
+    `stamp()`, whose reads of progress were most of a kept value's cost."""
+    keep = _LASTING.get()
+    scope = _SCOPE.get()
+    values = keep.values if keep is not None else scope.values if scope is not None else None
+    if values is None:
+        return compute(None)
+    checked = scope is not None and scope.progress is progress and progress is not None
+    if checked:
+        assert scope is not None
+        seen = scope.values.get(("checked:" + kind, owner))
+        if seen is not None and seen[0] == fixed:
+            return seen[1]  # type: ignore[no-any-return]
+    full = (kind, owner)
+    now = stamp()
+    hit = values.get(full)
+    prior = None
+    if hit is not None and hit[0] == fixed:
+        if hit[1] == now:
+            value: T = hit[2]
+            if checked:
+                assert scope is not None
+                scope.values[("checked:" + kind, owner)] = (fixed, value)
+            return value
+        prior = hit[2]
+    value = compute(prior)
+    if keep is not None and len(values) >= keep.limit:
+        values.clear()
+    values[full] = (fixed, now, value)
+    if checked:
+        assert scope is not None
+        scope.values[("checked:" + kind, owner)] = (fixed, value)
+    return value

@@ -17,17 +17,27 @@ Expected phase durations are the mean of the profile's range (the trace format d
 each phase uniformly in [min, max]); `JobProgress` carries what the caller knows of a
 job's run (admission time, iterations done, moves so far), so the same function
 serves admission (a newcomer has done nothing) and consolidation.
+
+With a memo open (scheduler.planner.memo; the simulator's policy), `choose_by_expected_cost`
+keeps each group's walk of step 1-3 (`group_remaining_cost`: ERC(G) and each stretch's
+meta-iteration, per group across passes while the group and its members' remaining
+iterations are the same), evaluates a join from it (`join_remaining_cost`) and first bounds
+the join from below (`join_floor`): the same walk with each stretch the newcomer is part of
+at the greater of the group's stretch and the newcomer's own phases, since a member added
+to the round never shortens it. A candidate whose floor cannot beat the best found is
+dropped unevaluated; the choice is the same (issue 25 item 4).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.meta_iteration import steady_iteration_times
-from scheduler.model import JobProfile, Member, Pool
+from scheduler.model import Group, JobProfile, Member, Pool
 from scheduler.planner.algorithm1 import (
     EPS,
     Choice,
@@ -41,7 +51,7 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
-from scheduler.planner.memo import cached, in_scope, interned, keeping
+from scheduler.planner.memo import cached, cached_for, in_scope, interned, keeping
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s
@@ -203,20 +213,12 @@ def members_remaining_cost(
     return cached("members_remaining_cost", key, compute, progress=progress, reads_progress=True)
 
 
-def _members_remaining_cost(
-    members: Sequence[Member],
-    price_per_hour: Mapping[str, float],
-    progress: Mapping[str, JobProgress],
-    *,
-    switch_overhead_s: float,
-    extra_s: Mapping[str, float] | None = None,
-    colocated_factor: float = 1.0,
-    lone_restart_s: Callable[[JobProfile], float] | None = None,
-    lone_now: bool = False,
-    joining: str | None = None,
-) -> float:
-    # (by remaining iterations, then position: the positions differ, so the members are
-    # never compared)
+def _departure_order(
+    members: Sequence[Member], progress: Mapping[str, JobProgress], joining: str | None
+) -> list[tuple[int, Member]]:
+    """Return the members with their remaining iterations in the order they leave (by
+    remaining iterations, then position: the positions differ, so the members are never
+    compared); `joining` names a newcomer, which has all its iterations to run."""
     left = sorted(
         [
             (
@@ -227,24 +229,44 @@ def _members_remaining_cost(
             for i, m in enumerate(members)
         ]
     )
+    return [(r, m) for r, _, m in left]
+
+
+def _departure_walk(
+    left: Sequence[tuple[int, Member]],
+    price: Mapping[str, float],
+    meta_s: Callable[[int], float],
+    *,
+    extra_s: Mapping[str, float] | None,
+    colocated_factor: float,
+    lone_restart_s: Callable[[JobProfile], float] | None,
+    lone_now: bool,
+) -> float:
+    """Return the expected dollars of the nodes of the members `left` (in the order they
+    leave, `_departure_order`) until each is released, the meta-iteration of the members
+    from the i-th on being `meta_s(i)` (asked only for a stretch that runs iterations).
+
+    Every release time grows with the `meta_s` values and nothing else read here depends
+    on them (a lone member's ski-rental choice does not read the clock), so a `meta_s`
+    below the true one gives a value below the true one: `choose_by_expected_cost`'s floor.
+    """
     extra = extra_s or {}
-    made = _Made()  # what the departures below read of each member, made once
     release: dict[str, float] = {}
     now = 0.0
     done_iterations = 0
-    active = [m for _, _, m in left]
-    for remaining, _, member in left:
+    last = len(left) - 1
+    for i, (remaining, member) in enumerate(left):
         if (
             lone_restart_s is not None
-            and (len(members) > 1 or lone_now)
-            and len(active) == 1
+            and (last > 0 or lone_now)
+            and i == last
             and member.rollout_nodes
             and remaining > done_iterations
         ):
             lone = _lone_release(
                 member,
                 remaining - done_iterations,
-                price_per_hour,
+                price,
                 now=now,
                 extra_s=extra.get(member.job.id, 0.0),
                 restart_s=lone_restart_s(member.job),
@@ -255,18 +277,49 @@ def _members_remaining_cost(
                     release[x] = max(release.get(x, 0.0), t)
                 break
         if remaining > done_iterations:
-            now += (remaining - done_iterations) * expected_meta_s(
-                active,
-                switch_overhead_s=switch_overhead_s,
-                colocated_factor=colocated_factor,
-                _made=made,
-            )
+            now += (remaining - done_iterations) * meta_s(i)
             done_iterations = remaining
         leave = now + extra.get(member.job.id, 0.0)
         for x in member.rollout_nodes + member.train_nodes:
             release[x] = max(release.get(x, 0.0), leave)
-        active = [m for m in active if m is not member]
-    return sum(price_per_hour[x] * t for x, t in release.items()) / SECONDS_PER_HOUR
+    return sum(price[x] * t for x, t in release.items()) / SECONDS_PER_HOUR
+
+
+def _members_remaining_cost(
+    members: Sequence[Member],
+    price: Mapping[str, float],
+    progress: Mapping[str, JobProgress],
+    *,
+    switch_overhead_s: float,
+    extra_s: Mapping[str, float] | None = None,
+    colocated_factor: float = 1.0,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
+    lone_now: bool = False,
+    joining: str | None = None,
+    metas: dict[int, float] | None = None,
+) -> float:
+    """`members_remaining_cost` computed (`metas`: the meta-iteration of the members from
+    the i-th on in the order they leave, by i: read where known, filled where asked)."""
+    left = _departure_order(members, progress, joining)
+    made = _Made()  # what the departures read of each member, made once
+
+    def meta_s(i: int) -> float:
+        if metas is not None and (known := metas.get(i)) is not None:
+            return known
+        value = expected_meta_s(
+            [m for _, m in left[i:]],
+            switch_overhead_s=switch_overhead_s,
+            colocated_factor=colocated_factor,
+            _made=made,
+        )
+        if metas is not None:
+            metas[i] = value
+        return value
+
+    return _departure_walk(
+        left, price, meta_s, extra_s=extra_s, colocated_factor=colocated_factor,
+        lone_restart_s=lone_restart_s, lone_now=lone_now,
+    )  # fmt: skip
 
 
 def _lone_release(
@@ -301,6 +354,169 @@ def _lone_release(
     return out
 
 
+def _phases_s(job: JobProfile) -> float:
+    """Return the job's expected rollout + training + sync: what one of its iterations
+    takes at least in a group of two or more at expected durations (its phases run one
+    after the other; other members and switches only delay them)."""
+    return expected_roll_s(job) + expected_train_s(job) + job.t_sync_s
+
+
+class GroupCost:
+    """A group's expected remaining cost (`value`) and what a floor of a join reads of its
+    departure walk: the members in the order they leave with their remaining iterations,
+    the meta-iteration of the members from the k-th on where the walk computed it
+    (`exact`), and `with_one[k]`, a lower bound of the meta-iteration of the members from
+    the k-th on with one more member among them (0 past the last)."""
+
+    __slots__ = ("exact", "group", "left", "remaining", "value", "with_one")
+
+    def __init__(
+        self,
+        group: Group,
+        value: float,
+        left: list[tuple[int, Member]],
+        exact: dict[int, float],
+    ) -> None:
+        self.group = group  # (kept: the memo's stamp holds its id)
+        self.value = value
+        self.left = left
+        self.remaining = [r for r, _ in left]
+        self.exact = exact
+        n = len(left)
+        with_one = [0.0] * (n + 1)
+        for k in range(n - 1, -1, -1):
+            # adding a member never shortens the meta-iteration of the others (its phases
+            # join the round and only delay theirs), so the members from the k-th on with
+            # one more run at least at their own meta-iteration, and at least at the one
+            # of the members after the k-th; one member: its phases at least (its own
+            # `expected_meta_s` may be its observed solo time, which a pair does not read)
+            own = exact.get(k, 0.0) if n - k > 1 else _phases_s(left[k][1].job)
+            with_one[k] = max(own, with_one[k + 1])
+        self.with_one = with_one
+
+
+def group_remaining_cost(
+    group: Group,
+    price: Mapping[str, float],
+    progress: Mapping[str, JobProgress],
+    *,
+    switch_overhead_s: float,
+    colocated_factor: float = 1.0,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
+) -> GroupCost:
+    """Return `members_remaining_cost(group.members, ...)` with its departure walk.
+
+    Kept per group across passes while the group, its members' remaining iterations and
+    its nodes' prices are the same (`memo.cached_for`; a group nobody joined or left is
+    asked about again at every departure)."""
+    members = group.members
+    # (the value keeps the group, so its id is not another group's while the value is kept)
+    fixed = (id(group), switch_overhead_s, colocated_factor, lone_restart_s)
+
+    def stamp() -> tuple[Any, ...]:
+        return (
+            tuple([remaining_iterations(m.job, progress) for m in members]),
+            tuple([price[x] for m in members for x in m.rollout_nodes + m.train_nodes]),
+        )
+
+    def compute(prior: GroupCost | None) -> GroupCost:
+        left = _departure_order(members, progress, None)
+        exact: dict[int, float] = {}
+        if prior is not None:
+            # the meta-iteration of the members from the i-th on reads those members
+            # alone: where the order they leave in ends as before, it is the one before
+            i = len(left) - 1
+            while i >= 0 and left[i][1] is prior.left[i][1]:
+                if i in prior.exact:
+                    exact[i] = prior.exact[i]
+                i -= 1
+        value = _members_remaining_cost(
+            members, price, progress, switch_overhead_s=switch_overhead_s,
+            colocated_factor=colocated_factor, lone_restart_s=lone_restart_s, metas=exact,
+        )  # fmt: skip
+        return GroupCost(group, value, left, exact)
+
+    return cached_for("group_remaining_cost", group.id, fixed, stamp, compute, progress=progress)
+
+
+# (a floor below the true value by rounding only would skip a candidate whose value ties
+# the best's within EPS: the floor must clear the margin by this much of itself)
+FLOOR_SLACK = 1e-9
+
+
+def _joined_order(cost: GroupCost, newcomer: Member) -> tuple[list[tuple[int, Member]], int]:
+    """Return the group's members and `newcomer` (all its iterations to run) in the order
+    they leave (`_departure_order` of the joined group) and the newcomer's position: it
+    is the last member, so it leaves after every member leaving with it."""
+    iterations = newcomer.job.iterations
+    p = bisect_right(cost.remaining, iterations)
+    return [*cost.left[:p], (iterations, newcomer), *cost.left[p:]], p
+
+
+def join_remaining_cost(
+    cost: GroupCost,
+    newcomer: Member,
+    price: Mapping[str, float],
+    *,
+    switch_overhead_s: float,
+    colocated_factor: float = 1.0,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
+) -> float:
+    """Return `members_remaining_cost(group.members + (newcomer,), ...,
+    joining=newcomer.job.id)` for the group of `cost` (`group_remaining_cost`): the same
+    walk, the meta-iterations after the newcomer has left being the group's own, known."""
+    walk, p = _joined_order(cost, newcomer)
+    exact = cost.exact
+    made = _Made()
+
+    def meta_s(i: int) -> float:
+        if i > p and (known := exact.get(i - 1)) is not None:
+            return known  # the group's own members from the (i-1)-th on
+        return expected_meta_s(
+            [m for _, m in walk[i:]],
+            switch_overhead_s=switch_overhead_s,
+            colocated_factor=colocated_factor,
+            _made=made,
+        )
+
+    return _departure_walk(
+        walk, price, meta_s, extra_s=None, colocated_factor=colocated_factor,
+        lone_restart_s=lone_restart_s, lone_now=False,
+    )  # fmt: skip
+
+
+def join_floor(
+    cost: GroupCost,
+    newcomer: Member,
+    price: Mapping[str, float],
+    *,
+    switch_overhead_s: float,
+    colocated_factor: float = 1.0,
+    lone_restart_s: Callable[[JobProfile], float] | None = None,
+) -> float:
+    """Return a lower bound of `join_remaining_cost`: the same departure walk with each
+    meta-iteration the newcomer is part of replaced by `GroupCost.with_one`'s bound
+    (or its phases', when it is higher), the others being the group's own."""
+    walk, p = _joined_order(cost, newcomer)
+    n = len(cost.left)
+    own = _phases_s(newcomer.job)
+    with_one, exact = cost.with_one, cost.exact
+
+    def meta_s(i: int) -> float:
+        if i > p:  # the newcomer has left: the group's own members from the (i-1)-th on
+            return exact.get(i - 1, 0.0)
+        if i == n:  # the newcomer alone
+            return expected_meta_s(
+                [newcomer], switch_overhead_s=switch_overhead_s, colocated_factor=colocated_factor
+            )
+        return max(with_one[i], own)
+
+    return _departure_walk(
+        walk, price, meta_s, extra_s=None, colocated_factor=colocated_factor,
+        lone_restart_s=lone_restart_s, lone_now=False,
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------
 # Admission by expected remaining cost (issue 14 item 2)
 # ---------------------------------------------------------------------------
@@ -322,9 +538,11 @@ def choose_by_expected_cost(
     for its expected solo life). Adding a member never shortens anyone's life nor
     frees a node, so a candidate adds at least its new nodes held for the job's
     expected solo life: candidates are tried in that lower bound's order and the
-    search stops when it cannot beat the best found. With `colocated_factor` (the
-    training type's rollout speed factor) the co-located placement competes too, at
-    its nodes for its expected co-located life.
+    search stops when it cannot beat the best found. With a memo open, a candidate whose
+    floor (`join_floor`, tighter: the group's own stretches too) cannot beat it is
+    skipped as well (module docstring). With `colocated_factor` (the training type's
+    rollout speed factor) the co-located placement competes too, at its nodes for its
+    expected co-located life.
     """
     job = req.job
     life_h = job.iterations * expected_solo_s(job) / SECONDS_PER_HOUR
@@ -354,13 +572,30 @@ def choose_by_expected_cost(
         "slo_margin": req.slo_margin,
         "tight_slack": req.tight_slack,
     }
+    # With a memo open, each group's own cost and departure walk is kept (across passes
+    # for a lasting memo: `group_remaining_cost`) and a candidate whose floor
+    # (`join_floor`) cannot beat the best found is dropped before its evaluation.
+    keep = keeping()
+    cost: dict[str, Any] = {
+        "switch_overhead_s": switch,
+        "colocated_factor": factor,
+        "lone_restart_s": lone_restart_s,
+    }
     cands = sorted(candidates(req, summaries), key=lambda c: (c.delta, c.lower_bound, c.order))
     for c in cands:
         if c.delta * life_h >= best_value - EPS:
             break
         assert c.summary is not None
         group = c.summary.group
-        joined = group.members + (Member(job, c.rollout, c.train),)
+        newcomer = Member(job, c.rollout, c.train)
+        joined = group.members + (newcomer,)
+        own: GroupCost | None = None
+        if keep:
+            own = group_remaining_cost(group, price, progress, **cost)
+            if best is not None:
+                floor = join_floor(own, newcomer, price, **cost)
+                if floor - own.value >= best_value - EPS + FLOOR_SLACK * max(1.0, abs(floor)):
+                    continue  # its value could not beat the best's either
         worst: tuple[float, ...] | None = None
         if not keeping():
             # the worst-case half of the SLO check first: one recursion, and most joins
@@ -384,7 +619,9 @@ def choose_by_expected_cost(
             slow = check_slo(group, job, c.rollout, c.train, worst_s=worst, **slo_rule)
             if slow is None:
                 continue
-        if group.id not in before:
+        if own is not None:
+            before[group.id] = own.value
+        elif group.id not in before:
             before[group.id] = members_remaining_cost(
                 group.members,
                 price,
@@ -393,15 +630,18 @@ def choose_by_expected_cost(
                 colocated_factor=factor,
                 lone_restart_s=lone_restart_s,
             )
-        after = members_remaining_cost(
-            joined,
-            price,
-            progress,
-            switch_overhead_s=switch,
-            colocated_factor=factor,
-            lone_restart_s=lone_restart_s,
-            joining=job.id,
-        )
+        if own is not None:
+            after = join_remaining_cost(own, newcomer, price, **cost)
+        else:
+            after = members_remaining_cost(
+                joined,
+                price,
+                progress,
+                switch_overhead_s=switch,
+                colocated_factor=factor,
+                lone_restart_s=lone_restart_s,
+                joining=job.id,
+            )
         value = after - before[group.id]
         if value >= best_value - EPS:
             continue  # not better, admissible or not: the (dearer) SLO check is not needed
