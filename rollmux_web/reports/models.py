@@ -117,7 +117,8 @@ class CostDayGroup(models.Model):
 
 class _JobAmounts(models.Model):
     """One job's exact amounts on one GPU type in one group and stage over a kept span
-    (a day, `CostDayLine`, or a month, `CostMonthLine`)."""
+    (a day, `CostDayLine`, a month, `CostMonthLine`, or a group's life,
+    `CostGroupLifeLine`)."""
 
     group_id = models.BigIntegerField()
     job_id = models.BigIntegerField()
@@ -296,23 +297,12 @@ class CostGroupLife(models.Model):
         return f"group {self.group_id}'s life kept"
 
 
-class CostGroupLifeLine(models.Model):
+class CostGroupLifeLine(_JobAmounts):
     """The cost engine's exact amounts of one job on one GPU type and stage over a kept
     group life (`CostGroupLife`; exact decimals, not numerators: an idle split by
     membership weights need not be a multiple of 1 / KEPT_DENOMINATOR)."""
 
-    group_id = models.BigIntegerField(db_index=True)
-    job_id = models.BigIntegerField()
-    tenant_id = models.BigIntegerField()
-    gpu_type_id = models.BigIntegerField()
-    stage = models.CharField(max_length=16)
-    has_parts = models.BooleanField(default=True)
-    busy_gpu_hours = ExactDecimalField()
-    idle_gpu_hours = ExactDecimalField()
-    busy_cost = ExactDecimalField()
-    idle_cost = ExactDecimalField()
-    solo_disagg_cost = ExactDecimalField()
-    colocated_cost = ExactDecimalField()
+    group_id = models.BigIntegerField(db_index=True)  # (a life's lines are read by group)
 
     def __str__(self) -> str:
         return f"job {self.job_id} over group {self.group_id}'s life"
