@@ -248,6 +248,32 @@ def test_a_bad_window_shows_a_message_and_the_default_window(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ("0001-01-01T00:00:00", "0001-01-02T00:00:00"),
+        ("9999-12-30T00:00:00", "9999-12-31T23:00:00"),
+    ],
+    ids=["first-day", "last-day"],
+)
+def test_a_window_at_the_calendars_edge_shows_and_its_links_stay_in_it(
+    world: Any, client_as: Any, start: str, end: str
+) -> None:
+    # zooming out or panning from the first or last day a date can hold would go past it:
+    # the links stop at the calendar's edge instead of the page failing
+    g, a, _ = interleaved(world)
+    for url in (f"/groups/{g.pk}/", f"/timeline/jobs/{a.pk}/"):
+        resp = client_as("alice").get(f"{url}?start={start}&end={end}")
+        assert resp.status_code == 200
+        html = resp.content.decode()
+        assert "No phase ran in this window." in html
+        # the window as asked, in the picker; panning towards the edge stops at it
+        assert f'name="start" value="{start.replace("T", " ")}"' in html
+        edge = "?start=0001-01-01T00:00:00&amp;" if start < "1" else "&amp;end=9999-12-31T23:59:59"
+        assert edge in html
+
+
+@pytest.mark.django_db
 def test_a_window_with_no_phase_says_so(world: Any, client_as: Any) -> None:
     g, a, _ = interleaved(world)
     html = (
