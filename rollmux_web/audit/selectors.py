@@ -35,8 +35,14 @@ def _parse_moment(field: str, raw: str, *, end_of_day: bool) -> datetime | None:
     except ValueError:  # well-formed but impossible, e.g. 2026-02-31
         day, moment = None, None
     if day is not None:
-        # A bare `until` date includes that whole day.
-        moment = datetime.combine(day + timedelta(days=1) if end_of_day else day, time.min)
+        # A bare `until` date includes that whole day (the last day a date can hold has
+        # no next midnight: to its last moment).
+        if not end_of_day:
+            moment = datetime.combine(day, time.min)
+        elif day == date.max:
+            moment = datetime.combine(day, time.max)
+        else:
+            moment = datetime.combine(day + timedelta(days=1), time.min)
     if moment is None:
         raise ValidationError({field: [f"Use a date (YYYY-MM-DD) or ISO datetime; got {raw!r}."]})
     if timezone.is_naive(moment):

@@ -42,12 +42,17 @@ def page_params(what: str) -> list[OpenApiParameter]:
 
 MONEY = {"help_text": "USD with two decimals, as a string (exact)"}
 ROUNDING = (
-    "Rounding: a row of `total`, `by_tenant` or `by_gpu_type` is its exact sum rounded "
-    "half-up to the cent once (`cost` = exact GPU-hours x price, rounded; `busy_cost` + "
-    "`idle_cost` = `cost`, split by largest remainder). `lines` are billing lines: the "
-    "total's busy and idle cents handed out by largest remainder, so the lines add up "
-    "exactly to `total` (as the FOCUS CSV and Parquet rows do); a line can differ by a cent "
-    "from its own exact amount. `burn_down[].spent` for the report's own month is the "
+    "Rounding: in a row of `by_tenant`, `by_gpu_type` or `by_stage`, `busy_cost` and "
+    "`idle_cost` are each the exact sum rounded half-up to the cent once, and `cost` is "
+    "their sum; `total` is the `by_tenant` rows added up (so `by_gpu_type` can be a cent "
+    "a row off it). `lines` are billing lines, billed per tenant with a running "
+    "remainder (a tenant's lines in a fixed order, finished jobs first in the order they "
+    "ended; each line's cents are the tenant's exact sum so far rounded, minus the same "
+    "before it), so a tenant's lines add up exactly to its `by_tenant` row and all lines "
+    "to `total` (as the FOCUS CSV and Parquet rows do), a line is less than a cent off its "
+    "own exact amount, and a finished job's lines never change between two runs; the "
+    "counterfactuals of a row or line are its exact ones rounded once. "
+    "`burn_down[].spent` for the report's own month is the "
     "tenant's `by_tenant` cost. A job's profiling run is billed on lines of its own "
     "(`stage` profile; its production run's lines are `stage` run); `by_stage` sums each "
     "stage (exact, rounded once), and `by_job` gives each job's profiling run, production "

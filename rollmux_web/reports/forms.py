@@ -29,7 +29,12 @@ class DateRangeForm(forms.Form):
         start = data.get("start") or end.replace(day=1)
         if "start" in self.errors or "end" in self.errors:
             return data
-        if end < start:
+        if end == date.max:
+            # the range runs to the end of its last day, and no date follows this one
+            self.add_error(
+                "end", f"The end date {end} is the last day a date can hold; choose an earlier one."
+            )
+        elif end < start:
             self.add_error("end", f"The end date {end} is before the start date {start}.")
         elif (end - start).days + 1 > MAX_RANGE_DAYS:
             self.add_error(

@@ -7,6 +7,7 @@ with `data-tip` get a hover tooltip from static/js/app.js.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import date
 from decimal import Decimal
@@ -171,7 +172,12 @@ def bar_chart_svg(
     left = 150
     height = 30 + row_h * len(items) + 10
     peak = max((v for _, v, _ in items), default=0.0) or 1.0
-    plot_w = width - left - 90
+    texts = [fmt.format(value) + (f" {unit}" if unit else "") for _, value, _ in items]
+    # room right of the longest bar for its value: a fleet's quarter ("5,644,606.50 USD")
+    # would run past the chart's edge in a fixed 90 px; 0.64 em a character is DejaVu
+    # Sans's digit (its comma, period and space are narrower), 12 px text, 6 px gap
+    room = max([90, *(6 + math.ceil(len(t) * 12 * 0.64) + 4 for t in texts)])
+    plot_w = max(60, width - left - room)
     out = [
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" aria-label="{_a(title)}" '
@@ -179,10 +185,9 @@ def bar_chart_svg(
         f"<title>{_a(title)}</title>"
         f'<text x="0" y="16" font-size="13" font-weight="600">{_a(title)}</text>'
     ]
-    for i, (label, value, colour) in enumerate(items):
+    for i, ((label, value, colour), text) in enumerate(zip(items, texts, strict=True)):
         y = 28 + i * row_h
         w = max(0.0, value) / peak * plot_w
-        text = fmt.format(value) + (f" {unit}" if unit else "")
         out.append(
             f'<text x="{left - 6}" y="{y + 15}" font-size="12" text-anchor="end">{_a(label)}</text>'
             f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{row_h - 8}" fill="{colour}" '

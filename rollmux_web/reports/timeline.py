@@ -545,6 +545,7 @@ def build_timeline(
     with_headline: bool,
     masked: frozenset[int] = frozenset(),
     delays: Sequence[ReportDelay] = (),
+    archived: bool = False,
 ) -> Timeline:
     """Return the chart geometry of phase rows in [t0, t1) drawn `width` pixels wide.
 
@@ -553,7 +554,13 @@ def build_timeline(
     headline's bubble fractions per pool; 5. control-plane delays; 6. the legend: the
     jobs, phase kinds and marks drawn, nothing else. Jobs in `masked` (other tenants')
     are drawn under their label only: no phase id, job id or iteration.
+
+    `archived`: the phases of a member present in the window went to the archive
+    (retention), so an allocated node with no phase drawn may have been busy: no
+    bubbles and no headline are drawn, and an empty chart says where its phases went.
     """
+    if archived:
+        alloc_by_node, with_headline = {}, False
     width = drawn_width(width)
     lanes, heads, bottom = _lanes(rows, pre_aggregated, pools)
     lane_y = {ln.node: ln.y for ln in lanes}
@@ -626,7 +633,11 @@ def build_timeline(
         legend=_legend(colours, labels, drawn),
         headline=headline,
         live=live,
-        empty_message="" if rows or pre_aggregated else "No phase ran in this window.",
+        empty_message=""
+        if rows or pre_aggregated
+        else "Its phases in this window went to the archive."
+        if archived
+        else "No phase ran in this window.",
         pool_heads=heads,
         delays=tuple(delay_marks),
         kinds=frozenset(r.kind for r in rows) | frozenset(p.kind for p in pre_aggregated),

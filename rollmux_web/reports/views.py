@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -78,22 +79,38 @@ def _timeline_page(
     return render(request, template, ctx)
 
 
+# the first and last moments a window's links can name (datetime's own range, in UTC)
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.max.replace(microsecond=0, tzinfo=UTC)
+
+
 def _zoom_links(tl: selectors.Timeline) -> dict[str, str]:
     """Return query strings to zoom in/out and pan, computed on the server."""
     span = tl.t1 - tl.t0
     mid = tl.t0 + span / 2
 
-    def q(a: Any, b: Any) -> str:
-        return f"?start={a:%Y-%m-%dT%H:%M:%S}&end={b:%Y-%m-%dT%H:%M:%S}"
+    def iso(t: datetime, sep: str = "T") -> str:
+        # (not strftime's %Y: it writes the year 1 as "1", which the window's parser refuses)
+        return t.replace(tzinfo=None).isoformat(sep, timespec="seconds")
+
+    def q(a: datetime, b: datetime) -> str:
+        return f"?start={iso(a)}&end={iso(b)}"
+
+    def at(t: datetime, by: timedelta) -> datetime:
+        # a window on the calendar's first or last days zooms out and pans only to its edge
+        try:
+            return t + by
+        except OverflowError:
+            return EARLIEST if by < timedelta(0) else LATEST
 
     return {
-        "in": q(mid - span / 4, mid + span / 4),
-        "out": q(mid - span, mid + span),
-        "left": q(tl.t0 - span / 2, tl.t1 - span / 2),
-        "right": q(tl.t0 + span / 2, tl.t1 + span / 2),
+        "in": q(at(mid, -span / 4), at(mid, span / 4)),
+        "out": q(at(mid, -span), at(mid, span)),
+        "left": q(at(tl.t0, -span / 2), at(tl.t1, -span / 2)),
+        "right": q(at(tl.t0, span / 2), at(tl.t1, span / 2)),
         # the window picker's fields: 24-hour UTC, as every time on the page
-        "start": f"{tl.t0:%Y-%m-%d %H:%M:%S}",
-        "end": f"{tl.t1:%Y-%m-%d %H:%M:%S}",
+        "start": iso(tl.t0, " "),
+        "end": iso(tl.t1, " "),
     }
 
 

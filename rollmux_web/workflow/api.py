@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -121,6 +123,14 @@ class GroupMemberSerializer(serializers.Serializer):
     end_reason = serializers.CharField(required=False, allow_blank=True)
     iterations_done = serializers.IntegerField(required=False)
     iterations = serializers.IntegerField(required=False)
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        if "left_at" not in instance:
+            # another tenant's member carries no times (its nodes and `active` only): a
+            # nullable field it lacks would read `null`, "has not left", for one that left
+            data.pop("left_at", None)
+        return data
 
 
 class MetaIterationSerializer(serializers.Serializer):

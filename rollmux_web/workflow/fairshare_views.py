@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from rollmux_web.accounts.decorators import role_required
 from rollmux_web.accounts.selectors import visible_tenants
+from rollmux_web.htmx import HtmxHttpRequest
 from rollmux_web.workflow import fairshare
 
 
@@ -21,14 +22,17 @@ def queue_page(request: HttpRequest) -> HttpResponse:
 
 
 @role_required()
-def share_table(request: HttpRequest) -> HttpResponse:
-    """Each visible tenant's nominal, borrowed, lent, decayed usage and share per GPU type."""
+def share_table(request: HtmxHttpRequest) -> HttpResponse:
+    """Each visible tenant's nominal, borrowed, lent, decayed usage and share per GPU type:
+    the card the quotas page loads (htmx), or a page of its own (its link, without
+    JavaScript)."""
     names = set(visible_tenants(request.user).values_list("name", flat=True))
     context = {
         "share_rows": fairshare.share_rows(timezone.now(), names),
         "half_life_days": settings.ROLLMUX_FAIR_SHARE_HALF_LIFE_S / 86400.0,
     }
-    return render(request, "workflow/fair_share.html", context)
+    template = "workflow/fair_share.html" if request.htmx else "workflow/fair_share_page.html"
+    return render(request, template, context)
 
 
 @role_required()

@@ -240,21 +240,26 @@ def test_budget_burn_down_counts_month_to_date_against_the_budget(world: Any) ->
         ("start=2026-03-10&end=2026-03-01", "before the start date"),
         ("start=2024-01-01&end=2026-03-01", "at most 366 days"),
         ("start=yesterday&end=2026-03-01", "Enter a valid date"),
+        # the range runs to the end of its last day: after 9999-12-31 there is no date
+        ("start=9999-12-30&end=9999-12-31", "the last day a date can hold"),
     ],
-    ids=["reversed", "too-long", "not-a-date"],
+    ids=["reversed", "too-long", "not-a-date", "calendar-end"],
 )
 def test_a_bad_range_gets_a_clear_message_everywhere(
     world: Any, client_as: Any, api_as: Any, query: str, message: str
 ) -> None:
     page = client_as("finance").get(f"/reports/cost/?{query}")
     assert page.status_code == 400 and message in page.content.decode()
-    assert message in client_as("finance").get(f"/reports/slo/?{query}").content.decode()
+    slo = client_as("finance").get(f"/reports/slo/?{query}")
+    assert slo.status_code == 400 and message in slo.content.decode()
     exported = client_as("finance").get(f"/reports/cost.csv?{query}")
     assert exported.status_code == 400 and message in exported.content.decode()
     api = api_as("finance").get(f"/api/v1/reports/cost/?{query}")
     assert api.status_code == 400
     err = api.json()["error"]
     assert err["code"] == "invalid" and message in " ".join(sum(err["fields"].values(), []))
+    slo_api = api_as("finance").get(f"/api/v1/reports/slo/?{query}")
+    assert slo_api.status_code == 400 and message in slo_api.content.decode()
 
 
 @pytest.mark.django_db

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from rollmux_web.quotas.models import Quota
-from rollmux_web.reports.svg import burn_down_svg
+from rollmux_web.reports.svg import bar_chart_svg, burn_down_svg
 from rollmux_web.reports.templatetags.report_tags import money, saving
 from rollmux_web.workflow.models import Placement
 from tests.reports.builders import allocate, make_group, make_job, phase, place
@@ -154,3 +154,20 @@ def test_on_a_months_first_day_the_default_is_that_month_with_month_shortcuts(
     assert 'href="?start=2026-07-01&amp;end=2026-07-31">July 2026</a>' in html
     slo = client_as("finance").get("/reports/slo/").content.decode()
     assert 'name="start" value="2026-12-01"' in slo and "November 2026" in slo
+
+
+@pytest.mark.parametrize("peak", [112_892.13, 5_644_606.50, 12.5])
+def test_a_bar_charts_values_end_inside_it_however_large_the_sums(peak: float) -> None:
+    # "Same work, three ways" over a fleet's month: the longest bar's value ran past the
+    # chart's right edge ("112,892.13 U" shown). Each value's text, at 0.64 em a character
+    # (12 px; DejaVu Sans's digit, its widest character here but "D"), ends inside.
+    items = [("RollMux (actual)", peak * 0.75, "#2f5bea"), ("Dedicated pools", peak, "#98a2b3")]
+    svg = str(bar_chart_svg("Same work, three ways", items, unit="USD"))
+    width = float(re.search(r'<svg [^>]*width="(\d+)"', svg).group(1))  # type: ignore[union-attr]
+    values = re.findall(r'<text x="([\d.]+)" y="\d+" font-size="12" fill="#344054">([^<]+)<', svg)
+    assert len(values) == 2
+    for x, text in values:
+        assert float(x) + len(text) * 12 * 0.64 <= width, text
+    # the bars keep their proportions
+    bars = [float(w) for w in re.findall(r'<rect x="\d+" y="\d+" width="([\d.]+)"', svg)]
+    assert bars[0] == pytest.approx(0.75 * bars[1], abs=0.1)

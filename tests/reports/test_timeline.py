@@ -248,6 +248,81 @@ def test_a_bad_window_shows_a_message_and_the_default_window(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ("0001-01-01T00:00:00", "0001-01-02T00:00:00"),
+        ("9999-12-30T00:00:00", "9999-12-31T23:00:00"),
+    ],
+    ids=["first-day", "last-day"],
+)
+def test_a_window_at_the_calendars_edge_shows_and_its_links_stay_in_it(
+    world: Any, client_as: Any, start: str, end: str
+) -> None:
+    # zooming out or panning from the first or last day a date can hold would go past it:
+    # the links stop at the calendar's edge instead of the page failing
+    g, a, _ = interleaved(world)
+    for url in (f"/groups/{g.pk}/", f"/timeline/jobs/{a.pk}/"):
+        resp = client_as("alice").get(f"{url}?start={start}&end={end}")
+        assert resp.status_code == 200
+        html = resp.content.decode()
+        assert "No phase ran in this window." in html
+        # the window as asked, in the picker; panning towards the edge stops at it
+        assert f'name="start" value="{start.replace("T", " ")}"' in html
+        edge = "?start=0001-01-01T00:00:00&amp;" if start < "1" else "&amp;end=9999-12-31T23:59:59"
+        assert edge in html
+
+
+@pytest.mark.django_db
+def test_an_archived_groups_chart_claims_no_bubble_it_cannot_see(
+    world: Any, client_as: Any, settings: Any, tmp_path: Any
+) -> None:
+    # its members' phases went to the archive: the allocations alone read as 100% bubble
+    # ("one job here" too, with four members); the chart draws no bubble and no headline
+    from rollmux_web.jobs.models import Job, JobStatus
+    from rollmux_web.workflow.services import retention
+
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    g, a, b = interleaved(world)
+    before = client_as("alice").get(f"/groups/{g.pk}/").content.decode()
+    assert "bubble in this window" in before and 'class="bubble"' in before  # 40-50 idle
+    Job.objects.filter(pk__in=[a.pk, b.pk]).update(
+        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
+    )
+    for ids in retention.eligible_batches(T0 + timedelta(days=200), max_batches=10):
+        retention.archive_jobs(ids, now=T0 + timedelta(days=200))
+    assert not PhaseRecord.objects.filter(group=g).exists()
+    for url in (f"/groups/{g.pk}/", f"/timeline/jobs/{a.pk}/"):
+        html = client_as("alice").get(url).content.decode()
+        assert 'id="archived-note"' in html
+        assert "bubble in this window" not in html and 'class="bubble"' not in html
+        assert "one job here" not in html and "No phase ran" not in html
+        assert "Its phases in this window went to the archive." in html
+    # a window before the group's life had nothing archived in it: as before
+    html = (
+        client_as("alice")
+        .get(f"/groups/{g.pk}/?start=2026-03-09T00:00:00&end=2026-03-09T01:00:00")
+        .content.decode()
+    )
+    assert "No phase ran in this window." in html
+
+
+@pytest.mark.django_db
+def test_a_window_with_no_member_drawn_does_not_say_one_job_is_here(
+    world: Any, client_as: Any
+) -> None:
+    # a window after the group's last phase: no member is drawn (it said "one job here")
+    g, _, _ = interleaved(world)
+    html = (
+        client_as("alice")
+        .get(f"/groups/{g.pk}/?start=2026-03-10T00:50:00&end=2026-03-10T01:00:00")
+        .content.decode()
+    )
+    assert "No phase ran in this window." in html
+    assert "one job here" not in html
+
+
+@pytest.mark.django_db
 def test_a_window_with_no_phase_says_so(world: Any, client_as: Any) -> None:
     g, a, _ = interleaved(world)
     html = (

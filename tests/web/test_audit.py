@@ -91,6 +91,17 @@ def test_a_reversed_range_is_refused_on_until(client_as, history):
     assert client_as("admin").get("/audit/?since=2026-11-01&until=2026-11-01").status_code == 200
 
 
+def test_the_calendars_first_and_last_days_are_a_valid_range(client_as, history):
+    # a bare `until` includes its whole day: 9999-12-31 has no next midnight (was a 500)
+    query = "since=0001-01-01&until=9999-12-31"
+    resp = client_as("admin").get(f"/audit/?{query}")
+    assert resp.status_code == 200 and 'data-action="price.change"' in resp.content.decode()
+    api = APIClient()
+    api.force_authenticate(history.admin)
+    resp = api.get(f"/api/v1/audit/?{query}")
+    assert resp.status_code == 200 and resp.json()["count"] == AuditEntry.objects.count()
+
+
 def test_page_paginates(client_as, world):
     for i in range(120):
         audit_record(actor=world.admin, action="test.bulk", object_type="x", object_id=str(i))

@@ -243,6 +243,12 @@ def test_the_share_table_shows_nominal_borrowed_and_share(world, client_as, api_
         ("speech", "H800", 0),
     }
     assert "/fair-share/" in client_as("alice").get("/quotas/").content.decode()
+    # the quotas page loads the card (htmx); its link, followed without JavaScript, is a
+    # page with the site's navigation (it was the bare card, unstyled)
+    assert "<title>Fair share · RollMux</title>" in html and 'aria-label="Main"' in html
+    card = client_as("alice").get("/fair-share/", HTTP_HX_REQUEST="true").content.decode()
+    assert card.startswith('<div id="fair-share-card">') and "<title>" not in card
+    assert '<td class="num" data-col="borrowed">8</td>' in card
 
 
 def test_metrics_export_share_borrowed_and_preemptions(client, world):

@@ -80,6 +80,8 @@ def test_groups_show_other_tenants_members_without_identity(api_as: Any, shared:
     hidden = [m for m in members if m["hidden"]]
     assert [m["name"] for m in visible] == ["alice-grpo"]
     assert len(hidden) == 1 and "name" not in hidden[0] and "job" not in hidden[0]
+    # no times either: not a `left_at: null` ("still here") beside `active`
+    assert "joined_at" not in hidden[0] and "left_at" not in hidden[0]
     assert hidden[0]["rollout_nodes"] == ["h20-1"]
     assert "charlie-secret" not in r.content.decode()
     group = r.json()["results"][0]

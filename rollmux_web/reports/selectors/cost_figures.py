@@ -142,8 +142,8 @@ class CostLine(Rounded):
 
     `stage` is "profile" for the job's profiling run (its own group, issue 13) and "run"
     for its production run. `exact` holds the unrounded amounts; busy_cost and idle_cost
-    are the billed cents (the total's cents handed out by largest remainder, see
-    bill_lines); the counterfactuals are the exact ones rounded once.
+    are the billed cents (its tenant's running remainder, see bill_lines); the
+    counterfactuals are the exact ones rounded once.
     """
 
     tenant_id: int

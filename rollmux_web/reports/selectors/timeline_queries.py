@@ -30,7 +30,14 @@ from rollmux_web.reports.timeline import (
     drawn_width,
 )
 from rollmux_web.workflow.access import group_get_for_user, group_member_refs, job_get_for_user
-from rollmux_web.workflow.models import ExecutionGroup, NodeAllocation, PhaseRecord, Strategy
+from rollmux_web.workflow.models import (
+    ArchivedJob,
+    ExecutionGroup,
+    NodeAllocation,
+    PhaseRecord,
+    Placement,
+    Strategy,
+)
 
 
 def group_window(
@@ -228,6 +235,13 @@ def group_timeline(
         alloc_by_node[name].append((a, b))
     rows, pre, sums = _group_phase_rows(group.pk, t0, t1, width)
     labels, masked = group_labels(user, group)
+    # a member present in the window whose phases were archived: its busy time is gone
+    # from the rows, so the allocations alone would read as idle (100% bubble)
+    archived = (
+        Placement.objects.filter(group=group, created_at__lt=t1, job__archive__isnull=False)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=t0))
+        .exists()
+    )
     return build_timeline(
         title=f"Group {group.pk}",
         rows=rows,
@@ -244,6 +258,7 @@ def group_timeline(
         live=window_is_live(group.released_at is None, t1, now_),
         with_headline=True,
         delays=report_delays(Q(group_id=group.pk), t0, t1),
+        archived=archived,
     )
 
 
@@ -276,6 +291,7 @@ def job_timeline(
         live=window_is_live(not job.is_terminal, t1, now_),
         with_headline=False,
         delays=report_delays(Q(job_id=job.pk), t0, t1),
+        archived=not rows and ArchivedJob.objects.filter(job_id=job.pk).exists(),
     )
 
 
