@@ -31,6 +31,7 @@ The model (decisions where the paper is silent are [I]):
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -49,11 +50,38 @@ class LongTailModel:
     length_sigma: float = 0.4
 
     def tail_start_fractions(self, job: JobProfile, seed: int) -> list[float]:
-        """Return, per iteration, tau / T: when the rollout turns tail-bound."""
+        """Return, per iteration, tau / T: when the rollout turns tail-bound.
+
+        The lengths of iteration i are `rng.lognormal(0, sigma, responses)` (row i), and
+        tau / T their `threshold` quantile (numpy's default, linear) over their maximum.
+        Computed without the lognormal matrix: numpy draws a log-normal as
+        exp(0 + sigma x z) of the standard normal z it would draw in its place, and exp
+        keeps the order, so the order statistics the quantile and the maximum read are
+        exp of the normals' (a partition of the normals finds them); math.exp is the C
+        library's exp numpy calls. The same floats as `np.quantile(lengths, threshold,
+        axis=1) / lengths.max(axis=1)` to the last bit (tests/scheduler/test_sim_longtail.py),
+        at a third of the cost: it was 4% of the simulator at 2,100 jobs.
+        """
         rng = np.random.default_rng([seed, zlib.crc32(job.id.encode("utf-8")), 7])
-        lengths = rng.lognormal(0.0, self.length_sigma, size=(job.iterations, self.responses))
-        fractions = np.quantile(lengths, self.threshold, axis=1) / lengths.max(axis=1)
-        return [float(x) for x in fractions]
+        n = self.responses
+        if n < 2:  # one response: it is the slowest, tau = T
+            return [1.0] * job.iterations
+        normals = rng.standard_normal(size=(job.iterations, n))
+        # numpy's linear quantile: the virtual index (n - 1) q, between order statistics
+        # lo and lo + 1 at weight gamma, interpolated as its `_lerp` does
+        virtual = (n - 1) * self.threshold
+        lo = min(math.floor(virtual), n - 2)
+        gamma = virtual - lo
+        kth = sorted({lo, lo + 1, n - 1})
+        normals.partition(kth, axis=1)
+        sigma, exp = self.length_sigma, math.exp
+        out: list[float] = []
+        for below, above, top in normals[:, [lo, lo + 1, n - 1]].tolist():
+            a, b = exp(0.0 + sigma * below), exp(0.0 + sigma * above)
+            step = b - a
+            q = b - step * (1 - gamma) if gamma >= 0.5 else a + step * gamma
+            out.append(q / exp(0.0 + sigma * top))
+        return out
 
     def release_s(self, start_s: float, tail_start_s: float, end_s: float) -> float:
         """Return when the rollout's nodes are free for the next rollout (node time)."""
