@@ -60,7 +60,7 @@ class LongTailModel:
         exp of the normals' (a partition of the normals finds them); math.exp is the C
         library's exp numpy calls. The same floats as `np.quantile(lengths, threshold,
         axis=1) / lengths.max(axis=1)` to the last bit (tests/scheduler/test_sim_longtail.py),
-        at a third of the cost: it was 4% of the simulator at 2,100 jobs.
+        at half the cost: it was 4% of the simulator at 2,100 jobs.
         """
         rng = np.random.default_rng([seed, zlib.crc32(job.id.encode("utf-8")), 7])
         n = self.responses
@@ -72,16 +72,20 @@ class LongTailModel:
         virtual = (n - 1) * self.threshold
         lo = min(math.floor(virtual), n - 2)
         gamma = virtual - lo
-        kth = sorted({lo, lo + 1, n - 1})
-        normals.partition(kth, axis=1)
-        sigma, exp = self.length_sigma, math.exp
-        out: list[float] = []
-        for below, above, top in normals[:, [lo, lo + 1, n - 1]].tolist():
-            a, b = exp(0.0 + sigma * below), exp(0.0 + sigma * above)
-            step = b - a
-            q = b - step * (1 - gamma) if gamma >= 0.5 else a + step * gamma
-            out.append(q / exp(0.0 + sigma * top))
-        return out
+        # one partition at lo: the order statistic above it is the least of the rest,
+        # the maximum their greatest (a partition at three places cost 4x as much)
+        normals.partition(lo, axis=1)
+        rest = normals[:, lo + 1 :]
+        # exp of the three order statistics a row, by the C library's exp (numpy's own
+        # vectorised exp differs from it in the last bit); the rest elementwise
+        below, above, top = (
+            np.fromiter(map(math.exp, (0.0 + self.length_sigma * col).tolist()), float)
+            for col in (normals[:, lo], rest.min(axis=1), rest.max(axis=1))
+        )
+        step = above - below
+        q = above - step * (1 - gamma) if gamma >= 0.5 else below + step * gamma
+        fractions: list[float] = (q / top).tolist()
+        return fractions
 
     def release_s(self, start_s: float, tail_start_s: float, end_s: float) -> float:
         """Return when the rollout's nodes are free for the next rollout (node time)."""
