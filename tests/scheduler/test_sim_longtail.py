@@ -95,4 +95,4 @@ def test_the_tail_start_fractions_are_numpys_quantile_of_the_lognormal_lengths_t
         rng = np.random.default_rng([seed, zlib.crc32(job_id.encode("utf-8")), 7])
         lengths = rng.lognormal(0.0, sigma, size=(iterations, responses))
         expected = np.quantile(lengths, threshold, axis=1) / lengths.max(axis=1)
-        assert model.tail_start_fractions(job, seed) == [float(x) for x in expected]
+        assert list(model.tail_start_fractions(job, seed)) == [float(x) for x in expected]
