@@ -127,6 +127,10 @@ class PhaseStart:
 # simulator starts phases at every event and makes no object for each)
 RawPhaseStart = tuple[str, PhaseKind, int, tuple[str, ...], bool, bool, int, bool]
 
+# A running phase as the runtime keeps it: `PendingPhase`'s fields after its job id, a plain
+# tuple (one is made at every phase start; `running()` makes the records when asked)
+_Run = tuple[PhaseKind, int, tuple[str, ...], int]
+
 
 @dataclass(frozen=True, init=False)
 class PendingPhase:
@@ -301,7 +305,7 @@ class GroupRuntime:
         self.group_id = group_id
         self.switch_overhead_s = switch_overhead_s
         self._members: dict[str, _MemberState] = {}
-        self._running: dict[str, PendingPhase] = {}
+        self._running: dict[str, _Run] = {}  # job -> its running phase
         self._busy: dict[str, str] = {}  # node -> job running on it
         self._last: dict[str, str] = {}  # node -> job that ran on it last
         self._seq = 0
@@ -379,20 +383,21 @@ class GroupRuntime:
         # served one after the other, each until its head cannot start.
         # A member's turn on the rollout pool is its weight sync (when it has one due)
         # then its rollout: both are the head's phases of that pool.
+        # (The head's nodes on the pool are read as fields, not through `nodes`: this
+        # runs at every phase event.)
         for kind in (PhaseKind.ROLLOUT, PhaseKind.TRAIN):
-            while True:
-                if kind in heads:
-                    head = heads[kind]
-                else:
-                    head = heads[kind] = self._pool_head(kind)
-                if head is None or head.running:
-                    break  # nothing left, or the head's phase is running: the pool waits
+            on_train = kind is PhaseKind.TRAIN
+            head = heads[kind] if kind in heads else heads.setdefault(kind, self._pool_head(kind))
+            # nothing left, or the head's phase is running: the pool waits
+            while head is not None and not head.running:
                 phase = head.kind
-                if phase is not kind and (phase is not PhaseKind.SYNC or kind is PhaseKind.TRAIN):
+                if phase is not kind and (phase is not PhaseKind.SYNC or on_train):
                     break  # the head's phase on this pool is not ready yet
-                if not busy.keys().isdisjoint(head.nodes(kind)):
+                if not busy.keys().isdisjoint(head.train_nodes if on_train else head.roll_nodes):
                     break
                 started.append(self._start(head))
+                # it moved its pool's head (its own key): the next one is found now
+                head = heads[kind] = self._pool_head(kind)
         return started
 
     def finish(self, job_id: str, kind: PhaseKind) -> FinishResult:
@@ -401,12 +406,13 @@ class GroupRuntime:
         s = self._members.get(job_id)
         done = self.end_phase(job_id, kind)
         assert run is not None  # (end_phase raised otherwise)
+        _kind, iteration, nodes, _round = run
         if s is None:
-            return FinishResult(job_id, kind, run.iteration, run.nodes, removed=True)
+            return FinishResult(job_id, kind, iteration, nodes, removed=True)
         if done:
-            return FinishResult(job_id, kind, run.iteration, run.nodes, done=True)
+            return FinishResult(job_id, kind, iteration, nodes, done=True)
         return FinishResult(
-            job_id, kind, run.iteration, run.nodes, next_kind=s.kind, next_iteration=s.iteration
+            job_id, kind, iteration, nodes, next_kind=s.kind, next_iteration=s.iteration
         )
 
     def end_phase(self, job_id: str, kind: PhaseKind) -> bool:
@@ -414,11 +420,11 @@ class GroupRuntime:
         every phase event: it makes no `FinishResult`): True when the job finished its
         last iteration and left the group."""
         run = self._running.get(job_id)
-        if run is None or run.kind is not kind:
+        if run is None or run[0] is not kind:
             raise ValueError(f"job {job_id!r} has no running {kind.value} phase")
         del self._running[job_id]
         busy = self._busy
-        for x in run.nodes:
+        for x in run[2]:
             busy.pop(x, None)
         s = self._members.get(job_id)
         if s is None:
@@ -451,18 +457,18 @@ class GroupRuntime:
         none would be left (the tail needs a node to run on): a replayed event is refused.
         """
         run = self._running.get(job_id)
-        if run is None or run.kind is not PhaseKind.ROLLOUT:
+        if run is None or run[0] is not PhaseKind.ROLLOUT:
             raise ValueError(f"job {job_id!r} runs no rollout")
         freed = set(nodes)
-        kept = tuple(x for x in run.nodes if x not in freed)
-        if not freed or not freed <= set(run.nodes) or not kept:
+        kept = tuple(x for x in run[2] if x not in freed)
+        if not freed or not freed <= set(run[2]) or not kept:
             raise ValueError(
-                f"job {job_id!r}'s rollout on {', '.join(run.nodes)} cannot free"
+                f"job {job_id!r}'s rollout on {', '.join(run[2])} cannot free"
                 f" {', '.join(sorted(freed)) or 'no node'} and keep a node for its tail"
             )
         for x in freed:
             self._busy.pop(x, None)
-        self._running[job_id] = replace(run, nodes=kept)
+        self._running[job_id] = (run[0], run[1], kept, run[3])
         return kept
 
     def tail_nodes(self, job_id: str) -> tuple[str, ...]:
@@ -473,15 +479,15 @@ class GroupRuntime:
         rollouts hold training nodes: migration is H20 to H20 only)."""
         run = self._running.get(job_id)
         s = self._members.get(job_id)
-        if run is None or s is None or run.kind is not PhaseKind.ROLLOUT:
+        if run is None or s is None or run[0] is not PhaseKind.ROLLOUT:
             return ()
         if not s.member.rollout_nodes:
             return ()
         head = self._pool_head(PhaseKind.ROLLOUT)
         if head is None or head.job_id == job_id or not head.member.rollout_nodes:
             return ()
-        wanted = set(head.member.rollout_nodes) & set(run.nodes)
-        if not wanted or wanted == set(run.nodes):
+        wanted = set(head.member.rollout_nodes) & set(run[2])
+        if not wanted or wanted == set(run[2]):
             return ()
         return tuple(sorted(wanted))
 
@@ -549,7 +555,7 @@ class GroupRuntime:
 
     def running(self) -> tuple[PendingPhase, ...]:
         """Return the phases running now."""
-        return tuple(self._running.values())
+        return tuple(PendingPhase(job_id, *run) for job_id, run in self._running.items())
 
     def queued(self) -> tuple[PendingPhase, ...]:
         """Return the phases ready to run and waiting, in the order they will start per pool."""
@@ -602,7 +608,7 @@ class GroupRuntime:
                     "nodes": list(r.nodes),
                     "meta_iteration": r.meta_iteration,
                 }
-                for r in self._running.values()
+                for r in self.running()
             ],
             "last": dict(self._last),
         }
@@ -635,7 +641,7 @@ class GroupRuntime:
                 tuple(str(x) for x in e["nodes"]),
                 int(e.get("meta_iteration", 0)),
             )
-            rt._running[r.job_id] = r
+            rt._running[r.job_id] = (r.kind, r.iteration, r.nodes, r.meta_iteration)
             for x in r.nodes:
                 rt._busy[x] = r.job_id
         rt._last = {str(k): str(v) for k, v in d["last"].items()}
@@ -654,13 +660,14 @@ class GroupRuntime:
         best = 0
         head: _MemberState | None = None
         for s in self._members.values():
+            r = s.roll_round if is_roll else s.train_round
+            if head is not None and r >= best:
+                continue  # it cannot come first (a tie keeps the earlier member)
             if s.iteration + 1 >= s.iterations and (
                 (s.kind is kind and s.running) or (s.kind is not kind and is_roll)
             ):
                 continue  # no phase of this kind left to start
-            r = s.roll_round if is_roll else s.train_round
-            if head is None or r < best:
-                best, head = r, s
+            best, head = r, s
         return head
 
     def _start(self, s: _MemberState) -> RawPhaseStart:
@@ -692,9 +699,8 @@ class GroupRuntime:
         first_on_pool = pool not in s.started_pools
         s.started = True
         s.started_pools.add(pool)
-        s.running = True
-        self._heads.pop(PhaseKind.TRAIN if is_train else PhaseKind.ROLLOUT, None)
+        s.running = True  # (its pool's head is found again by `start_ready_raw`)
         if is_roll and (self._round is None or rnd > self._round):
             self._round = rnd
-        self._running[job_id] = PendingPhase(job_id, kind, s.iteration, nodes, rnd)
+        self._running[job_id] = (kind, s.iteration, nodes, rnd)
         return (job_id, kind, s.iteration, nodes, switch, cold, rnd, first_on_pool)

@@ -326,10 +326,12 @@ class Simulation:
             return
         # (locals: this runs at every phase event)
         long_tail = self.policy.long_tail
+        record_phases, seq = self.record_phases, self.seq
         jobs, node_pool, free_at, busy_s = self.jobs, self.node_pool, self.node_free_at, self.busy_s
         allocated, heap, now = self.allocated_since, self.heap, self.now
         switch_s, rollout_factor = self.spec.switch_overhead_s, self.rollout_factor
         restart_due, tail_end = self.restart_due, self.tail_end
+        shares, group = self._shares, None
         busy_after = now + EPS
         for job_id, kind, index, nodes, switch, _cold, _round, _first in starts:
             record = jobs[job_id]
@@ -340,11 +342,15 @@ class Simulation:
                 pool = node_pool[nodes[0]]
                 # on the training type (co-located) a rollout takes f x its time
                 duration = drawn = record.roll[index] * rollout_factor[pool]
-                migrates = (
-                    long_tail is not None
-                    and pool is Pool.ROLLOUT
-                    and self._shares_rollout_nodes(group_id, job_id, nodes)
-                )
+                if long_tail is not None and pool is Pool.ROLLOUT:
+                    # `_shares_rollout_nodes`'s kept answer, read here (every rollout)
+                    if group is None:
+                        group = self._group(group_id)
+                    seen = shares.get((job_id, nodes))
+                    if seen is not None and seen[0] is group:
+                        migrates = seen[1]
+                    else:
+                        migrates = self._shares_rollout_nodes(group_id, job_id, nodes)
             elif kind is PhaseKind.TRAIN:
                 duration = drawn = record.train[index]
                 if tail_end:
@@ -380,11 +386,12 @@ class Simulation:
                     raise SimulationError(f"node {node} runs a phase but is not allocated")
                 free_at[node] = release
                 busy_s[node] = busy_s.get(node, 0.0) + held
-            if self.record_phases:
+            if record_phases:
                 phase = (job_id, kind, index, tuple(nodes), start_s, end, switch)
                 self.phases.append(PhaseRecord(*phase, restart, release))
-            self.seq += 1
-            heapq.heappush(heap, (release, PHASE_END, self.seq, job_id, kind, group_id))
+            seq += 1
+            heapq.heappush(heap, (release, PHASE_END, seq, job_id, kind, group_id))
+        self.seq = seq
 
     def _progress(self) -> LiveProgress:
         return LiveProgress(self.jobs)
@@ -392,6 +399,11 @@ class Simulation:
     def _phase_end(self, job_id: str, kind: PhaseKind, group_id: str) -> None:
         done = self.runtimes[group_id].end_phase(job_id, kind)
         self.done_phases += 1
+        if kind is not PhaseKind.TRAIN and not done and self.progress is None:
+            # a rollout or a sync: not an iteration boundary, nothing to decide or count
+            # (the path of two phase events in three, kept short)
+            self._start_ready(group_id)
+            return
         record = self.jobs[job_id]
         if kind is PhaseKind.TRAIN:
             i = record.iterations_done

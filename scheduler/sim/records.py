@@ -57,7 +57,7 @@ class JobRecord:
     predicted_slowdown: float | None = None
     retries: int = 0
     iterations_done: int = 0
-    tail_fractions: list[float] | None = None  # long-tail model: tau / T per iteration
+    tail_fractions: Sequence[float] | None = None  # long-tail model: tau / T per iteration
     moves: int = 0
     restart_s: float = 0.0  # seconds of restarts its moves cost it
     drift: str = "none"  # its drift template (scheduler.sim.drift)
