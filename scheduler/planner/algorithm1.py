@@ -37,7 +37,7 @@ import numpy as np
 
 from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
-from scheduler.planner.index import GroupBounds, GroupSummary
+from scheduler.planner.index import TRAIN_MEM_RANKS, GroupBounds, GroupSummary
 from scheduler.planner.memo import cached, keeping, peek
 from scheduler.slo import (
     DEFAULT_SLO_MARGIN,
@@ -215,6 +215,10 @@ class Request:
     # the state's summaries' cheap bounds as arrays (PlannerIndex's `group_bounds`), for
     # `candidates` to skip the groups they rule out in one pass; None: checked one by one
     bounds: GroupBounds | None = None
+    # the largest host memory of a training node of the state (NodeIndex's `biggest_mem`),
+    # for `candidates` to skip the groups whose training nodes cannot all have room for
+    # the job; None: not checked up front
+    train_mem_max: float | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -652,6 +656,18 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
         keep &= np.maximum(cycle, least) * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n <= (
             slo_solo + EPS
         )
+        # ... and group_context's step 1 (members, size, training nodes, rollout nodes,
+        # saturation), the same comparisons of the same numbers
+        keep &= (b.takes > 0.0) & (b.size < req.max_group_size) & (b.n_train >= req.n_train)
+        if req.prune_saturated:
+            keep &= b.saturated == 0.0
+        if req.train_mem_max is not None and req.n_train >= 1:
+            # ... and its step 3's room (`_with_room`): the job needs n_train training nodes
+            # each with `pinned + its memory <= the node's + EPS`, so the n_train-th least
+            # pinned (the `TRAIN_MEM_RANKS`-th for more) must fit the largest node so
+            # (sums and comparisons round monotonically): a group past that has none
+            k = min(req.n_train, TRAIN_MEM_RANKS)
+            keep &= b.train_mem(k) + job.host_mem_gb <= req.train_mem_max + EPS
         if req.n_train >= 1:
             # ... and `switched_bound`, whichever training nodes the job gets
             switched = switched_floor(req, b)

@@ -136,17 +136,26 @@ def summarise(group: Group) -> GroupSummary:
 _NONE = (float("-inf"), float("-inf"))  # (`GroupSummary.switching` of a node no one uses)
 
 
+# `GroupBounds.train_mem`'s ranks, and its rows
+TRAIN_MEM_RANKS = 4
+ROWS = 10 + TRAIN_MEM_RANKS
+
+
 @dataclass(frozen=True)
 class GroupBounds:
     """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
     one row each (T_cycle, tolerance, the least-loaded training node's load, the
     least-loaded rollout node's: infinite without one; `GroupSummary.train_solo_floor`,
-    and `trains_used` as 1 or 0), one column per summary, aligned with
-    `PlannerIndex.summaries`: one vectorised pass answers which
-    groups may take a job at all (at 2,000 live jobs a loop over the groups per decision
-    was the planner's hot spot)."""
+    and `trains_used` as 1 or 0), then what `group_context`'s first steps read (whether
+    the group may take anyone at all: members and rollout nodes, 1 or 0; its members; its
+    training nodes; whether it is saturated, 1 or 0; and the k-th least host memory
+    pinned on its training nodes for k = 1..`TRAIN_MEM_RANKS`, infinite past its
+    training nodes), one column per summary, aligned with `PlannerIndex.summaries`: one
+    vectorised pass answers which groups may take a job at all (at 2,000 live jobs a loop
+    over the groups per decision was the planner's hot spot; most groups it then looked
+    at had no training node with room for the job)."""
 
-    rows: np.ndarray  # shape (6, groups)
+    rows: np.ndarray  # shape (ROWS, groups)
 
     @property
     def t_cycle(self) -> np.ndarray:
@@ -178,16 +187,51 @@ class GroupBounds:
         row: np.ndarray = self.rows[5]
         return row
 
+    @property
+    def takes(self) -> np.ndarray:
+        """1 where the group may take anyone (members, rollout nodes), else 0."""
+        row: np.ndarray = self.rows[6]
+        return row
+
+    @property
+    def size(self) -> np.ndarray:
+        row: np.ndarray = self.rows[7]
+        return row
+
+    @property
+    def n_train(self) -> np.ndarray:
+        row: np.ndarray = self.rows[8]
+        return row
+
+    @property
+    def saturated(self) -> np.ndarray:
+        """1 where T_load >= T_cycle (line 4), else 0."""
+        row: np.ndarray = self.rows[9]
+        return row
+
+    def train_mem(self, k: int) -> np.ndarray:
+        """The k-th least host memory pinned on a group's training nodes (1 <= k <=
+        `TRAIN_MEM_RANKS`; infinite where the group has fewer)."""
+        row: np.ndarray = self.rows[9 + k]
+        return row
+
     @staticmethod
-    def _column(s: GroupSummary) -> tuple[float, float, float, float, float, float]:
+    def _column(s: GroupSummary) -> tuple[float, ...]:
         least = s.load[s.rollout_by_load[0]] if s.rollout_by_load else float("inf")
         used = 1.0 if s.trains_used else 0.0
-        return (s.t_cycle, s.tolerance, s.min_train_load, least, s.train_solo_floor, used)
+        takes = 1.0 if s.size and s.group.rollout_nodes else 0.0
+        saturated = 1.0 if s.t_load >= s.t_cycle else 0.0
+        mem = sorted(s.mem.get(x, 0.0) for x in s.group.train_nodes)[:TRAIN_MEM_RANKS]
+        mem += [float("inf")] * (TRAIN_MEM_RANKS - len(mem))
+        return (
+            s.t_cycle, s.tolerance, s.min_train_load, least, s.train_solo_floor, used,
+            takes, float(s.size), float(s.n_train), saturated, *mem,
+        )  # fmt: skip
 
     @classmethod
     def of(cls, summaries: tuple[GroupSummary, ...]) -> GroupBounds:
         """Return the bounds of `summaries` (a pass over them)."""
-        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 6)
+        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, ROWS)
         return cls(np.ascontiguousarray(rows.T))
 
     def replaced(self, i: int, s: GroupSummary) -> GroupBounds:

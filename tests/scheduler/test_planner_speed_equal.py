@@ -532,3 +532,57 @@ def test_the_first_checks_of_a_few_groups_are_those_of_every_group_there() -> No
             assert joinable.passes_any(member, asked) == bool(every[at].any())
             seen.add(bool(every[at].any()))
     assert seen == {True, False}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_vectorised_first_steps_leave_the_candidates_of_the_loop(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `candidates` drops up front, in one vectorised pass, the groups `group_context`'s
+    # step 1 (members, size, training nodes, rollout nodes, saturation) and step 3's room
+    # (`GroupBounds.train_mem` against the largest training node) would refuse: the same
+    # candidates as the loop over every group, asking `group_context` about fewer; a
+    # training node cordoned or with less host memory only makes room scarcer
+    rng = random.Random(seed)
+    big = replace(
+        SPEC, rollout=replace(SPEC.rollout, nodes=80), train=replace(SPEC.train, nodes=80)
+    )
+    jobs = [
+        replace(j, train_gpus=8 * rng.choice((1, 1, 2, 3)), slo=rng.choice((1.5, 2.0, 3.0)))
+        for j in random_jobs(rng, 40)
+    ]
+    state = packed(big, jobs)
+    small = {x for g in state.groups for x in g.train_nodes[:1] if rng.random() < 0.3}
+    nodes = tuple(replace(n, host_mem_gb=1500.0) if n.name in small else n for n in state.nodes)
+    state = replace(state, nodes=nodes, planner_index=None)
+    index = planner_index(state)
+    asked: list[int] = []
+    real_context = algorithm1.group_context
+
+    def context(req: Request, s: GroupSummary, order: int) -> algorithm1.GroupContext | None:
+        asked.append(order)
+        return real_context(req, s, order)
+
+    monkeypatch.setattr(algorithm1, "group_context", context)
+    spared = by_room = fit = 0
+    for prune in (False, True):
+        for j in random_jobs(random.Random(seed + 300), 30):
+            j = replace(j, id=f"new-{j.id}", train_gpus=8 * rng.choice((1, 2, 3, 5)))
+            plain = _request(
+                j, state, index, max_group_size=3, prune_saturated=prune, adm=ALGORITHM1.admission
+            )
+            loop = replace(plain, bounds=None, pools=_pools(plain))
+            asked.clear()
+            kept = candidates(loop, index.summaries)
+            looped = len(asked)
+            fast = replace(plain, bounds=GroupBounds.of(index.summaries), pools=_pools(plain))
+            asked.clear()
+            assert candidates(fast, index.summaries) == kept
+            spared += looped - len(asked)
+            quick = len(asked)
+            roomless = replace(fast, train_mem_max=None, pools=_pools(plain))
+            asked.clear()
+            assert candidates(roomless, index.summaries) == kept
+            by_room += len(asked) - quick
+            fit += len(kept)
+    assert spared > 0 and by_room > 0 and fit > 0
