@@ -303,7 +303,8 @@ class PlannerIndex:
     # carried to the child states by the transitions)
     bounds: GroupBounds | None = None
     # each group's position in `summaries` by group id (`group_position`: built on first use,
-    # then carried to the child states by `apply_placement`)
+    # then carried to the child states by `apply_placement`, and by `remove_job` when the
+    # group keeps members)
     positions: Mapping[str, int] | None = None
     # how many groups have no rollout nodes (co-located: `colocated_groups`, built on first
     # use, then carried to the child states by the transitions)

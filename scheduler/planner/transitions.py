@@ -246,10 +246,12 @@ def remove_job(
         groups=groups,
         node_index=nodes,
         summaries=tuple(summaries),
-        taken=index.taken - set(released),
+        taken=index.taken - set(released) if released else index.taken,
         job_ids=index.job_ids - {job_id},
         free=free,
         bounds=bounds,
+        # a group that keeps members keeps its place, and so does every other group
+        positions=index.positions if group is not None else None,
         colocated=None if index.colocated is None else index.colocated + colocated_change(g, group),
     )
     return replace(state, groups=groups, planner_index=child_index), released

@@ -11,7 +11,7 @@ import pytest
 from scheduler.cluster import empty_state
 from scheduler.model import ClusterState, PlacementStatus, Pool
 from scheduler.planner import apply_placement, build_index, place, planner_index, remove_job
-from scheduler.planner.index import colocated_groups
+from scheduler.planner.index import colocated_groups, group_position
 from scheduler.planner.transitions import with_nodes_returned
 from tests.scheduler.builders import cluster_spec, job
 
@@ -148,3 +148,25 @@ def test_the_count_of_co_located_groups_is_carried_through_placements_and_remova
         shared = max(shared, sum(1 for g in state.groups if g.rollout_nodes))
     assert max(counts) >= 3 and shared >= 2  # both kinds of group were placed
     assert any(b < a for a, b in zip(counts, counts[1:], strict=False))  # and one removed
+
+
+def test_a_removal_carries_the_groups_positions_while_its_group_keeps_members() -> None:
+    # remove_job hands on the positions by id when the group stays (every group keeps its
+    # place); a group that closes shifts the later ones, and the positions are found again
+    state = built(10)
+    multi = [g for g in state.groups if len(g.members) > 1]
+    assert multi and any(len(g.members) == 1 for g in state.groups)
+    carried = 0
+    for _ in range(9):
+        index = planner_index(state)
+        if index.positions is None:
+            group_position(index, state.groups[0].id)  # (built on first use)
+        g = next((g for g in state.groups if len(g.members) > 1), state.groups[-1])
+        state, _ = remove_job(state, g.members[0].job.id)
+        got = planner_index(state).positions
+        carried += got is not None
+        assert {x.id: group_position(planner_index(state), x.id) for x in state.groups} == {
+            x.id: k for k, x in enumerate(state.groups)
+        }
+        assert got is None or got == {x.id: k for k, x in enumerate(state.groups)}
+    assert carried > 0
