@@ -23,6 +23,7 @@ one of them is kept. There is no module-level cache.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -138,7 +139,7 @@ _NONE = (float("-inf"), float("-inf"))  # (`GroupSummary.switching` of a node no
 
 # `GroupBounds.train_mem`'s ranks, and its rows
 TRAIN_MEM_RANKS = 4
-ROWS = 10 + TRAIN_MEM_RANKS
+ROWS = 11 + TRAIN_MEM_RANKS
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,9 @@ class GroupBounds:
     least-loaded rollout node's: infinite without one; `GroupSummary.train_solo_floor`,
     and `trains_used` as 1 or 0), then what `group_context`'s first steps read (whether
     the group may take anyone at all: members and rollout nodes, 1 or 0; its members; its
-    training nodes; whether it is saturated, 1 or 0; and the k-th least host memory
-    pinned on its training nodes for k = 1..`TRAIN_MEM_RANKS`, infinite past its
-    training nodes), one column per summary, aligned with `PlannerIndex.summaries`: one
+    training nodes; whether it is saturated, 1 or 0; its members' time_scale, NaN for
+    None; and the k-th least host memory pinned on its training nodes for k =
+    1..`TRAIN_MEM_RANKS`, infinite past its training nodes), one column per summary, aligned with `PlannerIndex.summaries`: one
     vectorised pass answers which groups may take a job at all (at 2,000 live jobs a loop
     over the groups per decision was the planner's hot spot; most groups it then looked
     at had no training node with room for the job)."""
@@ -209,10 +210,16 @@ class GroupBounds:
         row: np.ndarray = self.rows[9]
         return row
 
+    @property
+    def time_scale(self) -> np.ndarray:
+        """The members' common time_scale (NaN: None, the group admits no one)."""
+        row: np.ndarray = self.rows[10]
+        return row
+
     def train_mem(self, k: int) -> np.ndarray:
         """The k-th least host memory pinned on a group's training nodes (1 <= k <=
         `TRAIN_MEM_RANKS`; infinite where the group has fewer)."""
-        row: np.ndarray = self.rows[9 + k]
+        row: np.ndarray = self.rows[10 + k]
         return row
 
     @staticmethod
@@ -221,11 +228,12 @@ class GroupBounds:
         used = 1.0 if s.trains_used else 0.0
         takes = 1.0 if s.size and s.group.rollout_nodes else 0.0
         saturated = 1.0 if s.t_load >= s.t_cycle else 0.0
+        scale = math.nan if s.time_scale is None else s.time_scale
         mem = sorted(s.mem.get(x, 0.0) for x in s.group.train_nodes)[:TRAIN_MEM_RANKS]
         mem += [float("inf")] * (TRAIN_MEM_RANKS - len(mem))
         return (
             s.t_cycle, s.tolerance, s.min_train_load, least, s.train_solo_floor, used,
-            takes, float(s.size), float(s.n_train), saturated, *mem,
+            takes, float(s.size), float(s.n_train), saturated, scale, *mem,
         )  # fmt: skip
 
     @classmethod

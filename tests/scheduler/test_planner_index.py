@@ -6,12 +6,13 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from scheduler.cluster import empty_state
 from scheduler.model import ClusterState, PlacementStatus, Pool
 from scheduler.planner import apply_placement, build_index, place, planner_index, remove_job
-from scheduler.planner.index import colocated_groups, group_position
+from scheduler.planner.index import GroupBounds, colocated_groups, group_bounds, group_position
 from scheduler.planner.transitions import with_nodes_returned
 from tests.scheduler.builders import cluster_spec, job
 
@@ -170,3 +171,27 @@ def test_a_removal_carries_the_groups_positions_while_its_group_keeps_members() 
         }
         assert got is None or got == {x.id: k for k, x in enumerate(state.groups)}
     assert carried > 0
+
+
+def test_the_group_bounds_carried_through_transitions_are_those_of_the_summaries() -> None:
+    # the transitions hand the child state the parent's `GroupBounds` with the changed
+    # group's column replaced, deleted or appended: equal, column by column (NaN: no
+    # time_scale), to the bounds built from the child's summaries
+    state = built(6)
+    group_bounds(planner_index(state))
+    rng = random.Random(3)
+    placed = [m.job.id for g in state.groups for m in g.members]
+    for i in range(24):
+        if i % 3 == 2 and placed:
+            state, _ = remove_job(state, placed.pop(rng.randrange(len(placed))))
+        else:
+            j = job(f"n{i}", 90 + 41 * (i % 4), 50 + 13 * (i % 5), slo=1.7, mem=500 + 300 * (i % 3))
+            res = place(j, state)
+            if res.placement is None:
+                continue
+            state = apply_placement(state, j, res.placement, group_id=f"n{i}")
+            placed.append(j.id)
+        index = planner_index(state)
+        assert index.bounds is not None  # carried, not built again
+        fresh = GroupBounds.of(index.summaries)
+        assert np.array_equal(index.bounds.rows, fresh.rows, equal_nan=True)

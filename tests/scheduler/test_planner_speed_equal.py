@@ -35,6 +35,7 @@ from scheduler.planner import (
     apply_placement,
     join_request,
     place,
+    remove_job,
 )
 from scheduler.planner import objective as objective_module
 from scheduler.planner.admissible import JoinFilter
@@ -586,3 +587,29 @@ def test_the_vectorised_first_steps_leave_the_candidates_of_the_loop(
             by_room += len(asked) - quick
             fit += len(kept)
     assert spared > 0 and by_room > 0 and fit > 0
+
+
+def test_the_join_filters_columns_are_every_groups_first_checks() -> None:
+    # JoinFilter reads its columns from the index's GroupBounds (carried by the
+    # transitions): the same numbers as each summary's row (`_row`), on a state built
+    # by placements and removals
+    rng = random.Random(4)
+    state = packed(SPEC, random_jobs(rng, 40))
+    for j in [m.job for g in state.groups for m in g.members][1::4]:
+        state, _ = remove_job(state, j.id)
+    oks = []
+    for config in (
+        PlannerConfig(),
+        PlannerConfig().with_(
+            admission__prune_saturated=not PlannerConfig().admission.prune_saturated
+        ),
+        PlannerConfig().with_(admission__max_group_size=2),
+    ):
+        joinable = JoinFilter(state, config)
+        rows = [joinable._row(s) for s in planner_index(state).summaries]
+        columns = joinable._columns()
+        for i, name in enumerate(("ok", "n_train", "t_cycle", "tolerance", "min_train", "scale")):
+            assert np.array_equal(columns[name], [r[i] for r in rows], equal_nan=True), name
+        oks += [r[0] for r in rows]
+    assert not all(oks) and any(oks)
+    assert any(s.t_load >= s.t_cycle for s in planner_index(state).summaries)  # saturated
