@@ -641,18 +641,34 @@ def place_with_partners(
     (`place`'s, for a caller that reads none).
     """
     cfg = config or PlannerConfig()
-    first = _place(
-        cfg, job, state, progress, colocated=colocated, with_slo_probability=with_slo_probability
-    )
-    if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
-        return ArrivalPlan(first)
-    if not colocated_groups(planner_index(state)):  # (no co-located job to move)
-        return ArrivalPlan(first)
-    alt = first
-    if first.strategy is not Strategy.NEW_GROUP:
-        alt = _place(
-            cfg, job, state, progress, colocated=False, with_slo_probability=with_slo_probability
+    # (one scope for the two decisions on `state`: a group's candidates read its expected
+    # cost again, and the second decision the first's; scheduler.planner.memo)
+    with evaluation_scope(progress):
+        first = _place(
+            cfg,
+            job,
+            state,
+            progress,
+            colocated=colocated,
+            with_slo_probability=with_slo_probability,
         )
+        if (
+            first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP)
+            or first.placement is None
+        ):
+            return ArrivalPlan(first)
+        if not colocated_groups(planner_index(state)):  # (no co-located job to move)
+            return ArrivalPlan(first)
+        alt = first
+        if first.strategy is not Strategy.NEW_GROUP:
+            alt = _place(
+                cfg,
+                job,
+                state,
+                progress,
+                colocated=False,
+                with_slo_probability=with_slo_probability,
+            )
     if alt.strategy is not Strategy.NEW_GROUP or alt.placement is None:
         return ArrivalPlan(first)
     gid = f"{job.id}:new"
