@@ -429,6 +429,169 @@ def rollout_scaling_candidates(req: Request, ctx: GroupContext) -> Iterator[Cand
         )
 
 
+# Entries a group's summary keeps of its joiners' options (`kept_options`).
+JOINER_OPTIONS_LIMIT = 256
+
+
+class JoinerKey:
+    """What `kept_options` reads of a decision's job and request but the job's iterations
+    and the state's nodes and free pools, as a key whose hash is computed once per
+    decision (every group of the decision is looked up with it)."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, req: Request) -> None:
+        self.value = (
+            profile_shape(req.job),
+            req.n_roll,
+            req.n_train,
+            req.switch_overhead_s,
+            req.max_group_size,
+            req.prune_saturated,
+        )
+        self._hash = hash(self.value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JoinerKey) and (self is other or self.value == other.value)
+
+
+class GroupOptions:
+    """What `group_context` and the two generators find in a group for a joiner, but what
+    reads its iterations: the lower bounds `ruled_out` is asked about (`firsts`: the
+    context's three; None when the group cannot take the joiner whatever its iterations),
+    the window, the training and rollout nodes chosen, and each candidate's nodes and lower
+    bound (`direct`: rollout nodes; `scaling`: new nodes and the group's nodes kept); with
+    the state's nodes of the group it read (`nodes`: their room and cordons)."""
+
+    __slots__ = ("direct", "firsts", "names", "nodes", "rooms", "scaling", "tolerance", "trains")
+
+    def __init__(self, s: GroupSummary, req: Request) -> None:
+        self.names = s.group.all_nodes
+        self.nodes = tuple([req.nodes.get(x) for x in self.names])
+        self.firsts: tuple[float, float, float] | None = None
+        self.tolerance = 0.0
+        self.trains: tuple[str, ...] = ()
+        self.rooms: list[str] = []
+        self.direct: list[tuple[tuple[str, ...], float]] = []
+        self.scaling: list[tuple[int, tuple[str, ...], float]] = []
+        job = req.job
+        solo = job.t_solo_max_s
+        t_train = job.t_train_max_s
+        # group_context's steps, in its order, each without `ruled_out` (asked on replay)
+        if not s.size or s.size >= req.max_group_size or s.n_train < req.n_train:
+            return
+        if not s.group.rollout_nodes:
+            return
+        if req.prune_saturated and s.t_load >= s.t_cycle:
+            return
+        tol = min(s.tolerance, job.slo * solo) + EPS
+        t_cycle = max(s.t_cycle, solo)
+        first = max(t_cycle, s.min_train_load + t_train)
+        trains = _with_room(s.train_by_load, s, job.host_mem_gb, req.nodes, req.n_train)
+        if len(trains) < req.n_train:
+            return
+        bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
+        switched = switched_bound(s, job, trains, req.switch_overhead_s)
+        if s.time_scale != job.time_scale:
+            return
+        self.firsts = (first, bound, switched)
+        self.tolerance = tol
+        self.trains = tuple(trains)
+        rooms = _with_room(
+            s.rollout_by_load, s, job.host_mem_gb, req.nodes, len(s.group.rollout_nodes)
+        )
+        self.rooms = rooms
+        # direct_packing_candidates' options and bounds
+        n_roll = req.n_roll
+        room_set = set(rooms)
+        options: list[tuple[str, ...]] = []
+        for m in s.group.members:
+            if len(m.rollout_nodes) == n_roll and set(m.rollout_nodes) <= room_set:
+                options.append(tuple(sorted(m.rollout_nodes)))
+        if len(rooms) >= n_roll:
+            options.append(tuple(sorted(rooms[:n_roll])))
+        for rs in dict.fromkeys(options):
+            lb = max(bound, max(s.load[x] for x in rs) + job.rollout_pool_max_s)
+            self.direct.append((rs, lb))
+        # rollout_scaling_candidates' counts of new nodes and bounds
+        for m_new in range(1, n_roll + 1):
+            keep = n_roll - m_new
+            if len(rooms) < keep:
+                continue
+            kept = tuple(rooms[:keep])
+            lb = max(bound, max((s.load[x] for x in kept), default=0.0) + job.rollout_pool_max_s)
+            self.scaling.append((m_new, kept, lb))
+
+    def holds(self, req: Request) -> bool:
+        """Return True when the state's nodes of the group are those read (by identity)."""
+        nodes = req.nodes
+        return all(nodes.get(x) is n for x, n in zip(self.names, self.nodes, strict=True))
+
+    def candidates(self, req: Request, s: GroupSummary, order: int) -> list[Candidate]:
+        """Return `group_context`'s and the generators' candidates for the job of `req`:
+        those of its iterations' bounds, the new nodes from the request's free pool."""
+        firsts = self.firsts
+        if firsts is None:
+            return []
+        job, tol = req.job, self.tolerance
+        if ruled_out(job, firsts[0], tol) or ruled_out(job, firsts[1], tol):
+            return []
+        if ruled_out(job, firsts[2], tol):
+            return []
+        out = [
+            Candidate(
+                strategy=Strategy.DIRECT_PACKING,
+                delta=0.0,
+                new_count=0,
+                lower_bound=lb,
+                order=order,
+                summary=s,
+                rollout=rs,
+                train=self.trains,
+                new_nodes=(),
+            )
+            for rs, lb in self.direct
+            if not ruled_out(job, lb, tol)
+        ]
+        free = req.pools[Pool.ROLLOUT]
+        for m_new, kept, lb in self.scaling:
+            taken = free.take_priced(m_new)
+            if taken is None:
+                break
+            if ruled_out(job, lb, tol):
+                continue
+            fresh, delta = taken
+            out.append(
+                Candidate(
+                    strategy=Strategy.ROLLOUT_SCALING,
+                    delta=delta,
+                    new_count=m_new,
+                    lower_bound=lb,
+                    order=order,
+                    summary=s,
+                    rollout=kept + fresh,
+                    train=self.trains,
+                    new_nodes=fresh,
+                )
+            )
+        return out
+
+
+def kept_options(req: Request, s: GroupSummary, key: JoinerKey) -> GroupOptions:
+    """Return the group's `GroupOptions` for the joiner `key` of `req`, kept on its summary
+    (`GroupSummary.joiner_options`) while the state's nodes of the group are the same."""
+    kept = s.joiner_options
+    options = kept.get(key)
+    if not isinstance(options, GroupOptions) or not options.holds(req):
+        options = GroupOptions(s, req)
+        if len(kept) < JOINER_OPTIONS_LIMIT or key in kept:
+            kept[key] = options
+    return options
+
+
 def new_group_candidate(req: Request) -> Choice | None:
     """Return the isolated group of line 10 (None when the free pools cannot hold it)."""
     job = req.job
@@ -682,12 +845,19 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
             # decision on a full pool skips them all here)
             keep &= b.min_rollout_load + job.rollout_pool_max_s <= tol_v
         orders = np.flatnonzero(keep).tolist()
+    # With a memo open, what a group offers the joiner but for its iterations is kept on
+    # the group's summary (`kept_options`): a job asked about departure after departure
+    # finds the groups that did not change as they were (the same candidates)
+    key = JoinerKey(req) if keeping() and req.n_roll >= 1 and req.n_train >= 1 else None
     for order in orders:
         s = summaries[order]
         # group_context's cheap bounds first, inline: they drop most groups (the loop runs
         # over every group for every decision); group_context checks them again
         tol = min(s.tolerance, slo_solo) + EPS
         if max(s.t_cycle, solo) > tol or s.min_train_load + t_train > tol:
+            continue
+        if key is not None:
+            out += kept_options(req, s, key).candidates(req, s, order)
             continue
         ctx = group_context(req, s, order)
         if ctx is None:

@@ -83,6 +83,11 @@ class GroupSummary:
     joined_worst: dict[tuple[object, ...], tuple[float, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # what Algorithm 1 finds in the group for a joiner but for its iterations, by the
+    # joiner's profile and request (`algorithm1.kept_options`): a job asked about at every
+    # departure finds the groups that did not change as they were. Filled by the planner
+    # while a memo is open, bounded, not compared.
+    joiner_options: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
 
 def summarise(group: Group) -> GroupSummary:

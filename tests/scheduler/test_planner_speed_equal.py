@@ -54,6 +54,7 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.consolidation import restart_seconds
 from scheduler.planner.index import GroupBounds, GroupSummary, index_nodes, planner_index
+from scheduler.planner.memo import LastingMemo, lasting
 from scheduler.planner.objective import (
     JobProgress,
     expected_solo_s,
@@ -613,3 +614,42 @@ def test_the_join_filters_columns_are_every_groups_first_checks() -> None:
         oks += [r[0] for r in rows]
     assert not all(oks) and any(oks)
     assert any(s.t_load >= s.t_cycle for s in planner_index(state).summaries)  # saturated
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_options_kept_on_a_summary_give_the_candidates_of_the_loop(seed: int) -> None:
+    # with a memo open, what a group offers a joiner but for its iterations is kept on the
+    # group's summary (`kept_options`): the same candidates as group_context and the
+    # generators, for the same profile at other iterations (the join allowance's bounds
+    # read them), and on a later state whose nodes of the group changed (a cordon, less
+    # host memory: the kept options are found again)
+    rng = random.Random(seed)
+    big = replace(
+        SPEC, rollout=replace(SPEC.rollout, nodes=80), train=replace(SPEC.train, nodes=80)
+    )
+    state = packed(big, [replace(j, slo=rng.choice((1.1, 1.5, 2.0))) for j in random_jobs(rng, 40)])
+    memo = LastingMemo()
+    differ = kept_used = 0
+    for round_ in range(3):
+        if round_:  # the same groups (summaries), some of their nodes changed
+            names = {x for g in state.groups for x in g.all_nodes if rng.random() < 0.2}
+            nodes = tuple(
+                replace(n, cordoned=round_ == 1, host_mem_gb=900.0) if n.name in names else n
+                for n in state.nodes
+            )
+            state = replace(state, nodes=nodes)
+        index = planner_index(state)
+        for profile in random_jobs(random.Random(seed + 50), 12):
+            for iterations in (1, 400, 2, 30, 4):
+                j = replace(profile, id=f"new-{profile.id}", iterations=iterations, slo=1.3)
+                req = _request(
+                    j, state, index, max_group_size=4, prune_saturated=False,
+                    adm=ALGORITHM1.admission,
+                )  # fmt: skip
+                loop = candidates(replace(req, pools=_pools(req)), index.summaries)
+                with lasting(memo):
+                    kept = candidates(replace(req, pools=_pools(req)), index.summaries)
+                assert kept == loop
+                kept_used += sum(len(s.joiner_options) for s in index.summaries) > 0
+                differ += len(loop)
+    assert differ > 0 and kept_used > 0
