@@ -24,7 +24,7 @@ one of them is kept. There is no module-level cache.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -316,8 +316,7 @@ class PlannerIndex:
     # carried to the child states by the transitions)
     bounds: GroupBounds | None = None
     # each group's position in `summaries` by group id (`group_position`: built on first use,
-    # then carried to the child states by `apply_placement`, and by `remove_job` when the
-    # group keeps members)
+    # then carried to the child states by `apply_placement` and `remove_job`)
     positions: Mapping[str, int] | None = None
     # how many groups have no rollout nodes (co-located: `colocated_groups`, built on first
     # use, then carried to the child states by the transitions)
@@ -390,6 +389,56 @@ def group_position(index: PlannerIndex, group_id: str) -> int | None:
         object.__setattr__(index, "positions", positions)
     assert index.positions is not None
     return index.positions.get(group_id)
+
+
+# the removals a `positions_without` view stacks before its positions are copied
+_VIEW_DEPTH = 8
+
+
+class _PositionsWithout(Mapping[str, int]):
+    """Groups' positions by id after the group at `at` (`gone`) closed: the later ones one
+    place earlier. A view, read through to the positions before (a removal's child state
+    is asked for a position seldom, and copying them was a pass over every group)."""
+
+    __slots__ = ("_at", "_base", "_gone", "depth")
+
+    def __init__(self, base: Mapping[str, int], at: int, gone: str) -> None:
+        self._base, self._at, self._gone = base, at, gone
+        self.depth: int = base.depth + 1 if isinstance(base, _PositionsWithout) else 1
+
+    def __getitem__(self, group_id: str) -> int:
+        if group_id == self._gone:
+            raise KeyError(group_id)
+        k = self._base[group_id]
+        return k - 1 if k > self._at else k
+
+    def __iter__(self) -> Iterator[str]:
+        return (g for g in self._base if g != self._gone)
+
+    def __len__(self) -> int:
+        return len(self._base) - 1
+
+    def copied(self) -> dict[str, int]:
+        """Return the positions as a dict (one pass over them)."""
+        at, gone = self._at, self._gone
+        base = self._base.copied() if isinstance(self._base, _PositionsWithout) else self._base
+        return {g: k - 1 if k > at else k for g, k in base.items() if g != gone}
+
+
+def positions_without(
+    positions: Mapping[str, int] | None, at: int, gone: str
+) -> Mapping[str, int] | None:
+    """Return `positions` (None: not built) after the group `gone` at position `at` closed."""
+    if positions is None:
+        return None
+    view = _PositionsWithout(positions, at, gone)
+    return view.copied() if view.depth > _VIEW_DEPTH else view
+
+
+def positions_with(positions: Mapping[str, int], group_id: str, at: int) -> dict[str, int]:
+    """Return `positions` with the new group `group_id` at position `at`, as a dict."""
+    base = positions.copied() if isinstance(positions, _PositionsWithout) else positions
+    return {**base, group_id: at}
 
 
 def colocated_groups(index: PlannerIndex) -> int:

@@ -20,6 +20,8 @@ from scheduler.planner.index import (
     group_position,
     index_nodes,
     planner_index,
+    positions_with,
+    positions_without,
     summarise,
 )
 
@@ -105,7 +107,7 @@ def apply_placement(
         )
     positions = index.positions
     if target is None and positions is not None:
-        positions = {**positions, group_id: len(summaries) - 1}
+        positions = positions_with(positions, group_id, len(summaries) - 1)
     colocated = index.colocated
     if colocated is not None:
         colocated += colocated_change(None if target is None else state.groups[position], group)
@@ -174,13 +176,11 @@ def with_nodes_returned(
     key = _position_of(position)
     at = sorted((bisect.bisect_left(pool_nodes, position[n.name], key=key), position[n.name], n)
                 for n in returned)  # fmt: skip
-    out: list[Node] = []
-    start = 0
-    for i, _, n in at:
-        out.extend(pool_nodes[start:i])
-        out.append(n)
-        start = i
-    out.extend(pool_nodes[start:])
+    # (one copy into a list and an insert per node, each shifting the list's tail in C:
+    # cheaper than building the pool from its slices)
+    out = list(pool_nodes)
+    for k, (i, _, n) in enumerate(at):
+        out.insert(i + k, n)  # the k nodes inserted before it shift its place by k
     return tuple(out)
 
 
@@ -250,8 +250,11 @@ def remove_job(
         job_ids=index.job_ids - {job_id},
         free=free,
         bounds=bounds,
-        # a group that keeps members keeps its place, and so does every other group
-        positions=index.positions if group is not None else None,
+        # a group that keeps members keeps its place, and so does every other group; one
+        # that closes moves the later ones a place earlier
+        positions=index.positions
+        if group is not None
+        else positions_without(index.positions, i, g.id),
         colocated=None if index.colocated is None else index.colocated + colocated_change(g, group),
     )
     return replace(state, groups=groups, planner_index=child_index), released

@@ -151,26 +151,37 @@ def test_the_count_of_co_located_groups_is_carried_through_placements_and_remova
     assert any(b < a for a, b in zip(counts, counts[1:], strict=False))  # and one removed
 
 
-def test_a_removal_carries_the_groups_positions_while_its_group_keeps_members() -> None:
-    # remove_job hands on the positions by id when the group stays (every group keeps its
-    # place); a group that closes shifts the later ones, and the positions are found again
-    state = built(10)
-    multi = [g for g in state.groups if len(g.members) > 1]
-    assert multi and any(len(g.members) == 1 for g in state.groups)
-    carried = 0
-    for _ in range(9):
+def test_removals_and_placements_carry_the_groups_positions() -> None:
+    # remove_job hands on the positions by id: as they are when the group stays, as a view
+    # with the later groups a place earlier when it closes (views on views, copied past a
+    # depth); apply_placement adds a new group's. Every position read is the state's
+    state = empty_state(cluster_spec(None, None))
+    rng = random.Random(5)
+    placed: list[str] = []
+    group_position(planner_index(state), "none")  # (built on first use, then carried)
+    closed = kept = 0
+    for i in range(80):
+        if placed and rng.random() < 0.45:
+            job_id = placed.pop(rng.randrange(len(placed)))
+            ids = {g.id for g in state.groups}
+            state, _ = remove_job(state, job_id)
+            gone = ids - {g.id for g in state.groups}
+            closed += bool(gone)
+            kept += not gone
+            assert all(group_position(planner_index(state), g) is None for g in gone)
+        else:
+            j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+            res = place(j, state, policy="solo-disagg" if i % 3 else "rollmux")
+            assert res.placement is not None
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+            placed.append(j.id)
         index = planner_index(state)
-        if index.positions is None:
-            group_position(index, state.groups[0].id)  # (built on first use)
-        g = next((g for g in state.groups if len(g.members) > 1), state.groups[-1])
-        state, _ = remove_job(state, g.members[0].job.id)
-        got = planner_index(state).positions
-        carried += got is not None
-        assert {x.id: group_position(planner_index(state), x.id) for x in state.groups} == {
-            x.id: k for k, x in enumerate(state.groups)
-        }
-        assert got is None or got == {x.id: k for k, x in enumerate(state.groups)}
-    assert carried > 0
+        assert index.positions is not None  # carried, not built again
+        expected = {g.id: k for k, g in enumerate(state.groups)}
+        assert dict(index.positions) == expected
+        assert all(group_position(index, g) == k for g, k in expected.items())
+        assert group_position(index, "gone") is None
+    assert closed > 9 and kept > 0  # views stacked past their depth, and groups that stay
 
 
 def test_the_group_bounds_carried_through_transitions_are_those_of_the_summaries() -> None:
