@@ -308,9 +308,12 @@ class JoinFilter:
             return False
 
         def groups() -> list[int]:
+            if group_id is not None:  # one group: its first checks alone (`_fits_one`)
+                k = group_position(planner_index(self.state), group_id)
+                return [k] if k is not None and self._fits_one(member.job, k) else []
             if not len(self._columns()["ok"]):
                 return []
-            other = ~self._is(source.id) if group_id is None else self._is(group_id)
+            other = ~self._is(source.id)
             return np.flatnonzero(self._fits(member.job) & other).tolist()
 
         return admits_no_join(
@@ -358,6 +361,7 @@ class JoinFilter:
     def may_join(self, member: Member, group_id: str) -> bool:
         """Return False only when Algorithm 1 cannot place the member (a co-located job:
         no co-located placement for it) in the group `group_id`."""
-        if not len(self._columns()["ok"]):
-            return False
-        return bool((self._fits(member.job) & self._is(group_id)).any())
+        # (one group: its first checks alone, `_fits_one`, the same comparisons as the
+        # columns'; an arrival's partner search asks this of every co-located job)
+        k = group_position(planner_index(self.state), group_id)
+        return k is not None and self._fits_one(member.job, k)

@@ -533,6 +533,10 @@ def test_the_first_checks_of_a_few_groups_are_those_of_every_group_there() -> No
             asked = [ids[k] for k in at] + ["gone"]
             assert joinable.passes_any(member, asked) == bool(every[at].any())
             seen.add(bool(every[at].any()))
+        # (may_join reads one group's first checks alone)
+        member = Member(j, ("r",), ("t",))
+        assert [joinable.may_join(member, g) for g in ids] == list(every)
+        assert not joinable.may_join(member, "gone")
     assert seen == {True, False}
 
 
