@@ -24,8 +24,10 @@ one of them is kept. There is no module-level cache.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -309,8 +311,10 @@ class PlannerIndex:
     groups: tuple[Group, ...]  # likewise
     node_index: NodeIndex
     summaries: tuple[GroupSummary, ...]  # aligned with `groups`
-    taken: frozenset[str]  # nodes some group holds
-    job_ids: frozenset[str]  # jobs placed in some group
+    # nodes some group holds, and jobs placed in some group (a frozenset, or after a
+    # removal a `SetWithout` view of the one before)
+    taken: AbstractSet[str]
+    job_ids: AbstractSet[str]
     free: Mapping[Pool, tuple[Node, ...]]  # no group holds them, not cordoned; state order
     # the summaries' cheap bounds as arrays (`group_bounds`: built on first use, then
     # carried to the child states by the transitions)
@@ -389,6 +393,58 @@ def group_position(index: PlannerIndex, group_id: str) -> int | None:
         object.__setattr__(index, "positions", positions)
     assert index.positions is not None
     return index.positions.get(group_id)
+
+
+# the names a `SetWithout` view leaves out before it is copied
+_VIEW_REMOVED = 64
+
+
+class SetWithout(AbstractSet[str]):
+    """A frozenset less a few of its names (`removed`, all of them in it): a removal's
+    child state's taken nodes and placed jobs, read by membership (copying thousands of
+    names at every removal, where a consolidation pass removes a job per candidate, was
+    a few percent of a pass at size). `frozen()` is the set as a frozenset."""
+
+    __slots__ = ("base", "removed")
+
+    def __init__(self, base: frozenset[str], removed: frozenset[str]) -> None:
+        self.base, self.removed = base, removed
+
+    def __contains__(self, x: object) -> bool:
+        return x not in self.removed and x in self.base
+
+    def __iter__(self) -> Iterator[str]:
+        removed = self.removed
+        return (x for x in self.base if x not in removed)
+
+    def __len__(self) -> int:
+        return len(self.base) - len(self.removed)
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(it)  # (the mixins' `|`, `-`, ... answer a frozenset)
+
+    def frozen(self) -> frozenset[str]:
+        """Return the set as a frozenset (one C-level copy)."""
+        return self.base - self.removed
+
+
+def set_without(names: AbstractSet[str], removed: Iterable[str]) -> AbstractSet[str]:
+    """Return `names` (a frozenset or a `SetWithout`) less `removed` (each of them in it)."""
+    gone = frozenset(removed)
+    if not gone:
+        return names
+    if isinstance(names, SetWithout):
+        base, gone = names.base, names.removed | gone
+    else:
+        base = frozenset(names)
+    return base - gone if len(gone) > _VIEW_REMOVED else SetWithout(base, gone)
+
+
+def set_with(names: AbstractSet[str], added: Iterable[str]) -> frozenset[str]:
+    """Return `names` (a frozenset or a `SetWithout`) with `added`, as a frozenset."""
+    base = names.frozen() if isinstance(names, SetWithout) else frozenset(names)
+    return base.union(added)
 
 
 # the removals a `positions_without` view stacks before its positions are copied

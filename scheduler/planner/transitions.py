@@ -22,6 +22,8 @@ from scheduler.planner.index import (
     planner_index,
     positions_with,
     positions_without,
+    set_with,
+    set_without,
     summarise,
 )
 
@@ -116,8 +118,8 @@ def apply_placement(
         groups=groups,
         node_index=index_nodes(nodes) if added else index.node_index,
         summaries=tuple(summaries),
-        taken=index.taken | newly,
-        job_ids=index.job_ids | {job.id},
+        taken=set_with(index.taken, newly),
+        job_ids=set_with(index.job_ids, (job.id,)),
         free=_free_without(index, newly),
         bounds=bounds,
         positions=positions,
@@ -246,8 +248,9 @@ def remove_job(
         groups=groups,
         node_index=nodes,
         summaries=tuple(summaries),
-        taken=index.taken - set(released) if released else index.taken,
-        job_ids=index.job_ids - {job_id},
+        # (views less the names removed: `SetWithout`)
+        taken=set_without(index.taken, released),
+        job_ids=set_without(index.job_ids, (job_id,)),
         free=free,
         bounds=bounds,
         # a group that keeps members keeps its place, and so does every other group; one

@@ -12,7 +12,13 @@ import pytest
 from scheduler.cluster import empty_state
 from scheduler.model import ClusterState, PlacementStatus, Pool
 from scheduler.planner import apply_placement, build_index, place, planner_index, remove_job
-from scheduler.planner.index import GroupBounds, colocated_groups, group_bounds, group_position
+from scheduler.planner.index import (
+    GroupBounds,
+    SetWithout,
+    colocated_groups,
+    group_bounds,
+    group_position,
+)
 from scheduler.planner.transitions import with_nodes_returned
 from tests.scheduler.builders import cluster_spec, job
 
@@ -206,3 +212,32 @@ def test_the_group_bounds_carried_through_transitions_are_those_of_the_summaries
         assert index.bounds is not None  # carried, not built again
         fresh = GroupBounds.of(index.summaries)
         assert np.array_equal(index.bounds.rows, fresh.rows, equal_nan=True)
+
+
+def test_removals_carry_the_taken_nodes_and_placed_jobs_a_fresh_index_finds() -> None:
+    # remove_job hands on the taken nodes and the placed jobs as views less the names it
+    # removes (`SetWithout`, copied past 64 names); a placement makes them sets again
+    state = empty_state(cluster_spec(None, None))
+    for i in range(80):
+        j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+        res = place(j, state, policy="solo-disagg")
+        assert res.placement is not None
+        state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    names = {n.name for n in state.nodes} | {f"j{i}" for i in range(80)}
+    views = 0
+    for i in [*range(0, 80, 2), 81, *range(1, 80, 2)]:
+        if i == 81:  # a placement between the removals
+            j = job("late", 120, 70, slo=1.6, mem=300)
+            res = place(j, state)
+            assert res.placement is not None
+            state = apply_placement(state, j, res.placement, group_id="late")
+            names.add("late")
+            continue
+        state, _ = remove_job(state, f"j{i}")
+        carried, fresh = planner_index(state), build_index(state)
+        views += isinstance(carried.taken, SetWithout)
+        assert carried.taken == fresh.taken and carried.job_ids == fresh.job_ids
+        assert len(carried.taken) == len(fresh.taken) and set(carried.job_ids) == fresh.job_ids
+        assert {x for x in names if x in carried.taken} == set(fresh.taken)
+        assert {x for x in names if x in carried.job_ids} == set(fresh.job_ids)
+    assert views > 0
