@@ -312,7 +312,7 @@ class PlannerIndex:
     node_index: NodeIndex
     summaries: tuple[GroupSummary, ...]  # aligned with `groups`
     # nodes some group holds, and jobs placed in some group (a frozenset, or after a
-    # removal a `SetWithout` view of the one before)
+    # transition a `SetView` of the one before)
     taken: AbstractSet[str]
     job_ids: AbstractSet[str]
     free: Mapping[Pool, tuple[Node, ...]]  # no group holds them, not cordoned; state order
@@ -395,56 +395,70 @@ def group_position(index: PlannerIndex, group_id: str) -> int | None:
     return index.positions.get(group_id)
 
 
-# the names a `SetWithout` view leaves out before it is copied
-_VIEW_REMOVED = 64
+# the names a `SetView` changes before it is copied
+_VIEW_CHANGES = 64
 
 
-class SetWithout(AbstractSet[str]):
-    """A frozenset less a few of its names (`removed`, all of them in it): a removal's
-    child state's taken nodes and placed jobs, read by membership (copying thousands of
-    names at every removal, where a consolidation pass removes a job per candidate, was
-    a few percent of a pass at size). `frozen()` is the set as a frozenset."""
+class SetView(AbstractSet[str]):
+    """A frozenset `base` less a few of its names (`removed`) and with a few more (`added`,
+    none of them in `base`): a transition's child state's taken nodes and placed jobs,
+    read by membership (copying thousands of names at every removal and placement, where
+    a consolidation pass removes a job per candidate, was a few percent of a pass at
+    size). `frozen()` is the set as a frozenset."""
 
-    __slots__ = ("base", "removed")
+    __slots__ = ("added", "base", "removed")
 
-    def __init__(self, base: frozenset[str], removed: frozenset[str]) -> None:
-        self.base, self.removed = base, removed
+    def __init__(self, base: frozenset[str], removed: frozenset[str], added: frozenset[str]):
+        self.base, self.removed, self.added = base, removed, added
 
     def __contains__(self, x: object) -> bool:
-        return x not in self.removed and x in self.base
+        return x in self.added or (x in self.base and x not in self.removed)
 
     def __iter__(self) -> Iterator[str]:
         removed = self.removed
-        return (x for x in self.base if x not in removed)
+        yield from (x for x in self.base if x not in removed)
+        yield from self.added
 
     def __len__(self) -> int:
-        return len(self.base) - len(self.removed)
+        return len(self.base) - len(self.removed) + len(self.added)
 
     @classmethod
     def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
         return frozenset(it)  # (the mixins' `|`, `-`, ... answer a frozenset)
 
     def frozen(self) -> frozenset[str]:
-        """Return the set as a frozenset (one C-level copy)."""
-        return self.base - self.removed
+        """Return the set as a frozenset (C-level copies)."""
+        return (self.base - self.removed) | self.added
+
+
+def _parts(names: AbstractSet[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    if isinstance(names, SetView):
+        return names.base, names.removed, names.added
+    return frozenset(names), frozenset(), frozenset()
+
+
+def _view(base: frozenset[str], removed: frozenset[str], added: frozenset[str]) -> AbstractSet[str]:
+    if not removed and not added:
+        return base
+    if len(removed) + len(added) > _VIEW_CHANGES:
+        return (base - removed) | added
+    return SetView(base, removed, added)
 
 
 def set_without(names: AbstractSet[str], removed: Iterable[str]) -> AbstractSet[str]:
-    """Return `names` (a frozenset or a `SetWithout`) less `removed` (each of them in it)."""
+    """Return `names` (a frozenset or a `SetView`) less `removed` (each of them in it)."""
     gone = frozenset(removed)
     if not gone:
         return names
-    if isinstance(names, SetWithout):
-        base, gone = names.base, names.removed | gone
-    else:
-        base = frozenset(names)
-    return base - gone if len(gone) > _VIEW_REMOVED else SetWithout(base, gone)
+    base, out, added = _parts(names)
+    return _view(base, out | (gone - added), added - gone)
 
 
-def set_with(names: AbstractSet[str], added: Iterable[str]) -> frozenset[str]:
-    """Return `names` (a frozenset or a `SetWithout`) with `added`, as a frozenset."""
-    base = names.frozen() if isinstance(names, SetWithout) else frozenset(names)
-    return base.union(added)
+def set_with(names: AbstractSet[str], added: Iterable[str]) -> AbstractSet[str]:
+    """Return `names` (a frozenset or a `SetView`) with `added` (in it already or not)."""
+    new = frozenset(added)
+    base, out, more = _parts(names)
+    return _view(base, out - new, more | (new - base))
 
 
 # the removals a `positions_without` view stacks before its positions are copied

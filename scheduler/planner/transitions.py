@@ -248,7 +248,7 @@ def remove_job(
         groups=groups,
         node_index=nodes,
         summaries=tuple(summaries),
-        # (views less the names removed: `SetWithout`)
+        # (views of the sets before: `SetView`)
         taken=set_without(index.taken, released),
         job_ids=set_without(index.job_ids, (job_id,)),
         free=free,
