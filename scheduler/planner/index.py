@@ -24,7 +24,7 @@ one of them is kept. There is no module-level cache.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -315,7 +315,9 @@ class PlannerIndex:
     # transition a `SetView` of the one before)
     taken: AbstractSet[str]
     job_ids: AbstractSet[str]
-    free: Mapping[Pool, tuple[Node, ...]]  # no group holds them, not cordoned; state order
+    # no group holds them, not cordoned; state order (a tuple, or after a removal a
+    # `transitions.PoolView` of the one before)
+    free: Mapping[Pool, Sequence[Node]]
     # the summaries' cheap bounds as arrays (`group_bounds`: built on first use, then
     # carried to the child states by the transitions)
     bounds: GroupBounds | None = None

@@ -19,7 +19,7 @@ from scheduler.planner.index import (
     group_bounds,
     group_position,
 )
-from scheduler.planner.transitions import with_nodes_returned
+from scheduler.planner.transitions import PoolView, with_nodes_returned
 from tests.scheduler.builders import cluster_spec, job
 
 
@@ -250,3 +250,35 @@ def test_removals_carry_the_taken_nodes_and_placed_jobs_a_fresh_index_finds() ->
         assert {x for x in names if x in carried.taken} == set(fresh.taken)
         assert {x for x in names if x in carried.job_ids} == set(fresh.job_ids)
     assert views > 0
+
+
+def test_removals_carry_free_pools_a_fresh_index_finds_as_views() -> None:
+    # remove_job returns the released nodes to the free pools as views of the pools before
+    # (`PoolView`, copied past 16 nodes inserted), read by position like the tuples a fresh
+    # index builds; a placement taking from a view cuts its nodes out of it
+    for spec in (cluster_spec(None, None), cluster_spec(60, 60)):
+        state = empty_state(spec)
+        for i in range(30):
+            j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+            res = place(j, state, policy="solo-disagg")
+            assert res.placement is not None
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+        rng = random.Random(2)
+        order = rng.sample(range(30), 30)
+        views = 0
+        for step, i in enumerate(order):
+            state, _ = remove_job(state, f"j{i}")
+            if step % 7 == 6:  # a placement between the removals
+                j = job(f"n{step}", 120, 70, slo=1.6, mem=300)
+                res = place(j, state, policy="solo-disagg" if step % 2 else "rollmux")
+                assert res.placement is not None
+                state = apply_placement(state, j, res.placement, group_id=f"n{step}")
+            carried, fresh = planner_index(state).free, build_index(state).free
+            for pool, nodes in fresh.items():
+                got = carried[pool]
+                views += isinstance(got, PoolView)
+                assert got == nodes and len(got) == len(nodes)
+                assert [got[k] for k in range(len(got))] == list(nodes) == list(got)
+                if nodes:
+                    assert got[-1] == nodes[-1] and got[2:] == nodes[2:]
+        assert views > 0
