@@ -466,7 +466,19 @@ class GroupOptions:
     bound (`direct`: rollout nodes; `scaling`: new nodes and the group's nodes kept); with
     the state's nodes of the group it read (`nodes`: their room and cordons)."""
 
-    __slots__ = ("direct", "firsts", "names", "nodes", "rooms", "scaling", "tolerance", "trains")
+    __slots__ = (
+        "direct",
+        "firsts",
+        "made",
+        "made_scaling",
+        "names",
+        "nodes",
+        "order",
+        "rooms",
+        "scaling",
+        "tolerance",
+        "trains",
+    )
 
     def __init__(self, s: GroupSummary, req: Request) -> None:
         self.names = s.group.all_nodes
@@ -477,6 +489,12 @@ class GroupOptions:
         self.rooms: list[str] = []
         self.direct: list[tuple[tuple[str, ...], float]] = []
         self.scaling: list[tuple[int, tuple[str, ...], float]] = []
+        # the candidates made at the group's position `order` (immutable values: asked
+        # again at that position, the same ones are answered): the direct packings, and
+        # each rollout scaling's with the free pool's answer it was made with
+        self.order = -1
+        self.made: list[Candidate] = []
+        self.made_scaling: dict[int, tuple[tuple[tuple[str, ...], float], Candidate]] = {}
         job = req.job
         solo = job.t_solo_max_s
         t_train = job.t_train_max_s
@@ -541,42 +559,50 @@ class GroupOptions:
             return []
         if ruled_out(job, firsts[2], tol):
             return []
-        out = [
-            Candidate(
-                strategy=Strategy.DIRECT_PACKING,
-                delta=0.0,
-                new_count=0,
-                lower_bound=lb,
-                order=order,
-                summary=s,
-                rollout=rs,
-                train=self.trains,
-                new_nodes=(),
-            )
-            for rs, lb in self.direct
-            if not ruled_out(job, lb, tol)
-        ]
+        if order != self.order:
+            self.order = order
+            self.made = [
+                Candidate(
+                    strategy=Strategy.DIRECT_PACKING,
+                    delta=0.0,
+                    new_count=0,
+                    lower_bound=lb,
+                    order=order,
+                    summary=s,
+                    rollout=rs,
+                    train=self.trains,
+                    new_nodes=(),
+                )
+                for rs, lb in self.direct
+            ]
+            self.made_scaling = {}
+        out = [c for c in self.made if not ruled_out(job, c.lower_bound, tol)]
         free = req.pools[Pool.ROLLOUT]
+        made = self.made_scaling
         for m_new, kept, lb in self.scaling:
             taken = free.take_priced(m_new)
             if taken is None:
                 break
             if ruled_out(job, lb, tol):
                 continue
+            hit = made.get(m_new)
+            if hit is not None and hit[0] == taken:
+                out.append(hit[1])
+                continue
             fresh, delta = taken
-            out.append(
-                Candidate(
-                    strategy=Strategy.ROLLOUT_SCALING,
-                    delta=delta,
-                    new_count=m_new,
-                    lower_bound=lb,
-                    order=order,
-                    summary=s,
-                    rollout=kept + fresh,
-                    train=self.trains,
-                    new_nodes=fresh,
-                )
+            c = Candidate(
+                strategy=Strategy.ROLLOUT_SCALING,
+                delta=delta,
+                new_count=m_new,
+                lower_bound=lb,
+                order=order,
+                summary=s,
+                rollout=kept + fresh,
+                train=self.trains,
+                new_nodes=fresh,
             )
+            made[m_new] = (taken, c)
+            out.append(c)
         return out
 
 

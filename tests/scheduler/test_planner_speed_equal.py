@@ -634,8 +634,17 @@ def test_the_options_kept_on_a_summary_give_the_candidates_of_the_loop(seed: int
     state = packed(big, [replace(j, slo=rng.choice((1.1, 1.5, 2.0))) for j in random_jobs(rng, 40)])
     memo = LastingMemo()
     differ = kept_used = 0
-    for round_ in range(3):
-        if round_:  # the same groups (summaries), some of their nodes changed
+    for round_ in range(5):
+        if round_ == 3:  # the first group closes (the later ones a place earlier): its
+            # nodes back in the free pools, new rollout nodes for the scalings
+            for m in state.groups[0].members:
+                state, _ = remove_job(state, m.job.id)
+        elif round_ == 4:  # a new group (the others keep their places) takes free nodes
+            lone = replace(random_jobs(rng, 1)[0], id="lone", rollout_gpus=16)
+            res = place(lone, state, policy="solo-disagg")
+            assert res.placement is not None
+            state = apply_placement(state, lone, res.placement, group_id="lone")
+        elif round_:  # the same groups (summaries), some of their nodes changed
             names = {x for g in state.groups for x in g.all_nodes if rng.random() < 0.2}
             nodes = tuple(
                 replace(n, cordoned=round_ == 1, host_mem_gb=900.0) if n.name in names else n
