@@ -582,6 +582,9 @@ def choose_by_expected_cost(
         "lone_restart_s": lone_restart_s,
     }
     cands = sorted(candidates(req, summaries), key=lambda c: (c.delta, c.lower_bound, c.order))
+    # each group's own cost, asked once per decision (a group offers several candidates;
+    # the same arguments, the same value)
+    owns: dict[str, GroupCost] = {}
     for c in cands:
         if c.delta * life_h >= best_value - EPS:
             break
@@ -591,7 +594,9 @@ def choose_by_expected_cost(
         joined = group.members + (newcomer,)
         own: GroupCost | None = None
         if keep:
-            own = group_remaining_cost(group, price, progress, **cost)
+            own = owns.get(group.id)
+            if own is None:
+                own = owns[group.id] = group_remaining_cost(group, price, progress, **cost)
             if best is not None:
                 floor = join_floor(own, newcomer, price, **cost)
                 if floor - own.value >= best_value - EPS + FLOOR_SLACK * max(1.0, abs(floor)):
