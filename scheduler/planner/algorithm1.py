@@ -671,6 +671,27 @@ def check_slo(
     (`worst_case_holds`).
     """
     members = group.members + (Member(job, rollout, train),)
+    return keyed_check_slo(
+        members,
+        _check_key(members, switch_overhead_s, slo_margin, tight_slack) if keeping() else None,
+        switch_overhead_s=switch_overhead_s,
+        slo_margin=slo_margin,
+        tight_slack=tight_slack,
+        worst_s=worst_s,
+    )
+
+
+def keyed_check_slo(
+    members: tuple[Member, ...],
+    key: tuple[Any, ...] | None,
+    *,
+    switch_overhead_s: float,
+    slo_margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float = DEFAULT_TIGHT_SLACK,
+    worst_s: Sequence[float] | None = None,
+) -> dict[str, float] | None:
+    """`check_slo` of G + job (`members`, the joiner last) under its memo key (`slo_key`;
+    None: not memoised), for a caller that built the key already (`known_slo_check`)."""
 
     # (memoised, across passes for a caller with a lasting memo: the check reads only the
     # members' profiles but their iterations, and which of them share a node;
@@ -685,17 +706,19 @@ def check_slo(
             until_broken=True,  # (read below: `ok`, and the times when it holds)
         )
 
-    check = (
-        cached(
-            "check_group",
-            _check_key(members, switch_overhead_s, slo_margin, tight_slack),
-            compute,
-            lasting=True,
-        )
-        if keeping()
-        else compute()
-    )
+    check = cached("check_group", key, compute, lasting=True) if key is not None else compute()
     return _joined_slowdowns(check, members)
+
+
+def slo_key(
+    members: tuple[Member, ...],
+    *,
+    switch_overhead_s: float,
+    slo_margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float = DEFAULT_TIGHT_SLACK,
+) -> tuple[Any, ...]:
+    """The memo key of the SLO check of G + job (`members`, the joiner last)."""
+    return _check_key(members, switch_overhead_s, slo_margin, tight_slack)
 
 
 def _check_key(
@@ -724,9 +747,16 @@ def known_check_slo(
     if not keeping():
         return False, None
     members = group.members + (Member(job, rollout, train),)
-    known, check = peek(
-        "check_group", _check_key(members, switch_overhead_s, slo_margin, tight_slack)
-    )
+    return known_slo_check(members, _check_key(members, switch_overhead_s, slo_margin, tight_slack))
+
+
+def known_slo_check(
+    members: tuple[Member, ...], key: tuple[Any, ...]
+) -> tuple[bool, dict[str, float] | None]:
+    """`known_check_slo` of G + job (`members`, the joiner last) under its memo key."""
+    if not keeping():
+        return False, None
+    known, check = peek("check_group", key)
     if not known:
         return False, None
     return True, _joined_slowdowns(check, members)

@@ -43,10 +43,11 @@ from scheduler.planner.algorithm1 import (
     Choice,
     Request,
     candidates,
-    check_slo,
     joined_worst_case,
-    known_check_slo,
+    keyed_check_slo,
+    known_slo_check,
     new_group_candidate,
+    slo_key,
     worst_case_holds,
 )
 from scheduler.planner.colocated import colocated_candidate
@@ -602,7 +603,8 @@ def choose_by_expected_cost(
                 if floor - own.value >= best_value - EPS + FLOOR_SLACK * max(1.0, abs(floor)):
                     continue  # its value could not beat the best's either
         worst: tuple[float, ...] | None = None
-        if not keeping():
+        key: tuple[Any, ...] | None = None  # the SLO check's memo key, built once
+        if not keep:
             # the worst-case half of the SLO check first: one recursion, and most joins
             # that pass the cheap bounds fail it (an inadmissible candidate then costs no
             # expected-cost evaluation); with a memo open the whole check is kept
@@ -614,14 +616,15 @@ def choose_by_expected_cost(
         if worst is None:
             # the SLO check kept from an earlier decision: an inadmissible candidate costs
             # no expected-cost evaluation (it could not be chosen either way)
-            known, slow = known_check_slo(group, job, c.rollout, c.train, **slo_rule)
+            key = slo_key(joined, **slo_rule)
+            known, slow = known_slo_check(joined, key)
             if known and slow is None:
                 continue
         if best is None and slow is None:
             # nothing admissible yet (no new group either): any admissible candidate wins,
             # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
             # no expected-cost evaluation (the common case of a job that waits)
-            slow = check_slo(group, job, c.rollout, c.train, worst_s=worst, **slo_rule)
+            slow = keyed_check_slo(joined, key, worst_s=worst, **slo_rule)
             if slow is None:
                 continue
         if own is not None:
@@ -651,16 +654,7 @@ def choose_by_expected_cost(
         if value >= best_value - EPS:
             continue  # not better, admissible or not: the (dearer) SLO check is not needed
         if slow is None:
-            slow = check_slo(
-                group,
-                job,
-                c.rollout,
-                c.train,
-                switch_overhead_s=switch,
-                slo_margin=req.slo_margin,
-                tight_slack=req.tight_slack,
-                worst_s=worst,
-            )
+            slow = keyed_check_slo(joined, key, worst_s=worst, **slo_rule)
         if slow is not None:
             best, best_value = (c, slow), value
     return best
