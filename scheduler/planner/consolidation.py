@@ -280,8 +280,17 @@ def _place(
     )
 
 
-def _group_of(state: ClusterState, job_id: str) -> tuple[Group, Member] | None:
-    for s in planner_index(state).summaries:  # the summaries hold their job ids as a set
+def _group_of(
+    state: ClusterState, job_id: str, group_id: str | None = None
+) -> tuple[Group, Member] | None:
+    """Return the job's group and self in `state` (`group_id`: where it likely is, looked
+    at first), or None when it is in no group."""
+    index = planner_index(state)
+    if group_id is not None and (at := group_position(index, group_id)) is not None:
+        s = index.summaries[at]
+        if job_id in s.job_ids:
+            return s.group, next(m for m in s.group.members if m.job.id == job_id)
+    for s in index.summaries:  # the summaries hold their job ids as a set
         if job_id in s.job_ids:
             return s.group, next(m for m in s.group.members if m.job.id == job_id)
     return None
@@ -454,13 +463,13 @@ def lone_wait_s(job: JobProfile, spec: ClusterSpec, *, restart_s: float) -> floa
 
 def apply_move(state: ClusterState, move: Move) -> ClusterState:
     """Return `state` with the job of `move` taken out of its group and placed as moved."""
-    found = _group_of(state, move.job_id)
+    found = _group_of(state, move.job_id, move.from_group)  # (where the move found it)
     if found is None:
         raise KeyError(f"job {move.job_id!r} is in no co-execution group")
-    _, member = found
+    source, member = found
     if not move.group_id:
         raise ValueError(f"the move of {move.job_id!r} to a new group needs its group_id")
-    without, _released = remove_job(state, move.job_id)
+    without, _released = remove_job(state, move.job_id, group_id=source.id)
     return apply_placement(without, member.job, move.placement, group_id=move.group_id)
 
 
