@@ -256,14 +256,11 @@ def _departure_walk(
     now = 0.0
     done_iterations = 0
     last = len(left) - 1
+    # (the position of a member the others leave alone, valued by `_lone_release`; -1: none)
+    lone_at = last if lone_restart_s is not None and (last > 0 or lone_now) else -1
     for i, (remaining, member) in enumerate(left):
-        if (
-            lone_restart_s is not None
-            and (last > 0 or lone_now)
-            and i == last
-            and member.rollout_nodes
-            and remaining > done_iterations
-        ):
+        if i == lone_at and member.rollout_nodes and remaining > done_iterations:
+            assert lone_restart_s is not None
             lone = _lone_release(
                 member,
                 remaining - done_iterations,
@@ -280,8 +277,12 @@ def _departure_walk(
         if remaining > done_iterations:
             now += (remaining - done_iterations) * meta_s(i)
             done_iterations = remaining
-        leave = now + extra.get(member.job.id, 0.0)
-        for x in member.rollout_nodes + member.train_nodes:
+        # (`now + 0.0` is `now`: it is never -0.0, a sum from 0.0 of products of
+        # non-negative numbers)
+        leave = now + extra.get(member.job.id, 0.0) if extra else now
+        for x in member.rollout_nodes:
+            release[x] = max(release.get(x, 0.0), leave)
+        for x in member.train_nodes:
             release[x] = max(release.get(x, 0.0), leave)
     return sum(price[x] * t for x, t in release.items()) / SECONDS_PER_HOUR
 
