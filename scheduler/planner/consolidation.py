@@ -705,7 +705,8 @@ def place_with_partners(
                 if (at := where.get(job_id)) is not None
                 and joinable.may_join(at[1], gid)
                 and not joinable.admits_none(at, mine, gid)
-                and (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
+                # (`at`: its group and self in `current`, as best_move would find them)
+                and (mv := _best_move(current, at, now=now, progress=mine, cfg=cfg))
                 and mv.group_id == gid
             ]
             if not found:
