@@ -93,6 +93,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -120,7 +121,7 @@ from scheduler.planner import (
 )
 from scheduler.planner.admissible import JoinFilter, answers_local
 from scheduler.planner.index import colocated_groups, group_position
-from scheduler.planner.memo import evaluation_scope
+from scheduler.planner.memo import current_lasting, evaluation_scope
 from scheduler.planner.move_budget import (
     budget_ok,
     may_move_within_budget,
@@ -650,9 +651,12 @@ def place_with_partners(
     (`place`'s, for a caller that reads none).
     """
     cfg = config or PlannerConfig()
-    # (one scope for the two decisions on `state`: a group's candidates read its expected
-    # cost again, and the second decision the first's; scheduler.planner.memo)
-    with evaluation_scope(progress):
+    # (one scope for the two decisions on `state` when the caller keeps a lasting memo, as
+    # the simulator does: a group's candidates read its expected cost again, and the second
+    # decision the first's; scheduler.planner.memo. The live planner keeps none: there the
+    # memo's keys cost more than they save)
+    scope = evaluation_scope(progress) if current_lasting() is not None else nullcontext()
+    with scope:
         first = _place(
             cfg,
             job,
