@@ -863,7 +863,8 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
     slo_solo = job.slo * solo
     orders: Iterable[int] = range(len(summaries))
     b = req.bounds
-    if b is not None and len(b.t_cycle) == len(summaries):
+    vectorised = b is not None and len(b.t_cycle) == len(summaries)
+    if b is not None and vectorised:
         # group_context's cheap bounds, vectorised (the same floating-point operations):
         # only the groups they keep are looked at
         tol_v = np.minimum(b.tolerance, slo_solo) + EPS
@@ -908,10 +909,12 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
     for order in orders:
         s = summaries[order]
         # group_context's cheap bounds first, inline: they drop most groups (the loop runs
-        # over every group for every decision); group_context checks them again
-        tol = min(s.tolerance, slo_solo) + EPS
-        if max(s.t_cycle, solo) > tol or s.min_train_load + t_train > tol:
-            continue
+        # over every group for every decision); group_context checks them again (the
+        # vectorised pass made the same comparisons already)
+        if not vectorised:
+            tol = min(s.tolerance, slo_solo) + EPS
+            if max(s.t_cycle, solo) > tol or s.min_train_load + t_train > tol:
+                continue
         if key is not None:
             out += kept_options(req, s, key).candidates(req, s, order)
             continue

@@ -576,8 +576,10 @@ def _with_changed_options(
     """Return the candidates of rule 7 whose options changed since the state `since`
     (rule 9): the members of the group left, the jobs whose own group changed, and those
     a group that changed (or is new) passes the first checks for."""
-    before = {g.id: g for g in since.groups}
-    changed = [g.id for g in state.groups if before.get(g.id) is not g]
+    # (a group is immutable and its id unique in a state: it changed, or is new, exactly
+    # when the object was not among `since`'s, which keeps them alive)
+    before = set(map(id, since.groups))
+    changed = [g.id for g in state.groups if id(g) not in before]
     touched = set(changed)
     touched.add(group_id)
     return {
