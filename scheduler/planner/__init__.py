@@ -279,6 +279,7 @@ def _request(
         node_prices=nodes.prices,
         # the vectorised cheap bounds pay off only over many groups
         bounds=group_bounds(index) if len(index.summaries) >= _VECTOR_GROUPS else None,
+        train_mem_max=nodes.biggest_mem[Pool.TRAIN],
     )
 
 

@@ -44,7 +44,7 @@ from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, Group, JobProfile, Member, Pool
 from scheduler.planner import admits_join, join_request, planner_index
 from scheduler.planner.algorithm1 import EPS, profile_shape
-from scheduler.planner.index import GroupSummary, group_position
+from scheduler.planner.index import GroupSummary, group_bounds, group_position
 from scheduler.planner.memo import LastingMemo, current_lasting
 from scheduler.planner.objective import JobProgress, remaining_iterations
 
@@ -231,17 +231,33 @@ class JoinFilter:
         return ok, x.n_train, x.t_cycle, x.tolerance, x.min_train_load, scale
 
     def _columns(self) -> dict[str, np.ndarray]:
+        """Return `_row` of every summary of the state, by column: from the index's
+        `GroupBounds` (carried from state to state by the transitions, where a table of
+        every summary's row per filter was a pass over every group per round), the same
+        numbers and the same comparisons."""
         if self._table is None:
-            summaries = planner_index(self.state).summaries
-            rows = [self._row(x) for x in summaries]
-            names = ("ok", "n_train", "t_cycle", "tolerance", "min_train", "scale")
-            table = {
-                k: np.asarray([r[i] for r in rows], dtype=bool if k == "ok" else float)
-                for i, k in enumerate(names)
+            b = group_bounds(planner_index(self.state))
+            adm = self.cfg.admission
+            ok = (b.takes > 0.0) & (b.size < adm.max_group_size)
+            if adm.prune_saturated:
+                ok &= b.saturated == 0.0
+            self._table = {
+                "ok": ok,
+                "n_train": b.n_train,
+                "t_cycle": b.t_cycle,
+                "tolerance": b.tolerance,
+                "min_train": b.min_train_load,
+                "scale": b.time_scale,
             }
-            table["ids"] = np.asarray([x.group.id for x in summaries], dtype=object)
-            self._table = table
         return self._table
+
+    def _is(self, group_id: str) -> np.ndarray:
+        """Return which groups of the state are `group_id` (ids are unique in a state)."""
+        mask = np.zeros(len(self._columns()["ok"]), dtype=bool)
+        at = group_position(planner_index(self.state), group_id)
+        if at is not None:
+            mask[at] = True
+        return mask
 
     def _fits(self, job: JobProfile, at: list[int] | None = None) -> np.ndarray:
         """Return which groups pass the job's first checks (the class docstring): every
@@ -268,7 +284,7 @@ class JoinFilter:
             return True  # the co-located placement is open to it: ask best_move
         if not len(self._columns()["ok"]):
             return False
-        return bool((self._fits(member.job) & (self._columns()["ids"] != source.id)).any())
+        return bool((self._fits(member.job) & ~self._is(source.id)).any())
 
     def admits_none(
         self,
@@ -292,10 +308,12 @@ class JoinFilter:
             return False
 
         def groups() -> list[int]:
+            if group_id is not None:  # one group: its first checks alone (`_fits_one`)
+                k = group_position(planner_index(self.state), group_id)
+                return [k] if k is not None and self._fits_one(member.job, k) else []
             if not len(self._columns()["ok"]):
                 return []
-            ids = self._columns()["ids"]
-            other = ids != source.id if group_id is None else ids == group_id
+            other = ~self._is(source.id)
             return np.flatnonzero(self._fits(member.job) & other).tolist()
 
         return admits_no_join(
@@ -343,6 +361,7 @@ class JoinFilter:
     def may_join(self, member: Member, group_id: str) -> bool:
         """Return False only when Algorithm 1 cannot place the member (a co-located job:
         no co-located placement for it) in the group `group_id`."""
-        if not len(self._columns()["ok"]):
-            return False
-        return bool((self._fits(member.job) & (self._columns()["ids"] == group_id)).any())
+        # (one group: its first checks alone, `_fits_one`, the same comparisons as the
+        # columns'; an arrival's partner search asks this of every co-located job)
+        k = group_position(planner_index(self.state), group_id)
+        return k is not None and self._fits_one(member.job, k)

@@ -37,7 +37,7 @@ import numpy as np
 
 from scheduler.cluster import node_name
 from scheduler.model import ClusterSpec, Group, JobProfile, Member, Node, Pool, Strategy
-from scheduler.planner.index import GroupBounds, GroupSummary
+from scheduler.planner.index import TRAIN_MEM_RANKS, GroupBounds, GroupSummary
 from scheduler.planner.memo import cached, keeping, peek
 from scheduler.slo import (
     DEFAULT_SLO_MARGIN,
@@ -215,6 +215,10 @@ class Request:
     # the state's summaries' cheap bounds as arrays (PlannerIndex's `group_bounds`), for
     # `candidates` to skip the groups they rule out in one pass; None: checked one by one
     bounds: GroupBounds | None = None
+    # the largest host memory of a training node of the state (NodeIndex's `biggest_mem`),
+    # for `candidates` to skip the groups whose training nodes cannot all have room for
+    # the job; None: not checked up front
+    train_mem_max: float | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -425,6 +429,195 @@ def rollout_scaling_candidates(req: Request, ctx: GroupContext) -> Iterator[Cand
         )
 
 
+# Entries a group's summary keeps of its joiners' options (`kept_options`).
+JOINER_OPTIONS_LIMIT = 256
+
+
+class JoinerKey:
+    """What `kept_options` reads of a decision's job and request but the job's iterations
+    and the state's nodes and free pools, as a key whose hash is computed once per
+    decision (every group of the decision is looked up with it)."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, req: Request) -> None:
+        self.value = (
+            profile_shape(req.job),
+            req.n_roll,
+            req.n_train,
+            req.switch_overhead_s,
+            req.max_group_size,
+            req.prune_saturated,
+        )
+        self._hash = hash(self.value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JoinerKey) and (self is other or self.value == other.value)
+
+
+class GroupOptions:
+    """What `group_context` and the two generators find in a group for a joiner, but what
+    reads its iterations: the lower bounds `ruled_out` is asked about (`firsts`: the
+    context's three; None when the group cannot take the joiner whatever its iterations),
+    the window, the training and rollout nodes chosen, and each candidate's nodes and lower
+    bound (`direct`: rollout nodes; `scaling`: new nodes and the group's nodes kept); with
+    the state's nodes of the group it read (`nodes`: their room and cordons)."""
+
+    __slots__ = (
+        "direct",
+        "firsts",
+        "made",
+        "made_scaling",
+        "names",
+        "nodes",
+        "order",
+        "rooms",
+        "scaling",
+        "tolerance",
+        "trains",
+    )
+
+    def __init__(self, s: GroupSummary, req: Request) -> None:
+        self.names = s.group.all_nodes
+        self.nodes = tuple([req.nodes.get(x) for x in self.names])
+        self.firsts: tuple[float, float, float] | None = None
+        self.tolerance = 0.0
+        self.trains: tuple[str, ...] = ()
+        self.rooms: list[str] = []
+        self.direct: list[tuple[tuple[str, ...], float]] = []
+        self.scaling: list[tuple[int, tuple[str, ...], float]] = []
+        # the candidates made at the group's position `order` (immutable values: asked
+        # again at that position, the same ones are answered): the direct packings, and
+        # each rollout scaling's with the free pool's answer it was made with
+        self.order = -1
+        self.made: list[Candidate] = []
+        self.made_scaling: dict[int, tuple[tuple[tuple[str, ...], float], Candidate]] = {}
+        job = req.job
+        solo = job.t_solo_max_s
+        t_train = job.t_train_max_s
+        # group_context's steps, in its order, each without `ruled_out` (asked on replay)
+        if not s.size or s.size >= req.max_group_size or s.n_train < req.n_train:
+            return
+        if not s.group.rollout_nodes:
+            return
+        if req.prune_saturated and s.t_load >= s.t_cycle:
+            return
+        tol = min(s.tolerance, job.slo * solo) + EPS
+        t_cycle = max(s.t_cycle, solo)
+        first = max(t_cycle, s.min_train_load + t_train)
+        trains = _with_room(s.train_by_load, s, job.host_mem_gb, req.nodes, req.n_train)
+        if len(trains) < req.n_train:
+            return
+        bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
+        switched = switched_bound(s, job, trains, req.switch_overhead_s)
+        if s.time_scale != job.time_scale:
+            return
+        self.firsts = (first, bound, switched)
+        self.tolerance = tol
+        self.trains = tuple(trains)
+        rooms = _with_room(
+            s.rollout_by_load, s, job.host_mem_gb, req.nodes, len(s.group.rollout_nodes)
+        )
+        self.rooms = rooms
+        # direct_packing_candidates' options and bounds
+        n_roll = req.n_roll
+        room_set = set(rooms)
+        options: list[tuple[str, ...]] = []
+        for m in s.group.members:
+            if len(m.rollout_nodes) == n_roll and set(m.rollout_nodes) <= room_set:
+                options.append(tuple(sorted(m.rollout_nodes)))
+        if len(rooms) >= n_roll:
+            options.append(tuple(sorted(rooms[:n_roll])))
+        for rs in dict.fromkeys(options):
+            lb = max(bound, max(s.load[x] for x in rs) + job.rollout_pool_max_s)
+            self.direct.append((rs, lb))
+        # rollout_scaling_candidates' counts of new nodes and bounds
+        for m_new in range(1, n_roll + 1):
+            keep = n_roll - m_new
+            if len(rooms) < keep:
+                continue
+            kept = tuple(rooms[:keep])
+            lb = max(bound, max((s.load[x] for x in kept), default=0.0) + job.rollout_pool_max_s)
+            self.scaling.append((m_new, kept, lb))
+
+    def holds(self, req: Request) -> bool:
+        """Return True when the state's nodes of the group are those read (by identity)."""
+        nodes = req.nodes
+        return all(nodes.get(x) is n for x, n in zip(self.names, self.nodes, strict=True))
+
+    def candidates(self, req: Request, s: GroupSummary, order: int) -> list[Candidate]:
+        """Return `group_context`'s and the generators' candidates for the job of `req`:
+        those of its iterations' bounds, the new nodes from the request's free pool."""
+        firsts = self.firsts
+        if firsts is None:
+            return []
+        job, tol = req.job, self.tolerance
+        if ruled_out(job, firsts[0], tol) or ruled_out(job, firsts[1], tol):
+            return []
+        if ruled_out(job, firsts[2], tol):
+            return []
+        if order != self.order:
+            self.order = order
+            self.made = [
+                Candidate(
+                    strategy=Strategy.DIRECT_PACKING,
+                    delta=0.0,
+                    new_count=0,
+                    lower_bound=lb,
+                    order=order,
+                    summary=s,
+                    rollout=rs,
+                    train=self.trains,
+                    new_nodes=(),
+                )
+                for rs, lb in self.direct
+            ]
+            self.made_scaling = {}
+        out = [c for c in self.made if not ruled_out(job, c.lower_bound, tol)]
+        free = req.pools[Pool.ROLLOUT]
+        made = self.made_scaling
+        for m_new, kept, lb in self.scaling:
+            taken = free.take_priced(m_new)
+            if taken is None:
+                break
+            if ruled_out(job, lb, tol):
+                continue
+            hit = made.get(m_new)
+            if hit is not None and hit[0] == taken:
+                out.append(hit[1])
+                continue
+            fresh, delta = taken
+            c = Candidate(
+                strategy=Strategy.ROLLOUT_SCALING,
+                delta=delta,
+                new_count=m_new,
+                lower_bound=lb,
+                order=order,
+                summary=s,
+                rollout=kept + fresh,
+                train=self.trains,
+                new_nodes=fresh,
+            )
+            made[m_new] = (taken, c)
+            out.append(c)
+        return out
+
+
+def kept_options(req: Request, s: GroupSummary, key: JoinerKey) -> GroupOptions:
+    """Return the group's `GroupOptions` for the joiner `key` of `req`, kept on its summary
+    (`GroupSummary.joiner_options`) while the state's nodes of the group are the same."""
+    kept = s.joiner_options
+    options = kept.get(key)
+    if not isinstance(options, GroupOptions) or not options.holds(req):
+        options = GroupOptions(s, req)
+        if len(kept) < JOINER_OPTIONS_LIMIT or key in kept:
+            kept[key] = options
+    return options
+
+
 def new_group_candidate(req: Request) -> Choice | None:
     """Return the isolated group of line 10 (None when the free pools cannot hold it)."""
     job = req.job
@@ -478,6 +671,27 @@ def check_slo(
     (`worst_case_holds`).
     """
     members = group.members + (Member(job, rollout, train),)
+    return keyed_check_slo(
+        members,
+        _check_key(members, switch_overhead_s, slo_margin, tight_slack) if keeping() else None,
+        switch_overhead_s=switch_overhead_s,
+        slo_margin=slo_margin,
+        tight_slack=tight_slack,
+        worst_s=worst_s,
+    )
+
+
+def keyed_check_slo(
+    members: tuple[Member, ...],
+    key: tuple[Any, ...] | None,
+    *,
+    switch_overhead_s: float,
+    slo_margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float = DEFAULT_TIGHT_SLACK,
+    worst_s: Sequence[float] | None = None,
+) -> dict[str, float] | None:
+    """`check_slo` of G + job (`members`, the joiner last) under its memo key (`slo_key`;
+    None: not memoised), for a caller that built the key already (`known_slo_check`)."""
 
     # (memoised, across passes for a caller with a lasting memo: the check reads only the
     # members' profiles but their iterations, and which of them share a node;
@@ -492,17 +706,19 @@ def check_slo(
             until_broken=True,  # (read below: `ok`, and the times when it holds)
         )
 
-    check = (
-        cached(
-            "check_group",
-            _check_key(members, switch_overhead_s, slo_margin, tight_slack),
-            compute,
-            lasting=True,
-        )
-        if keeping()
-        else compute()
-    )
+    check = cached("check_group", key, compute, lasting=True) if key is not None else compute()
     return _joined_slowdowns(check, members)
+
+
+def slo_key(
+    members: tuple[Member, ...],
+    *,
+    switch_overhead_s: float,
+    slo_margin: float | None = DEFAULT_SLO_MARGIN,
+    tight_slack: float = DEFAULT_TIGHT_SLACK,
+) -> tuple[Any, ...]:
+    """The memo key of the SLO check of G + job (`members`, the joiner last)."""
+    return _check_key(members, switch_overhead_s, slo_margin, tight_slack)
 
 
 def _check_key(
@@ -531,9 +747,16 @@ def known_check_slo(
     if not keeping():
         return False, None
     members = group.members + (Member(job, rollout, train),)
-    known, check = peek(
-        "check_group", _check_key(members, switch_overhead_s, slo_margin, tight_slack)
-    )
+    return known_slo_check(members, _check_key(members, switch_overhead_s, slo_margin, tight_slack))
+
+
+def known_slo_check(
+    members: tuple[Member, ...], key: tuple[Any, ...]
+) -> tuple[bool, dict[str, float] | None]:
+    """`known_check_slo` of G + job (`members`, the joiner last) under its memo key."""
+    if not keeping():
+        return False, None
+    known, check = peek("check_group", key)
     if not known:
         return False, None
     return True, _joined_slowdowns(check, members)
@@ -640,7 +863,8 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
     slo_solo = job.slo * solo
     orders: Iterable[int] = range(len(summaries))
     b = req.bounds
-    if b is not None and len(b.t_cycle) == len(summaries):
+    vectorised = b is not None and len(b.t_cycle) == len(summaries)
+    if b is not None and vectorised:
         # group_context's cheap bounds, vectorised (the same floating-point operations):
         # only the groups they keep are looked at
         tol_v = np.minimum(b.tolerance, slo_solo) + EPS
@@ -652,6 +876,18 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
         keep &= np.maximum(cycle, least) * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n <= (
             slo_solo + EPS
         )
+        # ... and group_context's step 1 (members, size, training nodes, rollout nodes,
+        # saturation), the same comparisons of the same numbers
+        keep &= (b.takes > 0.0) & (b.size < req.max_group_size) & (b.n_train >= req.n_train)
+        if req.prune_saturated:
+            keep &= b.saturated == 0.0
+        if req.train_mem_max is not None and req.n_train >= 1:
+            # ... and its step 3's room (`_with_room`): the job needs n_train training nodes
+            # each with `pinned + its memory <= the node's + EPS`, so the n_train-th least
+            # pinned (the `TRAIN_MEM_RANKS`-th for more) must fit the largest node so
+            # (sums and comparisons round monotonically): a group past that has none
+            k = min(req.n_train, TRAIN_MEM_RANKS)
+            keep &= b.train_mem(k) + job.host_mem_gb <= req.train_mem_max + EPS
         if req.n_train >= 1:
             # ... and `switched_bound`, whichever training nodes the job gets
             switched = switched_floor(req, b)
@@ -666,12 +902,21 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
             # decision on a full pool skips them all here)
             keep &= b.min_rollout_load + job.rollout_pool_max_s <= tol_v
         orders = np.flatnonzero(keep).tolist()
+    # With a memo open, what a group offers the joiner but for its iterations is kept on
+    # the group's summary (`kept_options`): a job asked about departure after departure
+    # finds the groups that did not change as they were (the same candidates)
+    key = JoinerKey(req) if keeping() and req.n_roll >= 1 and req.n_train >= 1 else None
     for order in orders:
         s = summaries[order]
         # group_context's cheap bounds first, inline: they drop most groups (the loop runs
-        # over every group for every decision); group_context checks them again
-        tol = min(s.tolerance, slo_solo) + EPS
-        if max(s.t_cycle, solo) > tol or s.min_train_load + t_train > tol:
+        # over every group for every decision); group_context checks them again (the
+        # vectorised pass made the same comparisons already)
+        if not vectorised:
+            tol = min(s.tolerance, slo_solo) + EPS
+            if max(s.t_cycle, solo) > tol or s.min_train_load + t_train > tol:
+                continue
+        if key is not None:
+            out += kept_options(req, s, key).candidates(req, s, order)
             continue
         ctx = group_context(req, s, order)
         if ctx is None:

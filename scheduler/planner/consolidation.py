@@ -93,6 +93,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -120,7 +121,7 @@ from scheduler.planner import (
 )
 from scheduler.planner.admissible import JoinFilter, answers_local
 from scheduler.planner.index import colocated_groups, group_position
-from scheduler.planner.memo import evaluation_scope
+from scheduler.planner.memo import current_lasting, evaluation_scope
 from scheduler.planner.move_budget import (
     budget_ok,
     may_move_within_budget,
@@ -280,8 +281,17 @@ def _place(
     )
 
 
-def _group_of(state: ClusterState, job_id: str) -> tuple[Group, Member] | None:
-    for s in planner_index(state).summaries:  # the summaries hold their job ids as a set
+def _group_of(
+    state: ClusterState, job_id: str, group_id: str | None = None
+) -> tuple[Group, Member] | None:
+    """Return the job's group and self in `state` (`group_id`: where it likely is, looked
+    at first), or None when it is in no group."""
+    index = planner_index(state)
+    if group_id is not None and (at := group_position(index, group_id)) is not None:
+        s = index.summaries[at]
+        if job_id in s.job_ids:
+            return s.group, next(m for m in s.group.members if m.job.id == job_id)
+    for s in index.summaries:  # the summaries hold their job ids as a set
         if job_id in s.job_ids:
             return s.group, next(m for m in s.group.members if m.job.id == job_id)
     return None
@@ -454,13 +464,13 @@ def lone_wait_s(job: JobProfile, spec: ClusterSpec, *, restart_s: float) -> floa
 
 def apply_move(state: ClusterState, move: Move) -> ClusterState:
     """Return `state` with the job of `move` taken out of its group and placed as moved."""
-    found = _group_of(state, move.job_id)
+    found = _group_of(state, move.job_id, move.from_group)  # (where the move found it)
     if found is None:
         raise KeyError(f"job {move.job_id!r} is in no co-execution group")
-    _, member = found
+    source, member = found
     if not move.group_id:
         raise ValueError(f"the move of {move.job_id!r} to a new group needs its group_id")
-    without, _released = remove_job(state, move.job_id)
+    without, _released = remove_job(state, move.job_id, group_id=source.id)
     return apply_placement(without, member.job, move.placement, group_id=move.group_id)
 
 
@@ -566,8 +576,10 @@ def _with_changed_options(
     """Return the candidates of rule 7 whose options changed since the state `since`
     (rule 9): the members of the group left, the jobs whose own group changed, and those
     a group that changed (or is new) passes the first checks for."""
-    before = {g.id: g for g in since.groups}
-    changed = [g.id for g in state.groups if before.get(g.id) is not g]
+    # (a group is immutable and its id unique in a state: it changed, or is new, exactly
+    # when the object was not among `since`'s, which keeps them alive)
+    before = set(map(id, since.groups))
+    changed = [g.id for g in state.groups if id(g) not in before]
     touched = set(changed)
     touched.add(group_id)
     return {
@@ -641,18 +653,37 @@ def place_with_partners(
     (`place`'s, for a caller that reads none).
     """
     cfg = config or PlannerConfig()
-    first = _place(
-        cfg, job, state, progress, colocated=colocated, with_slo_probability=with_slo_probability
-    )
-    if first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP) or first.placement is None:
-        return ArrivalPlan(first)
-    if not colocated_groups(planner_index(state)):  # (no co-located job to move)
-        return ArrivalPlan(first)
-    alt = first
-    if first.strategy is not Strategy.NEW_GROUP:
-        alt = _place(
-            cfg, job, state, progress, colocated=False, with_slo_probability=with_slo_probability
+    # (one scope for the two decisions on `state` when the caller keeps a lasting memo, as
+    # the simulator does: a group's candidates read its expected cost again, and the second
+    # decision the first's; scheduler.planner.memo. The live planner keeps none: there the
+    # memo's keys cost more than they save)
+    scope = evaluation_scope(progress) if current_lasting() is not None else nullcontext()
+    with scope:
+        first = _place(
+            cfg,
+            job,
+            state,
+            progress,
+            colocated=colocated,
+            with_slo_probability=with_slo_probability,
         )
+        if (
+            first.strategy not in (Strategy.COLOCATED, Strategy.NEW_GROUP)
+            or first.placement is None
+        ):
+            return ArrivalPlan(first)
+        if not colocated_groups(planner_index(state)):  # (no co-located job to move)
+            return ArrivalPlan(first)
+        alt = first
+        if first.strategy is not Strategy.NEW_GROUP:
+            alt = _place(
+                cfg,
+                job,
+                state,
+                progress,
+                colocated=False,
+                with_slo_probability=with_slo_probability,
+            )
     if alt.strategy is not Strategy.NEW_GROUP or alt.placement is None:
         return ArrivalPlan(first)
     gid = f"{job.id}:new"
@@ -680,7 +711,8 @@ def place_with_partners(
                 if (at := where.get(job_id)) is not None
                 and joinable.may_join(at[1], gid)
                 and not joinable.admits_none(at, mine, gid)
-                and (mv := best_move(current, job_id, now=now, progress=mine, config=cfg))
+                # (`at`: its group and self in `current`, as best_move would find them)
+                and (mv := _best_move(current, at, now=now, progress=mine, cfg=cfg))
                 and mv.group_id == gid
             ]
             if not found:

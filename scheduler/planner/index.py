@@ -23,8 +23,11 @@ one of them is kept. There is no module-level cache.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +85,11 @@ class GroupSummary:
     joined_worst: dict[tuple[object, ...], tuple[float, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # what Algorithm 1 finds in the group for a joiner but for its iterations, by the
+    # joiner's profile and request (`algorithm1.kept_options`): a job asked about at every
+    # departure finds the groups that did not change as they were. Filled by the planner
+    # while a memo is open, bounded, not compared.
+    joiner_options: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
 
 def summarise(group: Group) -> GroupSummary:
@@ -136,17 +144,26 @@ def summarise(group: Group) -> GroupSummary:
 _NONE = (float("-inf"), float("-inf"))  # (`GroupSummary.switching` of a node no one uses)
 
 
+# `GroupBounds.train_mem`'s ranks, and its rows
+TRAIN_MEM_RANKS = 4
+ROWS = 11 + TRAIN_MEM_RANKS
+
+
 @dataclass(frozen=True)
 class GroupBounds:
     """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
     one row each (T_cycle, tolerance, the least-loaded training node's load, the
     least-loaded rollout node's: infinite without one; `GroupSummary.train_solo_floor`,
-    and `trains_used` as 1 or 0), one column per summary, aligned with
-    `PlannerIndex.summaries`: one vectorised pass answers which
-    groups may take a job at all (at 2,000 live jobs a loop over the groups per decision
-    was the planner's hot spot)."""
+    and `trains_used` as 1 or 0), then what `group_context`'s first steps read (whether
+    the group may take anyone at all: members and rollout nodes, 1 or 0; its members; its
+    training nodes; whether it is saturated, 1 or 0; its members' time_scale, NaN for
+    None; and the k-th least host memory pinned on its training nodes for k =
+    1..`TRAIN_MEM_RANKS`, infinite past its training nodes), one column per summary, aligned with `PlannerIndex.summaries`: one
+    vectorised pass answers which groups may take a job at all (at 2,000 live jobs a loop
+    over the groups per decision was the planner's hot spot; most groups it then looked
+    at had no training node with room for the job)."""
 
-    rows: np.ndarray  # shape (6, groups)
+    rows: np.ndarray  # shape (ROWS, groups)
 
     @property
     def t_cycle(self) -> np.ndarray:
@@ -178,16 +195,58 @@ class GroupBounds:
         row: np.ndarray = self.rows[5]
         return row
 
+    @property
+    def takes(self) -> np.ndarray:
+        """1 where the group may take anyone (members, rollout nodes), else 0."""
+        row: np.ndarray = self.rows[6]
+        return row
+
+    @property
+    def size(self) -> np.ndarray:
+        row: np.ndarray = self.rows[7]
+        return row
+
+    @property
+    def n_train(self) -> np.ndarray:
+        row: np.ndarray = self.rows[8]
+        return row
+
+    @property
+    def saturated(self) -> np.ndarray:
+        """1 where T_load >= T_cycle (line 4), else 0."""
+        row: np.ndarray = self.rows[9]
+        return row
+
+    @property
+    def time_scale(self) -> np.ndarray:
+        """The members' common time_scale (NaN: None, the group admits no one)."""
+        row: np.ndarray = self.rows[10]
+        return row
+
+    def train_mem(self, k: int) -> np.ndarray:
+        """The k-th least host memory pinned on a group's training nodes (1 <= k <=
+        `TRAIN_MEM_RANKS`; infinite where the group has fewer)."""
+        row: np.ndarray = self.rows[10 + k]
+        return row
+
     @staticmethod
-    def _column(s: GroupSummary) -> tuple[float, float, float, float, float, float]:
+    def _column(s: GroupSummary) -> tuple[float, ...]:
         least = s.load[s.rollout_by_load[0]] if s.rollout_by_load else float("inf")
         used = 1.0 if s.trains_used else 0.0
-        return (s.t_cycle, s.tolerance, s.min_train_load, least, s.train_solo_floor, used)
+        takes = 1.0 if s.size and s.group.rollout_nodes else 0.0
+        saturated = 1.0 if s.t_load >= s.t_cycle else 0.0
+        scale = math.nan if s.time_scale is None else s.time_scale
+        mem = sorted(s.mem.get(x, 0.0) for x in s.group.train_nodes)[:TRAIN_MEM_RANKS]
+        mem += [float("inf")] * (TRAIN_MEM_RANKS - len(mem))
+        return (
+            s.t_cycle, s.tolerance, s.min_train_load, least, s.train_solo_floor, used,
+            takes, float(s.size), float(s.n_train), saturated, scale, *mem,
+        )  # fmt: skip
 
     @classmethod
     def of(cls, summaries: tuple[GroupSummary, ...]) -> GroupBounds:
         """Return the bounds of `summaries` (a pass over them)."""
-        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, 6)
+        rows = np.array([cls._column(x) for x in summaries], dtype=float).reshape(-1, ROWS)
         return cls(np.ascontiguousarray(rows.T))
 
     def replaced(self, i: int, s: GroupSummary) -> GroupBounds:
@@ -252,14 +311,18 @@ class PlannerIndex:
     groups: tuple[Group, ...]  # likewise
     node_index: NodeIndex
     summaries: tuple[GroupSummary, ...]  # aligned with `groups`
-    taken: frozenset[str]  # nodes some group holds
-    job_ids: frozenset[str]  # jobs placed in some group
-    free: Mapping[Pool, tuple[Node, ...]]  # no group holds them, not cordoned; state order
+    # nodes some group holds, and jobs placed in some group (a frozenset, or after a
+    # transition a `SetView` of the one before)
+    taken: AbstractSet[str]
+    job_ids: AbstractSet[str]
+    # no group holds them, not cordoned; state order (a tuple, or after a removal a
+    # `transitions.PoolView` of the one before)
+    free: Mapping[Pool, Sequence[Node]]
     # the summaries' cheap bounds as arrays (`group_bounds`: built on first use, then
     # carried to the child states by the transitions)
     bounds: GroupBounds | None = None
     # each group's position in `summaries` by group id (`group_position`: built on first use,
-    # then carried to the child states by `apply_placement`)
+    # then carried to the child states by `apply_placement` and `remove_job`)
     positions: Mapping[str, int] | None = None
     # how many groups have no rollout nodes (co-located: `colocated_groups`, built on first
     # use, then carried to the child states by the transitions)
@@ -332,6 +395,122 @@ def group_position(index: PlannerIndex, group_id: str) -> int | None:
         object.__setattr__(index, "positions", positions)
     assert index.positions is not None
     return index.positions.get(group_id)
+
+
+# the names a `SetView` changes before it is copied
+_VIEW_CHANGES = 64
+
+
+class SetView(AbstractSet[str]):
+    """A frozenset `base` less a few of its names (`removed`) and with a few more (`added`,
+    none of them in `base`): a transition's child state's taken nodes and placed jobs,
+    read by membership (copying thousands of names at every removal and placement, where
+    a consolidation pass removes a job per candidate, was a few percent of a pass at
+    size). `frozen()` is the set as a frozenset."""
+
+    __slots__ = ("added", "base", "removed")
+
+    def __init__(self, base: frozenset[str], removed: frozenset[str], added: frozenset[str]):
+        self.base, self.removed, self.added = base, removed, added
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.added or (x in self.base and x not in self.removed)
+
+    def __iter__(self) -> Iterator[str]:
+        removed = self.removed
+        yield from (x for x in self.base if x not in removed)
+        yield from self.added
+
+    def __len__(self) -> int:
+        return len(self.base) - len(self.removed) + len(self.added)
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(it)  # (the mixins' `|`, `-`, ... answer a frozenset)
+
+    def frozen(self) -> frozenset[str]:
+        """Return the set as a frozenset (C-level copies)."""
+        return (self.base - self.removed) | self.added
+
+
+def _parts(names: AbstractSet[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    if isinstance(names, SetView):
+        return names.base, names.removed, names.added
+    return frozenset(names), frozenset(), frozenset()
+
+
+def _view(base: frozenset[str], removed: frozenset[str], added: frozenset[str]) -> AbstractSet[str]:
+    if not removed and not added:
+        return base
+    if len(removed) + len(added) > _VIEW_CHANGES:
+        return (base - removed) | added
+    return SetView(base, removed, added)
+
+
+def set_without(names: AbstractSet[str], removed: Iterable[str]) -> AbstractSet[str]:
+    """Return `names` (a frozenset or a `SetView`) less `removed` (each of them in it)."""
+    gone = frozenset(removed)
+    if not gone:
+        return names
+    base, out, added = _parts(names)
+    return _view(base, out | (gone - added), added - gone)
+
+
+def set_with(names: AbstractSet[str], added: Iterable[str]) -> AbstractSet[str]:
+    """Return `names` (a frozenset or a `SetView`) with `added` (in it already or not)."""
+    new = frozenset(added)
+    base, out, more = _parts(names)
+    return _view(base, out - new, more | (new - base))
+
+
+# the removals a `positions_without` view stacks before its positions are copied
+_VIEW_DEPTH = 8
+
+
+class _PositionsWithout(Mapping[str, int]):
+    """Groups' positions by id after the group at `at` (`gone`) closed: the later ones one
+    place earlier. A view, read through to the positions before (a removal's child state
+    is asked for a position seldom, and copying them was a pass over every group)."""
+
+    __slots__ = ("_at", "_base", "_gone", "depth")
+
+    def __init__(self, base: Mapping[str, int], at: int, gone: str) -> None:
+        self._base, self._at, self._gone = base, at, gone
+        self.depth: int = base.depth + 1 if isinstance(base, _PositionsWithout) else 1
+
+    def __getitem__(self, group_id: str) -> int:
+        if group_id == self._gone:
+            raise KeyError(group_id)
+        k = self._base[group_id]
+        return k - 1 if k > self._at else k
+
+    def __iter__(self) -> Iterator[str]:
+        return (g for g in self._base if g != self._gone)
+
+    def __len__(self) -> int:
+        return len(self._base) - 1
+
+    def copied(self) -> dict[str, int]:
+        """Return the positions as a dict (one pass over them)."""
+        at, gone = self._at, self._gone
+        base = self._base.copied() if isinstance(self._base, _PositionsWithout) else self._base
+        return {g: k - 1 if k > at else k for g, k in base.items() if g != gone}
+
+
+def positions_without(
+    positions: Mapping[str, int] | None, at: int, gone: str
+) -> Mapping[str, int] | None:
+    """Return `positions` (None: not built) after the group `gone` at position `at` closed."""
+    if positions is None:
+        return None
+    view = _PositionsWithout(positions, at, gone)
+    return view.copied() if view.depth > _VIEW_DEPTH else view
+
+
+def positions_with(positions: Mapping[str, int], group_id: str, at: int) -> dict[str, int]:
+    """Return `positions` with the new group `group_id` at position `at`, as a dict."""
+    base = positions.copied() if isinstance(positions, _PositionsWithout) else positions
+    return {**base, group_id: at}
 
 
 def colocated_groups(index: PlannerIndex) -> int:

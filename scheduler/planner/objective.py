@@ -43,10 +43,11 @@ from scheduler.planner.algorithm1 import (
     Choice,
     Request,
     candidates,
-    check_slo,
     joined_worst_case,
-    known_check_slo,
+    keyed_check_slo,
+    known_slo_check,
     new_group_candidate,
+    slo_key,
     worst_case_holds,
 )
 from scheduler.planner.colocated import colocated_candidate
@@ -255,14 +256,11 @@ def _departure_walk(
     now = 0.0
     done_iterations = 0
     last = len(left) - 1
+    # (the position of a member the others leave alone, valued by `_lone_release`; -1: none)
+    lone_at = last if lone_restart_s is not None and (last > 0 or lone_now) else -1
     for i, (remaining, member) in enumerate(left):
-        if (
-            lone_restart_s is not None
-            and (last > 0 or lone_now)
-            and i == last
-            and member.rollout_nodes
-            and remaining > done_iterations
-        ):
+        if i == lone_at and member.rollout_nodes and remaining > done_iterations:
+            assert lone_restart_s is not None
             lone = _lone_release(
                 member,
                 remaining - done_iterations,
@@ -279,8 +277,12 @@ def _departure_walk(
         if remaining > done_iterations:
             now += (remaining - done_iterations) * meta_s(i)
             done_iterations = remaining
-        leave = now + extra.get(member.job.id, 0.0)
-        for x in member.rollout_nodes + member.train_nodes:
+        # (`now + 0.0` is `now`: it is never -0.0, a sum from 0.0 of products of
+        # non-negative numbers)
+        leave = now + extra.get(member.job.id, 0.0) if extra else now
+        for x in member.rollout_nodes:
+            release[x] = max(release.get(x, 0.0), leave)
+        for x in member.train_nodes:
             release[x] = max(release.get(x, 0.0), leave)
     return sum(price[x] * t for x, t in release.items()) / SECONDS_PER_HOUR
 
@@ -582,6 +584,9 @@ def choose_by_expected_cost(
         "lone_restart_s": lone_restart_s,
     }
     cands = sorted(candidates(req, summaries), key=lambda c: (c.delta, c.lower_bound, c.order))
+    # each group's own cost, asked once per decision (a group offers several candidates;
+    # the same arguments, the same value)
+    owns: dict[str, GroupCost] = {}
     for c in cands:
         if c.delta * life_h >= best_value - EPS:
             break
@@ -591,13 +596,16 @@ def choose_by_expected_cost(
         joined = group.members + (newcomer,)
         own: GroupCost | None = None
         if keep:
-            own = group_remaining_cost(group, price, progress, **cost)
+            own = owns.get(group.id)
+            if own is None:
+                own = owns[group.id] = group_remaining_cost(group, price, progress, **cost)
             if best is not None:
                 floor = join_floor(own, newcomer, price, **cost)
                 if floor - own.value >= best_value - EPS + FLOOR_SLACK * max(1.0, abs(floor)):
                     continue  # its value could not beat the best's either
         worst: tuple[float, ...] | None = None
-        if not keeping():
+        key: tuple[Any, ...] | None = None  # the SLO check's memo key, built once
+        if not keep:
             # the worst-case half of the SLO check first: one recursion, and most joins
             # that pass the cheap bounds fail it (an inadmissible candidate then costs no
             # expected-cost evaluation); with a memo open the whole check is kept
@@ -609,14 +617,15 @@ def choose_by_expected_cost(
         if worst is None:
             # the SLO check kept from an earlier decision: an inadmissible candidate costs
             # no expected-cost evaluation (it could not be chosen either way)
-            known, slow = known_check_slo(group, job, c.rollout, c.train, **slo_rule)
+            key = slo_key(joined, **slo_rule)
+            known, slow = known_slo_check(joined, key)
             if known and slow is None:
                 continue
         if best is None and slow is None:
             # nothing admissible yet (no new group either): any admissible candidate wins,
             # so the (cheaper to fail) SLO check goes first and an inadmissible one costs
             # no expected-cost evaluation (the common case of a job that waits)
-            slow = check_slo(group, job, c.rollout, c.train, worst_s=worst, **slo_rule)
+            slow = keyed_check_slo(joined, key, worst_s=worst, **slo_rule)
             if slow is None:
                 continue
         if own is not None:
@@ -646,16 +655,7 @@ def choose_by_expected_cost(
         if value >= best_value - EPS:
             continue  # not better, admissible or not: the (dearer) SLO check is not needed
         if slow is None:
-            slow = check_slo(
-                group,
-                job,
-                c.rollout,
-                c.train,
-                switch_overhead_s=switch,
-                slo_margin=req.slo_margin,
-                tight_slack=req.tight_slack,
-                worst_s=worst,
-            )
+            slow = keyed_check_slo(joined, key, worst_s=worst, **slo_rule)
         if slow is not None:
             best, best_value = (c, slow), value
     return best

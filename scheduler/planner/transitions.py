@@ -8,8 +8,9 @@ see scheduler.planner.index), so the next decision skips the pass over every gro
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import overload
 
 from scheduler.cluster import make_node
 from scheduler.model import ClusterState, Group, JobProfile, Member, Node, Placement, Pool
@@ -20,6 +21,10 @@ from scheduler.planner.index import (
     group_position,
     index_nodes,
     planner_index,
+    positions_with,
+    positions_without,
+    set_with,
+    set_without,
     summarise,
 )
 
@@ -105,7 +110,7 @@ def apply_placement(
         )
     positions = index.positions
     if target is None and positions is not None:
-        positions = {**positions, group_id: len(summaries) - 1}
+        positions = positions_with(positions, group_id, len(summaries) - 1)
     colocated = index.colocated
     if colocated is not None:
         colocated += colocated_change(None if target is None else state.groups[position], group)
@@ -114,8 +119,8 @@ def apply_placement(
         groups=groups,
         node_index=index_nodes(nodes) if added else index.node_index,
         summaries=tuple(summaries),
-        taken=index.taken | newly,
-        job_ids=index.job_ids | {job.id},
+        taken=set_with(index.taken, newly),
+        job_ids=set_with(index.job_ids, (job.id,)),
         free=_free_without(index, newly),
         bounds=bounds,
         positions=positions,
@@ -124,7 +129,7 @@ def apply_placement(
     return replace(state, nodes=nodes, groups=groups, planner_index=child_index)
 
 
-def _free_without(index: PlannerIndex, names: set[str]) -> dict[Pool, tuple[Node, ...]]:
+def _free_without(index: PlannerIndex, names: set[str]) -> dict[Pool, Sequence[Node]]:
     """Return the index's free pools less the nodes named in `names` (a placement's).
 
     A free pool is in state order (`PlannerIndex.free`), so each free node taken is found
@@ -135,14 +140,15 @@ def _free_without(index: PlannerIndex, names: set[str]) -> dict[Pool, tuple[Node
     nodes = index.node_index
     if len(nodes.nodes) != len(index.nodes):
         return {p: tuple(n for n in v if n.name not in names) for p, v in index.free.items()}
-    free = dict(index.free)
+    free: dict[Pool, Sequence[Node]] = dict(index.free)
     position = nodes.position
     key = _position_of(position)
     for x in names:
         n = nodes.nodes.get(x)
         if n is None or n.cordoned or x in index.taken:
             continue  # not in a free pool
-        pool_nodes = free[n.pool]
+        held = free[n.pool]
+        pool_nodes = held.materialised() if isinstance(held, PoolView) else tuple(held)
         at = bisect.bisect_left(pool_nodes, position[x], key=key)
         if at < len(pool_nodes) and pool_nodes[at].name == x:
             free[n.pool] = pool_nodes[:at] + pool_nodes[at + 1 :]
@@ -174,14 +180,91 @@ def with_nodes_returned(
     key = _position_of(position)
     at = sorted((bisect.bisect_left(pool_nodes, position[n.name], key=key), position[n.name], n)
                 for n in returned)  # fmt: skip
-    out: list[Node] = []
-    start = 0
-    for i, _, n in at:
-        out.extend(pool_nodes[start:i])
-        out.append(n)
-        start = i
-    out.extend(pool_nodes[start:])
+    # (one copy into a list and an insert per node, each shifting the list's tail in C:
+    # cheaper than building the pool from its slices)
+    out = list(pool_nodes)
+    for k, (i, _, n) in enumerate(at):
+        out.insert(i + k, n)  # the k nodes inserted before it shift its place by k
     return tuple(out)
+
+
+# the nodes a `PoolView` holds inserted before it is copied
+_POOL_INSERTS = 16
+
+
+class PoolView(Sequence[Node]):
+    """A free pool (`base`, a tuple in state order) with a few nodes inserted at their
+    places: a removal's child state's free pool (`pool_with_returned`), read by position
+    as a tuple is (a decision scans a free pool from its start and takes a few nodes;
+    copying a pool of thousands at every removal, where a consolidation pass removes a job
+    per candidate, was a few percent of a pass at size). `materialised()` is the tuple."""
+
+    __slots__ = ("_at", "_base", "_inserts")
+
+    def __init__(self, base: tuple[Node, ...], inserts: list[tuple[int, int, Node]]) -> None:
+        # inserts: (the base position it goes before, its state position, the node), sorted
+        self._base, self._inserts = base, inserts
+        self._at = [b + k for k, (b, _, _) in enumerate(inserts)]  # places in the view
+
+    def __len__(self) -> int:
+        return len(self._base) + len(self._inserts)
+
+    @overload
+    def __getitem__(self, i: int) -> Node: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Node, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Node | tuple[Node, ...]:
+        if isinstance(i, slice):
+            return self.materialised()[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        k = bisect.bisect_left(self._at, i)
+        if k < len(self._at) and self._at[k] == i:
+            return self._inserts[k][2]
+        return self._base[i - k]
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.materialised())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PoolView):
+            return self.materialised() == other.materialised()
+        if isinstance(other, tuple):
+            return self.materialised() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def materialised(self) -> tuple[Node, ...]:
+        """Return the pool as a tuple (one list copy, an insert per node: C-level)."""
+        out = list(self._base)
+        for at, (_, _, n) in zip(self._at, self._inserts, strict=True):
+            out.insert(at, n)
+        return tuple(out)
+
+
+def pool_with_returned(
+    pool_nodes: Sequence[Node], returned: Sequence[Node], position: Mapping[str, int]
+) -> Sequence[Node]:
+    """Return `with_nodes_returned(pool_nodes, returned, position)` as a `PoolView` of the
+    pool before (a tuple, or a view whose inserts the new ones join), copied past
+    `_POOL_INSERTS` nodes inserted."""
+    if isinstance(pool_nodes, PoolView):
+        base, inserts = pool_nodes._base, list(pool_nodes._inserts)
+    else:
+        base, inserts = tuple(pool_nodes), []
+    key = _position_of(position)
+    inserts += [
+        (bisect.bisect_left(base, position[n.name], key=key), position[n.name], n) for n in returned
+    ]
+    inserts.sort(key=lambda e: (e[0], e[1]))
+    view = PoolView(base, inserts)
+    return view.materialised() if len(inserts) > _POOL_INSERTS else view
 
 
 def _position_of(position: Mapping[str, int]) -> Callable[[Node], int]:
@@ -233,23 +316,29 @@ def remove_job(
         del summaries[i]
         bounds = index.bounds.deleted(i) if index.bounds is not None else None
     nodes = index.node_index
-    free = dict(index.free)
+    free: dict[Pool, Sequence[Node]] = dict(index.free)
     back: dict[Pool, list[Node]] = {}
     for x in released:
         n = nodes.nodes[x]
         if not n.cordoned:  # a released cordoned node stays out of the free pool
             back.setdefault(n.pool, []).append(n)
     for pool, returned in back.items():
-        free[pool] = with_nodes_returned(free[pool], returned, nodes.position)
+        free[pool] = pool_with_returned(free[pool], returned, nodes.position)
     child_index = PlannerIndex(
         nodes=state.nodes,
         groups=groups,
         node_index=nodes,
         summaries=tuple(summaries),
-        taken=index.taken - set(released),
-        job_ids=index.job_ids - {job_id},
+        # (views of the sets before: `SetView`)
+        taken=set_without(index.taken, released),
+        job_ids=set_without(index.job_ids, (job_id,)),
         free=free,
         bounds=bounds,
+        # a group that keeps members keeps its place, and so does every other group; one
+        # that closes moves the later ones a place earlier
+        positions=index.positions
+        if group is not None
+        else positions_without(index.positions, i, g.id),
         colocated=None if index.colocated is None else index.colocated + colocated_change(g, group),
     )
     return replace(state, groups=groups, planner_index=child_index), released

@@ -48,7 +48,7 @@ from scheduler.planner.consolidation import (
     plan_consolidation,
     restart_of,
 )
-from scheduler.planner.memo import LastingMemo, lasting
+from scheduler.planner.memo import LastingMemo, evaluation_scope, lasting
 from scheduler.planner.objective import JobProgress
 from scheduler.sim.longtail import LongTailModel
 from scheduler.sim.protocols import Runtime
@@ -402,7 +402,9 @@ class CorePolicy:
         """
         if not self.consolidates:
             return None
-        with lasting(self.memo):
+        # (a scope for the move's one decision: its candidates in one group read that
+        # group's expected cost again, scheduler.planner.memo)
+        with lasting(self.memo), evaluation_scope(progress):
             found = best_move(state, job_id, now=now, progress=progress, config=self.config)
         if found is None:
             return None

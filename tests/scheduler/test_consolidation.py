@@ -91,6 +91,9 @@ def test_a_departure_merges_the_two_half_idle_groups_and_saves_a_group_of_nodes(
     assert len(merged.groups) == 1
     assert {m.job.id for m in merged.groups[0].members} == {"x", "z"}
     assert len(merged.groups[0].all_nodes) == 2
+    # (apply_move looks in the move's source group first, and finds the job anywhere)
+    for wrong in ("gone", move.placement.group_id or ""):
+        assert apply_move(state, replace(move, from_group=wrong)) == merged
 
 
 def test_no_move_when_the_jobs_are_almost_done_and_the_restart_would_not_pay() -> None:

@@ -6,13 +6,20 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from scheduler.cluster import empty_state
 from scheduler.model import ClusterState, PlacementStatus, Pool
 from scheduler.planner import apply_placement, build_index, place, planner_index, remove_job
-from scheduler.planner.index import colocated_groups
-from scheduler.planner.transitions import with_nodes_returned
+from scheduler.planner.index import (
+    GroupBounds,
+    SetView,
+    colocated_groups,
+    group_bounds,
+    group_position,
+)
+from scheduler.planner.transitions import PoolView, with_nodes_returned
 from tests.scheduler.builders import cluster_spec, job
 
 
@@ -148,3 +155,130 @@ def test_the_count_of_co_located_groups_is_carried_through_placements_and_remova
         shared = max(shared, sum(1 for g in state.groups if g.rollout_nodes))
     assert max(counts) >= 3 and shared >= 2  # both kinds of group were placed
     assert any(b < a for a, b in zip(counts, counts[1:], strict=False))  # and one removed
+
+
+def test_removals_and_placements_carry_the_groups_positions() -> None:
+    # remove_job hands on the positions by id: as they are when the group stays, as a view
+    # with the later groups a place earlier when it closes (views on views, copied past a
+    # depth); apply_placement adds a new group's. Every position read is the state's
+    state = empty_state(cluster_spec(None, None))
+    rng = random.Random(5)
+    placed: list[str] = []
+    group_position(planner_index(state), "none")  # (built on first use, then carried)
+    closed = kept = 0
+    for i in range(80):
+        if i == 40:  # an index built afresh (frozensets): the views change its sets
+            state = replace(state, planner_index=None)
+            group_position(planner_index(state), "none")
+        if placed and rng.random() < 0.45:
+            job_id = placed.pop(rng.randrange(len(placed)))
+            ids = {g.id for g in state.groups}
+            state, _ = remove_job(state, job_id)
+            gone = ids - {g.id for g in state.groups}
+            closed += bool(gone)
+            kept += not gone
+            assert all(group_position(planner_index(state), g) is None for g in gone)
+        else:
+            j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+            res = place(j, state, policy="solo-disagg" if i % 3 else "rollmux")
+            assert res.placement is not None
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+            placed.append(j.id)
+        index = planner_index(state)
+        assert index.positions is not None  # carried, not built again
+        expected = {g.id: k for k, g in enumerate(state.groups)}
+        assert dict(index.positions) == expected
+        assert all(group_position(index, g) == k for g, k in expected.items())
+        assert group_position(index, "gone") is None
+        # the taken nodes and placed jobs too (`SetView`s of those before)
+        fresh = build_index(state)
+        assert index.taken == fresh.taken and index.job_ids == fresh.job_ids
+        assert all(x in index.taken for x in fresh.taken)
+        assert not any(n.name in index.taken for n in state.nodes if n.name not in fresh.taken)
+        assert not any(f"j{k}" in index.job_ids for k in range(i + 1) if f"j{k}" not in placed)
+    assert closed > 9 and kept > 0  # views stacked past their depth, and groups that stay
+
+
+def test_the_group_bounds_carried_through_transitions_are_those_of_the_summaries() -> None:
+    # the transitions hand the child state the parent's `GroupBounds` with the changed
+    # group's column replaced, deleted or appended: equal, column by column (NaN: no
+    # time_scale), to the bounds built from the child's summaries
+    state = built(6)
+    group_bounds(planner_index(state))
+    rng = random.Random(3)
+    placed = [m.job.id for g in state.groups for m in g.members]
+    for i in range(24):
+        if i % 3 == 2 and placed:
+            state, _ = remove_job(state, placed.pop(rng.randrange(len(placed))))
+        else:
+            j = job(f"n{i}", 90 + 41 * (i % 4), 50 + 13 * (i % 5), slo=1.7, mem=500 + 300 * (i % 3))
+            res = place(j, state)
+            if res.placement is None:
+                continue
+            state = apply_placement(state, j, res.placement, group_id=f"n{i}")
+            placed.append(j.id)
+        index = planner_index(state)
+        assert index.bounds is not None  # carried, not built again
+        fresh = GroupBounds.of(index.summaries)
+        assert np.array_equal(index.bounds.rows, fresh.rows, equal_nan=True)
+
+
+def test_removals_carry_the_taken_nodes_and_placed_jobs_a_fresh_index_finds() -> None:
+    # remove_job hands on the taken nodes and the placed jobs as views less the names it
+    # removes (`SetView`, copied past 64 names); a placement makes them sets again
+    state = empty_state(cluster_spec(None, None))
+    for i in range(80):
+        j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+        res = place(j, state, policy="solo-disagg")
+        assert res.placement is not None
+        state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+    names = {n.name for n in state.nodes} | {f"j{i}" for i in range(80)}
+    views = 0
+    for i in [*range(0, 80, 2), 81, *range(1, 80, 2)]:
+        if i == 81:  # a placement between the removals
+            j = job("late", 120, 70, slo=1.6, mem=300)
+            res = place(j, state)
+            assert res.placement is not None
+            state = apply_placement(state, j, res.placement, group_id="late")
+            names.add("late")
+            continue
+        state, _ = remove_job(state, f"j{i}")
+        carried, fresh = planner_index(state), build_index(state)
+        views += isinstance(carried.taken, SetView)
+        assert carried.taken == fresh.taken and carried.job_ids == fresh.job_ids
+        assert len(carried.taken) == len(fresh.taken) and set(carried.job_ids) == fresh.job_ids
+        assert {x for x in names if x in carried.taken} == set(fresh.taken)
+        assert {x for x in names if x in carried.job_ids} == set(fresh.job_ids)
+    assert views > 0
+
+
+def test_removals_carry_free_pools_a_fresh_index_finds_as_views() -> None:
+    # remove_job returns the released nodes to the free pools as views of the pools before
+    # (`PoolView`, copied past 16 nodes inserted), read by position like the tuples a fresh
+    # index builds; a placement taking from a view cuts its nodes out of it
+    for spec in (cluster_spec(None, None), cluster_spec(60, 60)):
+        state = empty_state(spec)
+        for i in range(30):
+            j = job(f"j{i}", 100 + 37 * (i % 5), 60 + 11 * (i % 3), slo=1.6, mem=300)
+            res = place(j, state, policy="solo-disagg")
+            assert res.placement is not None
+            state = apply_placement(state, j, res.placement, group_id=f"g{i}")
+        rng = random.Random(2)
+        order = rng.sample(range(30), 30)
+        views = 0
+        for step, i in enumerate(order):
+            state, _ = remove_job(state, f"j{i}")
+            if step % 7 == 6:  # a placement between the removals
+                j = job(f"n{step}", 120, 70, slo=1.6, mem=300)
+                res = place(j, state, policy="solo-disagg" if step % 2 else "rollmux")
+                assert res.placement is not None
+                state = apply_placement(state, j, res.placement, group_id=f"n{step}")
+            carried, fresh = planner_index(state).free, build_index(state).free
+            for pool, nodes in fresh.items():
+                got = carried[pool]
+                views += isinstance(got, PoolView)
+                assert got == nodes and len(got) == len(nodes)
+                assert [got[k] for k in range(len(got))] == list(nodes) == list(got)
+                if nodes:
+                    assert got[-1] == nodes[-1] and got[2:] == nodes[2:]
+        assert views > 0

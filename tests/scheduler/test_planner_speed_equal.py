@@ -35,6 +35,7 @@ from scheduler.planner import (
     apply_placement,
     join_request,
     place,
+    remove_job,
 )
 from scheduler.planner import objective as objective_module
 from scheduler.planner.admissible import JoinFilter
@@ -53,6 +54,7 @@ from scheduler.planner.algorithm1 import (
 )
 from scheduler.planner.consolidation import restart_seconds
 from scheduler.planner.index import GroupBounds, GroupSummary, index_nodes, planner_index
+from scheduler.planner.memo import LastingMemo, lasting
 from scheduler.planner.objective import (
     JobProgress,
     expected_solo_s,
@@ -531,4 +533,136 @@ def test_the_first_checks_of_a_few_groups_are_those_of_every_group_there() -> No
             asked = [ids[k] for k in at] + ["gone"]
             assert joinable.passes_any(member, asked) == bool(every[at].any())
             seen.add(bool(every[at].any()))
+        # (may_join reads one group's first checks alone)
+        member = Member(j, ("r",), ("t",))
+        assert [joinable.may_join(member, g) for g in ids] == list(every)
+        assert not joinable.may_join(member, "gone")
     assert seen == {True, False}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_vectorised_first_steps_leave_the_candidates_of_the_loop(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `candidates` drops up front, in one vectorised pass, the groups `group_context`'s
+    # step 1 (members, size, training nodes, rollout nodes, saturation) and step 3's room
+    # (`GroupBounds.train_mem` against the largest training node) would refuse: the same
+    # candidates as the loop over every group, asking `group_context` about fewer; a
+    # training node cordoned or with less host memory only makes room scarcer
+    rng = random.Random(seed)
+    big = replace(
+        SPEC, rollout=replace(SPEC.rollout, nodes=80), train=replace(SPEC.train, nodes=80)
+    )
+    jobs = [
+        replace(j, train_gpus=8 * rng.choice((1, 1, 2, 3)), slo=rng.choice((1.5, 2.0, 3.0)))
+        for j in random_jobs(rng, 40)
+    ]
+    state = packed(big, jobs)
+    small = {x for g in state.groups for x in g.train_nodes[:1] if rng.random() < 0.3}
+    nodes = tuple(replace(n, host_mem_gb=1500.0) if n.name in small else n for n in state.nodes)
+    state = replace(state, nodes=nodes, planner_index=None)
+    index = planner_index(state)
+    asked: list[int] = []
+    real_context = algorithm1.group_context
+
+    def context(req: Request, s: GroupSummary, order: int) -> algorithm1.GroupContext | None:
+        asked.append(order)
+        return real_context(req, s, order)
+
+    monkeypatch.setattr(algorithm1, "group_context", context)
+    spared = by_room = fit = 0
+    for prune in (False, True):
+        for j in random_jobs(random.Random(seed + 300), 30):
+            j = replace(j, id=f"new-{j.id}", train_gpus=8 * rng.choice((1, 2, 3, 5)))
+            plain = _request(
+                j, state, index, max_group_size=3, prune_saturated=prune, adm=ALGORITHM1.admission
+            )
+            loop = replace(plain, bounds=None, pools=_pools(plain))
+            asked.clear()
+            kept = candidates(loop, index.summaries)
+            looped = len(asked)
+            fast = replace(plain, bounds=GroupBounds.of(index.summaries), pools=_pools(plain))
+            asked.clear()
+            assert candidates(fast, index.summaries) == kept
+            spared += looped - len(asked)
+            quick = len(asked)
+            roomless = replace(fast, train_mem_max=None, pools=_pools(plain))
+            asked.clear()
+            assert candidates(roomless, index.summaries) == kept
+            by_room += len(asked) - quick
+            fit += len(kept)
+    assert spared > 0 and by_room > 0 and fit > 0
+
+
+def test_the_join_filters_columns_are_every_groups_first_checks() -> None:
+    # JoinFilter reads its columns from the index's GroupBounds (carried by the
+    # transitions): the same numbers as each summary's row (`_row`), on a state built
+    # by placements and removals
+    rng = random.Random(4)
+    state = packed(SPEC, random_jobs(rng, 40))
+    for j in [m.job for g in state.groups for m in g.members][1::4]:
+        state, _ = remove_job(state, j.id)
+    oks = []
+    for config in (
+        PlannerConfig(),
+        PlannerConfig().with_(
+            admission__prune_saturated=not PlannerConfig().admission.prune_saturated
+        ),
+        PlannerConfig().with_(admission__max_group_size=2),
+    ):
+        joinable = JoinFilter(state, config)
+        rows = [joinable._row(s) for s in planner_index(state).summaries]
+        columns = joinable._columns()
+        for i, name in enumerate(("ok", "n_train", "t_cycle", "tolerance", "min_train", "scale")):
+            assert np.array_equal(columns[name], [r[i] for r in rows], equal_nan=True), name
+        oks += [r[0] for r in rows]
+    assert not all(oks) and any(oks)
+    assert any(s.t_load >= s.t_cycle for s in planner_index(state).summaries)  # saturated
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_options_kept_on_a_summary_give_the_candidates_of_the_loop(seed: int) -> None:
+    # with a memo open, what a group offers a joiner but for its iterations is kept on the
+    # group's summary (`kept_options`): the same candidates as group_context and the
+    # generators, for the same profile at other iterations (the join allowance's bounds
+    # read them), and on a later state whose nodes of the group changed (a cordon, less
+    # host memory: the kept options are found again)
+    rng = random.Random(seed)
+    big = replace(
+        SPEC, rollout=replace(SPEC.rollout, nodes=80), train=replace(SPEC.train, nodes=80)
+    )
+    state = packed(big, [replace(j, slo=rng.choice((1.1, 1.5, 2.0))) for j in random_jobs(rng, 40)])
+    memo = LastingMemo()
+    differ = kept_used = 0
+    for round_ in range(5):
+        if round_ == 3:  # the first group closes (the later ones a place earlier): its
+            # nodes back in the free pools, new rollout nodes for the scalings
+            for m in state.groups[0].members:
+                state, _ = remove_job(state, m.job.id)
+        elif round_ == 4:  # a new group (the others keep their places) takes free nodes
+            lone = replace(random_jobs(rng, 1)[0], id="lone", rollout_gpus=16)
+            res = place(lone, state, policy="solo-disagg")
+            assert res.placement is not None
+            state = apply_placement(state, lone, res.placement, group_id="lone")
+        elif round_:  # the same groups (summaries), some of their nodes changed
+            names = {x for g in state.groups for x in g.all_nodes if rng.random() < 0.2}
+            nodes = tuple(
+                replace(n, cordoned=round_ == 1, host_mem_gb=900.0) if n.name in names else n
+                for n in state.nodes
+            )
+            state = replace(state, nodes=nodes)
+        index = planner_index(state)
+        for profile in random_jobs(random.Random(seed + 50), 12):
+            for iterations in (1, 400, 2, 30, 4):
+                j = replace(profile, id=f"new-{profile.id}", iterations=iterations, slo=1.3)
+                req = _request(
+                    j, state, index, max_group_size=4, prune_saturated=False,
+                    adm=ALGORITHM1.admission,
+                )  # fmt: skip
+                loop = candidates(replace(req, pools=_pools(req)), index.summaries)
+                with lasting(memo):
+                    kept = candidates(replace(req, pools=_pools(req)), index.summaries)
+                assert kept == loop
+                kept_used += sum(len(s.joiner_options) for s in index.summaries) > 0
+                differ += len(loop)
+    assert differ > 0 and kept_used > 0
