@@ -64,7 +64,7 @@ T_co-exec); the joiner's first meta-iteration can wait for its turn (measured wo
 case over 3,000 random joins with worst-case durations: 1.2 x T_meta in total),
 which only shows in the mean of jobs with very few iterations; the planner adds
 that allowance to the joiner's SLO check
-(scheduler.planner.algorithm1.JOIN_ALLOWANCE_META_ITERATIONS).
+(scheduler.planner.slo_checks.JOIN_ALLOWANCE_META_ITERATIONS).
 """
 
 from __future__ import annotations

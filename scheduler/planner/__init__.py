@@ -89,14 +89,11 @@ from scheduler.model import (
     Strategy,
 )
 from scheduler.planner.algorithm1 import (
-    EPS,
-    JOIN_ALLOWANCE_META_ITERATIONS,
     Candidate,
     Choice,
     FreePool,
     Request,
     candidates,
-    check_slo,
     choose,
     new_group_candidate,
 )
@@ -112,6 +109,7 @@ from scheduler.planner.index import (
 from scheduler.planner.memo import cached
 from scheduler.planner.objective import JobProgress, choose_by_expected_cost
 from scheduler.planner.reasons import infeasible_reason, pool_capacity, retry_reason
+from scheduler.planner.slo_checks import EPS, JOIN_ALLOWANCE_META_ITERATIONS, check_slo
 from scheduler.planner.transitions import apply_placement, remove_job, update_job
 from scheduler.stochastic import slo_probabilities
 

@@ -43,10 +43,10 @@ from scheduler.cluster import nodes_needed
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, Group, JobProfile, Member, Pool
 from scheduler.planner import admits_join, join_request, planner_index
-from scheduler.planner.algorithm1 import EPS, profile_shape
 from scheduler.planner.index import GroupSummary, group_bounds, group_position
 from scheduler.planner.memo import LastingMemo, current_lasting
 from scheduler.planner.objective import JobProgress, remaining_iterations
+from scheduler.planner.slo_checks import EPS, profile_shape
 
 __all__ = ["JoinFilter", "Ledger", "admits_no_join", "answers_local"]
 

@@ -21,7 +21,8 @@ makes that cheaper.
 from __future__ import annotations
 
 from scheduler.model import JobProfile, Pool, Strategy
-from scheduler.planner.algorithm1 import EPS, NEW_GROUP_ORDER, Candidate, Choice, Request
+from scheduler.planner.algorithm1 import NEW_GROUP_ORDER, Candidate, Choice, Request
+from scheduler.planner.slo_checks import EPS
 
 
 def colocated_iteration_s(job: JobProfile, rollout_speed_factor: float) -> float:

@@ -79,7 +79,7 @@ class GroupSummary:
     train_solo_floor: float
     trains_used: bool
     # the worst-case iteration times of the group with a joiner, by what they read of the
-    # joiner and of its nodes (`algorithm1.worst_case_key`): decisions on later states
+    # joiner and of its nodes (`slo_checks.joined_worst_case`): decisions on later states
     # that keep this group ask again about alike joiners. Filled by the planner (a pure
     # function of the summary's group and the key), bounded, not compared.
     joined_worst: dict[tuple[object, ...], tuple[float, ...]] = field(

@@ -38,21 +38,18 @@ from typing import Any
 from scheduler.costs import SECONDS_PER_HOUR
 from scheduler.meta_iteration import steady_iteration_times
 from scheduler.model import Group, JobProfile, Member, Pool
-from scheduler.planner.algorithm1 import (
-    EPS,
-    Choice,
-    Request,
-    candidates,
-    joined_worst_case,
-    keyed_check_slo,
-    known_slo_check,
-    new_group_candidate,
-    slo_key,
-    worst_case_holds,
-)
+from scheduler.planner.algorithm1 import Choice, Request, candidates, new_group_candidate
 from scheduler.planner.colocated import colocated_candidate
 from scheduler.planner.index import GroupSummary
 from scheduler.planner.memo import cached, cached_for, in_scope, interned, keeping
+from scheduler.planner.slo_checks import (
+    EPS,
+    joined_worst_case,
+    keyed_check_slo,
+    known_slo_check,
+    slo_key,
+    worst_case_holds,
+)
 
 # what the drawn solo time averages to: the SLO check's expectation (re-exported)
 from scheduler.slo import expected_solo_s as expected_solo_s

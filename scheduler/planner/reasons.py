@@ -13,8 +13,9 @@ from collections.abc import Mapping
 
 from scheduler.cluster import nodes_needed
 from scheduler.model import ClusterSpec, JobProfile, Pool
-from scheduler.planner.algorithm1 import EPS, FreePool
+from scheduler.planner.algorithm1 import FreePool
 from scheduler.planner.index import NodeIndex
+from scheduler.planner.slo_checks import EPS
 
 
 def infeasible_reason(job: JobProfile, spec: ClusterSpec, index: NodeIndex) -> str | None:

@@ -14,7 +14,6 @@ from typing import overload
 
 from scheduler.cluster import make_node
 from scheduler.model import ClusterState, Group, JobProfile, Member, Node, Placement, Pool
-from scheduler.planner.algorithm1 import EPS
 from scheduler.planner.index import (
     PlannerIndex,
     colocated_change,
@@ -27,6 +26,7 @@ from scheduler.planner.index import (
     set_without,
     summarise,
 )
+from scheduler.planner.slo_checks import EPS
 
 
 def apply_placement(

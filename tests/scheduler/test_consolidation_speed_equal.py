@@ -25,7 +25,6 @@ import scheduler.planner as planner
 from scheduler.config import PlannerConfig
 from scheduler.model import ClusterState, JobProfile, PlacementResult
 from scheduler.planner import admissible, consolidation, memo
-from scheduler.planner.algorithm1 import check_slo, known_check_slo
 from scheduler.planner.consolidation import (
     Move,
     admit,
@@ -34,6 +33,7 @@ from scheduler.planner.consolidation import (
     plan_consolidation,
 )
 from scheduler.planner.objective import JobProgress
+from scheduler.planner.slo_checks import check_slo, known_check_slo
 from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.policies import CorePolicy, make_policy

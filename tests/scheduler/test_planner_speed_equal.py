@@ -39,19 +39,7 @@ from scheduler.planner import (
 )
 from scheduler.planner import objective as objective_module
 from scheduler.planner.admissible import JoinFilter
-from scheduler.planner.algorithm1 import (
-    EPS,
-    Choice,
-    FreePool,
-    Request,
-    candidates,
-    check_slo,
-    joined_worst_case,
-    members_shape,
-    new_group_candidate,
-    profile_shape,
-    worst_case_holds,
-)
+from scheduler.planner.algorithm1 import Choice, FreePool, Request, candidates, new_group_candidate
 from scheduler.planner.consolidation import restart_seconds
 from scheduler.planner.index import GroupBounds, GroupSummary, index_nodes, planner_index
 from scheduler.planner.memo import LastingMemo, lasting
@@ -61,6 +49,14 @@ from scheduler.planner.objective import (
     members_remaining_cost,
 )
 from scheduler.planner.reasons import infeasible_reason
+from scheduler.planner.slo_checks import (
+    EPS,
+    check_slo,
+    joined_worst_case,
+    members_shape,
+    profile_shape,
+    worst_case_holds,
+)
 from scheduler.slo import check_group, worst_case_times
 from tests.scheduler.builders import job
 
