@@ -169,25 +169,6 @@ def check_residency(group: Group, nodes: dict[str, Node]) -> None:
             )
 
 
-def with_nodes_returned(
-    pool_nodes: tuple[Node, ...], returned: Sequence[Node], position: Mapping[str, int]
-) -> tuple[Node, ...]:
-    """Return the free pool `pool_nodes` (in state order) with the nodes `returned` (none
-    of them in it) each inserted at its place in that order, in one copy of the pool: the
-    pool may hold thousands of nodes (a sort of it per removal was the consolidation's hot
-    spot, and a copy per node returned still a few percent of it: best_move removes a job
-    per candidate)."""
-    key = _position_of(position)
-    at = sorted((bisect.bisect_left(pool_nodes, position[n.name], key=key), position[n.name], n)
-                for n in returned)  # fmt: skip
-    # (one copy into a list and an insert per node, each shifting the list's tail in C:
-    # cheaper than building the pool from its slices)
-    out = list(pool_nodes)
-    for k, (i, _, n) in enumerate(at):
-        out.insert(i + k, n)  # the k nodes inserted before it shift its place by k
-    return tuple(out)
-
-
 # the nodes a `PoolView` holds inserted before it is copied
 _POOL_INSERTS = 16
 
@@ -251,9 +232,12 @@ class PoolView(Sequence[Node]):
 def pool_with_returned(
     pool_nodes: Sequence[Node], returned: Sequence[Node], position: Mapping[str, int]
 ) -> Sequence[Node]:
-    """Return `with_nodes_returned(pool_nodes, returned, position)` as a `PoolView` of the
-    pool before (a tuple, or a view whose inserts the new ones join), copied past
-    `_POOL_INSERTS` nodes inserted."""
+    """Return the free pool `pool_nodes` (in state order) with the nodes `returned` (none
+    of them in it) each inserted at its place in that order, as a `PoolView` of the pool
+    before (a tuple, or a view whose inserts the new ones join), copied past
+    `_POOL_INSERTS` nodes inserted: the pool may hold thousands of nodes (a sort of it
+    per removal was the consolidation's hot spot, and a copy per removal still a few
+    percent of it: best_move removes a job per candidate)."""
     if isinstance(pool_nodes, PoolView):
         base, inserts = pool_nodes._base, list(pool_nodes._inserts)
     else:

@@ -19,7 +19,7 @@ from scheduler.planner.index import (
     group_bounds,
     group_position,
 )
-from scheduler.planner.transitions import PoolView, with_nodes_returned
+from scheduler.planner.transitions import PoolView, pool_with_returned
 from tests.scheduler.builders import cluster_spec, job
 
 
@@ -104,7 +104,7 @@ def test_nodes_returned_to_a_free_pool_take_their_places_in_state_order() -> Non
     for _ in range(200):
         returned = rng.sample(nodes, rng.randint(0, min(5, len(nodes))))
         rest = tuple(n for n in nodes if n not in returned and rng.random() < 0.6)
-        out = with_nodes_returned(rest, returned, position)
+        out = tuple(pool_with_returned(rest, returned, position))
         # one node at a time, as a removal did before: the same pool
         one_by_one = rest
         for n in returned:
