@@ -463,11 +463,8 @@ class GroupOptions:
     __slots__ = (
         "direct",
         "firsts",
-        "made",
-        "made_scaling",
         "names",
         "nodes",
-        "order",
         "rooms",
         "scaling",
         "tolerance",
@@ -483,12 +480,9 @@ class GroupOptions:
         self.rooms: list[str] = []
         self.direct: list[tuple[tuple[str, ...], float]] = []
         self.scaling: list[tuple[int, tuple[str, ...], float]] = []
-        # the candidates made at the group's position `order` (immutable values: asked
-        # again at that position, the same ones are answered): the direct packings, and
-        # each rollout scaling's with the free pool's answer it was made with
-        self.order = -1
-        self.made: list[Candidate] = []
-        self.made_scaling: dict[int, tuple[tuple[tuple[str, ...], float], Candidate]] = {}
+        # (no `Candidate` is kept here: a candidate names its summary, which keeps these
+        # options, and that cycle outlived its group while the simulator pauses the
+        # cyclic collector: `candidates` makes them at each ask)
         job = req.job
         solo = job.t_solo_max_s
         t_train = job.t_train_max_s
@@ -553,50 +547,43 @@ class GroupOptions:
             return []
         if ruled_out(job, firsts[2], tol):
             return []
-        if order != self.order:
-            self.order = order
-            self.made = [
-                Candidate(
-                    strategy=Strategy.DIRECT_PACKING,
-                    delta=0.0,
-                    new_count=0,
-                    lower_bound=lb,
-                    order=order,
-                    summary=s,
-                    rollout=rs,
-                    train=self.trains,
-                    new_nodes=(),
-                )
-                for rs, lb in self.direct
-            ]
-            self.made_scaling = {}
-        out = [c for c in self.made if not ruled_out(job, c.lower_bound, tol)]
+        trains = self.trains
+        out = [
+            Candidate(
+                strategy=Strategy.DIRECT_PACKING,
+                delta=0.0,
+                new_count=0,
+                lower_bound=lb,
+                order=order,
+                summary=s,
+                rollout=rs,
+                train=trains,
+                new_nodes=(),
+            )
+            for rs, lb in self.direct
+            if not ruled_out(job, lb, tol)
+        ]
         free = req.pools[Pool.ROLLOUT]
-        made = self.made_scaling
         for m_new, kept, lb in self.scaling:
             taken = free.take_priced(m_new)
             if taken is None:
                 break
             if ruled_out(job, lb, tol):
                 continue
-            hit = made.get(m_new)
-            if hit is not None and hit[0] == taken:
-                out.append(hit[1])
-                continue
             fresh, delta = taken
-            c = Candidate(
-                strategy=Strategy.ROLLOUT_SCALING,
-                delta=delta,
-                new_count=m_new,
-                lower_bound=lb,
-                order=order,
-                summary=s,
-                rollout=kept + fresh,
-                train=self.trains,
-                new_nodes=fresh,
+            out.append(
+                Candidate(
+                    strategy=Strategy.ROLLOUT_SCALING,
+                    delta=delta,
+                    new_count=m_new,
+                    lower_bound=lb,
+                    order=order,
+                    summary=s,
+                    rollout=kept + fresh,
+                    train=trains,
+                    new_nodes=fresh,
+                )
             )
-            made[m_new] = (taken, c)
-            out.append(c)
         return out
 
 

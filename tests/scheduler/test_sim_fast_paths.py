@@ -7,11 +7,16 @@
   probabilities of its FIT: every decision of a run must be the one the full `place`
   makes (status, reason, placement, cost, predicted slowdowns), only the probabilities
   left out.
+* A run leaves no garbage in reference cycles: the simulator pauses the cyclic collector
+  (scheduler.collector), so such garbage would stay until the run ends (it did: a
+  group's kept options held candidates that named the group's summary, which kept
+  them, and 2,100 jobs left ~600,000 such objects, 600 MB, and a slower run).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -89,3 +94,24 @@ def test_best_move_places_as_the_full_place_does(monkeypatch: pytest.MonkeyPatch
     run = simulate(jobs, load_cluster(UNBOUNDED), make_policy("rollmux", seed=0), seed=0)
     assert compared.count(PlacementStatus.FIT) >= 20
     assert run.moves  # moves were made on those placements
+
+
+def test_a_run_leaves_no_garbage_in_reference_cycles() -> None:
+    """Everything a run drops is freed by reference counting: the collector, paused
+    for the run, finds nothing to collect after it (the at-size shape, smaller)."""
+    jobs = [
+        replace(j, iterations=min(j.iterations, 30))
+        for j in generate_paper(3, jobs=60, window_h=6.0)
+    ]
+    spec, policy = load_cluster(UNBOUNDED), make_policy("rollmux", seed=0)
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        run = simulate(jobs, spec, policy, seed=0)
+        found = gc.collect()
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert run.moves and sum(r.status == "done" for r in run.jobs.values()) == len(jobs)
+    assert found == 0
