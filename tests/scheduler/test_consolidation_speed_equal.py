@@ -14,6 +14,7 @@ equal move for move, savings to the last bit.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +33,7 @@ from scheduler.planner.consolidation import (
     best_move,
     plan_consolidation,
 )
+from scheduler.planner.index import summarise
 from scheduler.planner.objective import JobProgress
 from scheduler.planner.slo_checks import check_slo, known_check_slo
 from scheduler.sim.engine import simulate
@@ -303,3 +305,28 @@ def test_a_kept_slo_check_is_known_with_check_slo_s_answer_and_only_then() -> No
                 True,
                 check_slo(group, short, *nodes, **kw),
             )
+
+
+def test_no_join_answers_are_kept_per_summary_and_go_with_it() -> None:
+    """`admissible.NoJoins` answers for the very summary it was told about (an equal one
+    made again is another version of the group: not known), and holds no summary alive:
+    once no state holds a group's summary, its answers are swept with it."""
+    g0 = next(g for g in after_y_left().groups if g.id == "g0")
+    known = admissible.NoJoins()
+    s = summarise(g0)
+    assert known.known(s, "shape") is None
+    known.remember(s, "shape", 12)
+    known.remember(s, "other", 3)
+    assert (known.known(s, "shape"), known.known(s, "other")) == (12, 3)
+    assert known.known(summarise(g0), "shape") is None  # equal, but not this summary
+    alive = [summarise(g0) for _ in range(200)]
+    for k, other in enumerate(alive):
+        known.remember(other, "shape", k)
+    gone = weakref.ref(s)
+    del s
+    assert gone() is None  # the answers did not keep it alive
+    alive += [summarise(g0) for _ in range(300)]
+    for k, other in enumerate(alive[200:], start=200):
+        known.remember(other, "shape", k)  # the count grows past a sweep: s's entry goes
+    assert len(known) == len(alive)
+    assert [known.known(x, "shape") for x in alive] == list(range(len(alive)))
