@@ -252,7 +252,7 @@ class JoinFilter:
     A job that may not go co-located (`best_move` allows that only to a job with
     rollout nodes) moves only into another group, and Algorithm 1 generates a
     candidate in a group only when its first checks pass (`algorithm1.candidates`'s
-    inline bounds and `group_context`'s step 1 and clock rule: members, size, training
+    inline bounds and `GroupOptions`' first step and clock rule: members, size, training
     nodes, rollout nodes, saturation, T_cycle and the least-loaded training node within
     the SLO window). Those read only the group's summary and the job's profile, so one
     vectorised pass over the state's groups answers for every candidate; a job no other

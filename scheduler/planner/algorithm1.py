@@ -16,11 +16,11 @@ notes' reconstruction), numbered as the notes number it:
    11    if Δ < Δ*: (Δ*,G*,P*) ← (Δ,{j},{})
    12    return G*, P*
 
-Here: `group_context` is lines 3-4 plus cheap lower bounds of line 7 and the choice
-of training nodes; GENERATEPLACEMENTS (line 5) is two named generators,
-`direct_packing_candidates` and `rollout_scaling_candidates`, whose candidates
-already respect residency (line 6: only nodes with room are offered) and carry Δ
-(line 8: the price of the free nodes they take); `new_group_candidate` is line 10;
+Here: `GroupOptions` is lines 3-4 plus cheap lower bounds of line 7 and the choice
+of training nodes, and GENERATEPLACEMENTS (line 5) for one group: its direct packings
+and rollout scalings, which already respect residency (line 6: only nodes with room
+are offered) and carry Δ (line 8: the price of the free nodes they take);
+`candidates` asks it of every group; `new_group_candidate` is line 10;
 `choose` runs lines 7, 9 and 11 over the candidates in cost order, simulating a
 meta-iteration (`check_slo`) only for those that can still win. The decisions where
 the paper is silent are listed in scheduler.planner.
@@ -28,7 +28,7 @@ the paper is silent are listed in scheduler.planner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -215,18 +215,6 @@ class Request:
     train_mem_max: float | None = None
 
 
-@dataclass(kw_only=True, slots=True)
-class GroupContext:
-    """A group that passed lines 3-4 and the cheap bounds, with the job's training nodes."""
-
-    summary: GroupSummary
-    order: int
-    trains: tuple[str, ...]  # the job's training nodes: the least loaded with room
-    rooms: list[str]  # the group's rollout nodes with room for the job, least loaded first
-    bound: float  # lower bound of the job's iteration time in the group
-    tolerance: float  # the tightest SLO window in the group with the job (EPS included)
-
-
 def least_loaded(
     names: Iterable[str], s: GroupSummary, job: JobProfile, nodes: Mapping[str, Node]
 ) -> list[str]:
@@ -251,7 +239,7 @@ BOUND_SLACK = 1e-9
 def ruled_out(job: JobProfile, t: float, tolerance: float) -> bool:
     """Return True when `t`, a lower bound of the job's worst-case iteration time in a
     group, rules the join out: past the group's SLO window with the job (`tolerance`,
-    EPS included: `GroupContext.tolerance`) or the job's own with its join allowance
+    EPS included: `GroupOptions.tolerance`) or the job's own with its join allowance
     (`join_window_holds`). Both checks are monotone: what a lower bound fails, the
     check (`check_slo`) fails."""
     return t > tolerance or not join_window_holds(job, t)
@@ -315,114 +303,6 @@ def _with_room(
     return room
 
 
-def group_context(req: Request, s: GroupSummary, order: int) -> GroupContext | None:
-    """Return the group's context for the job, or None when it cannot take the job."""
-    job = req.job
-    solo = job.t_solo_max_s
-    t_train = job.t_train_max_s
-    # 1. Skip empty, full and saturated groups (line 4), and groups with too few
-    #    training nodes (the paper only scales the rollout pool).
-    if not s.size or s.size >= req.max_group_size or s.n_train < req.n_train:
-        return None
-    if not s.group.rollout_nodes:  # a co-located group (scheduler.planner.colocated)
-        return None
-    if req.prune_saturated and s.t_load >= s.t_cycle:
-        return None
-    # 2. Cheap lower bounds of line 7: the cycle can only grow, and the job's training
-    #    lands at least on the least-loaded training node.
-    #    The job's own window also carries its join allowance (`ruled_out`).
-    tol = min(s.tolerance, job.slo * solo) + EPS
-    t_cycle = max(s.t_cycle, solo)
-    if ruled_out(job, max(t_cycle, s.min_train_load + t_train), tol):
-        return None
-    # 3. Training nodes: the least loaded with residency room.
-    g = s.group
-    trains = _with_room(s.train_by_load, s, job.host_mem_gb, req.nodes, req.n_train)
-    if len(trains) < req.n_train:
-        return None
-    bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
-    if ruled_out(job, bound, tol):
-        return None
-    # 4. The switches the job's training nodes make (a lower bound of the recursion, with
-    #    its slack): most joins that pass the bounds above fail here, not after a recursion
-    if ruled_out(job, switched_bound(s, job, trains, req.switch_overhead_s), tol):
-        return None
-    # Groups on another clock (time_scale) take no one; checked this late because
-    # the bounds above drop most groups and this loop is the planner's hot path.
-    if s.time_scale != job.time_scale:
-        return None
-    return GroupContext(
-        summary=s,
-        order=order,
-        trains=tuple(trains),
-        rooms=_with_room(s.rollout_by_load, s, job.host_mem_gb, req.nodes, len(g.rollout_nodes)),
-        bound=bound,
-        tolerance=tol,
-    )
-
-
-def direct_packing_candidates(req: Request, ctx: GroupContext) -> Iterator[Candidate]:
-    """Yield direct packing placements (line 5, Δ = 0): the job on the group's nodes.
-
-    The rollout nodes are an existing member's rollout-node set of the job's size, or
-    the job's count of the group's least-loaded rollout nodes with room.
-    """
-    s, n_roll = ctx.summary, req.n_roll
-    room_set = set(ctx.rooms)
-    options: list[tuple[str, ...]] = []
-    for m in s.group.members:
-        if len(m.rollout_nodes) == n_roll and set(m.rollout_nodes) <= room_set:
-            options.append(tuple(sorted(m.rollout_nodes)))
-    if len(ctx.rooms) >= n_roll:
-        options.append(tuple(sorted(ctx.rooms[:n_roll])))
-    for rs in dict.fromkeys(options):
-        lb = max(ctx.bound, max(s.load[x] for x in rs) + req.job.rollout_pool_max_s)
-        if not ruled_out(req.job, lb, ctx.tolerance):
-            yield Candidate(
-                strategy=Strategy.DIRECT_PACKING,
-                delta=0.0,
-                new_count=0,
-                lower_bound=lb,
-                order=ctx.order,
-                summary=s,
-                rollout=rs,
-                train=ctx.trains,
-                new_nodes=(),
-            )
-
-
-def rollout_scaling_candidates(req: Request, ctx: GroupContext) -> Iterator[Candidate]:
-    """Yield rollout scaling placements (line 5): m = 1..N_R new free rollout nodes plus
-    the N_R - m least-loaded group rollout nodes with room; training nodes shared."""
-    s, n_roll = ctx.summary, req.n_roll
-    free = req.pools[Pool.ROLLOUT]
-    for m_new in range(1, n_roll + 1):
-        keep = n_roll - m_new
-        if len(ctx.rooms) < keep:
-            continue
-        taken = free.take_priced(m_new)
-        if taken is None:
-            break
-        fresh, delta = taken
-        kept = ctx.rooms[:keep]
-        lb = max(
-            ctx.bound, max((s.load[x] for x in kept), default=0.0) + req.job.rollout_pool_max_s
-        )
-        if ruled_out(req.job, lb, ctx.tolerance):
-            continue
-        yield Candidate(
-            strategy=Strategy.ROLLOUT_SCALING,
-            delta=delta,
-            new_count=m_new,
-            lower_bound=lb,
-            order=ctx.order,
-            summary=s,
-            rollout=tuple(kept) + fresh,
-            train=ctx.trains,
-            new_nodes=fresh,
-        )
-
-
 # Entries a group's summary keeps of its joiners' options (`kept_options`).
 JOINER_OPTIONS_LIMIT = 256
 
@@ -453,12 +333,32 @@ class JoinerKey:
 
 
 class GroupOptions:
-    """What `group_context` and the two generators find in a group for a joiner, but what
-    reads its iterations: the lower bounds `ruled_out` is asked about (`firsts`: the
-    context's three; None when the group cannot take the joiner whatever its iterations),
-    the window, the training and rollout nodes chosen, and each candidate's nodes and lower
-    bound (`direct`: rollout nodes; `scaling`: new nodes and the group's nodes kept); with
-    the state's nodes of the group it read (`nodes`: their room and cordons)."""
+    """What one group offers a joiner (lines 4-5), but what reads the joiner's iterations.
+
+    The steps, in order: skip empty, full and saturated groups, groups with too few
+    training nodes (the paper scales only the rollout pool) and co-located groups
+    (scheduler.planner.colocated); the cheap lower bounds of line 7 (the cycle can only
+    grow, and the job's training lands at least on the least-loaded training node); the
+    training nodes, the least loaded with residency room, and the bound they give; the
+    switches the job's training nodes make (`switched_bound`: most joins that pass the
+    bounds before fail here, not after a recursion); the group's clock (`time_scale`).
+    Then the direct packings (Δ = 0: an existing member's rollout-node set of the job's
+    size, or the job's count of the least-loaded rollout nodes with room) and the rollout
+    scalings (m = 1..N_R new free rollout nodes plus the N_R - m least-loaded group
+    rollout nodes with room, training nodes shared), each with its lower bound.
+
+    Kept: the three bounds `ruled_out` is asked about (`firsts`; None when the group
+    cannot take the joiner whatever its iterations), the window (`tolerance`), the
+    training and rollout nodes chosen, each candidate's nodes and lower bound (`direct`:
+    rollout nodes; `scaling`: new nodes and the group's nodes kept), and the state's nodes
+    of the group read (`nodes`: their room and cordons). `candidates` asks `ruled_out` at
+    the job's iterations and takes the new nodes from the request's free pool.
+
+    `early` (a decision that keeps nothing: the live planner's) stops at the first bound
+    `ruled_out` rejects for the request's job, so a group it rules out costs no more;
+    such options hold for that job's iterations only and are not kept (`kept_options`
+    makes them whole).
+    """
 
     __slots__ = (
         "direct",
@@ -471,8 +371,9 @@ class GroupOptions:
         "trains",
     )
 
-    def __init__(self, s: GroupSummary, req: Request) -> None:
-        self.names = s.group.all_nodes
+    def __init__(self, s: GroupSummary, req: Request, *, early: bool = False) -> None:
+        # the state's nodes of the group, by identity, for `holds` (not kept: not read)
+        self.names = () if early else s.group.all_nodes
         self.nodes = tuple([req.nodes.get(x) for x in self.names])
         self.firsts: tuple[float, float, float] | None = None
         self.tolerance = 0.0
@@ -486,21 +387,30 @@ class GroupOptions:
         job = req.job
         solo = job.t_solo_max_s
         t_train = job.t_train_max_s
-        # group_context's steps, in its order, each without `ruled_out` (asked on replay)
+        # the steps (the class docstring), `ruled_out` asked only when `early`
         if not s.size or s.size >= req.max_group_size or s.n_train < req.n_train:
             return
-        if not s.group.rollout_nodes:
+        if not s.group.rollout_nodes:  # a co-located group
             return
         if req.prune_saturated and s.t_load >= s.t_cycle:
             return
+        # (the job's own window also carries its join allowance: `ruled_out`)
         tol = min(s.tolerance, job.slo * solo) + EPS
         t_cycle = max(s.t_cycle, solo)
         first = max(t_cycle, s.min_train_load + t_train)
+        if early and ruled_out(job, first, tol):
+            return
         trains = _with_room(s.train_by_load, s, job.host_mem_gb, req.nodes, req.n_train)
         if len(trains) < req.n_train:
             return
         bound = max(t_cycle, s.t_load, max(s.load[x] for x in trains) + t_train)
+        if early and ruled_out(job, bound, tol):
+            return
         switched = switched_bound(s, job, trains, req.switch_overhead_s)
+        if early and ruled_out(job, switched, tol):
+            return
+        # groups on another clock take no one (checked this late: the bounds before drop
+        # most groups, and this runs for every group of every decision)
         if s.time_scale != job.time_scale:
             return
         self.firsts = (first, bound, switched)
@@ -510,7 +420,7 @@ class GroupOptions:
             s.rollout_by_load, s, job.host_mem_gb, req.nodes, len(s.group.rollout_nodes)
         )
         self.rooms = rooms
-        # direct_packing_candidates' options and bounds
+        # the direct packings' rollout nodes and bounds
         n_roll = req.n_roll
         room_set = set(rooms)
         options: list[tuple[str, ...]] = []
@@ -522,7 +432,7 @@ class GroupOptions:
         for rs in dict.fromkeys(options):
             lb = max(bound, max(s.load[x] for x in rs) + job.rollout_pool_max_s)
             self.direct.append((rs, lb))
-        # rollout_scaling_candidates' counts of new nodes and bounds
+        # the rollout scalings' counts of new nodes, the group's nodes kept, and bounds
         for m_new in range(1, n_roll + 1):
             keep = n_roll - m_new
             if len(rooms) < keep:
@@ -537,8 +447,8 @@ class GroupOptions:
         return all(nodes.get(x) is n for x, n in zip(self.names, self.nodes, strict=True))
 
     def candidates(self, req: Request, s: GroupSummary, order: int) -> list[Candidate]:
-        """Return `group_context`'s and the generators' candidates for the job of `req`:
-        those of its iterations' bounds, the new nodes from the request's free pool."""
+        """Return the group's candidates for the job of `req` (the group at `order`): those
+        its iterations' bounds leave, the new nodes from the request's free pool."""
         firsts = self.firsts
         if firsts is None:
             return []
@@ -630,7 +540,7 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
     b = req.bounds
     vectorised = b is not None and len(b.t_cycle) == len(summaries)
     if b is not None and vectorised:
-        # group_context's cheap bounds, vectorised (the same floating-point operations):
+        # `GroupOptions`' cheap bounds, vectorised (the same floating-point operations):
         # only the groups they keep are looked at
         tol_v = np.minimum(b.tolerance, slo_solo) + EPS
         cycle, least = np.maximum(b.t_cycle, solo), b.min_train_load + t_train
@@ -641,7 +551,7 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
         keep &= np.maximum(cycle, least) * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n <= (
             slo_solo + EPS
         )
-        # ... and group_context's step 1 (members, size, training nodes, rollout nodes,
+        # ... and `GroupOptions`' first step (members, size, training nodes, rollout nodes,
         # saturation), the same comparisons of the same numbers
         keep &= (b.takes > 0.0) & (b.size < req.max_group_size) & (b.n_train >= req.n_train)
         if req.prune_saturated:
@@ -673,21 +583,15 @@ def candidates(req: Request, summaries: Sequence[GroupSummary]) -> list[Candidat
     key = JoinerKey(req) if keeping() and req.n_roll >= 1 and req.n_train >= 1 else None
     for order in orders:
         s = summaries[order]
-        # group_context's cheap bounds first, inline: they drop most groups (the loop runs
-        # over every group for every decision); group_context checks them again (the
+        # the options' cheap bounds first, inline: they drop most groups (the loop runs
+        # over every group for every decision); `GroupOptions` checks them again (the
         # vectorised pass made the same comparisons already)
         if not vectorised:
             tol = min(s.tolerance, slo_solo) + EPS
             if max(s.t_cycle, solo) > tol or s.min_train_load + t_train > tol:
                 continue
-        if key is not None:
-            out += kept_options(req, s, key).candidates(req, s, order)
-            continue
-        ctx = group_context(req, s, order)
-        if ctx is None:
-            continue
-        out.extend(direct_packing_candidates(req, ctx))
-        out.extend(rollout_scaling_candidates(req, ctx))
+        options = kept_options(req, s, key) if key is not None else GroupOptions(s, req, early=True)
+        out += options.candidates(req, s, order)
     return out
 
 

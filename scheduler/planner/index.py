@@ -154,7 +154,7 @@ class GroupBounds:
     """The summaries' fields Algorithm 1's first cheap bounds read (`algorithm1.candidates`),
     one row each (T_cycle, tolerance, the least-loaded training node's load, the
     least-loaded rollout node's: infinite without one; `GroupSummary.train_solo_floor`,
-    and `trains_used` as 1 or 0), then what `group_context`'s first steps read (whether
+    and `trains_used` as 1 or 0), then what `GroupOptions`' first steps read (whether
     the group may take anyone at all: members and rollout nodes, 1 or 0; its members; its
     training nodes; whether it is saturated, 1 or 0; its members' time_scale, NaN for
     None; and the k-th least host memory pinned on its training nodes for k =

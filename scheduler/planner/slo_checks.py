@@ -57,7 +57,7 @@ def join_window_holds(job: JobProfile, t: float) -> bool:
     meta-iterations spread over its iterations), fits its SLO window: the joiner's half of
     the worst-case check (`_joined_slowdowns`, `worst_case_holds`). Monotone in `t` (a
     product and a quotient by positive constants round monotonically), so a lower bound
-    of `t` that fails it rules the join out exactly (`group_context`, `candidates`)."""
+    of `t` that fails it rules the join out exactly (`algorithm1.GroupOptions`)."""
     n = job.iterations
     return not t * (n + JOIN_ALLOWANCE_META_ITERATIONS) / n > job.slo * job.t_solo_max_s + EPS
 

@@ -271,6 +271,21 @@ def test_a_member_at_expected_durations_is_the_replaced_profile() -> None:
         assert objective_module._profile_key(m, made) is made.keys[id(m)]
 
 
+def asked_groups(patch: pytest.MonkeyPatch) -> list[GroupSummary]:
+    """Return the list of the groups `algorithm1.GroupOptions` is asked about from now."""
+    asked: list[GroupSummary] = []
+
+    class Counted(algorithm1.GroupOptions):
+        __slots__ = ()
+
+        def __init__(self, s: GroupSummary, req: Request, *, early: bool = False) -> None:
+            asked.append(s)
+            super().__init__(s, req, early=early)
+
+    patch.setattr(algorithm1, "GroupOptions", Counted)
+    return asked
+
+
 def plain_bounds(patch: pytest.MonkeyPatch) -> None:
     """Make `candidates` rule joins out on the group's SLO window alone, as it first did:
     without the join allowance (`algorithm1.ruled_out`) and the switches
@@ -283,12 +298,12 @@ def plain_bounds(patch: pytest.MonkeyPatch) -> None:
 def test_the_join_bounds_drop_only_joins_the_slo_check_refuses(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # `group_context` and the candidates rule a join out on lower bounds of its worst-case
+    # `GroupOptions` and the candidates rule a join out on lower bounds of its worst-case
     # iteration time: with the joiner's join allowance (`join_window_holds`) and with the
     # switches its shared training nodes force (`switched_bound`). Every join they drop
     # must be one the SLO check refuses, and the rest stay in their order; the vectorised
     # bounds (the same bounds over every group at once) leave the same candidates as the
-    # loop, asking `group_context` about fewer groups
+    # loop, asking `GroupOptions` about fewer groups
     rng = random.Random(seed)
     big = replace(
         SPEC, rollout=replace(SPEC.rollout, nodes=60), train=replace(SPEC.train, nodes=60)
@@ -297,14 +312,7 @@ def test_the_join_bounds_drop_only_joins_the_slo_check_refuses(
     state = packed(big, tight)
     index = planner_index(state)
     by_allowance = by_switches = admitted = spared = by_floor = 0
-    asked: list[int] = []  # the groups `group_context` is asked about
-    real_context = algorithm1.group_context
-
-    def context(req: Request, s: GroupSummary, order: int) -> algorithm1.GroupContext | None:
-        asked.append(order)
-        return real_context(req, s, order)
-
-    monkeypatch.setattr(algorithm1, "group_context", context)
+    asked = asked_groups(monkeypatch)  # the groups `GroupOptions` is asked about
     for j in random_jobs(random.Random(seed + 200), 40):
         j = replace(j, id=f"new-{j.id}", slo=rng.choice((1.0, 1.02, 1.1, 1.5)))
         plain = _request(
@@ -540,10 +548,10 @@ def test_the_first_checks_of_a_few_groups_are_those_of_every_group_there() -> No
 def test_the_vectorised_first_steps_leave_the_candidates_of_the_loop(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # `candidates` drops up front, in one vectorised pass, the groups `group_context`'s
-    # step 1 (members, size, training nodes, rollout nodes, saturation) and step 3's room
+    # `candidates` drops up front, in one vectorised pass, the groups `GroupOptions`'
+    # first step (members, size, training nodes, rollout nodes, saturation) and its room
     # (`GroupBounds.train_mem` against the largest training node) would refuse: the same
-    # candidates as the loop over every group, asking `group_context` about fewer; a
+    # candidates as the loop over every group, asking `GroupOptions` about fewer; a
     # training node cordoned or with less host memory only makes room scarcer
     rng = random.Random(seed)
     big = replace(
@@ -558,14 +566,7 @@ def test_the_vectorised_first_steps_leave_the_candidates_of_the_loop(
     nodes = tuple(replace(n, host_mem_gb=1500.0) if n.name in small else n for n in state.nodes)
     state = replace(state, nodes=nodes, planner_index=None)
     index = planner_index(state)
-    asked: list[int] = []
-    real_context = algorithm1.group_context
-
-    def context(req: Request, s: GroupSummary, order: int) -> algorithm1.GroupContext | None:
-        asked.append(order)
-        return real_context(req, s, order)
-
-    monkeypatch.setattr(algorithm1, "group_context", context)
+    asked = asked_groups(monkeypatch)
     spared = by_room = fit = 0
     for prune in (False, True):
         for j in random_jobs(random.Random(seed + 300), 30):
@@ -619,10 +620,11 @@ def test_the_join_filters_columns_are_every_groups_first_checks() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_the_options_kept_on_a_summary_give_the_candidates_of_the_loop(seed: int) -> None:
     # with a memo open, what a group offers a joiner but for its iterations is kept on the
-    # group's summary (`kept_options`): the same candidates as group_context and the
-    # generators, for the same profile at other iterations (the join allowance's bounds
-    # read them), and on a later state whose nodes of the group changed (a cordon, less
-    # host memory: the kept options are found again)
+    # group's summary (`kept_options`): the same candidates as the options made for the
+    # decision alone (`early`: stopped at the first bound its iterations fail), for the
+    # same profile at other iterations (the join allowance's bounds read them), and on a
+    # later state whose nodes of the group changed (a cordon, less host memory: the kept
+    # options are found again)
     rng = random.Random(seed)
     big = replace(
         SPEC, rollout=replace(SPEC.rollout, nodes=80), train=replace(SPEC.train, nodes=80)
