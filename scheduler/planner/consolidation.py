@@ -90,6 +90,7 @@ Rules (decisions where the issue is silent, marked [I]):
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -120,7 +121,7 @@ from scheduler.planner import (
     remove_job,
 )
 from scheduler.planner.admissible import JoinFilter, answers_local
-from scheduler.planner.index import colocated_groups, group_position
+from scheduler.planner.index import GroupSummary, colocated_groups, group_position
 from scheduler.planner.memo import current_lasting, evaluation_scope
 from scheduler.planner.move_budget import (
     budget_ok,
@@ -287,11 +288,11 @@ def _group_of(
     """Return the job's group and self in `state` (`group_id`: where it likely is, looked
     at first), or None when it is in no group."""
     index = planner_index(state)
+    hinted: list[GroupSummary] = []
     if group_id is not None and (at := group_position(index, group_id)) is not None:
-        s = index.summaries[at]
-        if job_id in s.job_ids:
-            return s.group, next(m for m in s.group.members if m.job.id == job_id)
-    for s in index.summaries:  # the summaries hold their job ids as a set
+        hinted.append(index.summaries[at])
+    # (the summaries hold their job ids as a set)
+    for s in itertools.chain(hinted, index.summaries):
         if job_id in s.job_ids:
             return s.group, next(m for m in s.group.members if m.job.id == job_id)
     return None

@@ -179,6 +179,7 @@ def members_remaining_cost(
     lone_restart_s: Callable[[JobProfile], float] | None = None,
     lone_now: bool = False,
     joining: str | None = None,
+    metas: dict[int, float] | None = None,
 ) -> float:
     """Return the expected dollars the nodes of `members` cost until each is released.
 
@@ -187,17 +188,35 @@ def members_remaining_cost(
     With `lone_restart_s` (a job's restart time) a member the others' departures will
     leave alone in the group is valued as consolidation treats it: alone for the
     ski-rental wait, then co-located after its restart, when that is cheaper.
-    Memoised within a consolidation pass (scheduler.planner.memo).
+    `metas`: the meta-iteration of the members from the i-th on in the order they leave,
+    by i, read where known and filled where asked (`group_remaining_cost`'s, kept per
+    group). Without it the value is memoised within a consolidation pass
+    (scheduler.planner.memo).
     """
 
     def compute() -> float:
-        return _members_remaining_cost(
-            members, price_per_hour, progress, switch_overhead_s=switch_overhead_s,
-            extra_s=extra_s, colocated_factor=colocated_factor,
-            lone_restart_s=lone_restart_s, lone_now=lone_now, joining=joining,
+        left = _departure_order(members, progress, joining)
+        made = _Made()  # what the departures read of each member, made once
+
+        def meta_s(i: int) -> float:
+            if metas is not None and (known := metas.get(i)) is not None:
+                return known
+            value = expected_meta_s(
+                [m for _, m in left[i:]],
+                switch_overhead_s=switch_overhead_s,
+                colocated_factor=colocated_factor,
+                _made=made,
+            )
+            if metas is not None:
+                metas[i] = value
+            return value
+
+        return _departure_walk(
+            left, price_per_hour, meta_s, extra_s=extra_s, colocated_factor=colocated_factor,
+            lone_restart_s=lone_restart_s, lone_now=lone_now,
         )  # fmt: skip
 
-    if not in_scope(progress):
+    if metas is not None or not in_scope(progress):
         return compute()
     key = (
         interned(members),
@@ -282,43 +301,6 @@ def _departure_walk(
         for x in member.train_nodes:
             release[x] = max(release.get(x, 0.0), leave)
     return sum(price[x] * t for x, t in release.items()) / SECONDS_PER_HOUR
-
-
-def _members_remaining_cost(
-    members: Sequence[Member],
-    price: Mapping[str, float],
-    progress: Mapping[str, JobProgress],
-    *,
-    switch_overhead_s: float,
-    extra_s: Mapping[str, float] | None = None,
-    colocated_factor: float = 1.0,
-    lone_restart_s: Callable[[JobProfile], float] | None = None,
-    lone_now: bool = False,
-    joining: str | None = None,
-    metas: dict[int, float] | None = None,
-) -> float:
-    """`members_remaining_cost` computed (`metas`: the meta-iteration of the members from
-    the i-th on in the order they leave, by i: read where known, filled where asked)."""
-    left = _departure_order(members, progress, joining)
-    made = _Made()  # what the departures read of each member, made once
-
-    def meta_s(i: int) -> float:
-        if metas is not None and (known := metas.get(i)) is not None:
-            return known
-        value = expected_meta_s(
-            [m for _, m in left[i:]],
-            switch_overhead_s=switch_overhead_s,
-            colocated_factor=colocated_factor,
-            _made=made,
-        )
-        if metas is not None:
-            metas[i] = value
-        return value
-
-    return _departure_walk(
-        left, price, meta_s, extra_s=extra_s, colocated_factor=colocated_factor,
-        lone_restart_s=lone_restart_s, lone_now=lone_now,
-    )  # fmt: skip
 
 
 def _lone_release(
@@ -429,7 +411,7 @@ def group_remaining_cost(
                 if i in prior.exact:
                     exact[i] = prior.exact[i]
                 i -= 1
-        value = _members_remaining_cost(
+        value = members_remaining_cost(
             members, price, progress, switch_overhead_s=switch_overhead_s,
             colocated_factor=colocated_factor, lone_restart_s=lone_restart_s, metas=exact,
         )  # fmt: skip

@@ -34,7 +34,7 @@ from scheduler.planner.objective import (
     join_remaining_cost,
     members_remaining_cost,
 )
-from tests.scheduler.test_planner_speed_equal import SPEC, random_jobs
+from tests.scheduler.test_planner_speed_equal import SPEC, expected_choices, random_jobs
 
 
 def varied_jobs(rng: random.Random, n: int) -> list[JobProfile]:
@@ -167,46 +167,29 @@ def test_the_expected_cost_choice_with_a_memo_is_the_choice_without(
     seed: int, lone: Callable[[JobProfile], float] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(100 + seed)
-    state: ClusterState = empty_state(SPEC)
-    progress: dict[str, JobProgress] = {}
-    seen: list[tuple[Choice | None, Choice | None]] = []
-    real = objective_module.choose_by_expected_cost
     memo = LastingMemo()
+    choose = objective_module.choose_by_expected_cost
 
-    def both(
+    def kept(
         req: Request,
         summaries: Sequence[GroupSummary],
         progress: Mapping[str, JobProgress],
-        *,
-        colocated_factor: float | None = None,
-        lone_restart_s: Callable[[JobProfile], float] | None = None,
+        kw: dict[str, Any],
     ) -> Choice | None:
-        kw: dict[str, Any] = {
-            "colocated_factor": colocated_factor,
-            "lone_restart_s": lone_restart_s,
-        }
         with lasting(memo), evaluation_scope(progress):
-            kept = real(req, summaries, progress, **kw)
-        seen.append((kept, real(req, summaries, progress, **kw)))
-        return kept
+            return choose(req, summaries, progress, **kw)
 
-    monkeypatch.setattr("scheduler.planner.choose_by_expected_cost", both)
-    for j in varied_jobs(rng, 60):
-        res = place(
-            j,
-            state,
-            objective="expected",
-            progress=progress,
-            prune_saturated=False,
-            lone_restart_s=lone,
-        )
-        if res.status is PlacementStatus.FIT and res.placement is not None:
-            state = apply_placement(state, j, res.placement, group_id=f"g{len(seen)}")
-            progress = {  # the others advance (a new mapping: the next pass's)
-                m: replace(p, iterations_done=p.iterations_done + rng.randrange(1, 30))
-                for m, p in progress.items()
-            }
-            progress[j.id] = JobProgress(0.0)
+    seen = expected_choices(
+        monkeypatch,
+        varied_jobs(rng, 60),
+        lone=lone,
+        mine=kept,
+        other=lambda req, summaries, progress, kw: choose(req, summaries, progress, **kw),
+        advance=lambda progress: {  # the others advance
+            m: replace(p, iterations_done=p.iterations_done + rng.randrange(1, 30))
+            for m, p in progress.items()
+        },
+    )
     assert len(seen) == 60
     for kept, plain in seen:
         assert kept == plain

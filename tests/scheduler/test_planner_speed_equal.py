@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -143,16 +144,28 @@ def packed(spec: ClusterSpec, jobs: list[JobProfile]) -> ClusterState:
     return state
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("lone", [None, restart_seconds])
-def test_the_expected_cost_choice_is_the_reference_choice(
-    seed: int, lone: Callable[[JobProfile], float] | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rng = random.Random(seed)
+# `choose_by_expected_cost`'s arguments, as a choice function of a test is given them
+ChoiceFn = Callable[
+    [Request, Sequence[GroupSummary], Mapping[str, JobProgress], dict[str, Any]], Choice | None
+]
+
+
+def expected_choices(
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: Sequence[JobProfile],
+    *,
+    lone: Callable[[JobProfile], float] | None,
+    mine: ChoiceFn,
+    other: ChoiceFn,
+    advance: Callable[[Mapping[str, JobProgress]], dict[str, JobProgress]],
+) -> list[tuple[Choice | None, Choice | None]]:
+    """Place `jobs` one by one on an empty `SPEC` cluster with the expected-cost objective,
+    each decision made by `mine` (the one placed) and by `other`; return the pairs. After
+    each placement the jobs placed before advance (`advance`, a new mapping: a pass's
+    progress is its own) and the new one starts."""
     state: ClusterState = empty_state(SPEC)
     progress: dict[str, JobProgress] = {}
     seen: list[tuple[Choice | None, Choice | None]] = []
-    real = objective_module.choose_by_expected_cost
 
     def both(
         req: Request,
@@ -162,31 +175,46 @@ def test_the_expected_cost_choice_is_the_reference_choice(
         colocated_factor: float | None = None,
         lone_restart_s: Callable[[JobProfile], float] | None = None,
     ) -> Choice | None:
-        mine = real(
-            req,
-            summaries,
-            progress,
-            colocated_factor=colocated_factor,
-            lone_restart_s=lone_restart_s,
-        )
-        seen.append((mine, reference_choose(req, summaries, progress, lone_restart_s)))
-        return mine
+        kw: dict[str, Any] = {
+            "colocated_factor": colocated_factor,
+            "lone_restart_s": lone_restart_s,
+        }
+        chosen = mine(req, summaries, progress, kw)
+        seen.append((chosen, other(req, summaries, progress, kw)))
+        return chosen
 
     monkeypatch.setattr("scheduler.planner.choose_by_expected_cost", both)
-    for j in random_jobs(rng, 40):
+    for j in jobs:
         res = place(
-            j,
-            state,
-            objective="expected",
-            progress=progress,
-            prune_saturated=False,
+            j, state, objective="expected", progress=progress, prune_saturated=False,
             lone_restart_s=lone,
-        )
+        )  # fmt: skip
         if res.status is PlacementStatus.FIT and res.placement is not None:
             state = apply_placement(state, j, res.placement, group_id=f"g{len(seen)}")
-            for m in progress:  # the others advance
-                progress[m] = replace(progress[m], iterations_done=progress[m].iterations_done + 1)
+            progress = advance(progress)
             progress[j.id] = JobProgress(0.0)
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("lone", [None, restart_seconds])
+def test_the_expected_cost_choice_is_the_reference_choice(
+    seed: int, lone: Callable[[JobProfile], float] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = expected_choices(
+        monkeypatch,
+        random_jobs(random.Random(seed), 40),
+        lone=lone,
+        mine=lambda req, summaries, progress, kw: objective_module.choose_by_expected_cost(
+            req, summaries, progress, **kw
+        ),
+        other=lambda req, summaries, progress, kw: reference_choose(
+            req, summaries, progress, kw["lone_restart_s"]
+        ),
+        advance=lambda progress: {  # the others advance
+            m: replace(p, iterations_done=p.iterations_done + 1) for m, p in progress.items()
+        },
+    )
     assert len(seen) == 40
     for mine, ref in seen:
         assert mine == ref
