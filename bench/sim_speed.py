@@ -13,7 +13,9 @@ item 4): 2,100 paper-like jobs arriving within an hour, each running at least 48
 solo (its iterations raised to that), on the unbounded cluster, rollmux with its shipped
 levers; it prints the wall and CPU time (target: under 60 s), the consolidation's share,
 the decision latency's p50/p99 (target p99 under 50 ms) and the run's outcome (cost, SLO
-attainment, mean slowdown: what a lever that saves time costs shows there). `--size-jobs` scales it.
+attainment, mean slowdown: what a lever that saves time costs shows there) and its memory
+(peak RSS, before and after the run; the objects the cyclic collector tracks after it).
+`--size-jobs` scales it.
 `--fingerprint` also prints a hash of the run's outcome (`fingerprint`): a change that
 only makes the simulator faster must leave it as it was.
 """
@@ -21,9 +23,11 @@ only makes the simulator faster must leave it as it was.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import math
 import os
+import resource
 import sys
 import time
 from dataclasses import replace
@@ -104,9 +108,11 @@ def at_size(jobs_n: int, seed: int, *, show_fingerprint: bool = False) -> int:
             spent["consolidation"] += time.process_time() - t
 
     policy.on_departure = timed_departure
+    rss_before = _max_rss_mb()
     started, started_cpu = time.perf_counter(), time.process_time()
     run = simulate(jobs, spec, policy, seed=seed)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+    rss, tracked = _max_rss_mb(), len(gc.get_objects())
     lat = sorted(run.decision_latency_s)
     p50 = lat[len(lat) // 2] * 1000
     p99 = lat[min(len(lat) - 1, math.ceil(0.99 * len(lat)) - 1)] * 1000
@@ -128,9 +134,18 @@ def at_size(jobs_n: int, seed: int, *, show_fingerprint: bool = False) -> int:
         f"{figures['slo_attainment']:.2%} (drawn), mean slowdown {figures['mean_slowdown']:.4f}, "
         f"{figures['completed']:,} of {figures['jobs']:,} jobs done"
     )
+    print(
+        f"  memory: max RSS {rss:,.0f} MB ({rss_before:,.0f} MB before the run); "
+        f"{tracked / 1e6:.2f} M objects tracked by the cyclic collector after it"
+    )
     if show_fingerprint:
         print(f"  fingerprint {fingerprint(run)}")
     return 0
+
+
+def _max_rss_mb() -> float:
+    """Return this process's peak resident memory so far, in MB (Linux: ru_maxrss in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> int:
