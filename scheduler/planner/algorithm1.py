@@ -372,7 +372,8 @@ class GroupOptions:
     )
 
     def __init__(self, s: GroupSummary, req: Request, *, early: bool = False) -> None:
-        # the state's nodes of the group, by identity, for `holds` (not kept: not read)
+        # the state's nodes of the group, which `holds` compares by identity (none for
+        # `early` options: they are never kept, so never asked whether they hold)
         self.names = () if early else s.group.all_nodes
         self.nodes = tuple([req.nodes.get(x) for x in self.names])
         self.firsts: tuple[float, float, float] | None = None
