@@ -6,7 +6,7 @@ from typing import Any
 from django import forms
 
 from rollmux_web.inventory.models import Cluster, GpuType, NodeState, PoolKind
-from rollmux_web.inventory.services import check_price
+from rollmux_web.inventory.services import MAX_GPUS_PER_NODE, MAX_MEM_GB, check_price
 
 
 class NameChoiceField(forms.ModelChoiceField):
@@ -22,8 +22,13 @@ class NameChoiceField(forms.ModelChoiceField):
 
 class GpuTypeForm(forms.Form):
     name = forms.CharField(max_length=32)
-    gpus_per_node = forms.IntegerField(min_value=1, max_value=1024, label="GPUs per node")
-    host_mem_gb = forms.FloatField(min_value=0.001, label="Host memory per node (GB)")
+    # the upper bounds are the API's (services.MAX_*): the page stores nothing the API refuses
+    gpus_per_node = forms.IntegerField(
+        min_value=1, max_value=MAX_GPUS_PER_NODE, label="GPUs per node"
+    )
+    host_mem_gb = forms.FloatField(
+        min_value=0.001, max_value=MAX_MEM_GB, label="Host memory per node (GB)"
+    )
     price_per_gpu_hour = forms.DecimalField(
         max_digits=10,
         decimal_places=4,
@@ -45,8 +50,8 @@ class ClusterForm(forms.Form):
 class NodeForm(forms.Form):
     name = forms.CharField(max_length=64)
     cluster = NameChoiceField(queryset=Cluster.objects.all(), to_field_name="name", label="Pool")
-    gpus = forms.IntegerField(min_value=1, max_value=1024, label="GPUs")
-    host_mem_gb = forms.FloatField(min_value=0.001, label="Host memory (GB)")
+    gpus = forms.IntegerField(min_value=1, max_value=MAX_GPUS_PER_NODE, label="GPUs")
+    host_mem_gb = forms.FloatField(min_value=0.001, max_value=MAX_MEM_GB, label="Host memory (GB)")
     state = forms.ChoiceField(choices=NodeState.choices, initial=NodeState.UP)
 
 

@@ -20,8 +20,8 @@ from rollmux_web.inventory.models import (
     RunnerPackage,
 )
 
-MAX_GPUS = 1024
-MAX_MEM_GB = 1_000_000.0
+MAX_GPUS = services.MAX_GPUS_PER_NODE
+MAX_MEM_GB = services.MAX_MEM_GB
 
 
 class GpuPriceSerializer(serializers.ModelSerializer):

@@ -33,6 +33,10 @@ GPU_TYPE_FIELDS = ["name", "gpus_per_node", "host_mem_gb"]
 CLUSTER_FIELDS = ["name", "kind", "gpu_type", "ray_address"]
 NODE_FIELDS = ["name", "cluster", "gpu_type", "gpus", "host_mem_gb", "state", "state_reason"]
 RAY_REASON = "Ray:"  # the head of a state_reason the Ray node watcher wrote
+# The largest node a GPU type (and so a node) may describe, in every layer (the API's
+# fields, the page's forms and the service)
+MAX_GPUS_PER_NODE = 1024
+MAX_MEM_GB = 1_000_000.0
 
 
 PRICE_NOT_POSITIVE = (
@@ -101,8 +105,16 @@ def _validate_gpu_type(gpu_type: GpuType) -> None:
     _check_name(errors, gpu_type.name)
     if gpu_type.gpus_per_node is None or gpu_type.gpus_per_node < 1:
         errors["gpus_per_node"] = ["Must be at least 1."]
+    elif gpu_type.gpus_per_node > MAX_GPUS_PER_NODE:
+        errors["gpus_per_node"] = [
+            f"Must be at most {MAX_GPUS_PER_NODE:,}; got {gpu_type.gpus_per_node}."
+        ]
     if not _finite(gpu_type.host_mem_gb) or not gpu_type.host_mem_gb > 0:
         errors["host_mem_gb"] = ["Must be more than 0 GB."]
+    elif gpu_type.host_mem_gb > MAX_MEM_GB:
+        errors["host_mem_gb"] = [
+            f"Must be at most {MAX_MEM_GB:,.0f} GB; got {gpu_type.host_mem_gb:g} GB."
+        ]
     if gpu_type.pk and not errors.get("host_mem_gb"):
         bigger = (
             gpu_type.nodes.filter(host_mem_gb__gt=gpu_type.host_mem_gb).order_by("name").first()
@@ -241,6 +253,10 @@ def _validate_node(node: Node) -> None:
         ]
     if not _finite(node.host_mem_gb) or not node.host_mem_gb > 0:
         errors["host_mem_gb"] = ["Must be more than 0 GB."]
+    elif node.host_mem_gb > MAX_MEM_GB:
+        errors["host_mem_gb"] = [
+            f"Must be at most {MAX_MEM_GB:,.0f} GB; got {node.host_mem_gb:g} GB."
+        ]
     elif gpu_type is not None and node.host_mem_gb > gpu_type.host_mem_gb:
         # the GPU type says what a node of it has; a node may have less (a degraded
         # machine), never more: the planner would pack residents it cannot hold

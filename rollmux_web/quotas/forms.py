@@ -7,6 +7,7 @@ from django import forms
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.inventory.forms import NameChoiceField
 from rollmux_web.inventory.models import GpuType
+from rollmux_web.quotas.services import MAX_MONTHLY_GPU_HOURS, MAX_QUOTA_GPUS, MAX_WEIGHT
 
 
 class SloClassForm(forms.Form):
@@ -31,29 +32,41 @@ class QuotaForm(forms.Form):
     gpu_type = NameChoiceField(
         queryset=GpuType.objects.all(), to_field_name="name", label="GPU type"
     )
+    # the upper bounds are the API's (services.MAX_*): the page stores nothing the API refuses
     max_gpus = forms.IntegerField(
         min_value=0,
+        max_value=MAX_QUOTA_GPUS,
         required=False,
         label="Nominal quota (max GPUs at once)",
         help_text="Empty = no limit.",
     )
     # no min_value: the service refuses a negative one naming the field (as the API does)
     borrowing_limit = forms.IntegerField(
+        max_value=MAX_QUOTA_GPUS,
         required=False,
         initial=0,
         label="Borrowing limit (GPUs)",
         help_text="GPUs beyond the nominal quota it may use while others leave them idle.",
     )
     lending_limit = forms.IntegerField(
+        max_value=MAX_QUOTA_GPUS,
         required=False,
         label="Lending limit (GPUs)",
         help_text="GPUs of its nominal quota others may borrow; empty = all.",
     )
     weight = forms.FloatField(
-        required=False, initial=1.0, label="Fair-share weight", help_text="Above 0."
+        max_value=MAX_WEIGHT,
+        required=False,
+        initial=1.0,
+        label="Fair-share weight",
+        help_text="Above 0.",
     )
     monthly_gpu_hours = forms.FloatField(
-        min_value=0, required=False, label="Monthly GPU-hours", help_text="Empty = no limit."
+        min_value=0,
+        max_value=MAX_MONTHLY_GPU_HOURS,
+        required=False,
+        label="Monthly GPU-hours",
+        help_text="Empty = no limit.",
     )
     monthly_budget_usd = forms.DecimalField(
         min_value=Decimal("0"),

@@ -57,28 +57,30 @@ class QuotaSerializer(serializers.ModelSerializer):
     gpu_type = NameRelatedField(queryset=GpuType.objects.all())
     max_gpus = serializers.IntegerField(
         min_value=0,
-        max_value=1_000_000,
+        max_value=services.MAX_QUOTA_GPUS,
         allow_null=True,
         required=False,
         help_text="nominal quota: GPUs of this type in use at once; null = no limit",
     )
     borrowing_limit = serializers.IntegerField(
-        max_value=1_000_000,
+        max_value=services.MAX_QUOTA_GPUS,
         required=False,
         help_text="GPUs beyond the nominal quota it may use when others leave them idle (>= 0)",
     )
     lending_limit = serializers.IntegerField(
-        max_value=1_000_000,
+        max_value=services.MAX_QUOTA_GPUS,
         allow_null=True,
         required=False,
         help_text="GPUs of its nominal quota others may borrow (<= max_gpus); null = all",
     )
     weight = serializers.FloatField(
-        max_value=1e6, required=False, help_text="fair-share weight (> 0); default 1"
+        max_value=services.MAX_WEIGHT,
+        required=False,
+        help_text="fair-share weight (> 0); default 1",
     )
     monthly_gpu_hours = serializers.FloatField(
         min_value=0,
-        max_value=1e12,
+        max_value=services.MAX_MONTHLY_GPU_HOURS,
         allow_null=True,
         required=False,
         help_text="GPU-hours per calendar month; null = no limit",

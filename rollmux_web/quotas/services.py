@@ -28,6 +28,11 @@ QUOTA_FIELDS = [
 ]
 NOT_PREEMPTIBLE_BY_DEFAULT = ("gold",)  # SLO classes created not preemptible (issue 22)
 MAX_SLOWDOWN = 100.0
+# The largest numbers a quota takes, in every layer (the API's fields, the page's form and
+# the service): GPUs (nominal, borrowing, lending), the fair-share weight, GPU-hours a month
+MAX_QUOTA_GPUS = 1_000_000
+MAX_WEIGHT = 1e6
+MAX_MONTHLY_GPU_HOURS = 1e12
 
 
 def _validate_slo(slo: SloClass) -> None:
@@ -92,7 +97,13 @@ def slo_class_delete(*, actor: Any, slo_class_id: int) -> None:
     )
 
 
-def _limit_number(errors: dict[str, list[str]], field: str, value: Any, unit: str) -> None:
+def _limit_number(
+    errors: dict[str, list[str]],
+    field: str,
+    value: Any,
+    unit: str,
+    maximum: float | None = None,
+) -> None:
     if value is None:
         return
     if isinstance(value, Decimal):
@@ -103,11 +114,17 @@ def _limit_number(errors: dict[str, list[str]], field: str, value: Any, unit: st
         errors[field] = ["Enter a finite number, or leave empty for no limit."]
     elif value < 0:
         errors[field] = [f"Must be zero or more {unit}, or empty for no limit; got {value}."]
+    elif maximum is not None and value > maximum:
+        errors[field] = [_too_big(maximum, unit, value)]
+
+
+def _too_big(maximum: float, unit: str, value: Any) -> str:
+    return f"Must be at most {maximum:,.0f} {unit}; got {value}."
 
 
 def _validate_quota(quota: Quota) -> None:
     errors: dict[str, list[str]] = {}
-    _limit_number(errors, "max_gpus", quota.max_gpus, "GPUs")
+    _limit_number(errors, "max_gpus", quota.max_gpus, "GPUs", MAX_QUOTA_GPUS)
     per_node = quota.gpu_type.gpus_per_node if quota.gpu_type_id else 0
     if "max_gpus" not in errors and quota.max_gpus and per_node and quota.max_gpus % per_node:
         # jobs ask for whole nodes: a cap between two multiples acts as the lower one
@@ -115,7 +132,9 @@ def _validate_quota(quota: Quota) -> None:
             f"Must be a multiple of {per_node} ({quota.gpu_type.name} nodes have {per_node} "
             f"GPUs and jobs ask for whole nodes); got {quota.max_gpus}."
         ]
-    _limit_number(errors, "monthly_gpu_hours", quota.monthly_gpu_hours, "GPU-hours")
+    _limit_number(
+        errors, "monthly_gpu_hours", quota.monthly_gpu_hours, "GPU-hours", MAX_MONTHLY_GPU_HOURS
+    )
     if quota.monthly_budget_usd is not None:
         try:
             quota.monthly_budget_usd = Decimal(str(quota.monthly_budget_usd))
@@ -147,9 +166,13 @@ def _validate_share(errors: dict[str, list[str]], quota: Quota) -> None:
         errors["borrowing_limit"] = [
             f"Must be zero or more GPUs (beyond the nominal quota); got {borrow}."
         ]
+    elif borrow > MAX_QUOTA_GPUS:
+        errors["borrowing_limit"] = [_too_big(MAX_QUOTA_GPUS, "GPUs", borrow)]
     if lend is not None:
         if not isinstance(lend, int) or isinstance(lend, bool) or lend < 0:
             errors["lending_limit"] = [f"Must be zero or more GPUs, or empty for all; got {lend}."]
+        elif lend > MAX_QUOTA_GPUS:
+            errors["lending_limit"] = [_too_big(MAX_QUOTA_GPUS, "GPUs", lend)]
         elif quota.max_gpus is not None and lend > quota.max_gpus:
             errors["lending_limit"] = [
                 f"Must be at most the nominal quota (max_gpus {quota.max_gpus}): a tenant "
@@ -157,6 +180,8 @@ def _validate_share(errors: dict[str, list[str]], quota: Quota) -> None:
             ]
     if not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
         errors["weight"] = [f"Must be a number above 0; got {weight}."]
+    elif weight > MAX_WEIGHT:
+        errors["weight"] = [f"Must be at most {MAX_WEIGHT:,.0f}; got {weight}."]
     shared = borrow != 0 or lend is not None or weight != 1.0
     if shared and quota.gpu_type_id and "gpu_type" not in errors:
         from rollmux_web.inventory.models import Node, NodeState

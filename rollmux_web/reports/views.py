@@ -69,7 +69,7 @@ def _timeline_page(
     try:
         tl = build(start=start, end=end, width=width)
     except selectors.ReportInputError as exc:
-        error = exc.message
+        error = f"{exc.field}: {exc.message}"  # names the box (start, end), as the ranges do
         tl = build(start=None, end=None, width=width)
     ctx = {"tl": tl, "chart": svg.timeline_svg(tl, fitted=asked is not None), "error": error}
     ctx |= extra
