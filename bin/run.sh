@@ -53,11 +53,24 @@ reap() {  # pid, seconds (TERM already sent)
   echo "run.sh: pid $1 ignored TERM for $2 s; killing it" >&2
   kill -9 "$1" 2>/dev/null || true
 }
+# the pids of every process a process started in turn (from /proc, by parent: no names)
+descendants() {
+  local c
+  for c in $(pgrep -P "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done
+}
 cleanup() {
   trap - EXIT INT TERM
+  # What the started processes started in turn, found before they stop: a local Ray's
+  # raylet leaves its dashboard and runtime-env agents behind when its driver (the embedded
+  # web server) dies on TERM, and orphaned they ignore TERM. They are stopped by pid, as
+  # everything here: never a machine-wide `ray stop`.
+  local kids=()
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kids+=($(descendants "$p")); done
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]:-}"; do [ -n "$p" ] && reap "$p" 40; done
   for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  for k in "${kids[@]:-}"; do [ -n "$k" ] && kill "$k" 2>/dev/null || true; done
+  for k in "${kids[@]:-}"; do [ -n "$k" ] && reap "$k" 3; done
 }
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
