@@ -349,7 +349,7 @@ class GroupOptions:
 
     Kept: the three bounds `ruled_out` is asked about (`firsts`; None when the group
     cannot take the joiner whatever its iterations), the window (`tolerance`), the
-    training and rollout nodes chosen, each candidate's nodes and lower bound (`direct`:
+    training nodes chosen, each candidate's nodes and lower bound (`direct`:
     rollout nodes; `scaling`: new nodes and the group's nodes kept), and the state's nodes
     of the group read (`nodes`: their room and cordons). `candidates` asks `ruled_out` at
     the job's iterations and takes the new nodes from the request's free pool.
@@ -365,7 +365,6 @@ class GroupOptions:
         "firsts",
         "names",
         "nodes",
-        "rooms",
         "scaling",
         "tolerance",
         "trains",
@@ -379,7 +378,6 @@ class GroupOptions:
         self.firsts: tuple[float, float, float] | None = None
         self.tolerance = 0.0
         self.trains: tuple[str, ...] = ()
-        self.rooms: list[str] = []
         self.direct: list[tuple[tuple[str, ...], float]] = []
         self.scaling: list[tuple[int, tuple[str, ...], float]] = []
         # (no `Candidate` is kept here: a candidate names its summary, which keeps these
@@ -420,7 +418,6 @@ class GroupOptions:
         rooms = _with_room(
             s.rollout_by_load, s, job.host_mem_gb, req.nodes, len(s.group.rollout_nodes)
         )
-        self.rooms = rooms
         # the direct packings' rollout nodes and bounds
         n_roll = req.n_roll
         room_set = set(rooms)
@@ -454,9 +451,12 @@ class GroupOptions:
         if firsts is None:
             return []
         job, tol = req.job, self.tolerance
-        if ruled_out(job, firsts[0], tol) or ruled_out(job, firsts[1], tol):
-            return []
-        if ruled_out(job, firsts[2], tol):
+        first, bound, switched = firsts
+        if (
+            ruled_out(job, first, tol)
+            or ruled_out(job, bound, tol)
+            or ruled_out(job, switched, tol)
+        ):
             return []
         trains = self.trains
         out = [

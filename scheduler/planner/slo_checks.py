@@ -1,7 +1,7 @@
 """Algorithm 1's SLO check (line 7) and what it is keyed and bounded by.
 
 `check_slo` simulates a group's meta-iteration with a candidate (worst case, then the
-expected one); `slo_key` / `keyed_check_slo` / `known_check_slo` key it for the memo
+expected one); `slo_key` / `keyed_check_slo` / `known_slo_check` key it for the memo
 (scheduler.planner.memo) by the members' profiles without their iterations
 (`members_shape`); `join_window_holds`, `worst_case_holds` and `joined_worst_case` are
 its cheap halves and bounds, read before it by the candidates' generation and the
@@ -85,7 +85,14 @@ def check_slo(
     members = group.members + (Member(job, rollout, train),)
     return keyed_check_slo(
         members,
-        _check_key(members, switch_overhead_s, slo_margin, tight_slack) if keeping() else None,
+        slo_key(
+            members,
+            switch_overhead_s=switch_overhead_s,
+            slo_margin=slo_margin,
+            tight_slack=tight_slack,
+        )
+        if keeping()
+        else None,
         switch_overhead_s=switch_overhead_s,
         slo_margin=slo_margin,
         tight_slack=tight_slack,
@@ -129,43 +136,17 @@ def slo_key(
     slo_margin: float | None = DEFAULT_SLO_MARGIN,
     tight_slack: float = DEFAULT_TIGHT_SLACK,
 ) -> tuple[Any, ...]:
-    """The memo key of the SLO check of G + job (`members`, the joiner last)."""
-    return _check_key(members, switch_overhead_s, slo_margin, tight_slack)
-
-
-def _check_key(
-    members: tuple[Member, ...],
-    switch_overhead_s: float,
-    slo_margin: float | None,
-    tight_slack: float,
-) -> tuple[Any, ...]:
-    """The memo key of a group's SLO check (`check_slo`, `known_check_slo`): what it reads."""
+    """The memo key of the SLO check of G + job (`members`, the joiner last): what it reads."""
     return (members_shape(members), switch_overhead_s, slo_margin, tight_slack)
-
-
-def known_check_slo(
-    group: Group,
-    job: JobProfile,
-    rollout: tuple[str, ...],
-    train: tuple[str, ...],
-    *,
-    switch_overhead_s: float,
-    slo_margin: float | None = DEFAULT_SLO_MARGIN,
-    tight_slack: float = DEFAULT_TIGHT_SLACK,
-) -> tuple[bool, dict[str, float] | None]:
-    """Return (True, `check_slo`'s answer) when the memo holds the group's check already
-    (a lone job asked again at the next departure, its groups unchanged), else (False,
-    None): a caller may then skip an inadmissible candidate's dearer evaluations."""
-    if not keeping():
-        return False, None
-    members = group.members + (Member(job, rollout, train),)
-    return known_slo_check(members, _check_key(members, switch_overhead_s, slo_margin, tight_slack))
 
 
 def known_slo_check(
     members: tuple[Member, ...], key: tuple[Any, ...]
 ) -> tuple[bool, dict[str, float] | None]:
-    """`known_check_slo` of G + job (`members`, the joiner last) under its memo key."""
+    """Return (True, `check_slo`'s answer for G + job: `members`, the joiner last) when the
+    memo holds its check under `key` (`slo_key`) already (a lone job asked again at the
+    next departure, its groups unchanged), else (False, None): a caller may then skip an
+    inadmissible candidate's dearer evaluations."""
     if not keeping():
         return False, None
     known, check = peek("check_group", key)

@@ -24,7 +24,7 @@ import pytest
 
 import scheduler.planner as planner
 from scheduler.config import PlannerConfig
-from scheduler.model import ClusterState, JobProfile, PlacementResult
+from scheduler.model import ClusterState, Group, JobProfile, Member, PlacementResult
 from scheduler.planner import admissible, consolidation, memo
 from scheduler.planner.consolidation import (
     Move,
@@ -35,7 +35,7 @@ from scheduler.planner.consolidation import (
 )
 from scheduler.planner.index import summarise
 from scheduler.planner.objective import JobProgress
-from scheduler.planner.slo_checks import check_slo, known_check_slo
+from scheduler.planner.slo_checks import check_slo, known_slo_check, slo_key
 from scheduler.sim.engine import simulate
 from scheduler.sim.gen import generate_paper, generate_philly
 from scheduler.sim.policies import CorePolicy, make_policy
@@ -284,13 +284,21 @@ def test_a_move_refused_before_placement_is_one_the_placement_would_refuse(
 
 
 def test_a_kept_slo_check_is_known_with_check_slo_s_answer_and_only_then() -> None:
-    """`known_check_slo` answers as `check_slo` once the memo holds the group's check (an
-    admissible join and one that breaks an SLO alike), and not before, nor without a memo."""
+    """`known_slo_check` (under `slo_key`) answers as `check_slo` once the memo holds the
+    group's check (an admissible join and one that breaks an SLO alike), and not before,
+    nor without a memo."""
     state = after_y_left()  # g0: x alone on one rollout and one training node
     g0 = next(g for g in state.groups if g.id == "g0")
     pair = replace(g0, members=(*g0.members, replace(g0.members[0], job=replace(Y, id="y2"))))
     kw: dict[str, Any] = {"switch_overhead_s": state.spec.switch_overhead_s}
     nodes = (g0.rollout_nodes, g0.train_nodes)
+
+    def known_check_slo(
+        group: Group, job: JobProfile, *on: tuple[str, ...], **rule: Any
+    ) -> tuple[bool, dict[str, float] | None]:
+        members = (*group.members, Member(job, *on))
+        return known_slo_check(members, slo_key(members, **rule))
+
     assert known_check_slo(g0, Z, *nodes, **kw) == (False, None)  # no memo open
     keep = memo.LastingMemo()
     with memo.lasting(keep):
