@@ -100,6 +100,16 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
+def _host_mem_error(value: Any) -> str | None:
+    """Return what is wrong with the host memory a GPU type or a node states (more than 0
+    GB, at most MAX_MEM_GB), or None."""
+    if not _finite(value) or not value > 0:
+        return "Must be more than 0 GB."
+    if value > MAX_MEM_GB:
+        return f"Must be at most {MAX_MEM_GB:,.0f} GB; got {value:g} GB."
+    return None
+
+
 def _validate_gpu_type(gpu_type: GpuType) -> None:
     errors: dict[str, list[str]] = {}
     _check_name(errors, gpu_type.name)
@@ -109,12 +119,8 @@ def _validate_gpu_type(gpu_type: GpuType) -> None:
         errors["gpus_per_node"] = [
             f"Must be at most {MAX_GPUS_PER_NODE:,}; got {gpu_type.gpus_per_node}."
         ]
-    if not _finite(gpu_type.host_mem_gb) or not gpu_type.host_mem_gb > 0:
-        errors["host_mem_gb"] = ["Must be more than 0 GB."]
-    elif gpu_type.host_mem_gb > MAX_MEM_GB:
-        errors["host_mem_gb"] = [
-            f"Must be at most {MAX_MEM_GB:,.0f} GB; got {gpu_type.host_mem_gb:g} GB."
-        ]
+    if (wrong := _host_mem_error(gpu_type.host_mem_gb)) is not None:
+        errors["host_mem_gb"] = [wrong]
     if gpu_type.pk and not errors.get("host_mem_gb"):
         bigger = (
             gpu_type.nodes.filter(host_mem_gb__gt=gpu_type.host_mem_gb).order_by("name").first()
@@ -251,12 +257,8 @@ def _validate_node(node: Node) -> None:
             f"A {gpu_type} node has {gpu_type.gpus_per_node} GPUs, got {node.gpus}: "
             f"{NODE_SIZE_RULE} For a node of another size, add a GPU type of that size."
         ]
-    if not _finite(node.host_mem_gb) or not node.host_mem_gb > 0:
-        errors["host_mem_gb"] = ["Must be more than 0 GB."]
-    elif node.host_mem_gb > MAX_MEM_GB:
-        errors["host_mem_gb"] = [
-            f"Must be at most {MAX_MEM_GB:,.0f} GB; got {node.host_mem_gb:g} GB."
-        ]
+    if (wrong := _host_mem_error(node.host_mem_gb)) is not None:
+        errors["host_mem_gb"] = [wrong]
     elif gpu_type is not None and node.host_mem_gb > gpu_type.host_mem_gb:
         # the GPU type says what a node of it has; a node may have less (a degraded
         # machine), never more: the planner would pack residents it cannot hold
