@@ -6,7 +6,12 @@ from typing import Any
 from django import forms
 
 from rollmux_web.inventory.models import Cluster, GpuType, NodeState, PoolKind
-from rollmux_web.inventory.services import MAX_GPUS_PER_NODE, MAX_MEM_GB, check_price
+from rollmux_web.inventory.services import (
+    MAX_GPUS_PER_NODE,
+    MAX_MEM_GB,
+    PRICE_TOO_HIGH,
+    check_price,
+)
 
 
 class NameChoiceField(forms.ModelChoiceField):
@@ -34,6 +39,7 @@ class GpuTypeForm(forms.Form):
         decimal_places=4,
         label="Price per GPU-hour ($)",
         help_text="More than 0. A change applies from now on; past costs keep the old price.",
+        error_messages={"max_whole_digits": PRICE_TOO_HIGH},
     )
 
     def clean_price_per_gpu_hour(self) -> Decimal:

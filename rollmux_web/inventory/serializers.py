@@ -41,8 +41,12 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         max_digits=10,
         decimal_places=4,
         min_value=Decimal("0.0001"),  # the schema's minimum; 4 decimals, so "more than 0"
-        max_value=Decimal("999999"),
-        error_messages={"min_value": services.PRICE_NOT_POSITIVE},
+        max_value=services.MAX_PRICE_PER_GPU_HOUR,
+        error_messages={
+            "min_value": services.PRICE_NOT_POSITIVE,
+            "max_value": services.PRICE_TOO_HIGH,
+            "max_whole_digits": services.PRICE_TOO_HIGH,
+        },
         help_text=(
             "current price in $ per GPU-hour, more than 0; a change is appended to the "
             "history, effective now"

@@ -39,6 +39,10 @@ MAX_GPUS_PER_NODE = 1024
 MAX_MEM_GB = 1_000_000.0
 
 
+# The highest price per GPU-hour, in every layer (the API's field and its schema, the page's
+# form and the service: `check_price`)
+MAX_PRICE_PER_GPU_HOUR = Decimal("999999")
+PRICE_TOO_HIGH = f"Must be at most {MAX_PRICE_PER_GPU_HOUR:,} dollars per GPU-hour."
 PRICE_NOT_POSITIVE = (
     "Must be more than 0 dollars per GPU-hour: at $0 the planner treats the pool as free "
     "and every cost on it is zero."
@@ -57,8 +61,8 @@ def check_price(value: Any) -> Decimal:
         raise ValidationError("Enter a number.") from None
     if not price.is_finite():
         raise ValidationError("Enter a finite number.")
-    if price >= Decimal("1000000"):
-        raise ValidationError("Must be below 1,000,000 per GPU-hour.")
+    if price > MAX_PRICE_PER_GPU_HOUR:
+        raise ValidationError(PRICE_TOO_HIGH)
     price = price.quantize(Decimal("0.0001"))
     if price <= 0:
         raise ValidationError(PRICE_NOT_POSITIVE)

@@ -57,3 +57,44 @@ def test_the_largest_host_memory_the_api_takes_is_stored_through_the_form(client
     )
     assert resp.status_code == 302
     assert GpuType.objects.get(name="B200").host_mem_gb == 1_000_000
+
+
+@pytest.mark.parametrize("price", ["999999.5", "1000000"])
+def test_the_page_and_the_api_refuse_the_same_prices_with_the_same_message(
+    client_as: Any, api_as: Any, world: Any, price: str
+) -> None:
+    # (the API capped prices at 999,999 with DRF's own message while the page and the
+    # service took up to 999,999.9999: a price stored through the page could not be sent
+    # back through the API)
+    api = api_as("admin").post(
+        "/api/v1/gpu-types/", {**GPU_TYPE, "price_per_gpu_hour": price}, format="json"
+    )
+    assert api.status_code == 400
+    assert api.json()["error"]["fields"]["price_per_gpu_hour"] == [services.PRICE_TOO_HIGH]
+    resp = client_as("admin").post(
+        "/inventory/gpu-types/new/", {**GPU_TYPE, "price_per_gpu_hour": price}
+    )
+    assert resp.status_code == 400
+    assert 'id="error-price_per_gpu_hour"' in resp.content.decode()
+    assert "999,999 dollars per GPU-hour" in resp.content.decode()
+    assert not GpuType.objects.filter(name="B200").exists()
+    with pytest.raises(ValidationError) as exc:
+        services.gpu_type_update(
+            actor=None, gpu_type_id=world.h20.pk, data={"price_per_gpu_hour": price}
+        )
+    assert exc.value.message_dict["price_per_gpu_hour"] == [services.PRICE_TOO_HIGH]
+    assert not AuditEntry.objects.exists()
+
+
+def test_the_highest_price_is_taken_by_the_page_and_the_api(client_as: Any, api_as: Any) -> None:
+    resp = client_as("admin").post(
+        "/inventory/gpu-types/new/", {**GPU_TYPE, "price_per_gpu_hour": "999999"}
+    )
+    assert resp.status_code == 302
+    api = api_as("admin").post(
+        "/api/v1/gpu-types/",
+        {**GPU_TYPE, "name": "B300", "price_per_gpu_hour": "999999.0000"},
+        format="json",
+    )
+    assert api.status_code == 201, api.content
+    assert api.json()["price_per_gpu_hour"] == "999999.0000"
