@@ -7,14 +7,19 @@ from django import forms
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.inventory.forms import NameChoiceField
 from rollmux_web.inventory.models import GpuType
-from rollmux_web.quotas.services import MAX_MONTHLY_GPU_HOURS, MAX_QUOTA_GPUS, MAX_WEIGHT
+from rollmux_web.quotas.services import (
+    MAX_MONTHLY_GPU_HOURS,
+    MAX_QUOTA_GPUS,
+    MAX_SLOWDOWN,
+    MAX_WEIGHT,
+)
 
 
 class SloClassForm(forms.Form):
     name = forms.SlugField(max_length=32)
     slowdown = forms.FloatField(
         min_value=1.0,
-        max_value=100.0,
+        max_value=MAX_SLOWDOWN,
         label="Tolerated slowdown",
         help_text="Co-execution iteration time / solo iteration time; 1.0 tolerates none.",
     )
