@@ -1,17 +1,21 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django import forms
 
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.inventory.forms import NameChoiceField
 from rollmux_web.inventory.models import GpuType
+from rollmux_web.quotas.models import Quota
 from rollmux_web.quotas.services import (
     MAX_MONTHLY_GPU_HOURS,
     MAX_QUOTA_GPUS,
     MAX_SLOWDOWN,
     MAX_WEIGHT,
+    QUOTA_FIELDS,
+    quota_errors,
 )
 
 
@@ -81,6 +85,18 @@ class QuotaForm(forms.Form):
         label="Monthly budget ($)",
         help_text="Empty = no limit.",
     )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if self.errors:
+            # The form is invalid, so the service will not run: ask its checks of the fields
+            # that cleaned now, so one submit names every mistake (a valid form gets the
+            # same checks from the service, which writes nothing when one fails).
+            quota = Quota(**{f: cleaned[f] for f in QUOTA_FIELDS if f in cleaned})
+            for field, msgs in quota_errors(quota).items():
+                if field not in self.errors:
+                    self.add_error(field, msgs)
+        return cleaned
 
     def clean_borrowing_limit(self) -> int:
         value = self.cleaned_data.get("borrowing_limit")

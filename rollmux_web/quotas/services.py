@@ -122,7 +122,10 @@ def _too_big(maximum: float, unit: str, value: Any) -> str:
     return f"Must be at most {maximum:,.0f} {unit}; got {value}."
 
 
-def _validate_quota(quota: Quota) -> None:
+def quota_errors(quota: Quota) -> dict[str, list[str]]:
+    """Return the service's checks of a quota that failed, by field (nothing saved, nothing
+    raised): the quota form also shows them beside its own field errors, so a page with
+    several mistakes names them all at once (`QuotaForm.clean`)."""
     errors: dict[str, list[str]] = {}
     _limit_number(errors, "max_gpus", quota.max_gpus, "GPUs", MAX_QUOTA_GPUS)
     per_node = quota.gpu_type.gpus_per_node if quota.gpu_type_id else 0
@@ -145,6 +148,11 @@ def _validate_quota(quota: Quota) -> None:
             if "monthly_budget_usd" not in errors:
                 quota.monthly_budget_usd = quota.monthly_budget_usd.quantize(Decimal("0.01"))
     _validate_share(errors, quota)
+    return errors
+
+
+def _validate_quota(quota: Quota) -> None:
+    errors = quota_errors(quota)
     if errors:
         raise ValidationError(errors)
     try:

@@ -95,3 +95,36 @@ def test_the_largest_values_the_api_takes_are_stored_through_the_form(
     assert resp.status_code == 302, resp.content.decode()[:2000]
     quota.refresh_from_db()
     assert (quota.max_gpus, quota.weight, quota.monthly_gpu_hours) == (1_000_000, 1e6, 1e12)
+
+
+def test_one_submit_names_every_mistake(client_as: Any, quota: Quota) -> None:
+    # a field the form refuses (a nominal quota past the bound) beside ones only the
+    # service refuses (a negative borrowing limit, a zero weight, a lending limit above the
+    # nominal quota): the page named the first only, and the others after it was fixed
+    resp = client_as("admin").post(
+        f"/quotas/{quota.pk}/edit/",
+        _form(max_gpus="3000000000", borrowing_limit="-1", weight="0"),
+    )
+    page = resp.content.decode()
+    assert resp.status_code == 400
+    for field in ("max_gpus", "borrowing_limit", "weight"):
+        assert f'id="error-{field}"' in page, field
+    assert "Must be zero or more GPUs (beyond the nominal quota); got -1." in page
+    assert "Must be a number above 0; got 0.0." in page
+    resp = client_as("admin").post(
+        f"/quotas/{quota.pk}/edit/", _form(weight="abc", max_gpus="16", lending_limit="24")
+    )
+    page = resp.content.decode()
+    assert resp.status_code == 400
+    assert 'id="error-weight"' in page and 'id="error-lending_limit"' in page
+    assert "Must be at most the nominal quota (max_gpus 16)" in page
+    quota.refresh_from_db()
+    assert (quota.max_gpus, quota.borrowing_limit, quota.weight) == (32, 0, 1.0)
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_valid_form_still_gets_the_service_checks_once(client_as: Any, quota: Quota) -> None:
+    resp = client_as("admin").post(f"/quotas/{quota.pk}/edit/", _form(borrowing_limit="-3"))
+    page = resp.content.decode()
+    assert resp.status_code == 400
+    assert page.count("Must be zero or more GPUs (beyond the nominal quota); got -3.") == 1
