@@ -1,6 +1,6 @@
 """Time the simulator on a generated paper-like trace under every policy.
 
-    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper] [--at-size [--size-jobs 2100] [--fingerprint]]
+    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper] [--at-size [--size-jobs 2100] [--fingerprint] [--no-baseline]]
 
 Prints the wall time per policy (one process, one core), the phase events per
 second, and the total against the 20 s target; rollmux runs with its default levers
@@ -15,7 +15,9 @@ levers; it prints the wall and CPU time (target: under 60 s), the consolidation'
 the decision latency's p50/p99 (target p99 under 50 ms) and the run's outcome (cost, SLO
 attainment, mean slowdown: what a lever that saves time costs shows there) and its memory
 (peak RSS, before and after the run; the objects the cyclic collector tracks after it).
-`--size-jobs` scales it.
+`--size-jobs` scales it. It then runs solo-disagg on the same trace (the same engine, one
+job a group) and prints rollmux's CPU as a ratio of that baseline's, measured minutes apart
+in one process, so runs on VMs of different speeds compare; `--no-baseline` skips it.
 `--fingerprint` also prints a hash of the run's outcome (`fingerprint`): a change that
 only makes the simulator faster must leave it as it was.
 """
@@ -82,9 +84,12 @@ def fingerprint(run: RunResult) -> str:
     return h.hexdigest()[:16]
 
 
-def at_size(jobs_n: int, seed: int, *, show_fingerprint: bool = False) -> int:
+def at_size(
+    jobs_n: int, seed: int, *, show_fingerprint: bool = False, baseline: bool = True
+) -> int:
     """Time rollmux on `jobs_n` paper-like jobs arriving within an hour, each at least
-    48 hours long, on the unbounded cluster (the module docstring)."""
+    48 hours long, on the unbounded cluster (the module docstring); `baseline`: then the
+    solo-disagg policy on the same trace, and rollmux's CPU as a ratio of it."""
     spec = load_cluster(UNBOUNDED)
     jobs = [
         replace(j, iterations=max(j.iterations, math.ceil(48 * 3600 / expected_solo_s(j))))
@@ -140,6 +145,19 @@ def at_size(jobs_n: int, seed: int, *, show_fingerprint: bool = False) -> int:
     )
     if show_fingerprint:
         print(f"  fingerprint {fingerprint(run)}")
+    if baseline:
+        # the same events through the same engine, one job a group and no planner beyond
+        # first fit: the VM's speed drifts by up to a third within minutes, so a time is
+        # compared across runs as a ratio to a baseline of the same run
+        del run
+        base_cpu = time.process_time()
+        simulate(jobs, spec, make_policy("solo-disagg", seed=seed), seed=seed)
+        base_cpu = time.process_time() - base_cpu
+        print(
+            f"  baseline: solo-disagg on the same trace {base_cpu:.1f} s CPU "
+            f"({phases / base_cpu / 1000:.1f} k events/CPU-s); rollmux / baseline "
+            f"{cpu / base_cpu:.2f}x CPU"
+        )
     return 0
 
 
@@ -157,9 +175,19 @@ def main() -> int:
     parser.add_argument(
         "--fingerprint", action="store_true", help="with --at-size: print the run's hash"
     )
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="with --at-size: skip the solo-disagg baseline run (and its ratio)",
+    )
     args = parser.parse_args()
     if args.at_size:
-        return at_size(args.size_jobs, args.seed, show_fingerprint=args.fingerprint)
+        return at_size(
+            args.size_jobs,
+            args.seed,
+            show_fingerprint=args.fingerprint,
+            baseline=not args.no_baseline,
+        )
     spec = default_cluster()
     jobs = generate(args.kind, args.seed)
     phases = 2 * sum(j.iterations for j in jobs)
