@@ -33,6 +33,27 @@ CHROME_FLAGS = [
 ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _test_database_left_alone(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """Close, at the end of the run, the test database's sessions that ended worker threads
+    left open, so the database can be dropped. An in-process Celery worker (celery's
+    `start_worker`) runs its tasks on threads, and a worker thread keeps its connection from
+    one task to the next by design (workers/connections.py); when the thread ends the
+    connection is not closed, and the teardown failed with "database test_rollmux is being
+    accessed by other users" (25 such sessions after the serial stage, all idle, their last
+    statement a task's)."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     """Hash test passwords with MD5: the production PBKDF2 costs ~1 s per user on a busy CI box."""
