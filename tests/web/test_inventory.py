@@ -759,3 +759,25 @@ def test_the_nodes_come_a_page_at_a_time_and_a_row_reloads_by_its_id(
     assert bad.status_code == 400 and "node: &#x27;h20-1&#x27; is not a node id." in (
         bad.content.decode()
     )
+
+
+@pytest.mark.django_db
+def test_the_node_page_refuses_a_pool_of_another_gpu_type_naming_the_pool(client_as, world):
+    # QA pass 11: the node page set a node's GPU type to its new pool's, so moving an H20
+    # node into the H800 pool re-typed it (and re-priced its past allocations at H800's
+    # price) where the API refuses the same move; now the page refuses it too, on the
+    # Pool field, and writes nothing
+    node = Node.objects.get(name="h20-1")
+    resp = client_as("admin").post(
+        f"/inventory/nodes/{node.pk}/edit/",
+        {"name": "h20-1", "cluster": "train-pool", "gpus": 8, "host_mem_gb": 1024, "state": "up"},
+    )
+    assert resp.status_code == 400
+    assert resp.context["form"].errors["cluster"] == ["Pool train-pool holds H800 nodes, not H20."]
+    node.refresh_from_db()
+    assert (node.cluster.name, node.gpu_type.name, node.host_mem_gb) == (
+        "rollout-pool",
+        "H20",
+        2048,
+    )
+    assert not AuditEntry.objects.filter(action="node.update").exists()
