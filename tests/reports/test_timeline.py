@@ -359,3 +359,30 @@ def test_the_group_list_pages_filters_by_state_and_names_bad_input(
     for query, field in (("page=abc", "page:"), ("page=99", "page:"), ("state=bogus", "state:")):
         resp = c.get(f"/groups/?{query}")
         assert resp.status_code == 400 and field in resp.content.decode(), query
+
+
+@pytest.mark.django_db
+def test_an_archived_note_counts_another_tenants_jobs_in_plain_words(
+    world: Any, client_as: Any, settings: Any, tmp_path: Any
+) -> None:
+    # QA pass 11: charlie's page of a shared archived group read "1 other tenant' job"
+    from rollmux_web.jobs.models import Job, JobStatus
+    from rollmux_web.workflow.services import retention
+
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    g, a, b = interleaved(world)  # vision's alpha and beta
+    c = make_job(world, name="gamma", tenant="speech")
+    pc = place(g, c, rollout=["h20-0"], train=["h800-0"], joined=T0 + 40 * M)
+    phase(pc, iteration=0, kind="rollout", nodes=["h20-0"], start=T0 + 40 * M, minutes=5)
+    Job.objects.filter(pk__in=[a.pk, b.pk, c.pk]).update(
+        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
+    )
+    for ids in retention.eligible_batches(T0 + timedelta(days=200), max_batches=10):
+        retention.archive_jobs(ids, now=T0 + timedelta(days=200))
+    for viewer, named, others in (
+        ("alice", "beta", "1 other tenant's job"),
+        ("charlie", "gamma", "2 other tenants' jobs"),
+    ):
+        html = client_as(viewer).get(f"/groups/{g.pk}/").content.decode()
+        note = html[html.index('id="archived-note"') :]
+        assert named in note and f"<li>{others}</li>" in note
