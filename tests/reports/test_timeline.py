@@ -386,3 +386,30 @@ def test_an_archived_note_counts_another_tenants_jobs_in_plain_words(
         html = client_as(viewer).get(f"/groups/{g.pk}/").content.decode()
         note = html[html.index('id="archived-note"') :]
         assert named in note and f"<li>{others}</li>" in note
+
+
+@pytest.mark.django_db
+def test_an_archived_jobs_page_says_its_phases_went_to_the_archive(
+    world: Any, client_as: Any, settings: Any, tmp_path: Any
+) -> None:
+    # QA pass 11: a finished job whose phases were archived read "No phase has run yet."
+    # on its page; it says where they went and links the timeline that lists the files
+    from rollmux_web.jobs.models import Job, JobStatus
+    from rollmux_web.workflow.services import retention
+
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    _, a, b = interleaved(world)
+    Job.objects.filter(pk__in=[a.pk, b.pk]).update(
+        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
+    )
+    html = client_as("alice").get(f"/jobs/{a.pk}/").content.decode()
+    assert 'id="phase-summary"' in html and "went to the archive" not in html
+    for ids in retention.eligible_batches(T0 + timedelta(days=200), max_batches=10):
+        retention.archive_jobs(ids, now=T0 + timedelta(days=200))
+    html = client_as("alice").get(f"/jobs/{a.pk}/").content.decode()
+    assert "No phase has run yet." not in html
+    assert (
+        "Its 4 phases ended more than 90 days ago and went to the archive (Parquet) on "
+        "2026-09-26" in html
+    )
+    assert f'<a href="/timeline/jobs/{a.pk}/">its timeline</a> lists the files' in html
