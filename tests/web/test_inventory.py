@@ -781,3 +781,47 @@ def test_the_node_page_refuses_a_pool_of_another_gpu_type_naming_the_pool(client
         2048,
     )
     assert not AuditEntry.objects.filter(action="node.update").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "data", "message"),
+    [
+        (
+            "/inventory/gpu-types/new/",
+            {"name": "H20", "gpus_per_node": 8, "host_mem_gb": 100, "price_per_gpu_hour": "1"},
+            "A GPU type named 'H20' exists already.",
+        ),
+        (
+            "/inventory/clusters/new/",
+            {"name": "train-pool", "kind": "train", "gpu_type": "H800", "ray_address": "local"},
+            "A pool named 'train-pool' exists already.",
+        ),
+        (
+            "/inventory/nodes/new/",
+            {
+                "name": "h20-0",
+                "cluster": "rollout-pool",
+                "gpus": 8,
+                "host_mem_gb": 100,
+                "state": "up",
+            },  # fmt: skip
+            "A node named 'h20-0' exists already.",
+        ),
+        (
+            "/quotas/slo-classes/new/",
+            {"name": "gold", "slowdown": "1.2", "description": ""},
+            "An SLO class named 'gold' exists already.",
+        ),
+    ],
+)
+def test_a_name_taken_reads_as_in_the_api(client_as, world, url, data, message):
+    # QA pass 11: the pages said Django's "Gpu type with this Name already exists." (and
+    # "Cluster ...", "Slo class ...") where the API names the thing as the pages do
+    from rollmux_web.quotas.models import SloClass
+
+    if url.startswith("/quotas/") and not SloClass.objects.filter(name="gold").exists():
+        SloClass.objects.create(name="gold", slowdown=1.1)
+    resp = client_as("admin").post(url, data)
+    assert resp.status_code == 400
+    assert resp.context["form"].errors["name"] == [message]
