@@ -236,7 +236,15 @@ def describe_text(d: dict[str, Any]) -> str:
         else f"${solo:.2f} busy",
         2,
     )
-    lines.append(f"Phases: {phases['total']}")
+    archived = phases.get("archived")
+    lines += _wrap(
+        "Phases",
+        f"{phases['total']}"
+        if not archived
+        else f"{phases['total']} in the table; {archived['phases']} archived on "
+        f"{archived['archived_at'][:10]} (retention: the job's timeline on the web lists the "
+        "files)",
+    )
     for kind, k in sorted(phases["by_kind"].items()):
         states = ", ".join(f"{n} {s}" for s, n in sorted(k["states"].items()))
         mean = f", mean {_duration(k['mean_wall_s'])}" if k.get("mean_wall_s") is not None else ""

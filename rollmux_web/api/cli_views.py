@@ -26,6 +26,7 @@ from rollmux_web.jobs.api import AUTH_ERRORS, NOT_FOUND, _err, _job_id, _rejecte
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import (
+    job_archive,
     job_get,
     latest_placement,
     solo_cost_per_iteration,
@@ -126,8 +127,12 @@ def phases_summary(job: Job) -> dict[str, Any]:
             "max_wall_s": round(max(walls), 3) if walls else None,
         }
     last = rows[-1] if rows else None
+    archive = job_archive(job=job)  # retention moved its phases to the archive (Parquet)
     return {
         "total": len(rows),
+        "archived": None
+        if archive is None
+        else {"phases": archive.phase_count, "archived_at": archive.archived_at},
         "by_kind": kinds,
         "last": None
         if last is None

@@ -7,13 +7,13 @@ import json
 from collections.abc import Iterator
 
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
 from rollmux_web.accounts.decorators import role_required
 from rollmux_web.audit import selectors
 from rollmux_web.audit.selectors import AuditFilters
+from rollmux_web.listing import page_of
 from rollmux_web.spreadsheet import csv_safe
 
 PAGE_SIZE = 50
@@ -29,9 +29,10 @@ def _filters(request: HttpRequest) -> tuple[AuditFilters, dict[str, list[str]]]:
 
 @role_required(admin=True)
 def audit_page(request: HttpRequest) -> HttpResponse:
-    filters, errors = _filters(request)
-    paginator = Paginator(selectors.audit_list(filters), PAGE_SIZE)
-    page = paginator.get_page(request.GET.get("page"))
+    filters, bad = _filters(request)
+    errors = [f"{field}: {msgs[0]}" for field, msgs in bad.items()]
+    # a page that is not one is named and page 1 shown, as on every list
+    page = page_of(selectors.audit_list(filters), PAGE_SIZE, request.GET, errors)
     rows = [(e, selectors.changed_fields(e)) for e in page.object_list]
     query = request.GET.copy()
     query.pop("page", None)

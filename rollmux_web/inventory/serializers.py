@@ -80,11 +80,9 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         return services.check_price(value)  # the form's and the services' message
 
     def validate_name(self, value: str) -> str:
-        qs = GpuType.objects.filter(name=value)
-        if self.instance is not None:
-            qs = qs.exclude(pk=self.instance.pk)
-        if qs.exists():
-            raise serializers.ValidationError(f"A GPU type named {value!r} exists already.")
+        pk = None if self.instance is None else self.instance.pk
+        if taken := services.name_taken(GpuType, value, noun="A GPU type", pk=pk):
+            raise serializers.ValidationError(taken)
         return value
 
     def create(self, validated_data: dict[str, Any]) -> GpuType:
@@ -112,11 +110,9 @@ class ClusterSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "node_count", "nodes_up"]
 
     def validate_name(self, value: str) -> str:
-        qs = Cluster.objects.filter(name=value)
-        if self.instance is not None:
-            qs = qs.exclude(pk=self.instance.pk)
-        if qs.exists():
-            raise serializers.ValidationError(f"A pool named {value!r} exists already.")
+        pk = None if self.instance is None else self.instance.pk
+        if taken := services.name_taken(Cluster, value, noun="A pool", pk=pk):
+            raise serializers.ValidationError(taken)
         return value
 
     def create(self, validated_data: dict[str, Any]) -> Cluster:
@@ -167,11 +163,9 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "state_reason", "ray_label", "ray_resource", "updated_at"]
 
     def validate_name(self, value: str) -> str:
-        qs = Node.objects.filter(name=value)
-        if self.instance is not None:
-            qs = qs.exclude(pk=self.instance.pk)
-        if qs.exists():
-            raise serializers.ValidationError(f"A node named {value!r} exists already.")
+        pk = None if self.instance is None else self.instance.pk
+        if taken := services.name_taken(Node, value, noun="A node", pk=pk):
+            raise serializers.ValidationError(taken)
         return value
 
     def create(self, validated_data: dict[str, Any]) -> Node:

@@ -100,6 +100,20 @@ def _check_name(errors: dict[str, list[str]], name: Any) -> None:
         errors["name"] = ["Use letters, digits, '.', '_' or '-', starting with a letter or digit."]
 
 
+def name_taken(model: Any, name: Any, *, noun: str, pk: int | None = None) -> str | None:
+    """Return the refusal of a name another row of `model` has ("A GPU type named 'H20'
+    exists already."), or None: the pages, the API and the services say it in one way."""
+    qs = model._default_manager.filter(name=name)
+    if pk is not None:
+        qs = qs.exclude(pk=pk)
+    return f"{noun} named {name!r} exists already." if qs.exists() else None
+
+
+def _check_unique(errors: dict[str, list[str]], model: Any, obj: Any, *, noun: str) -> None:
+    if "name" not in errors and (taken := name_taken(model, obj.name, noun=noun, pk=obj.pk)):
+        errors["name"] = [taken]
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
@@ -117,6 +131,7 @@ def _host_mem_error(value: Any) -> str | None:
 def _validate_gpu_type(gpu_type: GpuType) -> None:
     errors: dict[str, list[str]] = {}
     _check_name(errors, gpu_type.name)
+    _check_unique(errors, GpuType, gpu_type, noun="A GPU type")
     if gpu_type.gpus_per_node is None or gpu_type.gpus_per_node < 1:
         errors["gpus_per_node"] = ["Must be at least 1."]
     elif gpu_type.gpus_per_node > MAX_GPUS_PER_NODE:
@@ -210,6 +225,7 @@ def gpu_type_update(
 def _validate_cluster(cluster: Cluster) -> None:
     errors: dict[str, list[str]] = {}
     _check_name(errors, cluster.name)
+    _check_unique(errors, Cluster, cluster, noun="A pool")
     if errors:
         raise ValidationError(errors)
     if not (cluster.ray_address or "").strip():
@@ -249,6 +265,7 @@ def cluster_update(*, actor: Any, cluster_id: int, data: Mapping[str, Any]) -> C
 def _validate_node(node: Node) -> None:
     errors: dict[str, list[str]] = {}
     _check_name(errors, node.name)
+    _check_unique(errors, Node, node, noun="A node")
     cluster, gpu_type = node.cluster, node.gpu_type
     if cluster is not None and gpu_type is not None and cluster.gpu_type_id != gpu_type.pk:
         errors["gpu_type"] = [

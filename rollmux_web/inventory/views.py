@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib import messages
@@ -61,15 +62,23 @@ def _saved_message(title: str, obj: Any) -> str:
 
 
 def form_page(
-    request: HttpRequest, form: Any, title: str, save: Any, back: str = "inventory:index"
+    request: HttpRequest,
+    form: Any,
+    title: str,
+    save: Any,
+    back: str = "inventory:index",
+    fields: Mapping[str, str] | None = None,
 ) -> HttpResponse:
-    """Validate, run the service, map its field errors onto the form, re-render on error;
-    after a save, go back with a "Saved ..." confirmation."""
+    """Validate, run the service, map its field errors onto the form (a service field the
+    form shows as another: `fields`), re-render on error; after a save, go back with a
+    "Saved ..." confirmation."""
     if request.method == "POST" and form.is_valid():
         try:
             with transaction.atomic():
                 obj = save(form.cleaned_data)
         except ValidationError as exc:
+            if fields and hasattr(exc, "error_dict"):
+                exc = ValidationError({fields.get(k, k): v for k, v in exc.error_dict.items()})
             form.add_error(None, exc)
         else:
             messages.success(request, _saved_message(title, obj))
@@ -163,9 +172,10 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         form,
         f"Edit node {node.name}",
-        lambda d: services.node_update(
-            actor=request.user, node_id=pk, data={**d, "gpu_type": d["cluster"].gpu_type}
-        ),
+        # the node keeps its GPU type: a pool of another type is refused, as by the API,
+        # on the form's Pool field (re-typing a node would re-price its past allocations)
+        lambda d: services.node_update(actor=request.user, node_id=pk, data=d),
+        fields={"gpu_type": "cluster"},
     )
 
 

@@ -24,6 +24,7 @@ from rollmux_web.jobs.curve import CurvePoint
 from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.jobs.runners import own_seconds, time_scale_of
 from rollmux_web.workflow.models import (
+    ArchivedJob,
     IterationMetrics,
     PhaseRecord,
     PhaseState,
@@ -412,6 +413,11 @@ def duration_suggestion(
             max(m["train"].max_profile_s for m in measured),
         ),
     )
+
+
+def job_archive(*, job: Job) -> ArchivedJob | None:
+    """Return the job's archive record when retention moved its phases to the archive."""
+    return ArchivedJob.objects.filter(job=job).first()
 
 
 def job_phase_summary(*, job: Job) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from rollmux_web.jobs.runners import time_scale_of
 from rollmux_web.jobs.selectors import (
     DEFAULT_ORDERING,
     duration_suggestion,
+    job_archive,
     job_drift,
     job_get,
     job_list,
@@ -398,6 +399,8 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
         "train_nodes": sorted(n.name for n in placement.train_nodes.all()) if placement else [],
         "earlier_placements": history[1:],
         "phases": job_phase_summary(job=job),
+        "archive": job_archive(job=job),
+        "retention_days": settings.ROLLMUX_PHASE_RETENTION_DAYS,
         "ray": job_ray_placement(job=job),
         "time_scale": time_scale_of(job.runner, job.time_scale),
         "drift": job_drift(job=job),

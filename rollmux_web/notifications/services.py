@@ -89,8 +89,11 @@ def subscription_create(
     """
     errors: dict[str, list[str]] = {}
     target = (target or "").strip()
+    most = Subscription._meta.get_field("target").max_length or 0
     if channel not in Channel.values:
         errors["channel"] = ["Choose email or webhook."]
+    elif len(target) > most:  # (the column's length: longer would fail the INSERT)
+        errors["target"] = [f"Use at most {most} characters; this one has {len(target)}."]
     elif channel == Channel.EMAIL:
         try:
             validate_email(target)

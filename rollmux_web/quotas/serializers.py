@@ -10,6 +10,7 @@ from rest_framework import serializers
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.api.fields import NameRelatedField
 from rollmux_web.inventory.models import GpuType
+from rollmux_web.inventory.services import name_taken
 from rollmux_web.quotas import selectors, services
 from rollmux_web.quotas.models import Quota, SloClass
 
@@ -36,11 +37,9 @@ class SloClassSerializer(serializers.ModelSerializer):
         read_only_fields = ["id"]
 
     def validate_name(self, value: str) -> str:
-        qs = SloClass.objects.filter(name=value)
-        if self.instance is not None:
-            qs = qs.exclude(pk=self.instance.pk)
-        if qs.exists():
-            raise serializers.ValidationError(f"An SLO class named {value!r} exists already.")
+        pk = None if self.instance is None else self.instance.pk
+        if taken := name_taken(SloClass, value, noun="An SLO class", pk=pk):
+            raise serializers.ValidationError(taken)
         return value
 
     def create(self, validated_data: dict[str, Any]) -> SloClass:

@@ -13,6 +13,7 @@ from django.db import transaction
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.audit.services import audit_record, save_changes, snapshot
 from rollmux_web.inventory.models import GpuType
+from rollmux_web.inventory.services import name_taken
 from rollmux_web.quotas.models import Quota, SloClass
 
 SLO_FIELDS = ["name", "slowdown", "description", "preemptible"]
@@ -37,6 +38,8 @@ MAX_MONTHLY_GPU_HOURS = 1e12
 
 def _validate_slo(slo: SloClass) -> None:
     errors: dict[str, list[str]] = {}
+    if taken := name_taken(SloClass, slo.name, noun="An SLO class", pk=slo.pk):
+        errors["name"] = [taken]
     value = slo.slowdown
     if not isinstance(value, int | float) or not math.isfinite(value):
         errors["slowdown"] = ["Enter a finite number."]

@@ -434,3 +434,44 @@ def test_describe_job_of_a_queued_job_says_its_place_in_the_queue_and_why(
     code, out, _ = run(["describe", "job", str(first.pk)])
     body = " ".join(out.split())
     assert code == 0 and "Queue:" not in body  # only a queued job has a place in the queue
+
+
+def test_describe_job_of_an_archived_job_counts_its_archived_phases(
+    world: Any, env: dict[str, str], monkeypatch: Any, settings: Any, tmp_path: Path
+) -> None:
+    # QA pass 11: a finished job whose phases retention moved to the archive read
+    # "Phases: 0" (and the API's phases nothing), as if it had never run
+    from datetime import UTC, datetime, timedelta
+
+    from rollmux_web.workflow.services import retention
+    from tests.reports.builders import allocate, alternate, make_group, make_job, place
+
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    t0 = datetime(2026, 3, 10, tzinfo=UTC)
+    g = make_group(created=t0, released=t0 + timedelta(hours=1))
+    allocate(g, "h20-0", t0, t0 + timedelta(hours=1))
+    allocate(g, "h800-0", t0, t0 + timedelta(hours=1))
+    job = make_job(world, name="long-gone", tenant="vision")
+    pl = place(g, job, rollout=["h20-0"], train=["h800-0"], joined=t0)
+    alternate(pl, start=t0, iterations=2, roll_min=10, train_min=10,
+              roll_nodes=["h20-0"], train_nodes=["h800-0"])  # fmt: skip
+    Job.objects.filter(pk=job.pk).update(
+        status=JobStatus.COMPLETED, finished_at=t0 + timedelta(hours=1)
+    )
+    now = t0 + timedelta(days=200)
+    for ids in retention.eligible_batches(now, max_batches=10):
+        retention.archive_jobs(ids, now=now)
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    code, out, err = run(["describe", "job", str(job.pk), "-o", "json"])
+    assert code == 0, err
+    phases = json.loads(out)["phases"]
+    assert phases["total"] == 0 and phases["archived"] == {
+        "phases": 4,
+        "archived_at": "2026-09-26T00:00:00Z",
+    }
+    code, out, err = run(["describe", "job", str(job.pk)])
+    assert code == 0, err
+    assert (
+        "Phases: 0 in the table; 4 archived on 2026-09-26 (retention: the job's timeline on "
+        "the web lists the files)" in " ".join(out.split())
+    )

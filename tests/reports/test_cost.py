@@ -234,6 +234,22 @@ def test_budget_burn_down_counts_month_to_date_against_the_budget(world: Any) ->
 
 
 @pytest.mark.django_db
+def test_a_budget_passed_says_by_how_much_it_is_over(world: Any, client_as: Any) -> None:
+    # QA pass 11: a tenant past its budget read "of $40.00 (142.6%), -$17.04 left"
+    solo_group(world)
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h20, monthly_budget_usd=Decimal("20"))
+    Quota.objects.create(tenant=world.vision, gpu_type=world.h800, monthly_budget_usd=Decimal("20"))
+    (bd,) = cost_report(user=world.alice, start=DAY, end=DAY, now=NOW).burn_down
+    assert (bd.spent, bd.budget, bd.overspent) == (Decimal("57.04"), 40, Decimal("17.04"))
+    html = client_as("alice").get("/reports/cost/?start=2026-03-10&end=2026-03-10").content
+    text = re.sub(r"\s+", " ", html.decode())
+    assert (
+        "of $40.00 (142.6%), $17.04 over budget" in text
+        and "left" not in text.split("$40.00")[1][:40]
+    )
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("query", "message"),
     [

@@ -359,3 +359,57 @@ def test_the_group_list_pages_filters_by_state_and_names_bad_input(
     for query, field in (("page=abc", "page:"), ("page=99", "page:"), ("state=bogus", "state:")):
         resp = c.get(f"/groups/?{query}")
         assert resp.status_code == 400 and field in resp.content.decode(), query
+
+
+@pytest.mark.django_db
+def test_an_archived_note_counts_another_tenants_jobs_in_plain_words(
+    world: Any, client_as: Any, settings: Any, tmp_path: Any
+) -> None:
+    # QA pass 11: charlie's page of a shared archived group read "1 other tenant' job"
+    from rollmux_web.jobs.models import Job, JobStatus
+    from rollmux_web.workflow.services import retention
+
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    g, a, b = interleaved(world)  # vision's alpha and beta
+    c = make_job(world, name="gamma", tenant="speech")
+    pc = place(g, c, rollout=["h20-0"], train=["h800-0"], joined=T0 + 40 * M)
+    phase(pc, iteration=0, kind="rollout", nodes=["h20-0"], start=T0 + 40 * M, minutes=5)
+    Job.objects.filter(pk__in=[a.pk, b.pk, c.pk]).update(
+        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
+    )
+    for ids in retention.eligible_batches(T0 + timedelta(days=200), max_batches=10):
+        retention.archive_jobs(ids, now=T0 + timedelta(days=200))
+    for viewer, named, others in (
+        ("alice", "beta", "1 other tenant's job"),
+        ("charlie", "gamma", "2 other tenants' jobs"),
+    ):
+        html = client_as(viewer).get(f"/groups/{g.pk}/").content.decode()
+        note = html[html.index('id="archived-note"') :]
+        assert named in note and f"<li>{others}</li>" in note
+
+
+@pytest.mark.django_db
+def test_an_archived_jobs_page_says_its_phases_went_to_the_archive(
+    world: Any, client_as: Any, settings: Any, tmp_path: Any
+) -> None:
+    # QA pass 11: a finished job whose phases were archived read "No phase has run yet."
+    # on its page; it says where they went and links the timeline that lists the files
+    from rollmux_web.jobs.models import Job, JobStatus
+    from rollmux_web.workflow.services import retention
+
+    settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
+    _, a, b = interleaved(world)
+    Job.objects.filter(pk__in=[a.pk, b.pk]).update(
+        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
+    )
+    html = client_as("alice").get(f"/jobs/{a.pk}/").content.decode()
+    assert 'id="phase-summary"' in html and "went to the archive" not in html
+    for ids in retention.eligible_batches(T0 + timedelta(days=200), max_batches=10):
+        retention.archive_jobs(ids, now=T0 + timedelta(days=200))
+    html = client_as("alice").get(f"/jobs/{a.pk}/").content.decode()
+    assert "No phase has run yet." not in html
+    assert (
+        "Its 4 phases ended more than 90 days ago and went to the archive (Parquet) on "
+        "2026-09-26" in html
+    )
+    assert f'<a href="/timeline/jobs/{a.pk}/">its timeline</a> lists the files' in html

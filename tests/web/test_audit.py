@@ -112,6 +112,19 @@ def test_page_paginates(client_as, world):
     assert last.count('class="audit-row"') == 20
 
 
+@pytest.mark.parametrize("page", ["9", "0", "abc"])
+def test_a_page_that_is_not_one_is_named(client_as, world, page):
+    # QA pass 11: page 9 of 3 silently showed the last page (and "abc" the first) with a
+    # 200, where every other list names a bad page (rollmux_web.listing)
+    for i in range(120):
+        audit_record(actor=world.admin, action="test.bulk", object_type="x", object_id=str(i))
+    resp = client_as("admin").get(f"/audit/?action=test&page={page}")
+    html = resp.content.decode()
+    assert resp.status_code == 400
+    assert f"page: &#x27;{page}&#x27; is not a page (1 to 3)." in html
+    assert "Page 1 of 3" in html and html.count('class="audit-row"') == 50
+
+
 def test_htmx_filter_returns_the_table_only(client_as, history):
     resp = client_as("admin").get("/audit/?action=quota", HTTP_HX_REQUEST="true")
     html = resp.content.decode()

@@ -759,3 +759,69 @@ def test_the_nodes_come_a_page_at_a_time_and_a_row_reloads_by_its_id(
     assert bad.status_code == 400 and "node: &#x27;h20-1&#x27; is not a node id." in (
         bad.content.decode()
     )
+
+
+@pytest.mark.django_db
+def test_the_node_page_refuses_a_pool_of_another_gpu_type_naming_the_pool(client_as, world):
+    # QA pass 11: the node page set a node's GPU type to its new pool's, so moving an H20
+    # node into the H800 pool re-typed it (and re-priced its past allocations at H800's
+    # price) where the API refuses the same move; now the page refuses it too, on the
+    # Pool field, and writes nothing
+    node = Node.objects.get(name="h20-1")
+    resp = client_as("admin").post(
+        f"/inventory/nodes/{node.pk}/edit/",
+        {"name": "h20-1", "cluster": "train-pool", "gpus": 8, "host_mem_gb": 1024, "state": "up"},
+    )
+    assert resp.status_code == 400
+    assert resp.context["form"].errors["cluster"] == ["Pool train-pool holds H800 nodes, not H20."]
+    node.refresh_from_db()
+    assert (node.cluster.name, node.gpu_type.name, node.host_mem_gb) == (
+        "rollout-pool",
+        "H20",
+        2048,
+    )
+    assert not AuditEntry.objects.filter(action="node.update").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "data", "message"),
+    [
+        (
+            "/inventory/gpu-types/new/",
+            {"name": "H20", "gpus_per_node": 8, "host_mem_gb": 100, "price_per_gpu_hour": "1"},
+            "A GPU type named 'H20' exists already.",
+        ),
+        (
+            "/inventory/clusters/new/",
+            {"name": "train-pool", "kind": "train", "gpu_type": "H800", "ray_address": "local"},
+            "A pool named 'train-pool' exists already.",
+        ),
+        (
+            "/inventory/nodes/new/",
+            {
+                "name": "h20-0",
+                "cluster": "rollout-pool",
+                "gpus": 8,
+                "host_mem_gb": 100,
+                "state": "up",
+            },  # fmt: skip
+            "A node named 'h20-0' exists already.",
+        ),
+        (
+            "/quotas/slo-classes/new/",
+            {"name": "gold", "slowdown": "1.2", "description": ""},
+            "An SLO class named 'gold' exists already.",
+        ),
+    ],
+)
+def test_a_name_taken_reads_as_in_the_api(client_as, world, url, data, message):
+    # QA pass 11: the pages said Django's "Gpu type with this Name already exists." (and
+    # "Cluster ...", "Slo class ...") where the API names the thing as the pages do
+    from rollmux_web.quotas.models import SloClass
+
+    if url.startswith("/quotas/") and not SloClass.objects.filter(name="gold").exists():
+        SloClass.objects.create(name="gold", slowdown=1.1)
+    resp = client_as("admin").post(url, data)
+    assert resp.status_code == 400
+    assert resp.context["form"].errors["name"] == [message]

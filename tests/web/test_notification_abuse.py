@@ -322,3 +322,21 @@ def test_a_webhook_secret_is_shown_once_after_creation_and_rotation(
     assert sub.secret not in later and old not in later
     # another member of the tenant never sees it
     assert sub.secret_prefix not in client_as("bob").get("/notifications/").content.decode()
+
+
+def test_a_destination_longer_than_its_column_is_refused_naming_the_field(
+    world: Any, client_as: Any, monkeypatch: Any
+) -> None:
+    # QA pass 11: a webhook URL over the column's 500 characters (a long signed query
+    # string) passed every check and failed the INSERT: a server error on PostgreSQL
+    monkeypatch.setattr(socket, "getaddrinfo", _Resolver(["93.184.216.34"]))
+    target = "https://hook.test/hooks?sig=" + "a" * 600
+    resp = client_as("charlie").post(
+        "/notifications/",
+        {"channel": "webhook", "target": target, "scope": "mine", "events": ["job.failed"]},
+    )
+    assert resp.status_code == 400
+    assert resp.context["errors"]["target"] == [
+        f"Use at most 500 characters; this one has {len(target)}."
+    ]
+    assert not Subscription.objects.exists()

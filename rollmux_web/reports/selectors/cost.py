@@ -59,6 +59,13 @@ class BurnDown:
         return None if self.budget is None else self.budget - self.spent
 
     @property
+    def overspent(self) -> Decimal | None:
+        """Return how much the spend is past the budget, or None (no budget, or within it)."""
+        if self.budget is None or self.spent <= self.budget:
+            return None
+        return self.spent - self.budget
+
+    @property
     def used_share(self) -> float | None:
         if not self.budget:
             return None
