@@ -256,6 +256,19 @@ def cluster_create(
 @transaction.atomic
 def cluster_update(*, actor: Any, cluster_id: int, data: Mapping[str, Any]) -> Cluster:
     cluster = Cluster.objects.select_for_update().select_related("gpu_type").get(pk=cluster_id)
+    kind = data.get("kind", cluster.kind)
+    if kind != cluster.kind and (count := cluster.nodes.count()):
+        # the reports read a pool's kind for every allocation of its nodes (the dedicated
+        # pools' counterfactual above all): a flip would rewrite what past months cost
+        raise ValidationError(
+            {
+                "kind": [
+                    f"Pool {cluster.name} has {count} node{'s' if count != 1 else ''}: its "
+                    f"kind stays {cluster.kind}, as the cost of their past allocations was "
+                    "reported. Add a pool of the other kind for new nodes."
+                ]
+            }
+        )
     before, after = save_changes(cluster, CLUSTER_FIELDS, data, validate=_validate_cluster)
     if after != before:
         audit_record(actor=actor, action="cluster.update", obj=cluster, before=before, after=after)

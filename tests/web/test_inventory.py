@@ -518,6 +518,31 @@ def test_pool_gpu_type_cannot_change_under_its_nodes(api_as, world):
 
 
 @pytest.mark.django_db
+def test_a_pool_keeps_its_kind_while_it_has_nodes(api_as, client_as, world):
+    # (QA pass 11: flipping the training pool to rollout with its nodes on it was saved,
+    # and the cost report's dedicated-pools counterfactual for past months changed)
+    resp = api_as("admin").patch(
+        f"/api/v1/clusters/{world.train_pool.pk}/", {"kind": "rollout"}, format="json"
+    )
+    assert resp.status_code == 400
+    assert "has 4 nodes: its kind stays train" in resp.json()["error"]["fields"]["kind"][0]
+    page = client_as("admin").post(
+        f"/inventory/clusters/{world.train_pool.pk}/edit/",
+        {"name": "train-pool", "kind": "rollout", "gpu_type": "H800", "ray_address": "local"},
+    )
+    assert page.status_code == 400 and 'id="error-kind"' in page.content.decode()
+    world.train_pool.refresh_from_db()
+    assert world.train_pool.kind == "train"
+    assert not AuditEntry.objects.filter(action="cluster.update").exists()
+    # a pool with no nodes may still change its kind
+    empty = Cluster.objects.create(name="spare", kind="train", gpu_type=world.h800)
+    resp = api_as("admin").patch(
+        f"/api/v1/clusters/{empty.pk}/", {"kind": "rollout"}, format="json"
+    )
+    assert resp.status_code == 200 and resp.json()["kind"] == "rollout"
+
+
+@pytest.mark.django_db
 def test_admin_moves_a_pool_to_a_new_ray_address_with_audit(api_as, world):
     resp = api_as("admin").patch(
         f"/api/v1/clusters/{world.train_pool.pk}/", {"ray_address": "ray-head:6379"}, format="json"
