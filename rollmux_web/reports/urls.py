@@ -15,4 +15,9 @@ urlpatterns = [
     path("timeline/jobs/<int:job_id>/", views.job_timeline, name="job-timeline"),
     path("timeline/jobs/<int:job_id>/trace.json", views.job_trace, name="job-trace"),
     path("timeline/jobs/<int:job_id>/outcome/", views.job_outcome, name="job-outcome"),
+    path(
+        "timeline/jobs/<int:job_id>/archive/<int:index>/",
+        views.job_archive_file,
+        name="job-archive-file",
+    ),
 ]

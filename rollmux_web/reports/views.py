@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
@@ -27,7 +27,8 @@ from rollmux_web.reports import (
 )
 from rollmux_web.reports.forms import DateRangeForm, PreviewForm, WhatIfForm, month_shortcuts
 from rollmux_web.reports.models import WhatIfRun, queue_scope_label
-from rollmux_web.reports.selectors.archived import archived_notes
+from rollmux_web.reports.selectors.archived import archive_file_uri, archived_notes
+from rollmux_web.workflow import archive_store
 from rollmux_web.workflow.access import group_get_for_user, job_get_for_user
 from scheduler.collector import gc_paused
 
@@ -179,6 +180,23 @@ def job_outcome(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if request.htmx:
         return render(request, "reports/job_outcome.html#outcome", ctx)
     return render(request, "reports/job_outcome.html", ctx)
+
+
+@login_required
+@require_GET
+def job_archive_file(request: HttpRequest, job_id: int, index: int) -> FileResponse:
+    """Download one of a job's archive files (Parquet) through the app: its URI (file://,
+    s3://, ...) is one a browser cannot open from this page, or reach at all."""
+    uri = archive_file_uri(user=request.user, job_id=job_id, index=index)
+    if uri is None:
+        raise Http404("no such archive file")
+    try:
+        stream, name = archive_store.open_file(uri)
+    except FileNotFoundError:
+        raise Http404(f"the archive file is no longer at {uri}") from None
+    return FileResponse(
+        stream, as_attachment=True, filename=name, content_type="application/vnd.apache.parquet"
+    )
 
 
 def _trace_response(data: dict[str, Any], filename: str) -> HttpResponse:

@@ -35,6 +35,37 @@ def display_uri(uri: str, path: str) -> str:
     return path if "://" in path else f"{scheme}://{path.lstrip('/')}"
 
 
+class ArchiveFile:
+    """An archive file open for reading, as a Python file object: pyarrow's own cannot be
+    given attributes (a WSGI server's file wrapper sets `close` on what it streams)."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = self._native.read() if size is None or size < 0 else self._native.read(size)
+        return bytes(data)
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self._native.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._native.tell())
+
+    def close(self) -> None:
+        self._native.close()
+
+
+def open_file(uri: str) -> tuple[ArchiveFile, str]:
+    """Open an archive file by the URI `write_table` returned, for reading: (the file, its
+    name). Raises FileNotFoundError when it is no longer there."""
+    fs_, path = filesystem(uri)
+    return ArchiveFile(fs_.open_input_file(path)), path.rsplit("/", 1)[-1]
+
+
 def batch_name(ids: list[int]) -> str:
     """The file name of a batch: fixed by its ids (a re-run overwrites its own file)."""
     digest = hashlib.sha256(",".join(map(str, sorted(ids))).encode()).hexdigest()[:12]

@@ -1,5 +1,6 @@
 """An archived group's page in headless Chromium (issue 25): the Gantt says its phases went
-to the archive and links the files; another tenant's archived member is counted, not named."""
+to the archive and links the files, which download through the app; another tenant's
+archived member is counted, not named."""
 
 from __future__ import annotations
 
@@ -52,14 +53,22 @@ def test_an_archived_groups_page_says_so_and_links_the_archive(
     assert "asr-3b" not in text and "1 other tenant" in text  # counted, never named
     links = note.locator("a.archive-link")
     assert links.count() >= 1
-    href = links.first.get_attribute("href") or ""
+    uri = links.first.inner_text()  # where the file lives, shown
     assert (
-        href.startswith("file://")
-        and "/phase_records/tenant=" in href
-        and "/month=2026-01/" in href
+        uri.startswith("file://") and "/phase_records/tenant=" in uri and "/month=2026-01/" in uri
     )
-    assert f"tenant={world.vision.pk}/" in href  # her tenant's file only
-    assert href.removeprefix("file://").startswith(str(tmp_path))
+    assert f"tenant={world.vision.pk}/" in uri  # her tenant's file only
+    assert uri.removeprefix("file://").startswith(str(tmp_path))
+    # the link downloads it through the app (a file:// link Chromium will not open from an
+    # http page, and an s3:// one no browser reaches)
+    href = links.first.get_attribute("href") or ""
+    assert href == f"/timeline/jobs/{jobs['math-7b'].pk}/archive/0/"
+    with page.expect_download() as got:
+        links.first.click()
+    saved = got.value.path()
+    with open(saved, "rb") as f, open(uri.removeprefix("file://"), "rb") as g2:
+        assert f.read() == g2.read()
+    assert got.value.suggested_filename.endswith(".parquet")
     # the chart has no phase of theirs to draw; the page still renders its members
     assert page.locator("svg.timeline .bar").count() == 0
     assert "math-7b" in page.inner_text("table")

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from rollmux_web.accounts.access import visible_tenant_ids
+from rollmux_web.workflow.access import job_get_for_user
 from rollmux_web.workflow.models import ArchivedJob, Placement
 
 
@@ -53,3 +54,14 @@ def archived_notes(
         "any": bool(notes or hidden),
         "retention_days": settings.ROLLMUX_PHASE_RETENTION_DAYS,
     }
+
+
+def archive_file_uri(*, user: Any, job_id: int, index: int) -> str | None:
+    """The URI of the `index`-th archive file of a job the user may see (404 for another
+    tenant's job), or None when it has no such file. A job's files hold its own tenant's
+    rows only (workflow.services.retention writes one file per tenant)."""
+    job_get_for_user(user=user, job_id=job_id)
+    uris = ArchivedJob.objects.filter(job_id=job_id).values_list("uris", flat=True).first()
+    if not uris or not 0 <= index < len(uris):
+        return None
+    return str(uris[index])
