@@ -87,6 +87,18 @@ class QuotaUsage:
     def usd_text(self) -> str:
         return f"${self.usd_month:,.2f}"
 
+    # What is used up stops every submission on this GPU type (each asks for more): the
+    # page flags it, as it flags a full GPU cap, before anyone is refused.
+    @property
+    def gpu_hours_used_up(self) -> bool:
+        limit = self.quota.monthly_gpu_hours
+        return limit is not None and self.gpu_hours_month >= limit
+
+    @property
+    def budget_used_up(self) -> bool:
+        budget = self.quota.monthly_budget_usd
+        return budget is not None and self.usd_month >= float(budget)
+
 
 def month_start(now: datetime) -> datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)

@@ -228,3 +228,21 @@ def test_pools_now_reads_limits_and_prices_as_the_planner_and_prices_now_do(worl
     assert pools["train"].price_per_gpu_hour == prices[world.h800.pk] == Decimal("5.28")
     assert pool_limits(pools)["train"].gpu_type == "H800"
     assert pool_prices(pools)["rollout"].gpu_type == world.h20  # type: ignore[union-attr]
+
+
+def test_the_quota_page_flags_a_month_used_up(client_as: Any, world: Any, busy: Any) -> None:
+    # (QA pass 11: a tenant past its budget read as any other row, until a submission was
+    # refused; the GPU cap had its "(full)" flag already)
+    def row(gpu_type: str) -> str:
+        page = client_as("admin").get("/quotas/").content.decode()
+        start = page.index(f'data-tenant="vision" data-gpu-type="{gpu_type}"')
+        return page[start : page.index("</tr>", start)]
+
+    # vision's H800: 80 of 100 GPU-hours; its H20: $29.60 of $50
+    assert "(used up)" not in row("H800") and "(over budget)" not in row("H20")
+    Quota.objects.filter(tenant=world.vision, gpu_type=world.h800).update(monthly_gpu_hours=80)
+    Quota.objects.filter(tenant=world.vision, gpu_type=world.h20).update(
+        monthly_budget_usd=Decimal("29.59")
+    )
+    assert '80.0 <span class="error">(used up)</span>' in row("H800")
+    assert '$29.60 <span class="error">(over budget)</span>' in row("H20")
