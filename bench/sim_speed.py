@@ -16,8 +16,9 @@ the decision latency's p50/p99 (target p99 under 50 ms) and the run's outcome (c
 attainment, mean slowdown: what a lever that saves time costs shows there) and its memory
 (peak RSS, before and after the run; the objects the cyclic collector tracks after it).
 `--size-jobs` scales it. It then runs solo-disagg on the same trace (the same engine, one
-job a group) and prints rollmux's CPU as a ratio of that baseline's, measured minutes apart
-in one process, so runs on VMs of different speeds compare; `--no-baseline` skips it.
+job a group) and prints rollmux's CPU as a ratio of that baseline's, so runs on VMs of
+different speeds compare (not the drift within one: the baseline runs a minute later);
+`--no-baseline` skips it.
 `--fingerprint` also prints a hash of the run's outcome (`fingerprint`): a change that
 only makes the simulator faster must leave it as it was.
 """
