@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import io
 import os
-from datetime import timedelta
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from rollmux_web.jobs.models import Job, JobStatus
 from rollmux_web.workflow.models import ArchivedJob
-from rollmux_web.workflow.services import retention
-from tests.reports.builders import make_job, phase, place
-from tests.reports.test_timeline import T0, M, interleaved
+from tests.reports.builders import make_job
+from tests.reports.test_timeline import archived_shared_group
 
 pytestmark = pytest.mark.django_db
 
@@ -24,17 +21,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def archived(world: Any, settings: Any, tmp_path: Any) -> dict[str, Any]:
     settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
-    g, a, b = interleaved(world)  # vision's alpha and beta
-    c = make_job(world, name="gamma", tenant="speech")
-    pc = place(g, c, rollout=["h20-0"], train=["h800-0"], joined=T0 + 40 * M)
-    phase(pc, iteration=0, kind="rollout", nodes=["h20-0"], start=T0 + 40 * M, minutes=5)
-    Job.objects.filter(pk__in=[a.pk, b.pk, c.pk]).update(
-        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
-    )
-    now = T0 + timedelta(days=200)
-    for ids in retention.eligible_batches(now, max_batches=10):
-        retention.archive_jobs(ids, now=now)
-    return {"group": g, "alpha": a, "beta": b, "gamma": c}
+    return archived_shared_group(world)
 
 
 def _url(job: Any, index: int = 0) -> str:

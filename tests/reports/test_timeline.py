@@ -51,6 +51,26 @@ def interleaved(world: Any, *, tenant: str = "vision") -> Any:
     return g, a, b
 
 
+def archived_shared_group(world: Any) -> dict[str, Any]:
+    """`interleaved`'s group (vision's alpha and beta) with speech's gamma joined at 40
+    minutes, the three finished at 50 and archived 200 days on (ROLLMUX_ARCHIVE_URI set by
+    the caller): the group, and its jobs by name."""
+    from rollmux_web.jobs.models import Job, JobStatus
+    from rollmux_web.workflow.services import retention
+
+    g, a, b = interleaved(world)
+    c = make_job(world, name="gamma", tenant="speech")
+    pc = place(g, c, rollout=["h20-0"], train=["h800-0"], joined=T0 + 40 * M)
+    phase(pc, iteration=0, kind="rollout", nodes=["h20-0"], start=T0 + 40 * M, minutes=5)
+    Job.objects.filter(pk__in=[a.pk, b.pk, c.pk]).update(
+        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
+    )
+    now = T0 + timedelta(days=200)
+    for ids in retention.eligible_batches(now, max_batches=10):
+        retention.archive_jobs(ids, now=now)
+    return {"group": g, "alpha": a, "beta": b, "gamma": c}
+
+
 @pytest.mark.django_db
 def test_the_timeline_has_one_bar_per_phase_record_in_the_window(world: Any) -> None:
     g, _, _ = interleaved(world)
@@ -366,19 +386,8 @@ def test_an_archived_note_counts_another_tenants_jobs_in_plain_words(
     world: Any, client_as: Any, settings: Any, tmp_path: Any
 ) -> None:
     # QA pass 11: charlie's page of a shared archived group read "1 other tenant' job"
-    from rollmux_web.jobs.models import Job, JobStatus
-    from rollmux_web.workflow.services import retention
-
     settings.ROLLMUX_ARCHIVE_URI = str(tmp_path / "archive")
-    g, a, b = interleaved(world)  # vision's alpha and beta
-    c = make_job(world, name="gamma", tenant="speech")
-    pc = place(g, c, rollout=["h20-0"], train=["h800-0"], joined=T0 + 40 * M)
-    phase(pc, iteration=0, kind="rollout", nodes=["h20-0"], start=T0 + 40 * M, minutes=5)
-    Job.objects.filter(pk__in=[a.pk, b.pk, c.pk]).update(
-        status=JobStatus.COMPLETED, finished_at=T0 + 50 * M
-    )
-    for ids in retention.eligible_batches(T0 + timedelta(days=200), max_batches=10):
-        retention.archive_jobs(ids, now=T0 + timedelta(days=200))
+    g = archived_shared_group(world)["group"]
     for viewer, named, others in (
         ("alice", "beta", "1 other tenant's job"),
         ("charlie", "gamma", "2 other tenants' jobs"),
