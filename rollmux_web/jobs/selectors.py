@@ -262,9 +262,15 @@ class Drift:
     def text(self) -> str:
         over = (self.recent_mean_s / self.worst_case_s - 1.0) * 100.0
         return (
-            f"{self.kind}: mean {self.recent_mean_s:.1f} s over its last {self.window} phases, "
-            f"above its worst case {self.worst_case_s:.1f} s (+{over:.0f}%)"
+            f"{self.kind}: mean {_drift_s(self.recent_mean_s)} s over its last {self.window} "
+            f"phases, above its worst case {_drift_s(self.worst_case_s)} s (+{over:.0f}%)"
         )
+
+
+def _drift_s(seconds: float) -> str:
+    """Return a drift's seconds: one decimal, two significant digits below a second (a real
+    job's 0.066 s and 0.048 s both read "0.1 s" at one decimal, yet differ by 38 %)."""
+    return f"{seconds:.2g}" if seconds < 1.0 else f"{seconds:.1f}"
 
 
 # Each job's last DRIFT_WINDOW succeeded rollouts and trainings, newest first, on the index
