@@ -33,6 +33,12 @@ def duration(seconds: float) -> str:
     return duration_in(seconds, unit)
 
 
+def sentence_seconds(seconds: float, fmt: str) -> str:
+    """Return seconds in a sentence (no unit): `fmt` (".0f", ".1f") from a second up, two
+    significant digits below it (a real runner's 0.066 s and 0.048 s are not both "0.1")."""
+    return f"{seconds:.2g}" if abs(seconds) < 1.0 else format(seconds, fmt)
+
+
 def short_ray_id(ray_node_id: str) -> str:
     """Return a Ray node id as tooltips show it: its first 8 hex digits and an ellipsis."""
     return ray_node_id[:8] + "…" if len(ray_node_id) > 8 else ray_node_id

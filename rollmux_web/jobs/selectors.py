@@ -19,6 +19,7 @@ from django.utils import timezone
 from rollmux_web.accounts.access import OTHER_TENANT_JOB, tenant_visible, visible_tenant_ids
 from rollmux_web.accounts.selectors import visible_tenants
 from rollmux_web.epoch_sql import epoch_s
+from rollmux_web.formatting import sentence_seconds
 from rollmux_web.inventory.models import Cluster, GpuPrice, GpuType, Node, NodeState, PoolKind
 from rollmux_web.jobs.curve import CurvePoint
 from rollmux_web.jobs.models import Job, JobStatus
@@ -261,9 +262,10 @@ class Drift:
     @property
     def text(self) -> str:
         over = (self.recent_mean_s / self.worst_case_s - 1.0) * 100.0
+        mean, worst = (sentence_seconds(s, ".1f") for s in (self.recent_mean_s, self.worst_case_s))
         return (
-            f"{self.kind}: mean {self.recent_mean_s:.1f} s over its last {self.window} phases, "
-            f"above its worst case {self.worst_case_s:.1f} s (+{over:.0f}%)"
+            f"{self.kind}: mean {mean} s over its last {self.window} phases, "
+            f"above its worst case {worst} s (+{over:.0f}%)"
         )
 
 
@@ -371,10 +373,13 @@ class DurationSuggestion:
     @property
     def text(self) -> str:
         runs = f"last {self.runs} runs" if self.runs > 1 else "the last run"
+        roll, train = (
+            "-".join(sentence_seconds(s, ".0f") for s in span)
+            for span in (self.rollout, self.train)
+        )
         return (
             f"{runs} of {self.model} on {self.rollout_gpus}+{self.train_gpus}: rollout "
-            f"{self.rollout[0]:.0f}-{self.rollout[1]:.0f} s, training "
-            f"{self.train[0]:.0f}-{self.train[1]:.0f} s (profile seconds)"
+            f"{roll} s, training {train} s (profile seconds)"
         )
 
 
@@ -396,7 +401,21 @@ def duration_suggestion(
         )
         .order_by("-finished_at", "-pk")[:HISTORY_RUNS]
     )
-    measured = [m for m in jobs_measured(jobs).values() if "rollout" in m and "train" in m]
+    # each phase's own time, without the host's set-up or reload (a real runner's cold start
+    # is seconds of workers created: the profile and the drift checks leave it out too)
+    own: dict[int, dict[str, list[float]]] = {j.pk: {} for j in jobs}
+    scale = {j.pk: time_scale_of(j.runner, j.time_scale) for j in jobs}
+    for job_id, kind, started, finished, metrics in PhaseRecord.objects.filter(
+        job__in=list(own),
+        kind__in=("rollout", "train"),
+        state=PhaseState.SUCCEEDED,
+        started_at__isnull=False,
+        finished_at__isnull=False,
+    ).values_list("job_id", "kind", "started_at", "finished_at", "metrics"):
+        if started is not None and finished is not None:
+            wall = (finished - started).total_seconds()
+            own[job_id].setdefault(kind, []).append(own_seconds(wall, metrics) * scale[job_id])
+    measured = [m for m in own.values() if "rollout" in m and "train" in m]
     if not measured:
         return None
     return DurationSuggestion(
@@ -405,13 +424,10 @@ def duration_suggestion(
         rollout_gpus=rollout_gpus,
         train_gpus=train_gpus,
         rollout=(
-            min(m["rollout"].min_profile_s for m in measured),
-            max(m["rollout"].max_profile_s for m in measured),
+            min(min(m["rollout"]) for m in measured),
+            max(max(m["rollout"]) for m in measured),
         ),
-        train=(
-            min(m["train"].min_profile_s for m in measured),
-            max(m["train"].max_profile_s for m in measured),
-        ),
+        train=(min(min(m["train"]) for m in measured), max(max(m["train"]) for m in measured)),
     )
 
 

@@ -9,6 +9,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -94,6 +95,13 @@ class JobSpecSerializer(serializers.Serializer):
         """Allow a built-in or an import path the admins' allowlist covers; nothing is
         imported here (a researcher's path must not run code in the web process)."""
         value = value.strip()
+        if value == "external" and not settings.REDIS_URL:
+            # its trainer is another process: it waits on the server's Redis for its grants
+            raise serializers.ValidationError(
+                "Runner 'external' needs the server's Redis (REDIS_URL), the channel its "
+                "trainer's rollmux.phase waits on for phase grants; this server runs without "
+                "one (embedded), so the trainer could never run a phase."
+            )
         if spec.runner_permitted(value, ()):
             return value  # a built-in: the allowlist is not read
         allowed = runner_allowlist()

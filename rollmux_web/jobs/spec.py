@@ -105,7 +105,8 @@ SPEC: tuple[SpecField, ...] = (
         "model",
         "Model",
         "text",
-        "free text, shown in reports",
+        "free text, shown in reports; for hf-grpo it sets the Llama model size: llama-0.1M (the "
+        "default), llama-2M, ... up to 1,000M",
         required=False,
         default="",
         max_length=128,

@@ -425,3 +425,10 @@ def test_a_phase_times_check_refreshes_the_other_phase_times_errors(
     assert (
         "hx-swap-oob" not in c.post("/jobs/new/validate/?field=name", form_data()).content.decode()
     )
+
+
+def test_the_form_says_the_model_name_sizes_an_hf_grpo_job(client_as: Any, world: Any) -> None:
+    # QA pass 12: the Model field said only "free text, shown in reports", yet an hf-grpo
+    # job's model name is its config (llama-2M builds a ~2M-parameter Llama; no size: 0.1M)
+    html = client_as("alice").get("/jobs/new/").content.decode()
+    assert "for hf-grpo it sets the Llama model size: llama-0.1M" in html

@@ -463,3 +463,23 @@ def test_a_job_whose_recent_phases_run_past_its_worst_case_is_drifting(
     # a job within its estimates is not
     other = job_submit(user=world.alice, spec=job_spec(), channel="t")
     assert api_as("alice").get(f"/api/v1/jobs/{other.pk}/").json()["drift"] == []
+
+
+@pytest.mark.django_db
+def test_a_real_runs_history_suggests_its_own_sub_second_times_not_its_cold_start(
+    client_as: Any, world: Any
+) -> None:
+    # QA pass 12: after a real hf-grpo run (llama-0.1M: rollouts 0.05-0.07 s but its first,
+    # cold, 6.7 s of which 6.63 s were its workers' set-up; trainings 0.08-0.19 s) the form
+    # suggested "rollout 0-7 s, training 0-0 s": whole seconds, and the set-up counted as
+    # rollout time (the profile and the drift checks leave it out).
+    job = _finished_run(
+        world, user="alice", rollout_s=[6.7, 0.066, 0.047], train_s=[0.12, 0.19, 0.077]
+    )
+    Job.objects.filter(pk=job.pk).update(runner="hf-grpo", time_scale=1.0)
+    first = PhaseRecord.objects.get(job=job, kind="rollout", iteration=0)
+    first.metrics = {"load_s": 6.63}
+    first.save(update_fields=["metrics"])
+    query = {"tenant": "vision", "model": "qwen2.5-7b", "rollout_gpus": "8", "train_gpus": "8"}
+    html = client_as("alice").get("/jobs/new/preview/", query, **HTMX).content.decode()
+    assert "rollout 0.047-0.07 s, training 0.077-0.19 s (profile seconds)" in html

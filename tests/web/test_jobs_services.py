@@ -343,3 +343,18 @@ def test_submission_counter_counts_committed_submissions_only(
     with pytest.raises(JobRejected):
         job_submit(user=world.alice, spec=job_spec(iterations=0), channel="counted")
     assert counter._value.get() == before + 1
+
+
+def test_an_external_job_is_refused_naming_the_runner_when_the_server_has_no_redis(
+    world: Any, settings: Any
+) -> None:
+    # QA pass 12: under `make run` (embedded: no Redis) an `external` job was placed and held
+    # its nodes while its trainer (examples/trl_grpo.py, as docs/training-metrics.md runs it)
+    # waited on Redis for a grant the controller pushed to an in-process queue: it could
+    # never run a phase. The phase API's channel is the server's Redis.
+    settings.REDIS_URL = ""
+    err = rejected(world, runner="external")
+    assert err.code == "invalid" and list(err.fields) == ["runner"], err.fields
+    assert "REDIS_URL" in err.fields["runner"][0]
+    for runner in ("emulated", "toy-rl"):  # the others need no channel
+        job_submit(user=world.alice, spec=job_spec(runner=runner), channel="t")
