@@ -1,7 +1,7 @@
 """The shape of the config-built Llama model an `hf-grpo` job names, and what it holds.
 
 The `hf-grpo` runner (workers/runners/hf_grpo.py) builds a Llama-style causal LM from its
-job's `model` name ("llama-0.1M", "llama-25M"; no size: the ~0.1M default); submission
+job's `model` name ("llama-0.1M", "llama-25M", "llama-0.5B"; no size: the ~0.1M default); submission
 checks that the job's `host_mem_gb` holds its resident state. Both read the shape here, so
 the check and the runner agree. Standard library only.
 """
@@ -14,7 +14,9 @@ from dataclasses import dataclass
 VOCAB = 15  # PAD, BOS, EOS and "0123456789+=" (the runner's tokenizer)
 DEFAULT_PARAMETERS = 0.1e6
 MAX_PARAMETERS = 1e9  # a CPU-runnable runner: more is a unit mistake
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([mM])(?![a-zA-Z])")
+# a size in millions or billions ("25M", "0.5B", "7b"); a context length ("8k") is none
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([mMbB])(?![a-zA-Z])")
+_UNIT = {"m": 1e6, "b": 1e9}
 _HIDDEN = (64, 128, 256, 384, 512, 768, 1024)
 
 
@@ -48,10 +50,15 @@ class LlamaShape:
 
 
 def asked_parameters(model: str) -> float:
-    """Return the parameter count a model name asks for ("llama-25M" -> 25e6; the last
-    "<number>M" wins), or the default when it states none."""
+    """Return the parameter count a model name asks for ("llama-25M" -> 25e6,
+    "qwen2.5-0.5B" -> 0.5e9; the last "<number>M" or "<number>B" wins), or the default when
+    it states none. (A size in billions was read as none: "llama-7B" built the 0.1M
+    default without a word; it now asks for 7e9 and is refused above MAX_PARAMETERS.)"""
     found = _SIZE.findall(model or "")
-    return float(found[-1][0]) * 1e6 if found else DEFAULT_PARAMETERS
+    if not found:
+        return DEFAULT_PARAMETERS
+    number, unit = found[-1]
+    return float(number) * _UNIT[unit.lower()]
 
 
 def llama_shape(model: str) -> LlamaShape:

@@ -106,7 +106,7 @@ SPEC: tuple[SpecField, ...] = (
         "Model",
         "text",
         "free text, shown in reports; for hf-grpo it sets the Llama model size: llama-0.1M (the "
-        "default), llama-2M, ... up to 1,000M",
+        "default), llama-2M, ... up to 1,000M or 1B",
         required=False,
         default="",
         max_length=128,

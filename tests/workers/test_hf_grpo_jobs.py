@@ -35,6 +35,9 @@ def grpo_spec(**overrides: Any) -> dict[str, Any]:
     [
         ({"model": "llama-100M", "host_mem_gb": 1.0}, "host_mem_gb", "1 GB cannot hold"),
         ({"model": "llama-5000M"}, "model", "more than 1,000M parameters"),
+        # QA pass 12: a size in billions was read as none and built the 0.1M default
+        ({"model": "llama-7B"}, "model", "more than 1,000M parameters"),
+        ({"model": "qwen2.5-0.5B", "host_mem_gb": 4.0}, "host_mem_gb", "4 GB cannot hold"),
     ],
 )
 def test_an_hf_grpo_model_too_big_for_its_host_memory_is_refused_naming_the_field(
