@@ -51,6 +51,20 @@ def money(value: Any) -> str:
 
 
 @register.filter
+def estimate(value: Any) -> str:
+    """Format an estimated rate in dollars (a cost per iteration, not a billed figure): as
+    `money` from a cent up, two significant digits below it ("$0.0017"), so a real job of
+    sub-second phases does not read "$0.00" for a cost that is not nothing."""
+    if value is None or value == "":
+        return "—"
+    v = Decimal(str(value))
+    if v == 0 or abs(v) >= CENT:
+        return money(v)
+    sign = "-" if v < 0 else ""
+    return f"{sign}${float(abs(v)):.2g}"
+
+
+@register.filter
 def saving(value: Any) -> str:
     """Word what RollMux saves: "saves $6.46", "costs $6.46 more" (negative), "costs the same"."""
     if value is None or value == "":
