@@ -59,9 +59,21 @@ class PhaseSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "duration_s",
+            "setup_s",
+            "load_s",
+            "work_s",
             "outcome",
             "metrics",
         ]
+        # where the time went, as the host measured it (null: not split): the work is what
+        # profiles and learned estimates read, set-up and load are a start's overhead
+        extra_kwargs = {
+            "setup_s": {"help_text": "seconds of set-up: a cold start's workers and runner"},
+            "load_s": {
+                "help_text": "seconds of load: a warm start's reload, a cold start's restore"
+            },
+            "work_s": {"help_text": "seconds of the phase's own work (what profiles read)"},
+        }
 
     def get_duration_s(self, obj: PhaseRecord) -> float | None:
         if obj.started_at and obj.finished_at:

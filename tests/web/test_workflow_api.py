@@ -147,3 +147,12 @@ def test_the_records_choices_are_the_cores_words() -> None:
     assert {k.value for k in PhaseKind} | {"sync"} == set(RecordKind.values)
     # (`profile` is no choice of Algorithm 1: a profiling run's placement, services.profiling)
     assert {s.value for s in Strategy} | {"profile"} == set(RecordStrategy.values)
+
+
+def test_a_phase_says_where_its_time_went(api_as: Any, shared: Any) -> None:
+    # (QA pass 12: the records hold the host's split, the API returned none of it)
+    PhaseRecord.objects.filter(job=shared["mine"]).update(setup_s=6.6, load_s=0.02, work_s=0.05)
+    (phase,) = api_as("bob").get(f"/api/v1/jobs/{shared['mine'].pk}/phases/").json()["results"]
+    assert (phase["setup_s"], phase["load_s"], phase["work_s"]) == (6.6, 0.02, 0.05)
+    schema = api_as("bob").get("/api/schema/").content.decode()
+    assert "seconds of the phase's own work" in schema
