@@ -392,14 +392,16 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict[str, Any]:
         if job.t_roll_max_s is not None and job.t_train_max_s is not None
         else None  # (profiling: no phase times yet)
     )
+    phases = job_phase_summary(job=job)
     return {
         "job": job,
         "placement": placement,
         "rollout_nodes": sorted(n.name for n in placement.rollout_nodes.all()) if placement else [],
         "train_nodes": sorted(n.name for n in placement.train_nodes.all()) if placement else [],
         "earlier_placements": history[1:],
-        "phases": job_phase_summary(job=job),
-        "archive": job_archive(job=job),
+        "phases": phases,
+        # (the page reads it only where no phase is left in the table: asked only then)
+        "archive": None if phases else job_archive(job=job),
         "retention_days": settings.ROLLMUX_PHASE_RETENTION_DAYS,
         "ray": job_ray_placement(job=job),
         "time_scale": time_scale_of(job.runner, job.time_scale),
