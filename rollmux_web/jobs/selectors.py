@@ -11,8 +11,20 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Avg, Count, F, Max, Min, Prefetch, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import (
+    Avg,
+    Count,
+    F,
+    FloatField,
+    Max,
+    Min,
+    Prefetch,
+    QuerySet,
+    Value,
+    Window,
+)
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, Greatest, RowNumber
 from django.http import Http404
 from django.utils import timezone
 
@@ -405,16 +417,33 @@ def duration_suggestion(
     # is seconds of workers created: the profile and the drift checks leave it out too)
     own: dict[int, dict[str, list[float]]] = {j.pk: {} for j in jobs}
     scale = {j.pk: time_scale_of(j.runner, j.time_scale) for j in jobs}
-    for job_id, kind, started, finished, metrics in PhaseRecord.objects.filter(
+    succeeded = PhaseRecord.objects.filter(
         job__in=list(own),
         kind__in=("rollout", "train"),
         state=PhaseState.SUCCEEDED,
         started_at__isnull=False,
         finished_at__isnull=False,
-    ).values_list("job_id", "kind", "started_at", "finished_at", "metrics"):
-        if started is not None and finished is not None:
-            wall = (finished - started).total_seconds()
-            own[job_id].setdefault(kind, []).append(own_seconds(wall, metrics) * scale[job_id])
+    )
+    if connection.vendor == "postgresql":
+        # each job's shortest and longest own phase per kind, from the database (this runs
+        # at every preview of the submit form, and a long run has thousands of phases: as
+        # `runners.own_seconds`, the wall seconds as timedelta.total_seconds() rounds them)
+        wall = epoch_s(F("finished_at") - F("started_at"))
+        load = Coalesce(Cast(KT("metrics__load_s"), FloatField()), Value(0.0))
+        own_s = Greatest(Value(0.0), wall - load, output_field=FloatField())
+        for job_id, kind, lo, hi in (
+            succeeded.values("job_id", "kind")
+            .annotate(lo=Min(own_s), hi=Max(own_s))
+            .values_list("job_id", "kind", "lo", "hi")
+        ):
+            own[job_id][kind] = [lo * scale[job_id], hi * scale[job_id]]
+    else:
+        for job_id, kind, started, finished, metrics in succeeded.values_list(
+            "job_id", "kind", "started_at", "finished_at", "metrics"
+        ):
+            if started is not None and finished is not None:
+                seconds = own_seconds((finished - started).total_seconds(), metrics)
+                own[job_id].setdefault(kind, []).append(seconds * scale[job_id])
     measured = [m for m in own.values() if "rollout" in m and "train" in m]
     if not measured:
         return None
