@@ -62,3 +62,21 @@ def test_the_training_tables_latest_iteration_is_the_gantts_last_phase_number(
     # the API keeps the stored 0-based index
     rows = alice.get(f"/api/v1/jobs/{job.pk}/metrics/").json()["results"]
     assert [r["iteration"] for r in rows] == [0, 1, 2]
+
+
+def test_a_resubmitted_jobs_reason_names_the_iteration_it_resumes_at_counted_from_1(
+    world: Any,
+) -> None:
+    from rollmux_web.workflow.services.departures import (
+        job_fail_or_resubmit,
+        job_resubmit_node_down,
+    )
+
+    # 3 iterations done (the Gantt's #1-#3): it resumes at the fourth
+    job = make_job(world, name="resumer", iterations=6, iterations_done=3)
+    assert job_resubmit_node_down(job, "h800-0", timezone.now())
+    job.refresh_from_db()
+    assert job.reason == "resubmitted: node h800-0 went down; resumes at iteration 4"
+    job_fail_or_resubmit(job, "boom", timezone.now())
+    job.refresh_from_db()
+    assert job.reason.endswith(", resumes at iteration 4: boom"), job.reason
