@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def curve_job(world: Any) -> Any:
     job = make_job(world, name="grpo-curve", runner="toy-rl", iterations=7,
                    status=JobStatus.COMPLETED)  # fmt: skip
-    # a first attempt of 3 iterations, then a resubmission that carries on from iteration 3
+    # a first attempt of 3 iterations, then a resubmission that carries on from stored iteration 3 (the page's 4)
     record_curve(job, [[0.1, 0.2, 0.3], [0.35, 0.5, 0.65, 0.8]])
     return job
 

@@ -56,6 +56,11 @@ def test_the_training_tables_latest_iteration_is_the_gantts_last_phase_number(
     numbers = [int(n) for n in re.findall(r"iteration (\d+) · (?:rollout|train)", gantt)]
     assert numbers and max(numbers) == 3  # the Gantt counts from 1
     assert int(latest.group(1)) == max(numbers) == 3
+    # the live partial (the page's htmx poll) says the same
+    live = alice.get(f"/jobs/{job.pk}/", HTTP_HX_REQUEST="true").content.decode()
+    assert re.search(
+        r'<table id="training-latest">.*?<td>3 <span class="muted">\(latest\)', live, re.S
+    )
     # the curve's caption and axis say the same numbers
     assert "Mean reward over 3 iterations (1 to 3)" in page
     assert "(iteration 3)" in page  # the best reward's
