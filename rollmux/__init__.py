@@ -8,7 +8,7 @@ the training loop and wraps each phase::
     session = rollmux.PhaseSession(job_id=42, redis_url="redis://127.0.0.1:6379/0")
     for step in range(iterations):
         with session.phase("rollout") as grant:   # blocks until the group controller grants it
-            batch = generate(policy)               # grant.iteration is the iteration number
+            batch = generate(policy)               # grant.iteration: 0-based, pages show + 1
         with session.phase("train") as grant:
             loss = update(policy, batch)           # leaving the block reports completion
             grant.metrics["loss"] = loss           # stored with the iteration (the curve)
@@ -119,7 +119,8 @@ def done_key(job_id: int, kind: str, iteration: int) -> str:
 
 @dataclass
 class Grant:
-    """Permission to run one phase: which kind and which iteration."""
+    """Permission to run one phase: which kind and which iteration (0-based, as stored;
+    the pages and the CLI show it + 1)."""
 
     kind: str
     iteration: int

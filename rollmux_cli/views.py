@@ -266,6 +266,12 @@ def describe_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _iteration(row: dict[str, Any]) -> int:
+    """Return a training row's iteration as the pages show it: the API's `training` rows
+    keep the stored 0-based index, people read it counted from 1."""
+    return formatting.iteration_number(row["iteration"])
+
+
 def _training_lines(t: dict[str, Any] | None) -> list[str]:
     """Return describe's Training section: the reward's course and the latest metrics."""
     if not t:
@@ -276,8 +282,8 @@ def _training_lines(t: dict[str, Any] | None) -> list[str]:
     if first is not None and latest.get("reward_mean") is not None:
         lines += _wrap(
             "Reward",
-            f"{first['reward_mean']:.4g} (iteration {first['iteration']}) -> "
-            f"{latest['reward_mean']:.4g} (iteration {latest['iteration']}), "
+            f"{first['reward_mean']:.4g} (iteration {_iteration(first)}) -> "
+            f"{latest['reward_mean']:.4g} (iteration {_iteration(latest)}), "
             f"best {t['best_reward_mean']:.4g}",
             2,
         )
@@ -288,7 +294,7 @@ def _training_lines(t: dict[str, Any] | None) -> list[str]:
         if latest.get(name) is not None
     )  # fmt: skip
     lines += _wrap(
-        "Latest", f"iteration {latest['iteration']} (attempt {latest['attempt']}): {shown}", 2
+        "Latest", f"iteration {_iteration(latest)} (attempt {latest['attempt']}): {shown}", 2
     )
     return lines
 

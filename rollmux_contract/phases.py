@@ -88,7 +88,7 @@ class PhaseOrder:
     job_id: int
     placement_id: int
     kind: str
-    iteration: int
+    iteration: int  # 0-based, as stored (pages show it + 1)
     nodes: tuple[str, ...]
     pinned_nodes: tuple[str, ...]  # every node of the job's placement (where its host lives)
     runner: str

@@ -1,4 +1,5 @@
-"""The one duration formatter of every page, tooltip and chart (seconds in, text out).
+"""The one duration formatter of every page, tooltip and chart (seconds in, text out), and
+the one place an iteration's stored index becomes the number a person reads.
 
 A duration shows in the unit that reads best for its size: seconds below 2 minutes,
 minutes below 2 hours, hours below 3 days, then days. A table column shows every cell
@@ -37,6 +38,15 @@ def sentence_seconds(seconds: float, fmt: str) -> str:
     """Return seconds in a sentence (no unit): `fmt` (".0f", ".1f") from a second up, two
     significant digits below it (a real runner's 0.066 s and 0.048 s are not both "0.1")."""
     return f"{seconds:.2g}" if abs(seconds) < 1.0 else format(seconds, fmt)
+
+
+def iteration_number(index: int) -> int:
+    """Return the number a person reads for an iteration's stored 0-based index: counted
+    from 1, as the Gantt's tooltips, checkpoints (iterations completed) and veRL's and TRL's
+    global step count. Pages, htmx fragments, chart labels and the CLI's words show this;
+    the API and the exports keep the stored index. A job that has completed `n` iterations
+    (`Job.iterations_done`) runs, or resumes at, iteration number `iteration_number(n)`."""
+    return index + 1
 
 
 def short_ray_id(ray_node_id: str) -> str:

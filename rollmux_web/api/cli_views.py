@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from rollmux_web.accounts.selectors import can_submit
+from rollmux_web.formatting import iteration_number
 from rollmux_web.jobs.api import AUTH_ERRORS, NOT_FOUND, _err, _job_id, _rejected
 from rollmux_web.jobs.models import Job
 from rollmux_web.jobs.runners import time_scale_of
@@ -138,7 +139,9 @@ def phases_summary(job: Job) -> dict[str, Any]:
         if last is None
         else {
             "kind": last["kind"],
-            "iteration": last["iteration"] + 1,  # counted from 1, as the job page does
+            # counted from 1, as the pages do (and as this key always was); the training
+            # rows below keep the stored 0-based index, as the metrics API does
+            "iteration": iteration_number(last["iteration"]),
             "state": last["state"],
             "nodes": last["node_names"],
         },
@@ -228,6 +231,12 @@ class JobDescribeView(GenericAPIView):
     @extend_schema(
         summary="A job with its estimates, a summary of its phases, its training metrics in "
         "brief and its cost so far",
+        description=(
+            "Iteration numbers: `phases.last.iteration` counts from 1 (as the pages and "
+            "`rollmux describe` show it); `training.first_reward.iteration` and "
+            "`training.latest.iteration` are the stored 0-based index, as in "
+            "GET /jobs/{id}/metrics/ (0-based; pages show it + 1)."
+        ),
         parameters=[OpenApiParameter("job_id", OpenApiTypes.INT, OpenApiParameter.PATH)],
         responses={200: OpenApiTypes.OBJECT, 404: NOT_FOUND, **AUTH_ERRORS},
     )

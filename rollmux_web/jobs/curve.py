@@ -4,6 +4,8 @@ The selector (`jobs.selectors.training_curve`) reads the points; `curve_geometry
 them (axes, ticks, the std band, where a new attempt began) and `curve_svg` draws it, as
 the Gantt's timeline/svg pair does. The chart says what it shows in its <title>/<desc>
 and its axis labels, so it reads without JavaScript; `data-tip` gives hover tooltips.
+Points are placed by their stored 0-based iteration; every label, tooltip and word counts
+iterations from 1 (`formatting.iteration_number`), as the Gantt and the training table do.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from html import escape
 from typing import NamedTuple
 
 from django.utils.safestring import SafeString, mark_safe
+
+from rollmux_web.formatting import iteration_number
 
 WIDTH, HEIGHT = 720, 240
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 40
@@ -108,14 +112,20 @@ def curve_geometry(points: list[CurvePoint]) -> CurveGeometry | None:
         upper = [f"{x_of(p.iteration)},{y_of(h)}" for p, h in zip(points, highs, strict=True)]
         lower = [f"{x_of(p.iteration)},{y_of(lo)}" for p, lo in zip(points, lows, strict=True)]
         band = " ".join(upper + lower[::-1])
+
+    def shown(p: CurvePoint) -> str:
+        """Return a point's iterations as a person reads them: "4", or "4-9" averaged."""
+        n = iteration_number(p.iteration)
+        return f"{n}-{n + p.iterations - 1}" if p.iterations > 1 else str(n)
+
     dots: tuple[Dot, ...] = ()
     if len(points) <= DOTS_UP_TO:
         dots = tuple(
             Dot(
                 x_of(p.iteration),
                 y_of(p.reward_mean),
-                f"iteration {p.iteration}"
-                + (f"-{p.iteration + p.iterations - 1} (mean)" if p.iterations > 1 else "")
+                f"iteration {shown(p)}"
+                + (" (mean)" if p.iterations > 1 else "")
                 + f": reward {_fmt(p.reward_mean)}"
                 + (f" ± {_fmt(p.reward_std)}" if p.reward_std is not None else "")
                 + f", attempt {p.attempt}",
@@ -128,15 +138,18 @@ def curve_geometry(points: list[CurvePoint]) -> CurveGeometry | None:
     while v <= y_hi + 1e-9:
         y_ticks.append(Tick(y_of(v), _fmt(round(v, 10))))
         v += y_step
+    # the axis is labelled with iteration numbers (from 1): nice steps of those numbers
+    n_lo, n_hi = iteration_number(x_lo), iteration_number(x_hi)
+    offset = n_lo - x_lo
     x_ticks: list[Tick] = []
-    if x_hi > x_lo:
-        x_step = max(1, int(_nice_step(x_hi - x_lo, 6)))
-        it = math.ceil(x_lo / x_step) * x_step
-        while it <= x_hi:
-            x_ticks.append(Tick(x_of(it), str(it)))
-            it += x_step
+    if n_hi > n_lo:
+        x_step = max(1, int(_nice_step(n_hi - n_lo, 6)))
+        n = math.ceil(n_lo / x_step) * x_step
+        while n <= n_hi:
+            x_ticks.append(Tick(x_of(n - offset), str(n)))
+            n += x_step
     else:
-        x_ticks.append(Tick(x_of(x_lo), str(x_lo)))
+        x_ticks.append(Tick(x_of(x_lo), str(n_lo)))
     attempts = tuple(
         Tick(x_of(p.iteration), f"attempt {p.attempt}")
         for prev, p in zip(points, points[1:], strict=False)
@@ -146,9 +159,10 @@ def curve_geometry(points: list[CurvePoint]) -> CurveGeometry | None:
     best = max(points, key=lambda p: p.reward_mean)
     count = sum(p.iterations for p in points)
     summary = (
-        f"Mean reward over {count} iterations ({x_lo} to {last.iteration + last.iterations - 1}): "
+        f"Mean reward over {count} iterations ({n_lo} to "
+        f"{iteration_number(last.iteration + last.iterations - 1)}): "
         f"{_fmt(first.reward_mean)} at the first, {_fmt(last.reward_mean)} at the last, "
-        f"best {_fmt(best.reward_mean)} (iteration {best.iteration})"
+        f"best {_fmt(best.reward_mean)} (iteration {shown(best)})"
         + (f"; {len(attempts) + 1} attempts, one curve" if attempts else "")
     )
     return CurveGeometry(line, band, dots, tuple(x_ticks), tuple(y_ticks), attempts, summary, count)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from rollmux_web.formatting import duration, human_bytes, short_ray_id
+from rollmux_web.formatting import duration, human_bytes, iteration_number, short_ray_id
 from rollmux_web.reports.intervals import clip, merge, subtract
 from rollmux_web.reports.palette import UNKNOWN_JOB, JobShades, job_colours
 
@@ -332,7 +332,7 @@ def _phase_tip(row: PhaseRow, label: str, now_ts: float, *, hidden: bool) -> str
             ended = f" · {outcome}" if outcome.startswith(state) else f"{ended}: {outcome}"
     stage = " · profiling run" if profile else ""
     return (
-        f"{label}{stage}{'' if hidden else f' · iteration {it + 1}'} · {kind} · "
+        f"{label}{stage}{'' if hidden else f' · iteration {iteration_number(it)}'} · {kind} · "
         f"{duration(took)}{' (running)' if f is None else ''}{ended} · {start_kind}"
         f" · {', '.join(nodes)}{'' if hidden else ray_words(row)}"
     )

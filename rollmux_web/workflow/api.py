@@ -24,6 +24,14 @@ def _err(description: str) -> OpenApiResponse:
 AUTH_ERRORS = {401: _err("not authenticated"), 403: _err("not allowed for your role")}
 
 
+# the stored index, unchanged for API clients; every page and the CLI's words count from 1
+# (rollmux_web.formatting.iteration_number)
+ITERATION_HELP = (
+    "the job's iteration: 0-based; pages show it + 1 (the job page, the Gantt, rollmux "
+    "describe count iterations from 1)"
+)
+
+
 class PhaseSerializer(serializers.ModelSerializer):
     duration_s = serializers.SerializerMethodField()
     nodes = serializers.ListField(
@@ -68,6 +76,7 @@ class PhaseSerializer(serializers.ModelSerializer):
         # where the time went, as the host measured it (null: not split): the work is what
         # profiles and learned estimates read, set-up and load are a start's overhead
         extra_kwargs = {
+            "iteration": {"help_text": ITERATION_HELP},
             "setup_s": {"help_text": "seconds of set-up: a cold start's workers and runner"},
             "load_s": {
                 "help_text": "seconds of load: a warm start's reload, a cold start's restore"
@@ -106,6 +115,7 @@ class IterationMetricsSerializer(serializers.ModelSerializer):
             "samples",
             "recorded_at",
         ]
+        extra_kwargs = {"iteration": {"help_text": ITERATION_HELP}}
 
 
 class GroupNodeSerializer(serializers.Serializer):

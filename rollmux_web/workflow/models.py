@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from django.db import models
 
+from rollmux_web.formatting import iteration_number
 from rollmux_web.inventory.models import Node
 from rollmux_web.jobs.models import Job
 
@@ -263,7 +264,7 @@ class PhaseRecord(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"job {self.job_id} {self.kind} #{self.iteration + 1} ({self.state})"
+        return f"job {self.job_id} {self.kind} #{iteration_number(self.iteration)} ({self.state})"
 
 
 class PlanWait(models.Model):
@@ -315,7 +316,7 @@ class IterationMetrics(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"job {self.job_id} iteration {self.iteration + 1} metrics"
+        return f"job {self.job_id} iteration {iteration_number(self.iteration)} metrics"
 
 
 class PhaseRollup(models.Model):

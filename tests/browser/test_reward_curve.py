@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def curve_job(world: Any) -> Any:
     job = make_job(world, name="grpo-curve", runner="toy-rl", iterations=7,
                    status=JobStatus.COMPLETED)  # fmt: skip
-    # a first attempt of 3 iterations, then a resubmission that carries on from iteration 3
+    # a first attempt of 3 iterations, then a resubmission that carries on from stored iteration 3 (the page's 4)
     record_curve(job, [[0.1, 0.2, 0.3], [0.35, 0.5, 0.65, 0.8]])
     return job
 
@@ -40,8 +40,8 @@ def test_the_job_page_draws_one_reward_curve_across_attempts_with_tooltips(
     # the points rise left to right: later iterations drawn higher (smaller y)
     ys = [float(c.get_attribute("cy") or 0) for c in curve.locator("circle.point").all()]
     assert ys == sorted(ys, reverse=True)
-    curve.locator("circle.point").nth(4).hover()
-    expect(page.locator("#tooltip")).to_contain_text("iteration 4: reward 0.5 ± 0.1, attempt 2")
+    curve.locator("circle.point").nth(4).hover()  # stored iteration 4: the fifth
+    expect(page.locator("#tooltip")).to_contain_text("iteration 5: reward 0.5 ± 0.1, attempt 2")
     expect(page.locator("#training-latest [data-metric='reward_mean']")).to_have_text("0.8")
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#training").screenshot(path=str(ARTIFACTS / "reward-curve.png"))
@@ -62,7 +62,7 @@ def test_the_reward_curve_reads_without_javascript(
         expect(curve).to_be_visible()
         expect(curve.locator("circle.point")).to_have_count(7)
         expect(page.locator("#reward-curve figcaption")).to_contain_text(
-            "Mean reward over 7 iterations (0 to 6): 0.1 at the first, 0.8 at the last"
+            "Mean reward over 7 iterations (1 to 7): 0.1 at the first, 0.8 at the last"
         )
         expect(curve.locator("text.y-tick").first).to_have_text("0")
     finally:

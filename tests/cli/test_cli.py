@@ -406,11 +406,15 @@ def test_describe_job_shows_its_reward_course_and_latest_training_metrics(
     assert code == 0, err
     text = " ".join(out.split())
     assert "Training: 4 iterations recorded" in text
-    assert "Reward: 0.25 (iteration 0) -> 0.75 (iteration 3), best 0.75" in text
+    # stored iterations 0-3 read as 1-4, as the job page and the Gantt count them
+    assert "Reward: 0.25 (iteration 1) -> 0.75 (iteration 4), best 0.75" in text
     # (its placement by the fixture is attempt 1: the curve's two are attempts 2 and 3)
-    assert "Latest: iteration 3 (attempt 3): reward_mean 0.75, reward_std 0.1, loss 0.25" in text
+    assert "Latest: iteration 4 (attempt 3): reward_mean 0.75, reward_std 0.1, loss 0.25" in text
     code, out, _ = run(["describe", "job", str(mine.pk), "-o", "json"])
-    assert json.loads(out)["training"]["latest"]["samples"] == 64.0
+    training = json.loads(out)["training"]
+    assert training["latest"]["samples"] == 64.0
+    # the API's training rows keep the stored 0-based index
+    assert training["first_reward"]["iteration"] == 0 and training["latest"]["iteration"] == 3
 
 
 def test_describe_job_of_a_queued_job_says_its_place_in_the_queue_and_why(

@@ -24,6 +24,10 @@ def test_a_curve_of_rewards_in_0_1_spans_0_1_and_marks_each_new_attempt() -> Non
     assert [t.label for t in geo.y_ticks] == ["0", "0.2", "0.4", "0.6", "0.8", "1"]
     assert [t.label for t in geo.attempts] == ["attempt 2"]
     assert len(geo.line.split()) == 8 and len(geo.dots) == 8
+    # stored iterations 0-7 read as 1-8 (as the Gantt counts): axis, tooltips, words
+    assert [t.label for t in geo.x_ticks] == ["2", "4", "6", "8"]
+    assert geo.dots[0].tip.startswith("iteration 1: reward 0 ± 0.05, attempt 1")
+    assert "over 8 iterations (1 to 8)" in geo.summary and "(iteration 8)" in geo.summary
     assert geo.band  # every point has a std: the band is drawn
     assert (
         "0 at the first, 0.7 at the last" in geo.summary and "2 attempts, one curve" in geo.summary
@@ -50,6 +54,10 @@ def test_a_long_jobs_curve_is_averaged_by_the_database_into_a_bounded_number_of_
     assert [p.iterations for p in points] == [6] * 10
     assert points[0].reward_mean == 0.0 and points[-1].reward_mean == 1.0
     assert points[0].attempt == 1 and points[-1].attempt == 2
+    geo = curve_geometry(points)
+    assert geo is not None  # an averaged run reads as its iteration numbers, from 1
+    assert geo.dots[0].tip.startswith("iteration 1-6 (mean): reward 0")
+    assert "over 60 iterations (1 to 60)" in geo.summary
     assert len(training_curve(job=job)) == 60  # under the limit: every iteration
 
 
@@ -61,7 +69,7 @@ def test_the_job_page_draws_the_reward_curve_across_attempts(client_as: Any, wor
     assert svg is not None, "the curve is in the page itself, not drawn by JavaScript"
     assert svg.group(0).count('class="point"') == 7
     assert "attempt 2" in svg.group(0)
-    assert "Mean reward over 7 iterations (0 to 6): 0.1 at the first, 0.8 at the last" in html
+    assert "Mean reward over 7 iterations (1 to 7): 0.1 at the first, 0.8 at the last" in html
     latest = re.search(r'<table id="training-latest">.*?</table>', html, re.S)
     assert latest is not None and 'data-metric="loss">0.2<' in latest.group(0)
 

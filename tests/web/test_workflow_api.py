@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 from django.utils import timezone
 
 from rollmux_web.inventory.models import Node
@@ -156,3 +157,17 @@ def test_a_phase_says_where_its_time_went(api_as: Any, shared: Any) -> None:
     assert (phase["setup_s"], phase["load_s"], phase["work_s"]) == (6.6, 0.02, 0.05)
     schema = api_as("bob").get("/api/schema/").content.decode()
     assert "seconds of the phase's own work" in schema
+
+
+def test_the_schema_says_the_apis_iteration_is_0_based_where_pages_count_from_1(
+    api_as: Any, shared: Any
+) -> None:
+    (phase,) = api_as("bob").get(f"/api/v1/jobs/{shared['mine'].pk}/phases/").json()["results"]
+    assert phase["iteration"] == 0  # the stored index, as it always was
+    schema = yaml.safe_load(api_as("bob").get("/api/schema/").content)
+    props = schema["components"]["schemas"]
+    for name in ("Phase", "IterationMetrics"):
+        assert "0-based; pages show it + 1" in props[name]["properties"]["iteration"]["description"]
+    describe = schema["paths"]["/api/v1/jobs/{job_id}/describe/"]["get"]["description"]
+    assert "`phases.last.iteration` counts from 1" in describe
+    assert "0-based; pages show it + 1" in describe

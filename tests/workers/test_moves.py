@@ -349,7 +349,8 @@ def test_inline_a_drifting_job_with_nowhere_to_go_yields_to_its_partner_and_resu
         f"yielded group {left.group_id}'s nodes to 1 other member(s): its observed phases"
     ), left.move_reason
     resumes = left.move_reason.split("resumes at iteration ")[1].split(" ")[0]
-    assert int(resumes) == drifter.iterations_done > 0
+    # its next iteration, counted from 1 as the pages count: one past those it completed
+    assert int(resumes) == drifter.iterations_done + 1 > 1
     assert "steady" not in left.move_reason  # group numbers only, no other job named
     entry = AuditEntry.objects.get(action="job.yield", object_id=str(drifter.pk))
     assert entry.after["reason"] == left.move_reason and entry.tenant == "vision"
@@ -367,7 +368,7 @@ def test_inline_a_drifting_job_with_nowhere_to_go_yields_to_its_partner_and_resu
     # checkpoint; every iteration ran once; nobody ran beside it in its yield
     after = Placement.objects.get(job=drifter, attempt=left.attempt + 1)
     first = assert_resumed(left, after)
-    assert first.iteration == int(resumes)
+    assert first.iteration + 1 == int(resumes)  # its first phase there: the reason's number
     steady_end = Placement.objects.get(job=steady).ended_at
     assert steady_end is not None and after.created_at >= steady_end
     assert not PhaseRecord.objects.filter(

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from rollmux_web.formatting import iteration_number
 from rollmux_web.inventory.models import Node, PoolKind
 from rollmux_web.reports.selectors.timeline_queries import group_labels, phase_rows
 from rollmux_web.reports.timeline import NO_LABEL, PhaseRow
@@ -84,7 +85,9 @@ def trace_events(
                 )
             events.append(
                 {
-                    "name": (f"{label} {kind}" if hidden else f"{label} {kind} #{it + 1}")
+                    "name": (
+                        f"{label} {kind}" if hidden else f"{label} {kind} #{iteration_number(it)}"
+                    )
                     + (" (profiling run)" if profile else ""),
                     "cat": f"profile,{kind}" if profile else kind,
                     "ph": "X",

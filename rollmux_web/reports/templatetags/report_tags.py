@@ -12,7 +12,13 @@ from django.utils.formats import localize
 from django.utils.html import conditional_escape
 from django.utils.safestring import mark_safe
 
-from rollmux_web.formatting import duration, duration_in, duration_unit, human_bytes
+from rollmux_web.formatting import (
+    duration,
+    duration_in,
+    duration_unit,
+    human_bytes,
+    iteration_number,
+)
 
 register = template.Library()
 
@@ -23,6 +29,13 @@ def bytes_(value: Any) -> str:
     if value is None or value == "":
         return "—"
     return human_bytes(int(value))
+
+
+@register.filter(name="iteration_number")
+def iteration_number_(value: Any) -> Any:
+    """Show a stored 0-based iteration index as a person reads it, counted from 1
+    (`rollmux_web.formatting.iteration_number`); "" stays "" (nothing to number)."""
+    return "" if value is None or value == "" else iteration_number(int(value))
 
 
 @register.filter

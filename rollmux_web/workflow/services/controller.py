@@ -29,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rollmux_web import events, metrics
+from rollmux_web.formatting import iteration_number
 from rollmux_web.inventory.services import node_ray_changed
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.jobs.runners import own_seconds, time_scale_of
@@ -307,7 +308,7 @@ def _check_drift(job: Job, phase: ClaimedPhase, report: PhaseReport) -> None:
             key=f"{events.JOB_DRIFTING}:{job.pk}:{phase.placement_id}",  # once per placement
             detail={
                 "phase": phase.kind,
-                "iteration": phase.iteration + 1,
+                "iteration": iteration_number(phase.iteration),  # as pages say it
                 "profile_s": round(profile_s, 3),
                 "declared_s": worst,
             },

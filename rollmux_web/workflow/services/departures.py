@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rollmux_web import events, metrics, ports
+from rollmux_web.formatting import iteration_number
 from rollmux_web.inventory.models import Node, NodeState
 from rollmux_web.jobs.models import TERMINAL_STATUSES, Job, JobStatus
 from rollmux_web.workflow.models import (
@@ -113,7 +114,9 @@ def job_fail_or_resubmit(
             why = f"resubmitted after its host was lost (not counted as a failure, {failures}/{limit})"
         else:
             why = f"resubmitted after failure {failures}/{limit}"
-        job.reason = f"{why}, resumes at iteration {job.iterations_done}: {outcome}"[:500]
+        # the iteration it resumes at, as the pages number it (its next: iterations_done + 1)
+        at = iteration_number(job.iterations_done)
+        job.reason = f"{why}, resumes at iteration {at}: {outcome}"[:500]
         job.error = outcome
         job.save(update_fields=["status", "reason", "error", "updated_at"])
         kind = "lost" if lost else "failed"
@@ -137,7 +140,8 @@ def job_resubmit_node_down(job: Job, node: str, now: datetime) -> bool:
         return False
     job.status = job.requeue_status  # (profiling again if its profiling run was cut)
     job.reason = (
-        f"resubmitted: node {node} went down; resumes at iteration {job.iterations_done}"
+        f"resubmitted: node {node} went down; resumes at iteration "
+        f"{iteration_number(job.iterations_done)}"
     )[:500]
     job.save(update_fields=["status", "reason", "updated_at"])
     return True

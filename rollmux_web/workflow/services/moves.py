@@ -76,6 +76,7 @@ from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, F
 
 from rollmux_web.audit.services import audit_record
+from rollmux_web.formatting import iteration_number
 from rollmux_web.jobs.models import DurationSource, Job
 from rollmux_web.jobs.runners import load_seconds, time_scale_of
 from rollmux_web.workflow import converters
@@ -498,7 +499,8 @@ def _yield_text(
     return (
         f"yielded group {group_id}'s nodes to {len(verdict.for_others)} other member(s): "
         f"{_drift_cause(learned)} and would slow them past their SLO, and no other place "
-        f"takes it now; queued first, resumes at iteration {job.iterations_done} from its "
+        f"takes it now; queued first, resumes at iteration "
+        f"{iteration_number(job.iterations_done)} from its "
         f"checkpoint ({restart:.0f} s restart)"
     )
 
