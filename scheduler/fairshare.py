@@ -520,6 +520,18 @@ def running_holdings(running: Iterable[RunningJob]) -> dict[str, dict[str, int]]
     return held
 
 
+def _leaving_text(job: QueuedJob, leaving: Sequence[RunningJob]) -> str:
+    """Return the departures a queued job waits for as its own tenant may read them: its
+    tenant's jobs by id, another tenant's counted, never named (the reason is shown to the
+    job's tenant: its page, the queue, the API)."""
+    own = sorted(r.id for r in leaving if r.tenant == job.tenant)
+    others = sum(1 for r in leaving if r.tenant != job.tenant)
+    if not others:
+        return ", ".join(own)
+    counted = "1 job of another tenant" if others == 1 else f"{others} jobs of other tenants"
+    return f"{', '.join(own)} and {counted}" if own else counted
+
+
 def preemption_targets(
     job: QueuedJob,
     running: Sequence[RunningJob],
@@ -560,10 +572,10 @@ def preemption_targets(
     if now_s < deadline:
         leaving = [r for r in running if r.ends_s is not None and r.ends_s <= deadline]
         if leaving and _covers(_freed(leaving, running, group_frees), short):
-            ids = ", ".join(sorted(r.id for r in leaving))
             return PreemptionPlan(
                 PreemptionDecision.WAIT,
-                f"waiting up to {deadline - now_s:.0f} s for {ids} to finish, "
+                f"waiting up to {deadline - now_s:.0f} s for {_leaving_text(job, leaving)} "
+                "to finish, "
                 f"which frees the {short_text} GPUs it needs",
             )
     mine = by_tenant.get(job.tenant, {})
