@@ -95,7 +95,7 @@ def _check_events(text: str, loader: type) -> None:
             key_next, seen = open_[-1]
             open_[-1] = (not key_next, seen)
             if key_next and isinstance(event, yaml.ScalarEvent):
-                line = event.start_mark.line + 1
+                line = event.start_mark.line + 1 if event.start_mark else 0
                 if event.value in seen:
                     raise _refused(
                         problem=f"the field {event.value[:40]} is given twice (lines "
