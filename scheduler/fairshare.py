@@ -58,7 +58,9 @@ burnt); the caller applies it. Candidates are running jobs that
     borrow more in any pool after the swap).
 Victims are ranked by what their eviction frees for the waiting job (GPUs on whole nodes
 in the pools it is short of, not a time share), then by the least work since their
-checkpoint; then victims that are not needed are dropped again (last chosen first).
+checkpoint; a chosen victim's co-execution group mates come next when every member may
+be evicted (the group's shared nodes free only with all of them); then victims that are
+not needed are dropped again (last chosen first).
 Before preempting, a job that became blocked less than `grace_s` ago WAITs when the
 departures expected within the grace free enough.
 
@@ -618,8 +620,29 @@ def preemption_targets(
         return sum(min(s, r.frees.get(p, 0)) for p, s in short.items())
 
     candidates.sort(key=lambda r: (-frees_for_job(r), r.since_checkpoint_s, r.priority, r.id))
-    victims: list[RunningJob] = []
+    # A group's shared nodes free only when every member leaves, so a chosen victim's
+    # group mates are tried next: the next-ranked job of another group would spend what
+    # its tenant may give back without freeing a node (one member of each of two packed
+    # pairs frees nothing; both members of one pair free its node).
+    mates: dict[str, list[RunningJob]] = {}
     for r in candidates:
+        if r.group is not None and group_frees.get(r.group):
+            mates.setdefault(r.group, []).append(r)
+    members: dict[str, int] = {}
+    for r in running:
+        if r.group in mates:
+            members[r.group] = members.get(r.group, 0) + 1
+    # (a group with a member that may not be evicted never frees its nodes: no chaining)
+    mates = {g: m for g, m in mates.items() if len(m) == members[g]}
+    ordered: list[RunningJob] = []
+    seen: set[str] = set()
+    for first in candidates:
+        for r in [first, *mates.get(first.group or "", [])]:
+            if r.id not in seen:
+                seen.add(r.id)
+                ordered.append(r)
+    victims: list[RunningJob] = []
+    for r in ordered:
         if _covers(_freed(victims, running, group_frees), short):
             break
         if r.tenant != job.tenant and not borrows_under(r, victims):

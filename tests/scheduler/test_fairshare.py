@@ -243,6 +243,39 @@ def test_group_nodes_free_only_when_every_member_leaves() -> None:
     assert set(plan.victims) == {"v_a", "v_b"}  # type: ignore[attr-defined]
 
 
+def test_reclaim_evicts_both_members_of_a_packed_pair_rather_than_one_of_each() -> None:
+    # vision borrows 16 of H800 (48 held, nominal 32) as three co-execution groups of two
+    # packed jobs; a group's node frees only when both leave. The least work since a
+    # checkpoint ranked one member of g1 and one of g2 first, which spent the 16 vision
+    # may give back and freed no node: the job within its nominal quota was blocked
+    # (QA pass 13, seen live). Evicting both members of one group frees a node and leaves
+    # vision at its nominal quota.
+    running = [
+        run("v1", "vision", 8, frees={"H800": 0}, group="g1", since_checkpoint_s=1.0),
+        run("v2", "vision", 8, frees={"H800": 0}, group="g1", since_checkpoint_s=4.0),
+        run("v3", "vision", 8, frees={"H800": 0}, group="g2", since_checkpoint_s=2.0),
+        run("v4", "vision", 8, frees={"H800": 0}, group="g2", since_checkpoint_s=5.0),
+        run("v5", "vision", 8, frees={"H800": 0}, group="g3", since_checkpoint_s=6.0),
+        run("v6", "vision", 8, frees={"H800": 0}, group="g3", since_checkpoint_s=7.0),
+        run("s1", "speech", 24),
+    ]
+    shares = [Share("vision", "H800", 32), Share("speech", "H800", 32)]
+    plan = preemption_targets(
+        QueuedJob("s2", "speech", {"H800": 8}),
+        running,
+        shares,
+        free={"H800": 0},
+        need={"H800": 8},
+        capacity={"H800": 72},
+        now_s=NOW,
+        policy=POLICY,
+        group_frees={g: {"H800": 8} for g in ("g1", "g2", "g3")},
+    )
+    assert plan.decision is PreemptionDecision.PREEMPT, plan.reason
+    assert set(plan.victims) == {"v1", "v2"}
+    assert plan.kind == "reclaim"
+
+
 def test_a_borrower_is_never_pushed_below_its_nominal_quota() -> None:
     # vision borrows 16: evicting one member of g1 stops its borrowing, so the group's
     # nodes (freed only with both members) cannot be had
