@@ -314,7 +314,7 @@ def queue_order(
         elif math.isinf(share.value):
             why = f"{job.tenant} uses {share.pool} with no nominal quota there"
         else:
-            why = f"{job.tenant} holds {share.percent} of its share of {share.pool}"
+            why = f"{job.tenant} is at {share.percent} of its share of {share.pool}"
         if job.priority:
             why = f"priority {job.priority}; {why}"
         out.append(QueuePosition(job.id, i, share, f"{ordinal(i)} in the queue; {why}"))

@@ -139,7 +139,10 @@ def test_queue_orders_by_priority_then_share_then_submission() -> None:
     assert [p.job_id for p in order] == ["v2", "n0", "n1", "s1", "v1"]
     assert [p.position for p in order] == [1, 2, 3, 4, 5]
     last = order[-1]
-    assert last.reason == "5th in the queue; vision holds 120% of its share of H800"
+    # vision holds 24 GPUs (150% of its nominal 16): the 120% is its weighted share (usage,
+    # holdings and recent admissions), which the reason must not call what it holds (QA
+    # pass 13: "vision holds 150% of its share" beside a share table reading 32 of 32)
+    assert last.reason == "5th in the queue; vision is at 120% of its share of H800"
     assert order[1].reason == "2nd in the queue; nlp uses nothing now"
 
 
