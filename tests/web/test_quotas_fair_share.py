@@ -39,6 +39,9 @@ def _post(api, **fields):
         ({"lending_limit": 24}, "lending_limit", "at most the nominal quota"),
         ({"weight": 0}, "weight", "above 0"),
         ({"weight": -1.5}, "weight", "above 0"),
+        # a denormal weight made the share infinite: the queue then said the tenant "uses
+        # H800 with no nominal quota there" (QA pass 13)
+        ({"weight": 1e-320}, "weight", "at least 0.000001"),
         ({"gpu_type": "A100", "weight": 2.0}, "gpu_type", "no A100 nodes"),
     ],
 )
