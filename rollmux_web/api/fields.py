@@ -14,6 +14,9 @@ from typing import Any
 from rest_framework import serializers
 
 NUL_MESSAGE = "Null characters are not allowed."
+# What an HTML form sends beside its fields (the browsable API's forms): Django's CSRF
+# token is the form's transport, never an unknown field of the record
+FORM_TRANSPORT_FIELDS = frozenset({"csrfmiddlewaretoken"})
 
 
 class NameRelatedField(serializers.SlugRelatedField):
@@ -133,6 +136,8 @@ class KnownFieldsMixin:
             writable = [n for n, f in fields.items() if not f.read_only]
             for key in data:
                 name = str(key)
+                if name in FORM_TRANSPORT_FIELDS:
+                    continue
                 if name in fields:
                     field = fields[name]
                     if isinstance(field, serializers.FloatField) and isinstance(data[key], bool):
