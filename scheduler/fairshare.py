@@ -58,7 +58,9 @@ burnt); the caller applies it. Candidates are running jobs that
     borrow more in any pool after the swap).
 Victims are ranked by what their eviction frees for the waiting job (GPUs on whole nodes
 in the pools it is short of, not a time share), then by the least work since their
-checkpoint; then victims that are not needed are dropped again (last chosen first).
+checkpoint; a chosen victim's co-execution group mates come next when every member may
+be evicted (the group's shared nodes free only with all of them); then victims that are
+not needed are dropped again (last chosen first).
 Before preempting, a job that became blocked less than `grace_s` ago WAITs when the
 departures expected within the grace free enough.
 
@@ -312,7 +314,7 @@ def queue_order(
         elif math.isinf(share.value):
             why = f"{job.tenant} uses {share.pool} with no nominal quota there"
         else:
-            why = f"{job.tenant} holds {share.percent} of its share of {share.pool}"
+            why = f"{job.tenant} is at {share.percent} of its share of {share.pool}"
         if job.priority:
             why = f"priority {job.priority}; {why}"
         out.append(QueuePosition(job.id, i, share, f"{ordinal(i)} in the queue; {why}"))
@@ -520,6 +522,18 @@ def running_holdings(running: Iterable[RunningJob]) -> dict[str, dict[str, int]]
     return held
 
 
+def _leaving_text(job: QueuedJob, leaving: Sequence[RunningJob]) -> str:
+    """Return the departures a queued job waits for as its own tenant may read them: its
+    tenant's jobs by id, another tenant's counted, never named (the reason is shown to the
+    job's tenant: its page, the queue, the API)."""
+    own = sorted(r.id for r in leaving if r.tenant == job.tenant)
+    others = sum(1 for r in leaving if r.tenant != job.tenant)
+    if not others:
+        return ", ".join(own)
+    counted = "1 job of another tenant" if others == 1 else f"{others} jobs of other tenants"
+    return f"{', '.join(own)} and {counted}" if own else counted
+
+
 def preemption_targets(
     job: QueuedJob,
     running: Sequence[RunningJob],
@@ -560,10 +574,10 @@ def preemption_targets(
     if now_s < deadline:
         leaving = [r for r in running if r.ends_s is not None and r.ends_s <= deadline]
         if leaving and _covers(_freed(leaving, running, group_frees), short):
-            ids = ", ".join(sorted(r.id for r in leaving))
             return PreemptionPlan(
                 PreemptionDecision.WAIT,
-                f"waiting up to {deadline - now_s:.0f} s for {ids} to finish, "
+                f"waiting up to {deadline - now_s:.0f} s for {_leaving_text(job, leaving)} "
+                "to finish, "
                 f"which frees the {short_text} GPUs it needs",
             )
     mine = by_tenant.get(job.tenant, {})
@@ -606,8 +620,29 @@ def preemption_targets(
         return sum(min(s, r.frees.get(p, 0)) for p, s in short.items())
 
     candidates.sort(key=lambda r: (-frees_for_job(r), r.since_checkpoint_s, r.priority, r.id))
-    victims: list[RunningJob] = []
+    # A group's shared nodes free only when every member leaves, so a chosen victim's
+    # group mates are tried next: the next-ranked job of another group would spend what
+    # its tenant may give back without freeing a node (one member of each of two packed
+    # pairs frees nothing; both members of one pair free its node).
+    mates: dict[str, list[RunningJob]] = {}
     for r in candidates:
+        if r.group is not None and group_frees.get(r.group):
+            mates.setdefault(r.group, []).append(r)
+    members: dict[str, int] = {}
+    for r in running:
+        if r.group in mates:
+            members[r.group] = members.get(r.group, 0) + 1
+    # (a group with a member that may not be evicted never frees its nodes: no chaining)
+    mates = {g: m for g, m in mates.items() if len(m) == members[g]}
+    ordered: list[RunningJob] = []
+    seen: set[str] = set()
+    for first in candidates:
+        for r in [first, *mates.get(first.group or "", [])]:
+            if r.id not in seen:
+                seen.add(r.id)
+                ordered.append(r)
+    victims: list[RunningJob] = []
+    for r in ordered:
         if _covers(_freed(victims, running, group_frees), short):
             break
         if r.tenant != job.tenant and not borrows_under(r, victims):

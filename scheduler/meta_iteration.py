@@ -51,13 +51,18 @@ class MetaIteration:
 
 
 def group_loads(members: Sequence[Member]) -> dict[str, float]:
-    """Return the summed worst-case phase time per node of the members pinned to it."""
+    """Return the summed worst-case phase time per node of the members pinned to it.
+
+    A co-located member (no rollout nodes) runs its rollouts on its training nodes too:
+    they hold them its whole worst-case iteration, T_j^solo (so a co-located group reads
+    saturated, as no one may join it, and the floor max(T_solo, load) is unchanged)."""
     load: dict[str, float] = {}
     for m in members:
         for n in m.rollout_nodes:
             load[n] = load.get(n, 0.0) + m.job.rollout_pool_max_s
+        train = m.job.t_train_max_s if m.rollout_nodes else m.job.t_solo_max_s
         for n in m.train_nodes:
-            load[n] = load.get(n, 0.0) + m.job.t_train_max_s
+            load[n] = load.get(n, 0.0) + train
     return load
 
 

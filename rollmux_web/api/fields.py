@@ -6,12 +6,17 @@ every name from a client is checked before it reaches a query.
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import serializers
 
 NUL_MESSAGE = "Null characters are not allowed."
+# What an HTML form sends beside its fields (the browsable API's forms): Django's CSRF
+# token is the form's transport, never an unknown field of the record
+FORM_TRANSPORT_FIELDS = frozenset({"csrfmiddlewaretoken"})
 
 
 class NameRelatedField(serializers.SlugRelatedField):
@@ -113,3 +118,44 @@ def query_choice(params: Any, name: str, choices: list[str]) -> str | None:
             {name: [f"Must be one of {', '.join(choices)}; got {value!r}."]}
         )
     return value
+
+
+class KnownFieldsMixin:
+    """Refuse a body with a field the serializer does not have, naming it and the closest
+    writable field ("weigth: Unknown field; did you mean weight?"), as the job spec does
+    (`jobs.spec.unknown_field_errors`): DRF drops such a field, so a misspelt setting was
+    answered 200 and changed nothing. Read-only fields (`id`, `usage`, ...) are still
+    ignored, so a record read from the API can be edited and sent back. A JSON boolean for
+    a float field is refused too (DRF's FloatField takes `true` as 1.0; its IntegerField
+    and DecimalField already refuse it)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        errors: dict[str, list[str]] = {}
+        if isinstance(data, Mapping):
+            fields = self.fields  # type: ignore[attr-defined]
+            writable = [n for n, f in fields.items() if not f.read_only]
+            for key in data:
+                name = str(key)
+                if name in FORM_TRANSPORT_FIELDS:
+                    continue
+                if name in fields:
+                    field = fields[name]
+                    if isinstance(field, serializers.FloatField) and isinstance(data[key], bool):
+                        errors[name] = [str(field.error_messages["invalid"])]
+                    continue
+                close = difflib.get_close_matches(name.lower(), writable, n=1)
+                hint = (
+                    f"did you mean {close[0]}?"
+                    if close
+                    else f"the fields are {', '.join(writable)}."
+                )
+                errors[name[:40]] = [f"Unknown field; {hint}"]
+        try:
+            value = super().to_internal_value(data)  # type: ignore[misc]
+        except serializers.ValidationError as exc:
+            if errors and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **errors}) from None
+            raise
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value

@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from rollmux_web.api.fields import NameRelatedField
+from rollmux_web.api.fields import KnownFieldsMixin, NameRelatedField
 from rollmux_web.inventory import selectors, services
 from rollmux_web.inventory.models import (
     Cluster,
@@ -31,7 +31,7 @@ class GpuPriceSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class GpuTypeSerializer(serializers.ModelSerializer):
+class GpuTypeSerializer(KnownFieldsMixin, serializers.ModelSerializer):
     name = serializers.CharField(max_length=32)
     gpus_per_node = serializers.IntegerField(min_value=1, max_value=MAX_GPUS)
     host_mem_gb = serializers.FloatField(
@@ -94,7 +94,7 @@ class GpuTypeSerializer(serializers.ModelSerializer):
         )
 
 
-class ClusterSerializer(serializers.ModelSerializer):
+class ClusterSerializer(KnownFieldsMixin, serializers.ModelSerializer):
     name = serializers.CharField(max_length=64)
     kind = serializers.ChoiceField(choices=PoolKind.choices, help_text="rollout or train")
     gpu_type = NameRelatedField(queryset=GpuType.objects.all())
@@ -126,7 +126,7 @@ class ClusterSerializer(serializers.ModelSerializer):
         return selectors.cluster_list().get(pk=cluster.pk)
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(KnownFieldsMixin, serializers.ModelSerializer):
     name = serializers.CharField(max_length=64)
     cluster = NameRelatedField(queryset=Cluster.objects.all(), help_text="pool name")
     gpu_type = NameRelatedField(
@@ -177,7 +177,7 @@ class NodeSerializer(serializers.ModelSerializer):
         )
 
 
-class RunnerPackageSerializer(serializers.ModelSerializer):
+class RunnerPackageSerializer(KnownFieldsMixin, serializers.ModelSerializer):
     path = serializers.CharField(
         max_length=200,
         help_text=(

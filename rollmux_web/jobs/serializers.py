@@ -17,7 +17,12 @@ from rest_framework.fields import SkipField
 
 from rollmux_web.accounts.models import Tenant
 from rollmux_web.accounts.selectors import submission_tenant
-from rollmux_web.api.fields import StrictFloatField, StrictIntegerField, Utf8CharField
+from rollmux_web.api.fields import (
+    FORM_TRANSPORT_FIELDS,
+    StrictFloatField,
+    StrictIntegerField,
+    Utf8CharField,
+)
 from rollmux_web.inventory.models import PoolKind
 from rollmux_web.inventory.selectors import runner_allowlist
 from rollmux_web.jobs import spec
@@ -246,7 +251,7 @@ class JobSpecSerializer(serializers.Serializer):
             values = self._valid_values(data, set(errors))
         else:
             errors, values = {}, attrs
-        unknown = spec.unknown_field_errors(data.keys())
+        unknown = spec.unknown_field_errors(k for k in data if k not in FORM_TRANSPORT_FIELDS)
         if not errors and not unknown:
             return attrs
         cross, _ = self._cross_field_errors(values, set(errors))

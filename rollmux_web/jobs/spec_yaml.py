@@ -77,7 +77,8 @@ def _events(text: str, loader: type) -> Any:
 
 def _check_events(text: str, loader: type) -> None:
     """Read the events of `text` (no node is built) and raise SpecFileRefused at the first
-    alias, the first collection nested past MAX_DEPTH or the node past MAX_NODES."""
+    alias, the first collection nested past MAX_DEPTH, the node past MAX_NODES or a key
+    a mapping repeats."""
     depth = nodes = 0
     try:
         events = list(_events(text, loader))
@@ -85,7 +86,29 @@ def _check_events(text: str, loader: type) -> None:
         if "maximum nesting depth" in str(exc.problem):  # libyaml's own limit (1,000)
             raise _refused(problem=_DEEP, problem_mark=exc.problem_mark) from None
         raise
+    # per open collection: None for a sequence; for a mapping, whether its next node is a
+    # key and the line of each scalar key seen (YAML requires unique keys; PyYAML keeps
+    # the last value of a repeated one without a word)
+    open_: list[tuple[bool, dict[Any, int]] | None] = []
     for event in events:
+        if isinstance(event, yaml.NodeEvent) and open_ and open_[-1] is not None:
+            key_next, seen = open_[-1]
+            open_[-1] = (not key_next, seen)
+            if key_next and isinstance(event, yaml.ScalarEvent):
+                line = event.start_mark.line + 1 if event.start_mark else 0
+                if event.value in seen:
+                    raise _refused(
+                        problem=f"the field {event.value[:40]} is given twice (lines "
+                        f"{seen[event.value]} and {line}); a spec gives each field once",
+                        problem_mark=event.start_mark,
+                    )
+                seen[event.value] = line
+        if isinstance(event, yaml.MappingStartEvent):
+            open_.append((True, {}))
+        elif isinstance(event, yaml.SequenceStartEvent):
+            open_.append(None)
+        elif isinstance(event, yaml.CollectionEndEvent) and open_:
+            open_.pop()
         if isinstance(event, yaml.AliasEvent):
             raise _refused(
                 problem=f"an alias (*{event.anchor}) is not allowed in a spec file "

@@ -8,14 +8,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from rollmux_web.accounts.models import Tenant
-from rollmux_web.api.fields import NameRelatedField
+from rollmux_web.api.fields import KnownFieldsMixin, NameRelatedField
 from rollmux_web.inventory.models import GpuType
 from rollmux_web.inventory.services import name_taken
 from rollmux_web.quotas import selectors, services
 from rollmux_web.quotas.models import Quota, SloClass
 
 
-class SloClassSerializer(serializers.ModelSerializer):
+class SloClassSerializer(KnownFieldsMixin, serializers.ModelSerializer):
     name = serializers.SlugField(max_length=32)
     slowdown = serializers.FloatField(
         min_value=1.0,
@@ -51,7 +51,7 @@ class SloClassSerializer(serializers.ModelSerializer):
         )
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(KnownFieldsMixin, serializers.ModelSerializer):
     tenant = NameRelatedField(queryset=Tenant.objects.all())
     gpu_type = NameRelatedField(queryset=GpuType.objects.all())
     max_gpus = serializers.IntegerField(

@@ -33,6 +33,10 @@ MAX_SLOWDOWN = 100.0
 # the service): GPUs (nominal, borrowing, lending), the fair-share weight, GPU-hours a month
 MAX_QUOTA_GPUS = 1_000_000
 MAX_WEIGHT = 1e6
+# the smallest fair-share weight: a share is usage / (weight x nominal), and a weight far
+# below this (1e-320 is above 0) makes every share infinite, which the queue words as "no
+# nominal quota there"
+MIN_WEIGHT = 1e-6
 MAX_MONTHLY_GPU_HOURS = 1e12
 
 
@@ -191,6 +195,8 @@ def _validate_share(errors: dict[str, list[str]], quota: Quota) -> None:
             ]
     if not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
         errors["weight"] = [f"Must be a number above 0; got {weight}."]
+    elif weight < MIN_WEIGHT:
+        errors["weight"] = [f"Must be at least {MIN_WEIGHT:f}; got {weight}."]
     elif weight > MAX_WEIGHT:
         errors["weight"] = [f"Must be at most {MAX_WEIGHT:,.0f}; got {weight}."]
     shared = borrow != 0 or lend is not None or weight != 1.0

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.group_runtime import GroupRuntime, phase_nodes
-from scheduler.model import Member, PhaseKind
+from scheduler.model import Member, PhaseKind, Pool
 from tests.scheduler import builders
 from tests.scheduler.builders import assert_no_node_overlap, drive, runtime_with, worst_case
 
@@ -100,3 +100,19 @@ def test_no_tail_hand_over_without_a_next_member_or_when_co_located() -> None:
     co = runtime_with([colocated()])
     co.start_ready()
     assert co.tail_nodes("C") == ()
+
+
+def test_a_colocated_group_reads_saturated_with_its_training_nodes_busy() -> None:
+    # Both phases run on the training nodes, so their load is the whole iteration: the
+    # overview and the group page read "T_load 2.0 min, room left" and a training
+    # utilisation of 0.26 for a node busy all the time (QA pass 13, live)
+    from scheduler.meta_iteration import group_loads, plan_meta_iteration
+
+    m = colocated(t_sync_s=5.0)
+    meta = plan_meta_iteration(builders.group(m), switch_overhead_s=0.0)
+    assert group_loads([m]) == {"t1": m.job.t_solo_max_s, "t2": m.job.t_solo_max_s}
+    assert meta.t_load == meta.t_cycle == m.job.t_solo_max_s
+    assert meta.saturated
+    assert meta.utilisation[Pool.TRAIN] == pytest.approx(1.0)
+    # (the floor the SLO check and the re-planner take is unchanged: max(t_solo, load))
+    assert meta.t_meta == m.job.t_solo_max_s

@@ -139,7 +139,10 @@ def test_queue_orders_by_priority_then_share_then_submission() -> None:
     assert [p.job_id for p in order] == ["v2", "n0", "n1", "s1", "v1"]
     assert [p.position for p in order] == [1, 2, 3, 4, 5]
     last = order[-1]
-    assert last.reason == "5th in the queue; vision holds 120% of its share of H800"
+    # vision holds 24 GPUs (150% of its nominal 16): the 120% is its weighted share (usage,
+    # holdings and recent admissions), which the reason must not call what it holds (QA
+    # pass 13: "vision holds 150% of its share" beside a share table reading 32 of 32)
+    assert last.reason == "5th in the queue; vision is at 120% of its share of H800"
     assert order[1].reason == "2nd in the queue; nlp uses nothing now"
 
 
@@ -243,6 +246,39 @@ def test_group_nodes_free_only_when_every_member_leaves() -> None:
     assert set(plan.victims) == {"v_a", "v_b"}  # type: ignore[attr-defined]
 
 
+def test_reclaim_evicts_both_members_of_a_packed_pair_rather_than_one_of_each() -> None:
+    # vision borrows 16 of H800 (48 held, nominal 32) as three co-execution groups of two
+    # packed jobs; a group's node frees only when both leave. The least work since a
+    # checkpoint ranked one member of g1 and one of g2 first, which spent the 16 vision
+    # may give back and freed no node: the job within its nominal quota was blocked
+    # (QA pass 13, seen live). Evicting both members of one group frees a node and leaves
+    # vision at its nominal quota.
+    running = [
+        run("v1", "vision", 8, frees={"H800": 0}, group="g1", since_checkpoint_s=1.0),
+        run("v2", "vision", 8, frees={"H800": 0}, group="g1", since_checkpoint_s=4.0),
+        run("v3", "vision", 8, frees={"H800": 0}, group="g2", since_checkpoint_s=2.0),
+        run("v4", "vision", 8, frees={"H800": 0}, group="g2", since_checkpoint_s=5.0),
+        run("v5", "vision", 8, frees={"H800": 0}, group="g3", since_checkpoint_s=6.0),
+        run("v6", "vision", 8, frees={"H800": 0}, group="g3", since_checkpoint_s=7.0),
+        run("s1", "speech", 24),
+    ]
+    shares = [Share("vision", "H800", 32), Share("speech", "H800", 32)]
+    plan = preemption_targets(
+        QueuedJob("s2", "speech", {"H800": 8}),
+        running,
+        shares,
+        free={"H800": 0},
+        need={"H800": 8},
+        capacity={"H800": 72},
+        now_s=NOW,
+        policy=POLICY,
+        group_frees={g: {"H800": 8} for g in ("g1", "g2", "g3")},
+    )
+    assert plan.decision is PreemptionDecision.PREEMPT, plan.reason
+    assert set(plan.victims) == {"v1", "v2"}
+    assert plan.kind == "reclaim"
+
+
 def test_a_borrower_is_never_pushed_below_its_nominal_quota() -> None:
     # vision borrows 16: evicting one member of g1 stops its borrowing, so the group's
     # nodes (freed only with both members) cannot be had
@@ -276,11 +312,29 @@ def test_grace_waits_for_a_departure_that_frees_the_same_capacity() -> None:
     ]
     job = QueuedJob("n1", "nlp", {"H800": 16}, blocked_since_s=NOW - 100.0)
     plan = targets(job, running)
-    assert plan.decision is PreemptionDecision.WAIT and "s1" in plan.reason  # type: ignore[attr-defined]
+    assert plan.decision is PreemptionDecision.WAIT  # type: ignore[attr-defined]
+    assert "1 job of another tenant" in plan.reason  # type: ignore[attr-defined]
     late = QueuedJob("n1", "nlp", {"H800": 16}, blocked_since_s=NOW - 700.0)
     assert targets(late, running).decision is PreemptionDecision.PREEMPT  # type: ignore[attr-defined]
     far = [run("v1", "vision", 64), run("s1", "speech", 32, ends_s=NOW + 3600)]
     assert targets(job, far).decision is PreemptionDecision.PREEMPT  # type: ignore[attr-defined]
+
+
+def test_grace_reason_names_only_the_job_s_own_tenant_s_jobs() -> None:
+    # the reason is the queued job's (its page, the queue, the API): another tenant's job
+    # is counted, never named by its id (accounts.access's masking rule)
+    running = [
+        run("v1", "vision", 32, ends_s=NOW + 200),
+        run("n7", "nlp", 16, ends_s=NOW + 300),
+        run("s1", "speech", 32, ends_s=NOW + 300),
+        run("s2", "speech", 16, ends_s=NOW + 400),
+    ]
+    job = QueuedJob("n1", "nlp", {"H800": 96}, blocked_since_s=NOW - 100.0)
+    plan = targets(job, running, policy=PreemptionPolicy(min_run_s=1800.0, grace_s=600.0))
+    assert plan.decision is PreemptionDecision.WAIT  # type: ignore[attr-defined]
+    reason = plan.reason  # type: ignore[attr-defined]
+    assert "n7 and 3 jobs of other tenants to finish" in reason
+    assert not any(x in reason for x in ("v1", "s1", "s2", "vision", "speech"))
 
 
 def test_lower_priority_job_of_the_same_tenant_yields() -> None:

@@ -67,6 +67,32 @@ def test_the_yaml_guard_refuses_aliases_depth_and_size_naming_the_line(loader: t
     assert load_spec_text(json.dumps(job_spec())) == job_spec()
 
 
+@pytest.mark.parametrize("loader", [LOADER, _PureLoader], ids=["libyaml", "pure-python"])
+def test_a_field_given_twice_is_refused_naming_it_and_both_lines(loader: type) -> None:
+    # YAML requires unique keys; PyYAML kept the last value without a word (QA pass 13)
+    text = "name: a\niterations: 2\ntrain_gpus: 8\niterations: 5\n"
+    with pytest.raises(yaml.YAMLError) as twice:
+        load_spec_yaml(text, loader=loader)
+    assert parse_error_text(twice.value).startswith(
+        "the field iterations is given twice (lines 2 and 4); a spec gives each field once"
+    )
+    with pytest.raises(yaml.YAMLError, match="the field iterations is given twice"):
+        load_spec_yaml('{"iterations": 2, "name": "a", "iterations": 5}', loader=loader)
+    # the same key in two different mappings is no repetition
+    assert load_spec_yaml("a: {x: 1}\nb: {x: 2}\n", loader=loader) == {
+        "a": {"x": 1},
+        "b": {"x": 2},
+    }
+
+
+def test_upload_refuses_a_field_given_twice_and_submits_nothing(client_as: Any, world: Any) -> None:
+    text = yaml.safe_dump(job_spec(iterations=2)) + "iterations: 5\n"
+    resp = _upload(client_as("alice"), text)
+    assert resp.status_code == 400
+    assert "the field iterations is given twice" in resp.content.decode()
+    assert not Job.objects.exists()
+
+
 def test_upload_refuses_a_yaml_bomb_and_deep_nesting_with_a_400_naming_the_line(
     client_as: Any, world: Any
 ) -> None:

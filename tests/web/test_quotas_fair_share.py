@@ -39,6 +39,9 @@ def _post(api, **fields):
         ({"lending_limit": 24}, "lending_limit", "at most the nominal quota"),
         ({"weight": 0}, "weight", "above 0"),
         ({"weight": -1.5}, "weight", "above 0"),
+        # a denormal weight made the share infinite: the queue then said the tenant "uses
+        # H800 with no nominal quota there" (QA pass 13)
+        ({"weight": 1e-320}, "weight", "at least 0.000001"),
         ({"gpu_type": "A100", "weight": 2.0}, "gpu_type", "no A100 nodes"),
     ],
 )
@@ -162,7 +165,7 @@ def test_the_queue_puts_the_tenant_that_used_less_first_and_masks_others(api_as,
     positions, _ = fairshare.queue_positions(timezone.now())
     assert [int(p.job_id) for p in positions] == [later.pk, first_in.pk]
     assert positions[0].reason.startswith("1st in the queue; speech uses nothing now")
-    assert positions[1].reason.startswith("2nd in the queue; vision holds ")
+    assert positions[1].reason.startswith("2nd in the queue; vision is at ")
     assert "of its share of H800" in positions[1].reason
     # the API, as alice sees it: speech's job is a position, nothing else
     rows = api_as("alice").get("/api/v1/queue/").json()
@@ -186,7 +189,7 @@ def test_the_queue_puts_the_tenant_that_used_less_first_and_masks_others(api_as,
     html = client_as("alice").get("/queue/").content.decode()
     assert "speech-job" not in html and f"#{later.pk}" not in html and "vision-job" in html
     html = client_as("alice").get(f"/queue/jobs/{first_in.pk}/").content.decode()
-    assert "2nd in the queue; vision holds" in html
+    assert "2nd in the queue; vision is at" in html
     assert client_as("alice").get(f"/queue/jobs/{later.pk}/").status_code == 404
 
 
@@ -196,7 +199,7 @@ def test_priority_comes_before_share(world):
     other = make_job(world, name="other", tenant=world.speech, submitter=world.charlie)
     positions, _ = fairshare.queue_positions(timezone.now())
     assert [int(p.job_id) for p in positions] == [urgent.pk, other.pk]
-    assert positions[0].reason.startswith("1st in the queue; priority 5; vision holds")
+    assert positions[0].reason.startswith("1st in the queue; priority 5; vision is at")
 
 
 def test_the_planning_pass_follows_the_fair_share_order(world, monkeypatch):
