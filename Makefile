@@ -11,7 +11,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 RAY_ENV := RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled \
 	http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1
 
-.PHONY: install run run-cluster test check lint fmt types contracts templates bench
+.PHONY: install compile run run-cluster test check lint fmt types contracts templates bench
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -20,7 +20,18 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev,rl]'
 	touch $@
 
-install: $(VENV)/.installed
+# The core's compiled build (scheduler.compiled, mypyc: about two minutes), used by the
+# simulator's benchmarks and by any process started with ROLLMUX_COMPILED=1 while it matches
+# the sources; rebuilt when a source of the core changes. A failed build is reported and
+# leaves the core interpreted (nothing else depends on it).
+COMPILED := .compiled/manifest.json
+$(COMPILED): $(VENV)/.installed $(shell find scheduler -name '*.py')
+	$(PY) devtools/compile_sim.py > .compiled.log 2>&1 && rm -f .compiled.log \
+		|| echo "compile: the core's compiled build failed (.compiled.log); it runs as Python"
+
+compile: $(COMPILED)
+
+install: $(VENV)/.installed $(COMPILED)
 
 # Every Ray these start keeps its own temp directory, ROLLMUX_RAY_TEMP_DIR (docs/operations.md).
 run: install

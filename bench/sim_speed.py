@@ -1,6 +1,6 @@
 """Time the simulator on a generated paper-like trace under every policy.
 
-    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper] [--at-size [--size-jobs 2100] [--fingerprint] [--no-baseline]]
+    .venv/bin/python bench/sim_speed.py [--seed 0] [--kind paper] [--at-size [--size-jobs 2100] [--fingerprint] [--no-baseline]] [--interpreted]
 
 Prints the wall time per policy (one process, one core), the phase events per
 second, and the total against the 20 s target; rollmux runs with its default levers
@@ -19,6 +19,9 @@ attainment, mean slowdown: what a lever that saves time costs shows there) and i
 job a group) and prints rollmux's CPU as a ratio of that baseline's, so runs on VMs of
 different speeds compare (not the drift within one: the baseline runs a minute later);
 `--no-baseline` skips it.
+The simulator runs from the core's compiled build (`scheduler.compiled`: `make compile`,
+which `make install` runs) when it matches the sources, as Python otherwise; the first line
+says which. `--interpreted` runs it as Python (the same decisions, to the last bit).
 `--fingerprint` also prints a hash of the run's outcome (`fingerprint`): a change that
 only makes the simulator faster must leave it as it was.
 """
@@ -38,7 +41,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# the core's compiled build unless --interpreted: asked for before `scheduler` is imported
+if "--interpreted" not in sys.argv[1:]:
+    os.environ.setdefault("ROLLMUX_COMPILED", "1")
 
+from scheduler import compiled  # noqa: E402
 from scheduler.sim.engine import simulate  # noqa: E402
 from scheduler.sim.gen import generate, generate_paper  # noqa: E402
 from scheduler.sim.metrics import summarise  # noqa: E402
@@ -162,6 +169,13 @@ def at_size(
     return 0
 
 
+def build_line() -> str:
+    """Return which build of the core this process runs."""
+    if compiled.active():
+        return "core: compiled (mypyc, scheduler.compiled)"
+    return f"core: interpreted ({compiled.reason() or 'as asked'})"
+
+
 def _max_rss_mb() -> float:
     """Return this process's peak resident memory so far, in MB (Linux: ru_maxrss in KB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -177,11 +191,17 @@ def main() -> int:
         "--fingerprint", action="store_true", help="with --at-size: print the run's hash"
     )
     parser.add_argument(
+        "--interpreted",
+        action="store_true",
+        help="run the core as Python, not its compiled build (scheduler.compiled)",
+    )
+    parser.add_argument(
         "--no-baseline",
         action="store_true",
         help="with --at-size: skip the solo-disagg baseline run (and its ratio)",
     )
     args = parser.parse_args()
+    print(build_line())
     if args.at_size:
         return at_size(
             args.size_jobs,

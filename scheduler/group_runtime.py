@@ -74,6 +74,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from scheduler.compiled import python_class
 from scheduler.model import Member, PhaseKind, member_from_dict, member_to_dict
 
 
@@ -93,6 +94,7 @@ def phase_nodes(member: Member, kind: PhaseKind) -> tuple[str, ...]:
 # _FAST_INIT: the three records below are made at every phase event; their __init__
 # writes the fields at once (a frozen dataclass's own calls object.__setattr__ once a
 # field: that was the simulator's dearest line). Frozen, equal and hashed as before.
+@python_class  # (its __init__ writes its __dict__: _FAST_INIT)
 @dataclass(frozen=True, init=False)
 class PhaseStart:
     """A phase `start_ready` started: run it now on exactly `nodes`."""
@@ -132,6 +134,7 @@ RawPhaseStart = tuple[str, PhaseKind, int, tuple[str, ...], bool, bool, int, boo
 _Run = tuple[PhaseKind, int, tuple[str, ...], int]
 
 
+@python_class  # (its __init__ writes its __dict__: _FAST_INIT)
 @dataclass(frozen=True, init=False)
 class PendingPhase:
     """A phase of a member that is running, or ready and waiting for its turn and nodes."""
@@ -156,6 +159,7 @@ class PendingPhase:
         )  # fmt: skip
 
 
+@python_class  # (its __init__ writes its __dict__: _FAST_INIT)
 @dataclass(frozen=True, init=False)
 class FinishResult:
     """What `finish` did: the nodes it freed and the job's next step."""

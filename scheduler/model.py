@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from scheduler.compiled import python_class
+
 
 class Pool(StrEnum):
     """The two GPU pools of a disaggregated RL deployment."""
@@ -120,6 +122,7 @@ class Node:
 _PHASE_TIMES = frozenset({"t_roll_max_s", "t_roll_min_s", "t_train_max_s", "t_train_min_s"})
 
 
+@python_class  # (copied through its __dict__: with_phase_times)
 @dataclass(frozen=True)
 class JobProfile:
     """One RL post-training job: the fields of the trace format (v1)."""

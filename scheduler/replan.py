@@ -164,7 +164,9 @@ def observed_outlook(
         raise ValueError("an outlook needs as many observed rollouts as trainings, at least one")
     done = len(roll) if done is None else done
     if solo_done_s is None:
-        mean = float(sum(roll) + sum(train)) / len(roll) + profile.t_sync_s
+        rolled: float = sum(roll)  # (typed: mypyc adds two untyped `sum`s as ints)
+        trained: float = sum(train)
+        mean = float(rolled + trained) / len(roll) + profile.t_sync_s
         solo_done_s = done * mean
     return Outlook(
         profile, fit_trend(roll), fit_trend(train), remaining, elapsed_s, solo_done_s, done, True

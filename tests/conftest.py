@@ -12,6 +12,9 @@ import pytest
 from tests.browser.support import ARTIFACTS
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# the suite runs the core as Python (tests patch it); tests/scheduler/test_compiled.py runs
+# its compiled build in processes of their own (scheduler.compiled)
+os.environ["ROLLMUX_COMPILED"] = "0"
 for _k, _v in {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.compiled import python_class
 from scheduler.model import ClusterState, Group, Node, Pool
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 
+@python_class  # (held by weak reference: admissible.NoJoins)
 @dataclass(frozen=True)
 class GroupSummary:
     """What the planner needs of one (immutable) co-execution group."""

@@ -317,8 +317,9 @@ def _lone_release(
     the ski-rental wait, or None when staying alone is as cheap."""
     job = member.job
     e, e_co = expected_solo_s(job), colocated_expected_s(job, colocated_factor)
-    p_co = sum(price[x] for x in member.train_nodes)
-    p_group = p_co + sum(price[x] for x in member.rollout_nodes)
+    # (typed sums: mypyc adds two untyped `sum`s as ints, scheduler.compiled)
+    p_co: float = sum(price[x] for x in member.train_nodes)
+    p_group: float = p_co + sum(price[x] for x in member.rollout_nodes)
     rent = p_group - p_co * e_co / e
     if rent <= 0:
         return None

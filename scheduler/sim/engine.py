@@ -510,7 +510,10 @@ class Simulation:
         assert group is not None and record.admitted_s is not None
         outlooks = {m.job.id: self._outlook(m.job.id) for m in group.members}
         k = min(WINDOW, done)
-        recent = (sum(record.roll[done - k : done]) + sum(record.train[done - k : done])) / k
+        # (typed sums: mypyc adds two untyped `sum`s as ints, scheduler.compiled)
+        rolled: float = sum(record.roll[done - k : done])
+        trained: float = sum(record.train[done - k : done])
+        recent = (rolled + trained) / k
         decision = decide(
             group.members,
             outlooks,

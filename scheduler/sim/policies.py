@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.cluster import nodes_needed
+from scheduler.compiled import python_class
 from scheduler.config import ALGORITHM1, PlannerConfig
 from scheduler.group_runtime import GroupRuntime, RawPhaseStart
 from scheduler.model import (
@@ -265,6 +266,7 @@ class ColocatedPolicy(StaticPlacement):
 # --- the core planner's policies ---------------------------------------------------
 
 
+@python_class  # (bench/sim_speed.py times its on_departure in place)
 class CorePolicy:
     """Adapter over the core planner (`scheduler.planner`) and `GroupRuntime`.
 

@@ -71,7 +71,9 @@ class JobRecord:
         plus the job's weight syncs (one after every training but the last)."""
         n = len(self.roll)
         syncs = (n - 1) * self.profile.t_sync_s
-        return (sum(self.roll) + sum(self.train) + syncs) / n
+        roll: float = sum(self.roll)  # (typed: mypyc adds two untyped `sum`s as ints)
+        train: float = sum(self.train)
+        return (roll + train + syncs) / n
 
     @property
     def mean_iteration_s(self) -> float | None:
