@@ -14,6 +14,7 @@ from rollmux_web.quotas.services import (
     MAX_QUOTA_GPUS,
     MAX_SLOWDOWN,
     MAX_WEIGHT,
+    MIN_WEIGHT,
     QUOTA_FIELDS,
     quota_errors,
 )
@@ -68,7 +69,7 @@ class QuotaForm(forms.Form):
         required=False,
         initial=1.0,
         label="Fair-share weight",
-        help_text="Above 0.",
+        help_text=f"At least {MIN_WEIGHT:f}.",
     )
     monthly_gpu_hours = forms.FloatField(
         min_value=0,

@@ -75,7 +75,7 @@ class QuotaSerializer(KnownFieldsMixin, serializers.ModelSerializer):
     weight = serializers.FloatField(
         max_value=services.MAX_WEIGHT,
         required=False,
-        help_text="fair-share weight (> 0); default 1",
+        help_text=f"fair-share weight, {services.MIN_WEIGHT:f} to {services.MAX_WEIGHT:,.0f}; default 1",
     )
     monthly_gpu_hours = serializers.FloatField(
         min_value=0,
