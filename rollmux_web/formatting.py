@@ -1,5 +1,6 @@
-"""The one duration formatter of every page, tooltip and chart (seconds in, text out), and
-the one place an iteration's stored index becomes the number a person reads.
+"""The one duration formatter of every page, tooltip and chart (seconds in, text out), the
+one place an iteration's stored index becomes the number a person reads, and the one
+wording of an unknown field.
 
 A duration shows in the unit that reads best for its size: seconds below 2 minutes,
 minutes below 2 hours, hours below 3 days, then days. A table column shows every cell
@@ -8,6 +9,10 @@ never stands above "105.0 s".
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
 
 UNITS = (("s", 1.0, 120.0), ("min", 60.0, 7200.0), ("h", 3600.0, 259200.0))
 DAYS = ("days", 86400.0)
@@ -62,3 +67,21 @@ def human_bytes(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} TB"
+
+
+# an unknown key is echoed in its error; a 1 MB key is cut short
+MAX_REPORTED_KEY = 64
+
+
+def unknown_key(key: Any, known: Sequence[str], hint: str | None = None) -> tuple[str, list[str]]:
+    """Return an unknown key as an error names it (cut short past MAX_REPORTED_KEY) and its
+    message: `hint`, else the closest of `known` when one is close
+    (difflib.get_close_matches: "time_scal" -> "did you mean time_scale?"), else `known`.
+    The one wording of an unknown field: a job spec's (`jobs.spec.unknown_field_errors`)
+    and an admin record's (`api.fields.KnownFieldsMixin`)."""
+    name = str(key)
+    if hint is None:
+        close = difflib.get_close_matches(name.lower(), known, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"the fields are {', '.join(known)}."
+    shown = name if 0 < len(name) <= MAX_REPORTED_KEY else repr(name[:MAX_REPORTED_KEY])
+    return shown, [f"Unknown field; {hint}"]

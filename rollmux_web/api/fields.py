@@ -6,12 +6,13 @@ every name from a client is checked before it reaches a query.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import serializers
+
+from rollmux_web.formatting import unknown_key
 
 NUL_MESSAGE = "Null characters are not allowed."
 # What an HTML form sends beside its fields (the browsable API's forms): Django's CSRF
@@ -122,8 +123,8 @@ def query_choice(params: Any, name: str, choices: list[str]) -> str | None:
 
 class KnownFieldsMixin:
     """Refuse a body with a field the serializer does not have, naming it and the closest
-    writable field ("weigth: Unknown field; did you mean weight?"), as the job spec does
-    (`jobs.spec.unknown_field_errors`): DRF drops such a field, so a misspelt setting was
+    writable field ("weigth: Unknown field; did you mean weight?") in the job spec's words
+    (`formatting.unknown_key`): DRF drops such a field, so a misspelt setting was
     answered 200 and changed nothing. Read-only fields (`id`, `usage`, ...) are still
     ignored, so a record read from the API can be edited and sent back. A JSON boolean for
     a float field is refused too (DRF's FloatField takes `true` as 1.0; its IntegerField
@@ -143,13 +144,8 @@ class KnownFieldsMixin:
                     if isinstance(field, serializers.FloatField) and isinstance(data[key], bool):
                         errors[name] = [str(field.error_messages["invalid"])]
                     continue
-                close = difflib.get_close_matches(name.lower(), writable, n=1)
-                hint = (
-                    f"did you mean {close[0]}?"
-                    if close
-                    else f"the fields are {', '.join(writable)}."
-                )
-                errors[name[:40]] = [f"Unknown field; {hint}"]
+                shown, message = unknown_key(name, writable)
+                errors[shown] = message
         try:
             value = super().to_internal_value(data)  # type: ignore[misc]
         except serializers.ValidationError as exc:

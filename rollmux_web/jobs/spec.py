@@ -13,15 +13,15 @@ spec) and `runner_permitted(name, allowlist)` (the rule for runners by import pa
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 # (stdlib only too: the runner names and the allowlist rule are the neutral contract's)
 from rollmux_contract.runners import BUILTIN_RUNNERS, RUNNER_IMPORT_PATH, runner_permitted
+from rollmux_web.formatting import MAX_REPORTED_KEY, unknown_key
 
-__all__ = ["BUILTIN_RUNNERS", "RUNNER_IMPORT_PATH", "runner_permitted"]
+__all__ = ["BUILTIN_RUNNERS", "MAX_REPORTED_KEY", "RUNNER_IMPORT_PATH", "runner_permitted"]
 
 # Bounds keep values inside the database column types and catch unit mistakes (a duration
 # in milliseconds, memory in MB, 1e-320 s); they are far from any real job. The trace format
@@ -37,7 +37,6 @@ MAX_SLO = 1000.0  # (the trace format's `slo`; a submission names an SLO class i
 MIN_PHASE_S = 0.001  # a millisecond: 1e-320 s is a unit mistake, not a phase
 MIN_HOST_MEM_GB = 0.001  # a megabyte
 MAX_ARRIVAL_S = 10 * 365 * 24 * 3600.0  # (the trace format's `arrival_s`)
-MAX_REPORTED_KEY = 64  # an unknown key is echoed in the error; a 1 MB key is cut short
 
 # A time scale divides every phase time; below this a 30-day phase would last millennia
 # (1e-300 overflowed the emulated runner's sleep and failed the job three times).
@@ -292,25 +291,15 @@ def spec_field(name: str) -> SpecField:
 
 
 def unknown_field_errors(keys: Iterable[Any]) -> dict[str, list[str]]:
-    """Return an error per key that is neither a spec field nor a read-only job field.
-
-    Each message suggests the closest spec field when one is close
-    (difflib.get_close_matches), e.g. "time_scal" -> "did you mean time_scale?".
-    """
+    """Return an error per key that is neither a spec field nor a read-only job field
+    (`unknown_key`; a field of the trace format only says where it belongs)."""
     errors: dict[str, list[str]] = {}
     for key in keys:
         name = str(key)
         if name in _BY_NAME or name in READ_ONLY_JOB_FIELDS:
             continue
-        close = difflib.get_close_matches(name.lower(), SPEC_FIELDS, n=1)
-        if name in TRACE_ONLY_FIELDS:
-            hint = TRACE_ONLY_FIELDS[name]
-        elif close:
-            hint = f"did you mean {close[0]}?"
-        else:
-            hint = f"the fields are {', '.join(SPEC_FIELDS)}."
-        shown = name if 0 < len(name) <= MAX_REPORTED_KEY else repr(name[:MAX_REPORTED_KEY])
-        errors[shown] = [f"Unknown field; {hint}"]
+        shown, message = unknown_key(name, SPEC_FIELDS, TRACE_ONLY_FIELDS.get(name))
+        errors[shown] = message
     return errors
 
 
