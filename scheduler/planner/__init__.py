@@ -217,7 +217,7 @@ def place(
         best = choose_by_expected_cost(
             req,
             index.summaries,
-            progress or {},
+            {} if progress is None else progress,  # (not `or`: a truth test walks the jobs)
             colocated_factor=factor,
             lone_restart_s=lone_restart_s,
         )

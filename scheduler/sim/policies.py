@@ -320,7 +320,7 @@ class CorePolicy:
                 job,
                 state,
                 config=self.config,
-                progress=progress or {},
+                progress={} if progress is None else progress,
                 now=now,
                 policy=self.name,
                 rng=self.rng,
