@@ -146,7 +146,14 @@ def _label_members(
 
 
 def queue_trace(*, user: Any) -> str:
-    """Return the queued and running jobs the user may see as a trace (arrival = submission order)."""
+    """Return the queued and running jobs the user may see as a trace, in wall-clock seconds.
+
+    Arrivals are wall-clock (seconds after the first submission), so the phases are too: an
+    emulated job's profile seconds divided by its time scale, as they run (a trace has no
+    time scale: docs/quotas-and-cost.md). In profile seconds a 20x queue would simulate
+    twenty times too long and too dear, and jobs of different scales on one clock they do
+    not share.
+    """
     qs = Job.objects.filter(
         status__in=[JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING]
     ).select_related("tenant", "slo_class")
@@ -162,9 +169,29 @@ def queue_trace(*, user: Any) -> str:
         profile = job_profile(j)
         running = j.status != JobStatus.QUEUED
         arrival = 0.0 if running else (j.submitted_at - first).total_seconds()
-        line = job_to_dict(replace(profile, id=f"job-{j.pk}", arrival_s=arrival))
+        line = job_to_dict(replace(_wall_clock(profile), id=f"job-{j.pk}", arrival_s=arrival))
         lines.append(json.dumps(line | {"model": j.model}))
     return "\n".join(lines) + "\n"
+
+
+def _wall_clock(profile: JobProfile) -> JobProfile:
+    """Return a profile's durations as they run: profile seconds / its time scale."""
+    scale = profile.time_scale
+    if scale == 1.0:
+        return profile
+
+    def wall(seconds: float | None) -> float | None:
+        return None if seconds is None else seconds / scale
+
+    return replace(
+        profile,
+        t_roll_max_s=profile.t_roll_max_s / scale,
+        t_train_max_s=profile.t_train_max_s / scale,
+        t_roll_min_s=wall(profile.t_roll_min_s),
+        t_train_min_s=wall(profile.t_train_min_s),
+        t_sync_s=profile.t_sync_s / scale,
+        time_scale=1.0,
+    )
 
 
 def whatif_runs(*, user: Any) -> list[WhatIfRun]:
