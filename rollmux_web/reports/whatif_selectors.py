@@ -146,13 +146,13 @@ def _label_members(
 
 
 def queue_trace(*, user: Any) -> str:
-    """Return the queued and running jobs the user may see as a trace, in wall-clock seconds.
+    """Return the queued and running jobs the user may see as a trace of the queue now.
 
-    Arrivals are wall-clock (seconds after the first submission), so the phases are too: an
-    emulated job's profile seconds divided by its time scale, as they run (a trace has no
-    time scale: docs/quotas-and-cost.md). In profile seconds a 20x queue would simulate
-    twenty times too long and too dear, and jobs of different scales on one clock they do
-    not share.
+    Every job is there now, so each arrives at 0, in submission order (a trace's jobs are
+    taken by arrival, then line). The phases are profile seconds, the planner's clock and the
+    submit form's preview's; an arrival at the job's wall-clock seconds after the first
+    submission mixed the two clocks (a 20x job's profile runs twenty times faster) and had a
+    job that already waits arrive later in the simulation.
     """
     qs = Job.objects.filter(
         status__in=[JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING]
@@ -162,36 +162,13 @@ def queue_trace(*, user: Any) -> str:
     jobs = list(qs.order_by("submitted_at", "id"))
     if not jobs:
         return ""
-    first = jobs[0].submitted_at
     lines = []
     for j in jobs:
         # the converter the live planner uses: its remaining iterations, its SLO and clock
         profile = job_profile(j)
-        running = j.status != JobStatus.QUEUED
-        arrival = 0.0 if running else (j.submitted_at - first).total_seconds()
-        line = job_to_dict(replace(_wall_clock(profile), id=f"job-{j.pk}", arrival_s=arrival))
+        line = job_to_dict(replace(profile, id=f"job-{j.pk}", arrival_s=0.0))
         lines.append(json.dumps(line | {"model": j.model}))
     return "\n".join(lines) + "\n"
-
-
-def _wall_clock(profile: JobProfile) -> JobProfile:
-    """Return a profile's durations as they run: profile seconds / its time scale."""
-    scale = profile.time_scale
-    if scale == 1.0:
-        return profile
-
-    def wall(seconds: float | None) -> float | None:
-        return None if seconds is None else seconds / scale
-
-    return replace(
-        profile,
-        t_roll_max_s=profile.t_roll_max_s / scale,
-        t_train_max_s=profile.t_train_max_s / scale,
-        t_roll_min_s=wall(profile.t_roll_min_s),
-        t_train_min_s=wall(profile.t_train_min_s),
-        t_sync_s=profile.t_sync_s / scale,
-        time_scale=1.0,
-    )
 
 
 def whatif_runs(*, user: Any) -> list[WhatIfRun]:
