@@ -149,7 +149,9 @@ def unreachable_message(base: str, exc: requests.RequestException) -> str:
     return f"Cannot reach the RollMux server at {base}: {why}. Set --url or ROLLMUX_URL."
 
 
-def _format_error(resp: requests.Response) -> str:
+def _format_error(resp: requests.Response, *, options: dict[str, str] | None = None) -> str:
+    """Return the API's error as lines for stderr; `options` names a query parameter by the
+    command-line option the user typed for it (page_size: --limit)."""
     try:
         body = resp.json()
     except ValueError:
@@ -161,13 +163,16 @@ def _format_error(resp: requests.Response) -> str:
     err = body.get("error") if isinstance(body, dict) else None
     if not isinstance(err, dict):
         return f"HTTP {resp.status_code}: {json.dumps(body)[:300]}"
-    details = [
-        f"{field}: {message}"
+    options = options or {}
+    fields = [
+        (field, message)
         for field, messages in (err.get("fields") or {}).items()
         for message in messages
     ]
+    details = [f"{options.get(field, field)}: {message}" for field, message in fields]
     message = str(err.get("message", ""))
-    if message in details:  # the summary repeats the first field's error: say it once
+    if message in {f"{field}: {m}" for field, m in fields}:
+        # the summary repeats the first field's error: say it once
         message = f"{len(details)} field error{'s' if len(details) != 1 else ''}"
     lines = [f"error ({err.get('code', resp.status_code)}): {message}"]
     lines += [f"  {d}" for d in details]
@@ -176,7 +181,14 @@ def _format_error(resp: requests.Response) -> str:
     return "\n".join(lines)
 
 
-def _request(method: str, url: str, *, token: str | None = None, **kwargs: Any) -> Any:
+def _request(
+    method: str,
+    url: str,
+    *,
+    token: str | None = None,
+    options: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> Any:
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -186,7 +198,7 @@ def _request(method: str, url: str, *, token: str | None = None, **kwargs: Any) 
     except requests.RequestException as exc:
         raise CliError(unreachable_message(base, exc)) from None
     if resp.status_code >= 400:
-        raise CliError(_format_error(resp))
+        raise CliError(_format_error(resp, options=options))
     try:
         return resp.json()
     except ValueError:
@@ -320,7 +332,7 @@ def cmd_submit(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _list(args: argparse.Namespace, path: str, params: dict[str, Any]) -> tuple[list[Any], int]:
-    body = _api(args, "GET", path, params=params)
+    body = _api(args, "GET", path, params=params, options={"page_size": "--limit"})
     if isinstance(body, list):
         return body, len(body)
     rows = body.get("results", [])

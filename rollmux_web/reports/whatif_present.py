@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollmux_web.formatting import duration, duration_unit
+from rollmux_web.formatting import duration_in, duration_unit
 from rollmux_web.reports.palette import policy_colour
 
 
@@ -76,12 +76,14 @@ def _pct(x: Any) -> str:
     return f"{float(x):.1%}"
 
 
-# (label, how to show a policy's figures); the metric keys are the simulator's (`--json`)
+# (label, how to show a policy's figures, or for a duration (metric key, seconds per value):
+# the row is then in one unit, that of its longest value, as a column of a table is in
+# `formatting`); the metric keys are the simulator's (`--json`)
 TABLE: tuple[tuple[str, Any], ...] = (
     ("Jobs completed", lambda m: f"{m.get('completed', 0):,} of {m.get('jobs', 0):,}"),
     ("Total cost", lambda m: f"${m['total_cost_usd']:,.0f}"),
     ("Average cost per hour", lambda m: f"${m['avg_cost_per_hour_usd']:,.2f}/h"),
-    ("Makespan", lambda m: duration(float(m["makespan_h"]) * 3600)),
+    ("Makespan", ("makespan_h", 3600.0)),
     ("Peak GPUs", lambda m: _pairs(m["peak_gpus"], lambda v: f"{v:,}")),
     ("SLO attainment (durations as drawn)", lambda m: _pct(m["slo_attainment"])),
     ("SLO attainment (planned, worst case)", lambda m: _pct(m["slo_attainment_vs_profile"])),
@@ -90,7 +92,7 @@ TABLE: tuple[tuple[str, Any], ...] = (
     ("Bubble fraction", lambda m: _pairs(m["bubble_fraction"], _pct)),
     ("Admissions", lambda m: _pairs(m["admissions"])),
     ("Decision latency", lambda m: _pairs(m["decision_latency_ms"], lambda v: f"{v:,.2f} ms")),
-    ("Mean queue delay", lambda m: duration(float(m["mean_queue_delay_s"]))),
+    ("Mean queue delay", ("mean_queue_delay_s", 1.0)),
     ("Jobs that waited", lambda m: f"{m['jobs_that_waited']:,}"),
     ("Iterations completed", lambda m: f"{m['iterations_completed']:,}"),
     ("Iterations per dollar", lambda m: f"{m['iterations_per_dollar']:.4f}"),
@@ -104,6 +106,8 @@ def table(cmp: WhatIfComparison) -> list[tuple[str, list[str]]]:
     (a figure a policy did not report shows as a dash)."""
     out = []
     for label, show in TABLE:
+        if isinstance(show, tuple):
+            show = _duration_cells(cmp, *show)
         cells = []
         for row in cmp.rows:
             try:
@@ -113,6 +117,18 @@ def table(cmp: WhatIfComparison) -> list[tuple[str, list[str]]]:
         if any(c != "—" for c in cells):
             out.append((label, cells))
     return out
+
+
+def _duration_cells(cmp: WhatIfComparison, key: str, scale: float) -> Any:
+    """Return how to show a duration metric in the unit of the row's longest value."""
+    longest = 0.0
+    for row in cmp.rows:
+        try:
+            longest = max(longest, abs(float(row.metrics[key]) * scale))
+        except (KeyError, TypeError, ValueError):
+            continue
+    unit, _ = duration_unit(longest)
+    return lambda m: duration_in(float(m[key]) * scale, unit)
 
 
 def compare(result: dict[str, Any]) -> WhatIfComparison:

@@ -146,7 +146,14 @@ def _label_members(
 
 
 def queue_trace(*, user: Any) -> str:
-    """Return the queued and running jobs the user may see as a trace (arrival = submission order)."""
+    """Return the queued and running jobs the user may see as a trace of the queue now.
+
+    Every job is there now, so each arrives at 0, in submission order (a trace's jobs are
+    taken by arrival, then line). The phases are profile seconds, the planner's clock and the
+    submit form's preview's; an arrival at the job's wall-clock seconds after the first
+    submission mixed the two clocks (a 20x job's profile runs twenty times faster) and had a
+    job that already waits arrive later in the simulation.
+    """
     qs = Job.objects.filter(
         status__in=[JobStatus.QUEUED, JobStatus.PLACED, JobStatus.RUNNING]
     ).select_related("tenant", "slo_class")
@@ -155,14 +162,11 @@ def queue_trace(*, user: Any) -> str:
     jobs = list(qs.order_by("submitted_at", "id"))
     if not jobs:
         return ""
-    first = jobs[0].submitted_at
     lines = []
     for j in jobs:
         # the converter the live planner uses: its remaining iterations, its SLO and clock
         profile = job_profile(j)
-        running = j.status != JobStatus.QUEUED
-        arrival = 0.0 if running else (j.submitted_at - first).total_seconds()
-        line = job_to_dict(replace(profile, id=f"job-{j.pk}", arrival_s=arrival))
+        line = job_to_dict(replace(profile, id=f"job-{j.pk}", arrival_s=0.0))
         lines.append(json.dumps(line | {"model": j.model}))
     return "\n".join(lines) + "\n"
 

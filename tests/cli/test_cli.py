@@ -112,6 +112,19 @@ def test_api_errors_are_printed_with_field_messages(
     assert code == 1 and "not_found" in err
 
 
+def test_a_listing_error_names_the_option_the_user_typed(
+    world: Any, env: dict[str, str], monkeypatch: Any
+) -> None:
+    # the API's query parameter is page_size; `rollmux get jobs --limit 0` said
+    # "page_size: Must be an integer from 1 to 500", a name the user never typed (QA pass 14)
+    monkeypatch.setenv("ROLLMUX_TOKEN", world.tokens["alice"])
+    for argv in (["get", "jobs", "--limit", "0"], ["jobs", "--limit", "501"]):
+        code, _, err = run(argv)
+        assert code == 1
+        assert "  --limit: Must be an integer from 1 to 500" in err, err
+        assert "page_size" not in err
+
+
 def test_missing_token_and_unreadable_spec(world: Any, env: dict[str, str], tmp_path: Path) -> None:
     code, _, err = run(["jobs"])
     assert code == 1 and "rollmux login" in err
