@@ -28,28 +28,23 @@ class WhatIfComparison:
     never_started: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
-def _unfinished(metrics: dict[str, Any], key: str) -> list[str]:
-    return [str(j.get("id", j)) if isinstance(j, dict) else str(j) for j in metrics.get(key) or []]
-
-
 def finished_sets(rows: list[PolicyRow]) -> dict[str, Any]:
-    """Return whether the policies finished the same jobs, each one's count, and the jobs each
-    could not place (infeasible) or never started, by trace id."""
+    """Return whether the policies finished the same jobs (`scheduler.sim.metrics.same_jobs`),
+    each one's count, and the jobs each could not place (infeasible) or never started, by
+    trace id."""
+    from scheduler.sim.metrics import left_out, same_jobs
+
     finished = [
         (r.name, f"{r.metrics.get('completed', 0):,} of {r.metrics.get('jobs', 0):,}") for r in rows
     ]
-    infeasible = [(r.name, ids) for r in rows if (ids := _unfinished(r.metrics, "infeasible"))]
-    never = [(r.name, ids) for r in rows if (ids := _unfinished(r.metrics, "never_started"))]
-    left_out = {
-        r.name: frozenset(
-            _unfinished(r.metrics, "infeasible") + _unfinished(r.metrics, "never_started")
-        )
-        for r in rows
-    }
-    counts = {r.metrics.get("completed") for r in rows}
-    same = len(counts) <= 1 and len(set(left_out.values())) <= 1
+
+    def ids(r: PolicyRow, key: str) -> list[str]:
+        return left_out({key: r.metrics.get(key)})
+
+    infeasible = [(r.name, x) for r in rows if (x := ids(r, "infeasible"))]
+    never = [(r.name, x) for r in rows if (x := ids(r, "never_started"))]
     return {
-        "same_jobs": same,
+        "same_jobs": same_jobs({r.name: r.metrics for r in rows}),
         "finished": finished,
         "infeasible": infeasible,
         "never_started": never,

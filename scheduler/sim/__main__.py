@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scheduler.sim.drift import SETTINGS
+from scheduler.sim.metrics import same_jobs
 from scheduler.sim.policies import parse_policies
 from scheduler.sim.run import format_tenants, run_simulation, run_tenants, tenant_shares
 from scheduler.sim.tenancy import MODES
@@ -63,6 +64,14 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             "cost ratios: " + ", ".join(f"{k} = {v:.3f}x" for k, v in report["ratios"].items())
         )
+        if not same_jobs(report["policies"]):
+            done = ", ".join(
+                f"{name} {p['completed']}/{p['jobs']}" for name, p in report["policies"].items()
+            )
+            lines.append(
+                f"note: the policies finished different sets of jobs ({done}): their costs "
+                "and these ratios cover different work"
+            )
     return "\n".join(lines)
 
 

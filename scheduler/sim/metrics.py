@@ -129,6 +129,23 @@ def ratios(per_policy: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def left_out(figures: dict[str, Any]) -> list[str]:
+    """Return the trace ids of the jobs a policy could not place (infeasible) or never
+    started, from its figures (`summarise`: records with an `id`, or bare ids)."""
+    return [
+        str(j.get("id", j)) if isinstance(j, dict) else str(j)
+        for key in ("infeasible", "never_started")
+        for j in figures.get(key) or []
+    ]
+
+
+def same_jobs(per_policy: dict[str, dict[str, Any]]) -> bool:
+    """Return True when every policy finished the same jobs (the same count, the same ones
+    left out): only then do their costs, and the cost ratios, cover the same work."""
+    counts = {p.get("completed") for p in per_policy.values()}
+    return len(counts) <= 1 and len({frozenset(left_out(p)) for p in per_policy.values()}) <= 1
+
+
 def replan_bound(
     record: JobRecord, *, rollout_speed_factor: float = 1.0, restart: bool = False
 ) -> float | None:

@@ -339,6 +339,27 @@ def test_cli_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     assert set(report["ratios"]) == {"solo-disagg/rollmux", "colocated/rollmux"}
 
 
+def test_the_cli_says_when_the_ratios_cover_different_jobs() -> None:
+    # QA pass 14: colocated ran 3 of 3 and rollmux 2 of 3, and the table printed the ratio
+    # without a word; the web page's what-if warns (both ask `metrics.same_jobs`)
+    import copy
+
+    from scheduler.sim.__main__ import format_table
+
+    jobs = generate_philly(3, jobs=6, window_h=1.0)
+    report = run_simulation(
+        jobs, default_cluster(), policies=["rollmux", "colocated"], seed=1, lower_bound=False
+    )
+    assert "different sets of jobs" not in format_table(report)
+    short = copy.deepcopy(report)
+    rollmux = short["policies"]["rollmux"]
+    rollmux["completed"] -= 1
+    rollmux["never_started"] = [{"id": jobs[0].id, "reason": "stuck"}]
+    text = format_table(short)
+    assert "colocated/rollmux" in text
+    assert "note: the policies finished different sets of jobs (rollmux 5/6, colocated 6/6)" in text
+
+
 def test_a_trace_job_larger_than_a_bounded_pool_is_infeasible_not_simulated(
     tmp_path: Path,
 ) -> None:
