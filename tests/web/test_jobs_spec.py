@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from rollmux_web import formatting
 from rollmux_web.audit.models import AuditEntry
 from rollmux_web.jobs import spec
 from rollmux_web.jobs.serializers import JobSerializer, JobSpecSerializer
@@ -30,11 +31,14 @@ def _imports(path: str) -> set[str]:
 
 def test_spec_imports_only_the_standard_library() -> None:
     # spec.py imports the runner names and rule, the neutral contract's (stdlib only too:
-    # tests/contract/test_phases.py)
+    # tests/contract/test_phases.py), and the one wording of an unknown field, the
+    # formatter's, which imports only the standard library itself (the CLI reads both)
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     assert {m for m in _imports(spec.__file__) if m.split(".")[0] not in stdlib} == {
-        "rollmux_contract.runners"
+        "rollmux_contract.runners",
+        "rollmux_web.formatting",
     }
+    assert {m for m in _imports(formatting.__file__) if m.split(".")[0] not in stdlib} == set()
 
 
 def test_the_serializer_takes_names_bounds_and_help_from_the_spec() -> None:
