@@ -84,7 +84,8 @@ PACKAGE = Path(__file__).resolve().parent
 BUILD = PACKAGE.parent / ".compiled"
 MANIFEST = "manifest.json"
 
-_state: dict[str, str] = {"active": "", "why": f"not asked ({ENV} unset)"}
+# why this process runs the core as Python; "" once it loads the build
+_state: dict[str, str] = {"why": f"not asked ({ENV} unset)"}
 
 
 def source_path(module: str, root: Path = PACKAGE.parent) -> Path:
@@ -140,7 +141,7 @@ def activate(build: Path = BUILD, root: Path = PACKAGE.parent) -> bool:
     """Load the compiled modules from now on, when the build matches the sources; return
     whether it does (`reason()` says why not). Call it before any of `MODULES` is imported
     (a compiled module and an interpreted one of the same name cannot be mixed)."""
-    if _state["active"]:
+    if not _state["why"]:
         return True
     try:
         manifest = json.loads((build / MANIFEST).read_text())
@@ -160,7 +161,7 @@ def activate(build: Path = BUILD, root: Path = PACKAGE.parent) -> bool:
         _state["why"] = f"the build in {build} is incomplete (make compile)"
         return False
     sys.meta_path.insert(0, _Finder(files))
-    _state["active"], _state["why"] = "yes", ""
+    _state["why"] = ""
     return True
 
 
@@ -175,7 +176,7 @@ def activate_from_env() -> bool:
 
 def active() -> bool:
     """Return True when this process loads the compiled modules."""
-    return bool(_state["active"])
+    return not _state["why"]
 
 
 def reason() -> str:

@@ -37,12 +37,8 @@ def finished_sets(rows: list[PolicyRow]) -> dict[str, Any]:
     finished = [
         (r.name, f"{r.metrics.get('completed', 0):,} of {r.metrics.get('jobs', 0):,}") for r in rows
     ]
-
-    def ids(r: PolicyRow, key: str) -> list[str]:
-        return left_out({key: r.metrics.get(key)})
-
-    infeasible = [(r.name, x) for r in rows if (x := ids(r, "infeasible"))]
-    never = [(r.name, x) for r in rows if (x := ids(r, "never_started"))]
+    infeasible = [(r.name, x) for r in rows if (x := left_out(r.metrics, ("infeasible",)))]
+    never = [(r.name, x) for r in rows if (x := left_out(r.metrics, ("never_started",)))]
     return {
         "same_jobs": same_jobs({r.name: r.metrics for r in rows}),
         "finished": finished,

@@ -129,12 +129,15 @@ def ratios(per_policy: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def left_out(figures: dict[str, Any]) -> list[str]:
+def left_out(
+    figures: dict[str, Any], keys: tuple[str, ...] = ("infeasible", "never_started")
+) -> list[str]:
     """Return the trace ids of the jobs a policy could not place (infeasible) or never
-    started, from its figures (`summarise`: records with an `id`, or bare ids)."""
+    started (or those of `keys` alone), from its figures (`summarise`: records with an `id`,
+    or bare ids)."""
     return [
         str(j.get("id", j)) if isinstance(j, dict) else str(j)
-        for key in ("infeasible", "never_started")
+        for key in keys
         for j in figures.get(key) or []
     ]
 

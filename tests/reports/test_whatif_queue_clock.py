@@ -22,25 +22,22 @@ from tests.reports.builders import make_job
 @pytest.mark.django_db
 def test_the_queue_trace_has_every_job_now_in_submission_order(world: Any) -> None:
     t0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    # an emulated job at 20x, the same profile phases for both
+    spec = dict(
+        time_scale=20.0, t_roll_max_s=300.0, t_roll_min_s=200.0, t_train_max_s=100.0,
+        t_train_min_s=80.0,
+    )  # fmt: skip
     first_job = make_job(
         world,
         name="first",
         status="running",
-        time_scale=20.0,
-        t_roll_max_s=300.0,
-        t_roll_min_s=200.0,
-        t_train_max_s=100.0,
-        t_train_min_s=80.0,
+        **spec,
     )
     queued_job = make_job(
         world,
         name="queued",
         status="queued",
-        time_scale=20.0,
-        t_roll_max_s=300.0,
-        t_roll_min_s=200.0,
-        t_train_max_s=100.0,
-        t_train_min_s=80.0,
+        **spec,
     )
     # submitted_at is auto_now_add: set the moments the test means
     Job.objects.filter(pk=first_job.pk).update(submitted_at=t0)
