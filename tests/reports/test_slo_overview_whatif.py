@@ -358,9 +358,11 @@ def test_the_slo_report_judges_each_job_by_the_slo_it_was_admitted_with(
     assert 'silver (1.5×) <span class="muted">now 1.2×</span>' in html
     assert "measured: the mean of its 2 completed iterations&#x27; own phases" in html
     # a job admitted after the change is judged by the new value
-    late, _ = waiting_job(world, "late", "vision", datetime.now(tz=UTC) - 60 * M, world.silver)
+    started = datetime.now(tz=UTC) - 60 * M
+    late, _ = waiting_job(world, "late", "vision", started, world.silver)
+    # (from the day it started: in the first hour after midnight UTC that is yesterday)
     today = datetime.now(tz=UTC).date()
-    (j2,) = slo_report(user=world.alice, start=today, end=today).jobs
+    (j2,) = slo_report(user=world.alice, start=started.date(), end=today).jobs
     assert j2.slo == 1.2 and j2.slo_now is None and not j2.met
 
 
